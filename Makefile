@@ -1,0 +1,160 @@
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#
+# make            build the BPF object, its skeleton, egressd and egressctl
+# make deps       install the Debian packages the build and tests need
+# make test       deps + build + unit, fuzz smoke and end-to-end tests (root)
+# make test-asan  the same tests against an ASan/UBSan build
+# make demo       a sandboxed command with one allowed and one denied connection
+# make bench      benchmarks (docs/benchmarks.md)
+# make vmlinux    regenerate vmlinux/vmlinux.h from this host's BTF
+
+OUT      ?= build
+CLANG    ?= clang
+BPFTOOL  ?= bpftool
+CC       ?= gcc
+ARCH     := $(shell uname -m | sed 's/x86_64/x86/;s/aarch64/arm64/')
+VERSION  := 0.1.0
+
+# Sanitizer builds go to their own tree so they never mix with the normal one.
+ifeq ($(SAN),1)
+OUT      := build-asan
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+endif
+
+WARN     := -Wall -Wextra -Werror -Wundef -Wno-unused-parameter -Wno-format-truncation
+CFLAGS   := -std=gnu11 -g -O2 $(WARN) $(SANFLAGS) -Iinclude -Iuser/lib -I$(OUT) \
+	    -DEGRESSD_VERSION='"$(VERSION)"' -D_GNU_SOURCE
+LDFLAGS  := $(SANFLAGS)
+LIBS     := -lbpf -lelf -lz -ljansson -lcrypto
+
+BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror -Wundef \
+	      -Iinclude -Ivmlinux -I$(OUT)
+
+LIB_SRCS  := $(sort $(wildcard user/lib/*.c))
+D_SRCS    := $(sort $(wildcard user/egressd/*.c))
+CTL_SRCS  := $(sort $(wildcard user/egressctl/*.c))
+UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
+E2E_SRCS  := $(sort $(wildcard tests/e2e/*.c))
+FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+BENCH_SRCS:= $(sort $(wildcard tools/bench/*.c))
+
+LIB_OBJS  := $(LIB_SRCS:%.c=$(OUT)/%.o)
+D_OBJS    := $(D_SRCS:%.c=$(OUT)/%.o)
+CTL_OBJS  := $(CTL_SRCS:%.c=$(OUT)/%.o)
+UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(OUT)/tests/%)
+E2E_BINS  := $(E2E_SRCS:tests/e2e/%.c=$(OUT)/tests/%)
+FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(OUT)/fuzz/%)
+BENCH_BINS:= $(BENCH_SRCS:tools/bench/%.c=$(OUT)/bench/%)
+
+BPF_HDRS  := $(wildcard include/*.h) $(wildcard bpf/*.h)
+
+ifeq ($(V),1)
+Q :=
+msg :=
+else
+Q := @
+msg = @printf '  %-8s %s\n' "$(1)" "$(2)";
+endif
+
+.DELETE_ON_ERROR:
+.SECONDARY:
+.PHONY: all deps test test-unit test-e2e test-fuzz test-asan demo bench vmlinux clean fmt
+
+all: $(OUT)/egressd $(OUT)/egressctl
+
+deps:
+	$(Q)tools/install-deps
+
+# --- BPF ---------------------------------------------------------------------
+$(OUT)/egressd.bpf.o: bpf/egressd.bpf.c $(BPF_HDRS) vmlinux/vmlinux.h | $(OUT)
+	$(call msg,BPF,$@)
+	$(Q)$(CLANG) $(BPF_CFLAGS) -c $< -o $@.tmp
+	$(Q)$(BPFTOOL) gen object $@ $@.tmp && rm -f $@.tmp
+
+$(OUT)/egressd.skel.h: $(OUT)/egressd.bpf.o
+	$(call msg,GEN-SKEL,$@)
+	$(Q)$(BPFTOOL) gen skeleton $< name egressd_bpf > $@
+
+# --- userspace ---------------------------------------------------------------
+$(OUT)/%.o: %.c $(wildcard include/*.h) $(wildcard user/lib/*.h) $(wildcard user/*/*.h)
+	$(call msg,CC,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -Iuser/$(word 2,$(subst /, ,$<)) -c $< -o $@
+
+# Only the daemon includes the skeleton.
+$(D_OBJS): $(OUT)/egressd.skel.h
+
+$(OUT)/libegr.a: $(LIB_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(OUT)/egressd: $(D_OBJS) $(OUT)/libegr.a
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) $^ $(LIBS) -lseccomp -o $@
+
+$(OUT)/egressctl: $(CTL_OBJS) $(OUT)/libegr.a
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) $^ $(LIBS) -lseccomp -o $@
+
+$(OUT)/tests/test_%: tests/unit/test_%.c $(OUT)/libegr.a $(wildcard include/*.h) $(wildcard user/lib/*.h)
+	$(call msg,CC,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $< $(OUT)/libegr.a $(LDFLAGS) $(LIBS) -lcmocka -o $@
+
+$(OUT)/tests/%: tests/e2e/%.c $(wildcard include/*.h)
+	$(call msg,CC,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $< $(LDFLAGS) -o $@
+
+$(OUT)/bench/%: tools/bench/%.c $(OUT)/libegr.a
+	$(call msg,CC,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $< $(OUT)/libegr.a $(LDFLAGS) $(LIBS) -lpthread -o $@
+
+# Fuzz targets: clang's libFuzzer with ASan and UBSan, the library sources
+# compiled in directly so they are instrumented too.
+FUZZ_CFLAGS := -std=gnu11 -g -O1 -Wall -Wextra -Werror -Wno-unused-parameter -D_GNU_SOURCE \
+	       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	       -Iinclude -Iuser/lib -DEGRESSD_VERSION='"$(VERSION)"'
+$(OUT)/fuzz/%: tests/fuzz/%.c $(LIB_SRCS) $(wildcard user/lib/*.h) $(wildcard include/*.h)
+	$(call msg,FUZZ,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CLANG) $(FUZZ_CFLAGS) $< $(LIB_SRCS) $(LIBS) -o $@
+
+$(OUT):
+	@mkdir -p $@
+
+# --- tests -------------------------------------------------------------------
+test: deps
+	$(Q)$(MAKE) --no-print-directory all $(UNIT_BINS) $(E2E_BINS) $(FUZZ_BINS)
+	$(Q)$(MAKE) --no-print-directory test-unit test-fuzz test-e2e
+
+test-unit: $(UNIT_BINS)
+	$(Q)tools/run-unit $(UNIT_BINS)
+
+test-fuzz: $(FUZZ_BINS)
+	$(Q)tools/run-fuzz $(OUT) $(FUZZ_BINS)
+
+test-e2e: all $(E2E_BINS)
+	$(Q)python3 tests/e2e/run.py --build $(OUT)
+
+test-asan: deps
+	$(Q)$(MAKE) --no-print-directory SAN=1 all $(UNIT_BINS) $(E2E_BINS)
+	$(Q)$(MAKE) --no-print-directory SAN=1 test-unit test-e2e
+
+demo: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)tools/demo $(OUT)
+
+bench: deps
+	$(Q)$(MAKE) --no-print-directory all $(E2E_BINS) $(BENCH_BINS)
+	$(Q)python3 tools/bench.py --build $(OUT)
+
+vmlinux:
+	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > vmlinux/vmlinux.h
+
+fmt:
+	clang-format -i bpf/*.c include/*.h user/*/*.c user/*/*.h tests/*/*.c
+
+clean:
+	rm -rf build build-asan

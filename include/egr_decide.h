@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The policy decisions, as pure functions of what the maps returned. The BPF
+ * programs call them after their lookups; the cmocka tests compile the very
+ * same functions (tests/unit/test_decide.c), because sock_addr programs cannot
+ * be run with BPF_PROG_TEST_RUN on our kernels.
+ *
+ * Every function answers EGR_ALLOW or EGR_DENY; anything unexpected denies.
+ */
+#ifndef EGR_DECIDE_H
+#define EGR_DECIDE_H
+
+#include "egressd.h"
+
+#ifndef __always_inline
+#define __always_inline inline __attribute__((always_inline))
+#endif
+
+/* Verdicts as the cgroup hooks spell them: 1 lets the call through, 0 makes
+ * it fail with EPERM. */
+#define EGR_DENY  0
+#define EGR_ALLOW 1
+
+/* Protocol numbers, spelled out because vmlinux.h has the enum but
+ * userspace's <netinet/in.h> and the BPF side must agree without either. */
+#define EGR_IPPROTO_ICMP    1
+#define EGR_IPPROTO_TCP     6
+#define EGR_IPPROTO_UDP     17
+#define EGR_IPPROTO_ICMPV6  58
+#define EGR_IPPROTO_SCTP    132
+#define EGR_IPPROTO_UDPLITE 136
+#define EGR_IPPROTO_MPTCP   262
+
+#define EGR_AF_INET  2
+#define EGR_AF_INET6 10
+
+#define EGR_SOCK_STREAM    1
+#define EGR_SOCK_DGRAM     2
+#define EGR_SOCK_RAW       3
+#define EGR_SOCK_SEQPACKET 5
+
+/*
+ * Which EGR_PROTO_* bit a socket's protocol needs in a port range. MPTCP is
+ * TCP on the wire. Anything else (ping sockets a policy allowed) has no
+ * ports: it needs a range that allows both protocols on every port, that is
+ * an address allowed outright ("HOST:*").
+ */
+static __always_inline __u16 egr_proto_bit(__u32 protocol)
+{
+	switch (protocol) {
+	case EGR_IPPROTO_TCP:
+	case EGR_IPPROTO_MPTCP:
+		return EGR_PROTO_TCP;
+	case EGR_IPPROTO_UDP:
+		return EGR_PROTO_UDP;
+	default:
+		return 0;
+	}
+}
+
+/*
+ * Is (port, protocol) allowed by the rule of the longest matching prefix?
+ * The rule already holds the ranges of every shorter prefix that covers it
+ * (merged at compile time), so the longest match alone decides.
+ * now_ns is bpf_ktime_get_boot_ns(); a rule with an expiry in the past
+ * denies (DNS-learned addresses), and *expired tells the caller why.
+ */
+static __always_inline int egr_rule_allows(const struct egr_rule *rule, __u16 port,
+					   __u32 protocol, __u64 now_ns, int *expired)
+{
+	__u16 bit = egr_proto_bit(protocol);
+	__u32 n, i;
+
+	*expired = 0;
+	if (!rule)
+		return EGR_DENY;
+	if (rule->expires_ns && rule->expires_ns <= now_ns) {
+		*expired = 1;
+		return EGR_DENY;
+	}
+	n = rule->nranges;
+	if (n > EGR_MAX_PORT_RANGES)
+		return EGR_DENY;
+	for (i = 0; i < EGR_MAX_PORT_RANGES; i++) {
+		const struct egr_port_range *r = &rule->ranges[i];
+
+		if (i >= n)
+			break;
+		if (bit) {
+			if ((r->protos & bit) && port >= r->lo && port <= r->hi)
+				return EGR_ALLOW;
+		} else if (r->protos == EGR_PROTO_ANY && r->lo == 0 && r->hi == 0xffff) {
+			return EGR_ALLOW;
+		}
+	}
+	return EGR_DENY;
+}
+
+/*
+ * An IPv6 destination in ::ffff:0:0/96 reaches an IPv4 host through a
+ * dual-stack socket; connect6 is the only hook that sees it, so it must be
+ * judged by the IPv4 rules. Address words are in network byte order, as in
+ * bpf_sock_addr.user_ip6. Returns 1 and the IPv4 address (network order) in
+ * *v4 when mapped.
+ */
+static __always_inline int egr_ip6_is_v4mapped(const __u32 w[4], __u32 *v4)
+{
+	/* 0000:0000 0000:0000 0000:ffff — the third word is 0x0000ffff in
+	 * network order, whatever the host order is. */
+	const __u8 *b = (const __u8 *)&w[2];
+
+	if (w[0] != 0 || w[1] != 0)
+		return 0;
+	if (b[0] != 0 || b[1] != 0 || b[2] != 0xff || b[3] != 0xff)
+		return 0;
+	*v4 = w[3];
+	return 1;
+}
+
+/*
+ * cgroup/sock_create: which inet sockets may a sandbox create at all?
+ * TCP and UDP always (their every destination is judged by connect and
+ * sendmsg). The rest either have no sock_addr hooks (raw, UDP-Lite, SCTP) or
+ * only some (ping: connect but not sendto), so only a policy that names them
+ * gets them. Families other than inet never reach this hook.
+ */
+static __always_inline int egr_sock_create_allows(__u32 sb_flags, __u32 family, __u32 type,
+						  __u32 protocol)
+{
+	if (family != EGR_AF_INET && family != EGR_AF_INET6)
+		return EGR_DENY;
+
+	if (type == EGR_SOCK_RAW)
+		return (sb_flags & EGR_SB_ALLOW_RAW) ? EGR_ALLOW : EGR_DENY;
+
+	switch (protocol) {
+	case EGR_IPPROTO_TCP:
+		return type == EGR_SOCK_STREAM ? EGR_ALLOW : EGR_DENY;
+	case EGR_IPPROTO_UDP:
+		return type == EGR_SOCK_DGRAM ? EGR_ALLOW : EGR_DENY;
+	case EGR_IPPROTO_MPTCP:
+		return (type == EGR_SOCK_STREAM && (sb_flags & EGR_SB_ALLOW_MPTCP)) ? EGR_ALLOW
+										    : EGR_DENY;
+	case EGR_IPPROTO_ICMP:
+	case EGR_IPPROTO_ICMPV6:
+		return (type == EGR_SOCK_DGRAM && (sb_flags & EGR_SB_ALLOW_ICMP)) ? EGR_ALLOW
+										  : EGR_DENY;
+	case EGR_IPPROTO_UDPLITE:
+		return (sb_flags & EGR_SB_ALLOW_UDPLITE) ? EGR_ALLOW : EGR_DENY;
+	case EGR_IPPROTO_SCTP:
+		return (sb_flags & EGR_SB_ALLOW_SCTP) ? EGR_ALLOW : EGR_DENY;
+	default:
+		return EGR_DENY;
+	}
+}
+
+#endif /* EGR_DECIDE_H */

@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Types shared by the BPF programs and egressd: map keys, map values and the
+ * limits both sides agree on. Only fixed-width kernel types, largest fields
+ * first, so the layout is the same for clang -target bpf and for gcc.
+ */
+#ifndef EGRESSD_H
+#define EGRESSD_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+/* Port ranges one allowlist prefix can carry after ancestor rules are merged
+ * into it (see user/compile.c). A policy that needs more is rejected. */
+#define EGR_MAX_PORT_RANGES 8
+
+/* Protocol bits of a port range. */
+#define EGR_PROTO_TCP 0x1
+#define EGR_PROTO_UDP 0x2
+#define EGR_PROTO_ANY (EGR_PROTO_TCP | EGR_PROTO_UDP)
+
+/* Sandbox flags: inet socket kinds that cgroup/sock_create refuses unless the
+ * policy names them (network.allow_sockets). TCP and UDP are always allowed. */
+#define EGR_SB_ALLOW_RAW     0x01 /* SOCK_RAW, any protocol */
+#define EGR_SB_ALLOW_ICMP    0x02 /* SOCK_DGRAM ping sockets, ICMP and ICMPv6 */
+#define EGR_SB_ALLOW_UDPLITE 0x04 /* IPPROTO_UDPLITE */
+#define EGR_SB_ALLOW_SCTP    0x08 /* IPPROTO_SCTP */
+#define EGR_SB_ALLOW_MPTCP   0x10 /* IPPROTO_MPTCP */
+
+/* Policy id 0 and sandbox id 0 are never allocated: a zeroed cgroup storage
+ * (a link attached before egressd wrote the sandbox id) therefore resolves to
+ * nothing and is denied. */
+#define EGR_ID_NONE 0
+
+/* LPM trie keys: the policy id is part of the prefix, so one trie holds every
+ * policy and a lookup never crosses from one policy into another.
+ * prefixlen = 32 (policy id bits) + the CIDR length. */
+struct egr_lpm4_key {
+	__u32 prefixlen;
+	__u32 policy_id; /* all 32 bits always compared, so host order is fine */
+	__u8 addr[4];
+};
+
+struct egr_lpm6_key {
+	__u32 prefixlen;
+	__u32 policy_id;
+	__u8 addr[16];
+};
+
+#define EGR_LPM_POLICY_BITS 32
+
+struct egr_port_range {
+	__u16 lo;     /* host byte order, inclusive */
+	__u16 hi;     /* host byte order, inclusive */
+	__u16 protos; /* EGR_PROTO_* */
+};
+
+/* Value of an allowlist prefix: what may be reached there, and until when. */
+struct egr_rule {
+	__u64 expires_ns; /* bpf_ktime_get_boot_ns() deadline; 0 = never expires */
+	__u32 nranges;
+	__u16 pad;
+	struct egr_port_range ranges[EGR_MAX_PORT_RANGES];
+};
+
+/* Value of egr_sandboxes, keyed by sandbox id. Replacing this one entry is
+ * how a policy change takes effect atomically. */
+struct egr_sandbox {
+	__u32 policy_id;
+	__u32 tenant_id;
+	__u32 flags; /* EGR_SB_* */
+	__u32 pad;
+};
+
+/* Value of the per-attachment cgroup storage: which sandbox this cgroup is. */
+struct egr_cg_ref {
+	__u32 sandbox_id;
+	__u32 pad;
+};
+
+/* Global per-CPU counters, index into egr_counters. */
+enum egr_counter {
+	EGR_CNT_CONNECT_ALLOW = 0,
+	EGR_CNT_CONNECT_DENY,
+	EGR_CNT_SENDMSG_ALLOW,
+	EGR_CNT_SENDMSG_DENY,
+	EGR_CNT_SOCK_CREATE_ALLOW,
+	EGR_CNT_SOCK_CREATE_DENY,
+	EGR_CNT_NO_SANDBOX,     /* managed cgroup without a sandbox entry: denied */
+	EGR_CNT_EXPIRED,        /* matching prefix past its expiry: denied */
+	EGR_CNT_MAX,
+};
+
+#endif /* EGRESSD_H */

@@ -1,0 +1,538 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#include <dirent.h>
+#include <stddef.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/magic.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "bpfstate.h"
+#include "cgroup.h"
+#include "egressd.skel.h"
+#include "log.h"
+
+#define BPFFS_ROOT "/sys/fs/bpf"
+
+const char *const egr_counter_names[EGR_CNT_MAX] = {
+	[EGR_CNT_CONNECT_ALLOW] = "connect_allowed",
+	[EGR_CNT_CONNECT_DENY] = "connect_denied",
+	[EGR_CNT_SENDMSG_ALLOW] = "sendmsg_allowed",
+	[EGR_CNT_SENDMSG_DENY] = "sendmsg_denied",
+	[EGR_CNT_SOCK_CREATE_ALLOW] = "sock_create_allowed",
+	[EGR_CNT_SOCK_CREATE_DENY] = "sock_create_denied",
+	[EGR_CNT_NO_SANDBOX] = "no_sandbox_denied",
+	[EGR_CNT_EXPIRED] = "expired_denied",
+};
+
+static int libbpf_log(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+	char buf[1024];
+	size_t n;
+
+	if (level == LIBBPF_DEBUG && egr_log_get_level() < EGR_LOG_DEBUG)
+		return 0;
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	n = strlen(buf);
+	if (n && buf[n - 1] == '\n')
+		buf[n - 1] = '\0';
+	egr_log(level == LIBBPF_WARN ? EGR_LOG_WARN : EGR_LOG_DEBUG, "libbpf: %s", buf);
+	return 0;
+}
+
+static bool is_bpffs(const char *path)
+{
+	struct statfs sfs;
+
+	return statfs(path, &sfs) == 0 && sfs.f_type == BPF_FS_MAGIC;
+}
+
+/* bpffs is where enforcement outlives egressd. If the host has not mounted
+ * it at its usual place, do it (never remount or unmount an existing one). */
+static int ensure_bpffs(const char *dir)
+{
+	char parent[PATH_MAX];
+	char *slash;
+
+	if (strlen(dir) >= sizeof(parent) || dir[0] != '/')
+		return -EINVAL;
+	strcpy(parent, dir);
+	slash = strrchr(parent, '/');
+	if (slash == parent)
+		return -EINVAL;
+	*slash = '\0';
+	if (is_bpffs(parent))
+		return 0;
+	if (strcmp(parent, BPFFS_ROOT) != 0) {
+		log_error("%s is not on a bpffs mount", dir);
+		return -ENOTSUP;
+	}
+	if (mount("bpf", BPFFS_ROOT, "bpf", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0700") < 0) {
+		int err = -errno;
+
+		log_error("mount bpffs at %s: %s", BPFFS_ROOT, strerror(-err));
+		return err;
+	}
+	log_info("mounted bpffs at %s", BPFFS_ROOT);
+	return 0;
+}
+
+static int mkdir_p1(const char *path, mode_t mode)
+{
+	if (mkdir(path, mode) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static void probe_features(struct egr_features *f)
+{
+	char mnt[PATH_MAX];
+
+	f->btf = access("/sys/kernel/btf/vmlinux", R_OK) == 0;
+	f->cgroup2 = egr_cgroup2_mount(mnt, sizeof(mnt)) == 0;
+	f->bpffs = is_bpffs(BPFFS_ROOT);
+	f->cgroup_sock_addr = libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_CGROUP_SOCK_ADDR, NULL) > 0;
+	f->cgroup_sock = libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_CGROUP_SOCK, NULL) > 0;
+	/* Links for cgroup programs arrived together with BPF_LINK_CREATE
+	 * support for them (5.7); the attach itself proves it below. */
+	f->bpf_link = true;
+}
+
+int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
+{
+	char path[PATH_MAX];
+	int err;
+
+	memset(b, 0, sizeof(*b));
+	libbpf_set_print(libbpf_log);
+	if (snprintf(b->dir, sizeof(b->dir), "%s", dir) >= (int)sizeof(b->dir))
+		return -ENAMETOOLONG;
+
+	err = ensure_bpffs(dir);
+	probe_features(feat);
+	if (err)
+		return err;
+	if (!feat->cgroup2) {
+		log_error("no cgroup v2 hierarchy is mounted");
+		return -ENOTSUP;
+	}
+	if (!feat->cgroup_sock_addr || !feat->cgroup_sock) {
+		log_error("kernel lacks cgroup sock_addr or sock programs");
+		return -ENOTSUP;
+	}
+
+	snprintf(path, sizeof(path), "%s/maps", dir);
+	if ((err = mkdir_p1(dir, 0700)) || (err = mkdir_p1(path, 0700))) {
+		log_error("create %s: %s", path, strerror(-err));
+		return err;
+	}
+	snprintf(path, sizeof(path), "%s/links", dir);
+	if ((err = mkdir_p1(path, 0700))) {
+		log_error("create %s: %s", path, strerror(-err));
+		return err;
+	}
+
+	snprintf(path, sizeof(path), "%s/maps/egr_sandboxes", dir);
+	b->reused_maps = access(path, F_OK) == 0;
+
+	snprintf(path, sizeof(path), "%s/maps", dir);
+	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = path);
+	b->skel = egressd_bpf__open_opts(&opts);
+	if (!b->skel) {
+		err = -errno;
+		log_error("open BPF object: %s", strerror(-err));
+		return err;
+	}
+	err = egressd_bpf__load(b->skel);
+	if (err) {
+		log_error("load BPF programs: %s%s", strerror(-err),
+			  b->reused_maps ? " (pinned maps incompatible with this egressd?)" : "");
+		egressd_bpf__destroy(b->skel);
+		b->skel = NULL;
+		return err;
+	}
+	b->fd_storage = bpf_map__fd(b->skel->maps.egr_cg_storage);
+	b->fd_sandboxes = bpf_map__fd(b->skel->maps.egr_sandboxes);
+	b->fd_allow4 = bpf_map__fd(b->skel->maps.egr_allow4);
+	b->fd_allow6 = bpf_map__fd(b->skel->maps.egr_allow6);
+	b->fd_counters = bpf_map__fd(b->skel->maps.egr_counters);
+	log_info("BPF programs loaded, maps %s under %s/maps", b->reused_maps ? "adopted" : "pinned",
+		 dir);
+	return 0;
+}
+
+void egr_bpf_close(struct egr_bpf *b)
+{
+	/* Only the skeleton's own references go: pinned maps and links stay. */
+	if (b->skel)
+		egressd_bpf__destroy(b->skel);
+	b->skel = NULL;
+}
+
+static int links_dir(struct egr_bpf *b, uint32_t sandbox_id, char *buf, size_t len)
+{
+	if (snprintf(buf, len, "%s/links/%u", b->dir, sandbox_id) >= (int)len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+int egr_bpf_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	struct bpf_program *prog;
+	int cg_fd, err;
+
+	err = links_dir(b, sandbox_id, dir, sizeof(dir));
+	if (err)
+		return err;
+	cg_fd = open(cgroup_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (cg_fd < 0)
+		return -errno;
+	if ((err = mkdir_p1(dir, 0700)))
+		goto out;
+
+	bpf_object__for_each_program(prog, b->skel->obj)
+	{
+		/* Links attach with multi semantics: a sandbox's own programs
+		 * (or a nested sandbox's) add to these, never replace them, and
+		 * an unprivileged process cannot detach them. */
+		struct bpf_link *link = bpf_program__attach_cgroup(prog, cg_fd);
+
+		if (!link) {
+			err = -errno;
+			log_error("attach %s to %s: %s", bpf_program__name(prog), cgroup_path,
+				  strerror(-err));
+			break;
+		}
+		snprintf(path, sizeof(path), "%s/%s", dir, bpf_program__name(prog));
+		err = bpf_link__pin(link, path);
+		if (err) {
+			log_error("pin link %s: %s", path, strerror(-err));
+			bpf_link__detach(link);
+		}
+		/* The pin holds the link now; our reference can go. */
+		bpf_link__destroy(link);
+		if (err)
+			break;
+	}
+	if (err)
+		egr_bpf_detach(b, sandbox_id);
+out:
+	close(cg_fd);
+	return err;
+}
+
+int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	struct dirent *de;
+	int err, ret = 0;
+	DIR *d;
+
+	err = links_dir(b, sandbox_id, dir, sizeof(dir));
+	if (err)
+		return err;
+	d = opendir(dir);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	while ((de = readdir(d))) {
+		struct bpf_link *link;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		link = bpf_link__open(path);
+		if (!link) {
+			ret = -errno;
+			log_warn("open pinned link %s: %s", path, strerror(-ret));
+			if (unlink(path) < 0)
+				log_warn("unlink %s: %m", path);
+			continue;
+		}
+		/* An explicit detach, so nobody else's reference keeps it in force.
+		 * ENOLINK: the cgroup is already gone and the link with it. */
+		err = bpf_link__detach(link);
+		if (err && err != -ENOLINK)
+			log_warn("detach %s: %s", path, strerror(-err));
+		err = bpf_link__unpin(link);
+		if (err) {
+			ret = err;
+			log_warn("unpin %s: %s", path, strerror(-err));
+		}
+		bpf_link__destroy(link);
+	}
+	closedir(d);
+	if (rmdir(dir) < 0 && errno != ENOENT) {
+		ret = -errno;
+		log_warn("rmdir %s: %s", dir, strerror(-ret));
+	}
+	return ret;
+}
+
+bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	struct bpf_program *prog;
+
+	if (links_dir(b, sandbox_id, dir, sizeof(dir)))
+		return false;
+	bpf_object__for_each_program(prog, b->skel->obj)
+	{
+		snprintf(path, sizeof(path), "%s/%s", dir, bpf_program__name(prog));
+		if (access(path, F_OK) != 0)
+			return false;
+	}
+	return true;
+}
+
+int egr_bpf_pinned_sandboxes(struct egr_bpf *b, uint32_t **ids, size_t *n)
+{
+	char dir[PATH_MAX];
+	struct dirent *de;
+	uint32_t *out = NULL;
+	size_t cnt = 0, cap = 0;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%s/links", b->dir);
+	d = opendir(dir);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		char *end;
+		unsigned long v;
+
+		if (de->d_name[0] == '.')
+			continue;
+		errno = 0;
+		v = strtoul(de->d_name, &end, 10);
+		if (errno || *end || v == 0 || v > UINT32_MAX) {
+			log_warn("ignoring unexpected entry %s/%s", dir, de->d_name);
+			continue;
+		}
+		if (cnt == cap) {
+			uint32_t *nb = realloc(out, (cap ? cap * 2 : 16) * sizeof(*out));
+
+			if (!nb) {
+				free(out);
+				closedir(d);
+				return -ENOMEM;
+			}
+			out = nb;
+			cap = cap ? cap * 2 : 16;
+		}
+		out[cnt++] = (uint32_t)v;
+	}
+	closedir(d);
+	*ids = out;
+	*n = cnt;
+	return 0;
+}
+
+int egr_bpf_set_cgroup_sandbox(struct egr_bpf *b, uint64_t cgroup_id, uint32_t sandbox_id)
+{
+	struct egr_cg_ref ref = { .sandbox_id = sandbox_id };
+
+	if (bpf_map_update_elem(b->fd_storage, &cgroup_id, &ref, BPF_ANY) < 0)
+		return -errno;
+	return 0;
+}
+
+int egr_bpf_put_sandbox(struct egr_bpf *b, uint32_t sandbox_id, const struct egr_sandbox *sb)
+{
+	if (bpf_map_update_elem(b->fd_sandboxes, &sandbox_id, sb, BPF_ANY) < 0)
+		return errno == E2BIG ? -ENOSPC : -errno;
+	return 0;
+}
+
+int egr_bpf_get_sandbox(struct egr_bpf *b, uint32_t sandbox_id, struct egr_sandbox *sb)
+{
+	if (bpf_map_lookup_elem(b->fd_sandboxes, &sandbox_id, sb) < 0)
+		return -errno;
+	return 0;
+}
+
+int egr_bpf_del_sandbox(struct egr_bpf *b, uint32_t sandbox_id)
+{
+	if (bpf_map_delete_elem(b->fd_sandboxes, &sandbox_id) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
+static int del_rules_upto(struct egr_bpf *b, uint32_t policy_id, const struct egr_compiled *c,
+			  size_t n4, size_t n6)
+{
+	int ret = 0;
+
+	for (size_t i = 0; i < n4; i++) {
+		struct egr_lpm4_key k;
+
+		egr_c4_key(&c->v4[i], policy_id, &k);
+		if (bpf_map_delete_elem(b->fd_allow4, &k) < 0 && errno != ENOENT)
+			ret = -errno;
+	}
+	for (size_t i = 0; i < n6; i++) {
+		struct egr_lpm6_key k;
+
+		egr_c6_key(&c->v6[i], policy_id, &k);
+		if (bpf_map_delete_elem(b->fd_allow6, &k) < 0 && errno != ENOENT)
+			ret = -errno;
+	}
+	if (ret)
+		log_warn("could not remove every rule of policy %u: %s", policy_id, strerror(-ret));
+	return ret;
+}
+
+int egr_bpf_put_rules(struct egr_bpf *b, uint32_t policy_id, const struct egr_compiled *c)
+{
+	size_t i4, i6 = 0;
+	int err = 0;
+
+	for (i4 = 0; i4 < c->n4; i4++) {
+		struct egr_lpm4_key k;
+
+		egr_c4_key(&c->v4[i4], policy_id, &k);
+		if (bpf_map_update_elem(b->fd_allow4, &k, &c->v4[i4].rule, BPF_NOEXIST) < 0) {
+			err = -errno;
+			goto fail;
+		}
+	}
+	for (i6 = 0; i6 < c->n6; i6++) {
+		struct egr_lpm6_key k;
+
+		egr_c6_key(&c->v6[i6], policy_id, &k);
+		if (bpf_map_update_elem(b->fd_allow6, &k, &c->v6[i6].rule, BPF_NOEXIST) < 0) {
+			err = -errno;
+			goto fail;
+		}
+	}
+	return 0;
+fail:
+	/* The kernel says E2BIG when a map is at max_entries. */
+	if (err == -E2BIG)
+		err = -ENOSPC;
+	log_warn("insert rules of policy %u: %s; rolling back", policy_id, strerror(-err));
+	del_rules_upto(b, policy_id, c, i4, i6);
+	return err;
+}
+
+int egr_bpf_del_rules(struct egr_bpf *b, uint32_t policy_id, const struct egr_compiled *c)
+{
+	return del_rules_upto(b, policy_id, c, c->n4, c->n6);
+}
+
+static bool is_live(uint32_t id, const uint32_t *live, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (live[i] == id)
+			return true;
+	return false;
+}
+
+/* Collect then delete: deleting while walking an LPM trie with
+ * get_next_key would restart the walk. */
+static int gc_map(int fd, size_t key_size, const uint32_t *live, size_t nlive)
+{
+	uint8_t cur[sizeof(struct egr_lpm6_key)], prev[sizeof(struct egr_lpm6_key)];
+	size_t cap = 1024, cnt = 0;
+	uint8_t *keys = malloc(cap * key_size);
+	bool first = true;
+	int removed = 0;
+
+	if (!keys)
+		return -ENOMEM;
+	while (bpf_map_get_next_key(fd, first ? NULL : prev, cur) == 0) {
+		uint32_t pid;
+
+		memcpy(&pid, cur + offsetof(struct egr_lpm4_key, policy_id), sizeof(pid));
+		if (!is_live(pid, live, nlive)) {
+			if (cnt == cap) {
+				uint8_t *nk = realloc(keys, cap * 2 * key_size);
+
+				if (!nk) {
+					free(keys);
+					return -ENOMEM;
+				}
+				keys = nk;
+				cap *= 2;
+			}
+			memcpy(keys + cnt * key_size, cur, key_size);
+			cnt++;
+		}
+		memcpy(prev, cur, key_size);
+		first = false;
+	}
+	for (size_t i = 0; i < cnt; i++)
+		if (bpf_map_delete_elem(fd, keys + i * key_size) == 0)
+			removed++;
+	free(keys);
+	return removed;
+}
+
+int egr_bpf_gc_rules(struct egr_bpf *b, const uint32_t *live, size_t n)
+{
+	int r4, r6;
+
+	r4 = gc_map(b->fd_allow4, sizeof(struct egr_lpm4_key), live, n);
+	if (r4 < 0)
+		return r4;
+	r6 = gc_map(b->fd_allow6, sizeof(struct egr_lpm6_key), live, n);
+	if (r6 < 0)
+		return r6;
+	return r4 + r6;
+}
+
+int egr_bpf_list_sandbox_ids(struct egr_bpf *b, uint32_t **ids, size_t *n)
+{
+	uint32_t key, *prev = NULL, *out = NULL;
+	size_t cnt = 0, cap = 0;
+
+	while (bpf_map_get_next_key(b->fd_sandboxes, prev, &key) == 0) {
+		if (cnt == cap) {
+			uint32_t *nb = realloc(out, (cap ? cap * 2 : 16) * sizeof(*out));
+
+			if (!nb) {
+				free(out);
+				return -ENOMEM;
+			}
+			out = nb;
+			cap = cap ? cap * 2 : 16;
+		}
+		out[cnt] = key;
+		prev = &out[cnt];
+		cnt++;
+	}
+	*ids = out;
+	*n = cnt;
+	return 0;
+}
+
+int egr_bpf_counters(struct egr_bpf *b, uint64_t out[EGR_CNT_MAX])
+{
+	int ncpu = libbpf_num_possible_cpus();
+	uint64_t *vals;
+
+	if (ncpu <= 0)
+		return ncpu ? ncpu : -EINVAL;
+	vals = calloc((size_t)ncpu, sizeof(*vals));
+	if (!vals)
+		return -ENOMEM;
+	for (uint32_t k = 0; k < EGR_CNT_MAX; k++) {
+		out[k] = 0;
+		if (bpf_map_lookup_elem(b->fd_counters, &k, vals) < 0)
+			continue;
+		for (int c = 0; c < ncpu; c++)
+			out[k] += vals[c];
+	}
+	free(vals);
+	return 0;
+}

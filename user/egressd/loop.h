@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * egressd's single-threaded event loop: modules register file descriptors
+ * (the control socket, the ring buffer, DNS proxy sockets) and periodic
+ * timers, and get called back when they are ready.
+ */
+#ifndef EGR_LOOP_H
+#define EGR_LOOP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct egr_loop;
+
+/* events: the EPOLL* bits that fired. */
+typedef void (*egr_loop_fn)(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
+
+int egr_loop_new(struct egr_loop **out);
+void egr_loop_free(struct egr_loop *loop);
+
+/* Watch fd for events (EPOLLIN, ...). 0 or -errno. */
+int egr_loop_add(struct egr_loop *loop, int fd, uint32_t events, egr_loop_fn fn, void *ctx);
+int egr_loop_del(struct egr_loop *loop, int fd);
+/* Call fn every interval_ms (a timerfd the loop owns). */
+int egr_loop_every(struct egr_loop *loop, uint32_t interval_ms, egr_loop_fn fn, void *ctx);
+
+/* Run until egr_loop_stop() or SIGINT/SIGTERM. 0 or -errno. */
+int egr_loop_run(struct egr_loop *loop);
+void egr_loop_stop(struct egr_loop *loop);
+
+#endif /* EGR_LOOP_H */

@@ -1,0 +1,797 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cgroup.h"
+#include "compile.h"
+#include "log.h"
+#include "sandbox.h"
+
+static void fail(struct egr_fail *f, const char *code, const char *field, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void fail(struct egr_fail *f, const char *code, const char *field, const char *fmt, ...)
+{
+	va_list ap;
+
+	f->code = code;
+	snprintf(f->e.field, sizeof(f->e.field), "%s", field ? field : "");
+	va_start(ap, fmt);
+	vsnprintf(f->e.message, sizeof(f->e.message), fmt, ap);
+	va_end(ap);
+}
+
+static void fail_policy(struct egr_fail *f, const struct egr_error *e)
+{
+	f->code = "invalid_policy";
+	snprintf(f->e.field, sizeof(f->e.field), "policy%s%s", e->field[0] ? "." : "", e->field);
+	snprintf(f->e.message, sizeof(f->e.message), "%s", e->message);
+}
+
+static void sb_free(struct egr_sb *sb)
+{
+	if (!sb)
+		return;
+	free(sb->cgroup);
+	free(sb->tenant);
+	free(sb->execution_id);
+	free(sb->principal);
+	free(sb->tool);
+	free(sb->version);
+	free(sb);
+}
+
+/* --- persistence ------------------------------------------------------------ */
+
+static void state_path(const struct egr_registry *r, uint32_t id, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/sandboxes/%u.json", r->state_dir, id);
+}
+
+/* Write-to-temp, fsync, rename, fsync the directory: a reader sees the old
+ * file or the new one, never half of either. */
+static int write_file_atomic(const char *path, const json_t *obj)
+{
+	char tmp[PATH_MAX], dir[PATH_MAX], *slash;
+	int fd, err = 0;
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (json_dumpfd(obj, fd, JSON_COMPACT) < 0 || write(fd, "\n", 1) != 1)
+		err = errno ? -errno : -EIO;
+	if (!err && fsync(fd) < 0)
+		err = -errno;
+	close(fd);
+	if (!err && rename(tmp, path) < 0)
+		err = -errno;
+	if (err) {
+		unlink(tmp);
+		return err;
+	}
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (slash) {
+		*slash = '\0';
+		fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd >= 0) {
+			fsync(fd);
+			close(fd);
+		}
+	}
+	return 0;
+}
+
+static int save_state(struct egr_registry *r, const struct egr_sb *sb, const json_t *policy)
+{
+	char path[PATH_MAX];
+	json_t *o;
+	int err;
+
+	o = json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:O}", "id", (json_int_t)sb->id,
+		      "cgroup", sb->cgroup, "cgroup_id", (json_int_t)sb->cgroup_id, "policy_id",
+		      (json_int_t)sb->policy_id, "tenant_id", (json_int_t)sb->tenant_id,
+		      "attached_at", (json_int_t)sb->attached_at, "updated_at",
+		      (json_int_t)sb->updated_at, "policy", policy);
+	if (!o)
+		return -ENOMEM;
+	state_path(r, sb->id, path, sizeof(path));
+	err = write_file_atomic(path, o);
+	json_decref(o);
+	if (err)
+		log_error("write state %s: %s", path, strerror(-err));
+	return err;
+}
+
+static void drop_state(struct egr_registry *r, uint32_t id)
+{
+	char path[PATH_MAX];
+
+	state_path(r, id, path, sizeof(path));
+	if (unlink(path) < 0 && errno != ENOENT)
+		log_warn("remove %s: %m", path);
+}
+
+static json_t *load_state_policy(struct egr_registry *r, uint32_t id)
+{
+	char path[PATH_MAX];
+	json_error_t jerr;
+	json_t *o, *p;
+
+	state_path(r, id, path, sizeof(path));
+	o = json_load_file(path, 0, &jerr);
+	if (!o) {
+		log_error("read %s: %s", path, jerr.text);
+		return NULL;
+	}
+	p = json_incref(json_object_get(o, "policy"));
+	json_decref(o);
+	return p;
+}
+
+/* --- ids and tenants ---------------------------------------------------------- */
+
+static uint32_t tenant_id(struct egr_registry *r, const char *tenant)
+{
+	char **nt;
+
+	for (size_t i = 0; i < r->ntenants; i++)
+		if (strcmp(r->tenants[i], tenant) == 0)
+			return (uint32_t)(i + 1);
+	nt = realloc(r->tenants, (r->ntenants + 1) * sizeof(*nt));
+	if (!nt)
+		return 0;
+	r->tenants = nt;
+	nt[r->ntenants] = strdup(tenant);
+	if (!nt[r->ntenants])
+		return 0;
+	return (uint32_t)++r->ntenants;
+}
+
+static uint32_t alloc_policy_id(struct egr_registry *r)
+{
+	uint32_t id = r->next_policy_id++;
+
+	if (r->next_policy_id == EGR_ID_NONE)
+		r->next_policy_id = 1;
+	return id;
+}
+
+static int reg_add(struct egr_registry *r, struct egr_sb *sb)
+{
+	if (r->n == r->cap) {
+		size_t cap = r->cap ? r->cap * 2 : 16;
+		struct egr_sb **n = realloc(r->sbs, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		r->sbs = n;
+		r->cap = cap;
+	}
+	r->sbs[r->n++] = sb;
+	return 0;
+}
+
+static void reg_remove(struct egr_registry *r, struct egr_sb *sb)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		if (r->sbs[i] == sb) {
+			r->sbs[i] = r->sbs[--r->n];
+			return;
+		}
+	}
+}
+
+struct egr_sb *egr_reg_find(struct egr_registry *r, const char *cgroup, uint32_t id)
+{
+	char real[PATH_MAX];
+
+	if (cgroup && !realpath(cgroup, real))
+		snprintf(real, sizeof(real), "%s", cgroup);
+	for (size_t i = 0; i < r->n; i++) {
+		if (cgroup && strcmp(r->sbs[i]->cgroup, real) == 0)
+			return r->sbs[i];
+		if (!cgroup && r->sbs[i]->id == id)
+			return r->sbs[i];
+	}
+	return NULL;
+}
+
+/* --- the policy as the kernel sees it ----------------------------------------- */
+
+static void sb_set_meta(struct egr_sb *sb, struct egr_policy *p, const struct egr_compiled *c)
+{
+	free(sb->tenant);
+	free(sb->execution_id);
+	free(sb->principal);
+	free(sb->tool);
+	free(sb->version);
+	/* Move the strings: the policy is freed right after. */
+	sb->tenant = p->tenant;
+	sb->execution_id = p->execution_id;
+	sb->principal = p->principal;
+	sb->tool = p->tool;
+	sb->version = p->version;
+	p->tenant = p->execution_id = p->principal = p->tool = p->version = NULL;
+	memcpy(sb->sha256, p->sha256, sizeof(sb->sha256));
+	sb->n4 = c->n4;
+	sb->n6 = c->n6;
+	sb->nnames = 0;
+	for (size_t i = 0; i < p->nallow; i++)
+		if (p->allow[i].kind == EGR_HOST_NAME)
+			sb->nnames++;
+}
+
+/* Parse + compile; on error f says why. */
+static int prepare(const json_t *policy, struct egr_policy *p, struct egr_compiled *c,
+		   struct egr_fail *f)
+{
+	struct egr_error e = { { 0 }, { 0 } };
+	int err;
+
+	err = egr_policy_from_json(policy, p, &e);
+	if (err) {
+		if (err == -EINVAL)
+			fail_policy(f, &e);
+		else
+			fail(f, "internal", NULL, "parse policy: %s", strerror(-err));
+		return err;
+	}
+	err = egr_policy_compile(p, c, &e);
+	if (err) {
+		if (err == -EINVAL)
+			fail_policy(f, &e);
+		else
+			fail(f, "internal", NULL, "compile policy: %s", strerror(-err));
+		egr_policy_free(p);
+		return err;
+	}
+	return 0;
+}
+
+static void fail_rules(struct egr_fail *f, int err)
+{
+	if (err == -ENOSPC)
+		fail(f, "no_space", NULL, "the allowlist maps are full; nothing was applied");
+	else
+		fail(f, "internal", NULL, "insert rules: %s; nothing was applied", strerror(-err));
+}
+
+/* Recompile a sandbox's stored policy to find the keys of its rules. */
+static int delete_policy_rules(struct egr_registry *r, uint32_t sandbox_id, uint32_t policy_id,
+			       const json_t *policy)
+{
+	struct egr_policy p = { 0 };
+	struct egr_compiled c = { 0 };
+	struct egr_fail f;
+	int err;
+
+	err = prepare(policy, &p, &c, &f);
+	if (err) {
+		log_warn("sandbox %u: cannot recompile its policy to reclaim rules of policy %u: %s",
+			 sandbox_id, policy_id, f.e.message);
+		return err;
+	}
+	err = egr_bpf_del_rules(r->bpf, policy_id, &c);
+	egr_compiled_free(&c);
+	egr_policy_free(&p);
+	return err;
+}
+
+/* --- requests ----------------------------------------------------------------- */
+
+static int check_cgroup(struct egr_registry *r, const char *cgroup, char *real,
+			struct egr_fail *f)
+{
+	char mnt[PATH_MAX];
+	size_t len;
+	int err;
+
+	if (!cgroup || cgroup[0] != '/') {
+		fail(f, "bad_cgroup", "cgroup", "cgroup must be an absolute path");
+		return -EINVAL;
+	}
+	if (!realpath(cgroup, real)) {
+		err = -errno;
+		fail(f, "bad_cgroup", "cgroup", "%s: %s", cgroup, strerror(-err));
+		return err;
+	}
+	err = egr_cgroup_check(real);
+	if (err) {
+		fail(f, "bad_cgroup", "cgroup", "%s is not a cgroup v2 directory", real);
+		return -EINVAL;
+	}
+	if (egr_cgroup2_mount(mnt, sizeof(mnt)) == 0 && strcmp(mnt, real) == 0) {
+		fail(f, "bad_cgroup", "cgroup", "refusing to sandbox the root cgroup");
+		return -EINVAL;
+	}
+	/* Confining egressd itself would cut it off from what it serves. */
+	len = strlen(real);
+	if (r->self_cgroup[0] && strncmp(r->self_cgroup, real, len) == 0 &&
+	    (r->self_cgroup[len] == '\0' || r->self_cgroup[len] == '/')) {
+		fail(f, "bad_cgroup", "cgroup", "%s contains egressd itself", real);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int egr_reg_attach(struct egr_registry *r, const char *cgroup, const json_t *policy,
+		   struct egr_sb **out, struct egr_fail *f)
+{
+	char real[PATH_MAX];
+	struct egr_policy p = { 0 };
+	struct egr_compiled c = { 0 };
+	struct egr_sandbox ksb = { 0 };
+	struct egr_sb *sb;
+	int err;
+
+	err = check_cgroup(r, cgroup, real, f);
+	if (err)
+		return err;
+	if (egr_reg_find(r, real, 0)) {
+		fail(f, "exists", "cgroup", "%s is already a sandbox; use update", real);
+		return -EEXIST;
+	}
+	err = prepare(policy, &p, &c, f);
+	if (err)
+		return err;
+
+	sb = calloc(1, sizeof(*sb));
+	if (!sb || !(sb->cgroup = strdup(real))) {
+		err = -ENOMEM;
+		fail(f, "internal", NULL, "out of memory");
+		goto err_free;
+	}
+	err = egr_cgroup_id(real, &sb->cgroup_id);
+	if (err) {
+		fail(f, "bad_cgroup", "cgroup", "cgroup id of %s: %s", real, strerror(-err));
+		goto err_free;
+	}
+	sb->id = r->next_sandbox_id++;
+	sb->policy_id = alloc_policy_id(r);
+	sb->tenant_id = tenant_id(r, p.tenant);
+	sb->attached_at = sb->updated_at = time(NULL);
+	if (!sb->tenant_id) {
+		err = -ENOMEM;
+		fail(f, "internal", NULL, "out of memory");
+		goto err_free;
+	}
+
+	/* Rules and the sandbox entry first, links last: the moment a link is
+	 * in place its storage says "no sandbox" (deny) until we name it. */
+	err = egr_bpf_put_rules(r->bpf, sb->policy_id, &c);
+	if (err) {
+		fail_rules(f, err);
+		goto err_free;
+	}
+	ksb.policy_id = sb->policy_id;
+	ksb.tenant_id = sb->tenant_id;
+	ksb.flags = p.sb_flags;
+	err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
+	if (err) {
+		fail_rules(f, err);
+		goto err_rules;
+	}
+	err = save_state(r, sb, policy);
+	if (err) {
+		fail(f, "internal", NULL, "write state: %s", strerror(-err));
+		goto err_sandbox;
+	}
+	err = egr_bpf_attach(r->bpf, sb->id, real);
+	if (err) {
+		fail(f, "internal", NULL, "attach programs to %s: %s", real, strerror(-err));
+		goto err_state;
+	}
+	err = egr_bpf_set_cgroup_sandbox(r->bpf, sb->cgroup_id, sb->id);
+	if (err) {
+		fail(f, "internal", NULL, "name sandbox in cgroup storage: %s", strerror(-err));
+		goto err_links;
+	}
+	err = reg_add(r, sb);
+	if (err) {
+		fail(f, "internal", NULL, "out of memory");
+		goto err_links;
+	}
+	sb_set_meta(sb, &p, &c);
+	log_info("sandbox %u attached to %s (tenant %s, policy %u: %zu v4, %zu v6 prefixes)",
+		 sb->id, sb->cgroup, sb->tenant, sb->policy_id, sb->n4, sb->n6);
+	egr_compiled_free(&c);
+	egr_policy_free(&p);
+	*out = sb;
+	return 0;
+
+err_links:
+	egr_bpf_detach(r->bpf, sb->id);
+err_state:
+	drop_state(r, sb->id);
+err_sandbox:
+	egr_bpf_del_sandbox(r->bpf, sb->id);
+err_rules:
+	egr_bpf_del_rules(r->bpf, sb->policy_id, &c);
+err_free:
+	sb_free(sb);
+	egr_compiled_free(&c);
+	egr_policy_free(&p);
+	return err;
+}
+
+int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *policy,
+		   struct egr_fail *f)
+{
+	struct egr_policy p = { 0 };
+	struct egr_compiled c = { 0 };
+	struct egr_sandbox ksb = { 0 };
+	struct egr_sb next;
+	uint32_t old_policy_id = sb->policy_id;
+	json_t *old_policy;
+	int err;
+
+	err = prepare(policy, &p, &c, f);
+	if (err)
+		return err;
+	old_policy = load_state_policy(r, sb->id);
+
+	next = *sb;
+	next.policy_id = alloc_policy_id(r);
+	next.tenant_id = tenant_id(r, p.tenant);
+	next.updated_at = time(NULL);
+	if (!next.tenant_id) {
+		err = -ENOMEM;
+		fail(f, "internal", NULL, "out of memory");
+		goto out;
+	}
+	/* Build the new rule set under a new policy id, beside the old one. */
+	err = egr_bpf_put_rules(r->bpf, next.policy_id, &c);
+	if (err) {
+		fail_rules(f, err);
+		goto out;
+	}
+	/* Persist first: a crash from here on is repaired at start by applying
+	 * the stored (new) policy again. */
+	err = save_state(r, &next, policy);
+	if (err) {
+		fail(f, "internal", NULL, "write state: %s", strerror(-err));
+		egr_bpf_del_rules(r->bpf, next.policy_id, &c);
+		goto out;
+	}
+	/* The switch: one map update, so every hook sees the old policy or the
+	 * new one, never a mix. */
+	ksb.policy_id = next.policy_id;
+	ksb.tenant_id = next.tenant_id;
+	ksb.flags = p.sb_flags;
+	err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
+	if (err) {
+		fail(f, "internal", NULL, "switch sandbox %u to the new policy: %s", sb->id,
+		     strerror(-err));
+		egr_bpf_del_rules(r->bpf, next.policy_id, &c);
+		if (old_policy)
+			save_state(r, sb, old_policy);
+		goto out;
+	}
+	sb->policy_id = next.policy_id;
+	sb->tenant_id = next.tenant_id;
+	sb->updated_at = next.updated_at;
+	sb_set_meta(sb, &p, &c);
+	/* Reclaim the old rule set; nothing refers to it any more. */
+	if (old_policy)
+		delete_policy_rules(r, sb->id, old_policy_id, old_policy);
+	else
+		log_warn("sandbox %u: old policy %u not reclaimed (state unreadable); the next "
+			 "start collects it", sb->id, old_policy_id);
+	log_info("sandbox %u updated: policy %u -> %u (%zu v4, %zu v6 prefixes)", sb->id,
+		 old_policy_id, sb->policy_id, sb->n4, sb->n6);
+out:
+	json_decref(old_policy);
+	egr_compiled_free(&c);
+	egr_policy_free(&p);
+	return err;
+}
+
+/* Tear down everything of a sandbox, links first so that no program runs
+ * against a half-removed policy. */
+static int teardown(struct egr_registry *r, uint32_t id, uint32_t policy_id, const json_t *policy)
+{
+	int err, ret = 0;
+
+	err = egr_bpf_detach(r->bpf, id);
+	if (err) {
+		log_error("sandbox %u: detach links: %s", id, strerror(-err));
+		return err; /* keep the rest: still enforced, retry possible */
+	}
+	if ((err = egr_bpf_del_sandbox(r->bpf, id)))
+		ret = err;
+	if (policy)
+		delete_policy_rules(r, id, policy_id, policy);
+	drop_state(r, id);
+	return ret;
+}
+
+int egr_reg_detach(struct egr_registry *r, struct egr_sb *sb, json_t **snapshot,
+		   struct egr_fail *f)
+{
+	json_t *policy = load_state_policy(r, sb->id);
+	int err;
+
+	err = teardown(r, sb->id, sb->policy_id, policy);
+	json_decref(policy);
+	if (err && err != -ENOENT) {
+		fail(f, "internal", NULL, "detach sandbox %u: %s", sb->id, strerror(-err));
+		return err;
+	}
+	log_info("sandbox %u detached from %s", sb->id, sb->cgroup);
+	if (snapshot)
+		*snapshot = egr_sb_json(sb);
+	reg_remove(r, sb);
+	sb_free(sb);
+	return 0;
+}
+
+static json_t *str_or_null(const char *s)
+{
+	return s ? json_string(s) : json_null();
+}
+
+static json_t *iso_time(time_t t)
+{
+	char buf[32];
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return json_string(buf);
+}
+
+json_t *egr_sb_json(const struct egr_sb *sb)
+{
+	return json_pack("{s:I, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:I, s:s, s:{s:I, s:I, s:I},"
+			 " s:o, s:o}",
+			 "id", (json_int_t)sb->id, "cgroup", sb->cgroup, "cgroup_id",
+			 (json_int_t)sb->cgroup_id, "tenant", str_or_null(sb->tenant),
+			 "execution_id", str_or_null(sb->execution_id), "principal",
+			 str_or_null(sb->principal), "tool", str_or_null(sb->tool), "version",
+			 str_or_null(sb->version), "policy_id", (json_int_t)sb->policy_id,
+			 "policy_sha256", sb->sha256, "rules", "v4", (json_int_t)sb->n4, "v6",
+			 (json_int_t)sb->n6, "names", (json_int_t)sb->nnames, "attached_at",
+			 iso_time(sb->attached_at), "updated_at", iso_time(sb->updated_at));
+}
+
+/* --- adoption at start ------------------------------------------------------- */
+
+static void read_self_cgroup(struct egr_registry *r)
+{
+	char mnt[PATH_MAX], line[4096];
+	FILE *f = fopen("/proc/self/cgroup", "r");
+
+	r->self_cgroup[0] = '\0';
+	if (!f || egr_cgroup2_mount(mnt, sizeof(mnt)) < 0) {
+		if (f)
+			fclose(f);
+		return;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "0::", 3) == 0) {
+			line[strcspn(line, "\n")] = '\0';
+			snprintf(r->self_cgroup, sizeof(r->self_cgroup), "%s%s", mnt,
+				 strcmp(line + 3, "/") ? line + 3 : "");
+			break;
+		}
+	}
+	fclose(f);
+}
+
+/* One state file: adopt its sandbox, repair it, or remove its remains. */
+static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
+{
+	const char *cgroup = json_string_value(json_object_get(st, "cgroup"));
+	json_t *policy = json_object_get(st, "policy");
+	uint32_t policy_id = (uint32_t)json_integer_value(json_object_get(st, "policy_id"));
+	uint64_t cgid = (uint64_t)json_integer_value(json_object_get(st, "cgroup_id"));
+	struct egr_policy p = { 0 };
+	struct egr_compiled c = { 0 };
+	struct egr_sandbox ksb;
+	struct egr_fail f;
+	struct egr_sb *sb = NULL;
+	uint64_t now_cgid = 0;
+	int err;
+
+	if (!cgroup || !policy || prepare(policy, &p, &c, &f)) {
+		log_error("sandbox %u: unusable state file; its links (if any) stay in force", id);
+		return;
+	}
+	if (!egr_bpf_links_complete(r->bpf, id)) {
+		/* A crash mid-attach: the command never ran confined by it. */
+		log_warn("sandbox %u: attach to %s never completed; rolling it back", id, cgroup);
+		teardown(r, id, policy_id, policy);
+		goto out;
+	}
+	if (egr_cgroup_id(cgroup, &now_cgid) < 0 || now_cgid != cgid) {
+		log_info("sandbox %u: cgroup %s is gone; removing its state", id, cgroup);
+		teardown(r, id, policy_id, policy);
+		goto out;
+	}
+	sb = calloc(1, sizeof(*sb));
+	if (!sb || !(sb->cgroup = strdup(cgroup)))
+		goto oom;
+	sb->id = id;
+	sb->cgroup_id = cgid;
+	sb->policy_id = policy_id;
+	sb->tenant_id = tenant_id(r, p.tenant);
+	sb->attached_at = (time_t)json_integer_value(json_object_get(st, "attached_at"));
+	sb->updated_at = (time_t)json_integer_value(json_object_get(st, "updated_at"));
+
+	if (egr_bpf_get_sandbox(r->bpf, id, &ksb) != 0 || ksb.policy_id != policy_id) {
+		/* A crash mid-update (or a lost entry): apply the stored policy
+		 * again under a fresh id; start-up GC reclaims the rest. */
+		log_warn("sandbox %u: kernel policy does not match state; reapplying", id);
+		sb->policy_id = alloc_policy_id(r);
+		memset(&ksb, 0, sizeof(ksb));
+		ksb.policy_id = sb->policy_id;
+		ksb.tenant_id = sb->tenant_id;
+		ksb.flags = p.sb_flags;
+		if (egr_bpf_put_rules(r->bpf, sb->policy_id, &c) ||
+		    egr_bpf_put_sandbox(r->bpf, id, &ksb) || save_state(r, sb, policy)) {
+			log_error("sandbox %u: cannot reapply its policy; it stays denied", id);
+			egr_bpf_del_sandbox(r->bpf, id); /* no entry: the hooks deny all */
+		}
+	}
+	err = egr_bpf_set_cgroup_sandbox(r->bpf, cgid, id);
+	if (err)
+		log_warn("sandbox %u: rewrite cgroup storage: %s", id, strerror(-err));
+	if (reg_add(r, sb))
+		goto oom;
+	sb_set_meta(sb, &p, &c);
+	log_info("sandbox %u adopted (%s, tenant %s, policy %u)", id, sb->cgroup, sb->tenant,
+		 sb->policy_id);
+	sb = NULL;
+	goto out;
+oom:
+	log_error("sandbox %u: out of memory while adopting; left enforced, unmanaged", id);
+out:
+	sb_free(sb);
+	egr_compiled_free(&c);
+	egr_policy_free(&p);
+}
+
+static int adopt_all(struct egr_registry *r)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	uint32_t *ids = NULL, *live = NULL;
+	size_t n = 0, nlive = 0;
+	uint32_t max_policy = 0, max_sb = 0;
+	struct dirent *de;
+	DIR *d;
+	int err;
+
+	snprintf(dir, sizeof(dir), "%s/sandboxes", r->state_dir);
+	d = opendir(dir);
+	if (!d)
+		return -errno;
+	/* Policy ids must not collide with anything still in the maps. */
+	if (egr_bpf_list_sandbox_ids(r->bpf, &ids, &n) == 0) {
+		for (size_t i = 0; i < n; i++) {
+			struct egr_sandbox ksb;
+
+			if (ids[i] > max_sb)
+				max_sb = ids[i];
+			if (egr_bpf_get_sandbox(r->bpf, ids[i], &ksb) == 0 && ksb.policy_id > max_policy)
+				max_policy = ksb.policy_id;
+		}
+		free(ids);
+	}
+	while ((de = readdir(d))) {
+		json_error_t jerr;
+		json_t *st;
+		uint32_t id, pid;
+
+		if (!strstr(de->d_name, ".json") || strstr(de->d_name, ".tmp"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		st = json_load_file(path, 0, &jerr);
+		if (!st) {
+			log_error("read %s: %s", path, jerr.text);
+			continue;
+		}
+		id = (uint32_t)json_integer_value(json_object_get(st, "id"));
+		pid = (uint32_t)json_integer_value(json_object_get(st, "policy_id"));
+		if (id > max_sb)
+			max_sb = id;
+		if (pid > max_policy)
+			max_policy = pid;
+		json_decref(st);
+	}
+	r->next_sandbox_id = max_sb + 1;
+	r->next_policy_id = max_policy + 1;
+
+	rewinddir(d);
+	while ((de = readdir(d))) {
+		json_error_t jerr;
+		json_t *st;
+
+		if (!strstr(de->d_name, ".json") || strstr(de->d_name, ".tmp"))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		st = json_load_file(path, 0, &jerr);
+		if (!st)
+			continue;
+		adopt_one(r, (uint32_t)json_integer_value(json_object_get(st, "id")), st);
+		json_decref(st);
+	}
+	closedir(d);
+
+	/* Pinned links without a state file cannot be managed, but they still
+	 * confine their cgroup: say so and leave them. */
+	if (egr_bpf_pinned_sandboxes(r->bpf, &ids, &n) == 0) {
+		for (size_t i = 0; i < n; i++)
+			if (!egr_reg_find(r, NULL, ids[i]))
+				log_error("sandbox %u: links pinned but no state; left enforced, "
+					  "unmanaged (remove %s/links/%u to free it)",
+					  ids[i], r->bpf->dir, ids[i]);
+		free(ids);
+	}
+	/* Sandbox entries that nothing attaches any more are remains of a crash
+	 * before links existed; the rules of every policy no entry names are
+	 * remains of a crash mid-update. */
+	if (egr_bpf_list_sandbox_ids(r->bpf, &ids, &n) == 0) {
+		live = calloc(n ? n : 1, sizeof(*live));
+		for (size_t i = 0; live && i < n; i++) {
+			struct egr_sandbox ksb;
+			char ldir[PATH_MAX];
+
+			snprintf(ldir, sizeof(ldir), "%s/links/%u", r->bpf->dir, ids[i]);
+			if (!egr_reg_find(r, NULL, ids[i]) && access(ldir, F_OK) != 0) {
+				egr_bpf_del_sandbox(r->bpf, ids[i]);
+				continue;
+			}
+			if (egr_bpf_get_sandbox(r->bpf, ids[i], &ksb) == 0)
+				live[nlive++] = ksb.policy_id;
+		}
+		free(ids);
+		if (live) {
+			err = egr_bpf_gc_rules(r->bpf, live, nlive);
+			if (err > 0)
+				log_info("reclaimed %d rules of abandoned policies", err);
+			free(live);
+		}
+	}
+	return 0;
+}
+
+int egr_reg_init(struct egr_registry *r, struct egr_bpf *bpf, const char *state_dir)
+{
+	char path[PATH_MAX];
+
+	memset(r, 0, sizeof(*r));
+	r->bpf = bpf;
+	r->next_sandbox_id = 1;
+	r->next_policy_id = 1;
+	if (snprintf(r->state_dir, sizeof(r->state_dir), "%s", state_dir) >=
+	    (int)sizeof(r->state_dir))
+		return -ENAMETOOLONG;
+	read_self_cgroup(r);
+	if (mkdir(state_dir, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	snprintf(path, sizeof(path), "%s/sandboxes", state_dir);
+	if (mkdir(path, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	return adopt_all(r);
+}
+
+void egr_reg_free(struct egr_registry *r)
+{
+	for (size_t i = 0; i < r->n; i++)
+		sb_free(r->sbs[i]);
+	free(r->sbs);
+	for (size_t i = 0; i < r->ntenants; i++)
+		free(r->tenants[i]);
+	free(r->tenants);
+	memset(r, 0, sizeof(*r));
+}

@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The sandboxes egressd manages: attach, atomic policy update, detach, and
+ * adoption of what an earlier egressd left pinned. The kernel maps are what
+ * enforces; <state-dir>/sandboxes/<id>.json is what lets a restarted egressd
+ * manage it again (the policy document, the cgroup, the ids).
+ */
+#ifndef EGR_SANDBOX_H
+#define EGR_SANDBOX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+#include <jansson.h>
+
+#include "bpfstate.h"
+#include "policy.h"
+
+struct egr_sb {
+	uint32_t id;
+	uint32_t policy_id;
+	uint32_t tenant_id;
+	uint64_t cgroup_id;
+	char *cgroup;
+	char *tenant, *execution_id, *principal, *tool, *version;
+	char sha256[65];
+	size_t n4, n6, nnames;
+	time_t attached_at, updated_at;
+};
+
+/* A failed request: a protocol error code (docs/control-protocol.md) and
+ * the field/message. */
+struct egr_fail {
+	const char *code;
+	struct egr_error e;
+};
+
+struct egr_registry {
+	struct egr_bpf *bpf;
+	char state_dir[256];
+	char self_cgroup[4096]; /* egressd's own cgroup: never sandboxed */
+	struct egr_sb **sbs;
+	size_t n, cap;
+	uint32_t next_sandbox_id;
+	uint32_t next_policy_id;
+	char **tenants; /* tenant id = index + 1 */
+	size_t ntenants;
+};
+
+/* Load the state directory and adopt every pinned sandbox; repair what a
+ * crash mid-operation left behind. 0 or -errno. */
+int egr_reg_init(struct egr_registry *r, struct egr_bpf *bpf, const char *state_dir);
+void egr_reg_free(struct egr_registry *r);
+
+int egr_reg_attach(struct egr_registry *r, const char *cgroup, const json_t *policy,
+		   struct egr_sb **out, struct egr_fail *f);
+int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *policy,
+		   struct egr_fail *f);
+/* Removes sb from the registry and frees it; *snapshot gets its JSON. */
+int egr_reg_detach(struct egr_registry *r, struct egr_sb *sb, json_t **snapshot,
+		   struct egr_fail *f);
+
+/* By cgroup path (compared after realpath) or id; NULL when absent. */
+struct egr_sb *egr_reg_find(struct egr_registry *r, const char *cgroup, uint32_t id);
+json_t *egr_sb_json(const struct egr_sb *sb);
+
+#endif /* EGR_SANDBOX_H */

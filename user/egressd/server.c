@@ -1,0 +1,308 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#include <errno.h>
+#include <grp.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "proto.h"
+#include "server.h"
+
+/* A client gets this long per read or write; a stuck one cannot hold up the
+ * daemon for longer. */
+#define CLIENT_TIMEOUT_S 10
+
+int egr_server_listen(const char *path, gid_t group, int *out_fd)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	char dir[PATH_MAX], *slash;
+	int fd, err;
+
+	if (strlen(path) >= sizeof(sun.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sun.sun_path, path);
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = '\0';
+		if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+			return -errno;
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	/* A socket file left by a killed egressd is stale: we own this path. */
+	unlink(path);
+	if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 ||
+	    chmod(path, 0660) < 0 || (group != (gid_t)-1 && chown(path, 0, group) < 0) ||
+	    listen(fd, 64) < 0) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	*out_fd = fd;
+	return 0;
+}
+
+/* Root, or a member of the control group (primary or supplementary, as
+ * /proc says of the peer at connect time). */
+static bool peer_allowed(int fd, gid_t group, struct ucred *cred)
+{
+	socklen_t len = sizeof(*cred);
+	char path[64], line[4096];
+	bool ok = false;
+	FILE *f;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &len) < 0)
+		return false;
+	if (cred->uid == 0)
+		return true;
+	if (group == (gid_t)-1)
+		return false;
+	if (cred->gid == group)
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d/status", cred->pid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	while (!ok && fgets(line, sizeof(line), f)) {
+		char *p, *end;
+
+		if (strncmp(line, "Groups:", 7) != 0)
+			continue;
+		for (p = line + 7;; p = end) {
+			unsigned long g = strtoul(p, &end, 10);
+
+			if (end == p)
+				break;
+			if ((gid_t)g == group)
+				ok = true;
+		}
+	}
+	fclose(f);
+	return ok;
+}
+
+static json_t *error_reply(const char *code, const char *field, const char *msg)
+{
+	json_t *o = json_pack("{s:b, s:s, s:s}", "ok", 0, "code", code, "error", msg);
+
+	if (o && field && field[0])
+		json_object_set_new(o, "field", json_string(field));
+	return o;
+}
+
+static json_t *fail_reply(const struct egr_fail *f)
+{
+	return error_reply(f->code, f->e.field, f->e.message);
+}
+
+/* Every field of req must be one of the allowed ones. */
+static json_t *check_fields(const json_t *req, const char *const *allowed)
+{
+	const char *key;
+	json_t *val;
+	char msg[256];
+
+	json_object_foreach((json_t *)req, key, val)
+	{
+		bool known = strcmp(key, "op") == 0;
+
+		for (const char *const *a = allowed; !known && *a; a++)
+			known = strcmp(key, *a) == 0;
+		if (!known) {
+			snprintf(msg, sizeof(msg), "unknown field \"%.64s\"", key);
+			return error_reply("bad_request", key, msg);
+		}
+	}
+	return NULL;
+}
+
+/* The sandbox a request names by "cgroup" or "id". */
+static struct egr_sb *target(struct egr_server *s, const json_t *req, json_t **reply)
+{
+	json_t *cg = json_object_get(req, "cgroup"), *id = json_object_get(req, "id");
+	struct egr_sb *sb;
+
+	if ((cg && id) || (!cg && !id)) {
+		*reply = error_reply("bad_request", "cgroup", "give exactly one of cgroup or id");
+		return NULL;
+	}
+	if (cg && !json_is_string(cg)) {
+		*reply = error_reply("bad_request", "cgroup", "cgroup must be a string");
+		return NULL;
+	}
+	if (id && (!json_is_integer(id) || json_integer_value(id) <= 0 ||
+		   json_integer_value(id) > UINT32_MAX)) {
+		*reply = error_reply("bad_request", "id", "id must be a positive integer");
+		return NULL;
+	}
+	sb = egr_reg_find(s->reg, cg ? json_string_value(cg) : NULL,
+			  id ? (uint32_t)json_integer_value(id) : 0);
+	if (!sb)
+		*reply = error_reply("not_found", cg ? "cgroup" : "id", "no such sandbox");
+	return sb;
+}
+
+static json_t *sandbox_reply(const struct egr_sb *sb)
+{
+	return json_pack("{s:b, s:o}", "ok", 1, "sandbox", egr_sb_json(sb));
+}
+
+static json_t *do_attach(struct egr_server *s, const json_t *req)
+{
+	static const char *const fields[] = { "cgroup", "policy", NULL };
+	json_t *cg = json_object_get(req, "cgroup"), *pol = json_object_get(req, "policy");
+	json_t *reply = check_fields(req, fields);
+	struct egr_fail f;
+	struct egr_sb *sb;
+
+	if (reply)
+		return reply;
+	if (!json_is_string(cg))
+		return error_reply("bad_request", "cgroup", "cgroup (a path string) is required");
+	if (!json_is_object(pol))
+		return error_reply("bad_request", "policy", "policy (an object) is required");
+	if (egr_reg_attach(s->reg, json_string_value(cg), pol, &sb, &f))
+		return fail_reply(&f);
+	return sandbox_reply(sb);
+}
+
+static json_t *do_update(struct egr_server *s, const json_t *req)
+{
+	static const char *const fields[] = { "cgroup", "id", "policy", NULL };
+	json_t *pol = json_object_get(req, "policy");
+	json_t *reply = check_fields(req, fields);
+	struct egr_fail f;
+	struct egr_sb *sb;
+
+	if (reply)
+		return reply;
+	if (!json_is_object(pol))
+		return error_reply("bad_request", "policy", "policy (an object) is required");
+	sb = target(s, req, &reply);
+	if (!sb)
+		return reply;
+	if (egr_reg_update(s->reg, sb, pol, &f))
+		return fail_reply(&f);
+	return sandbox_reply(sb);
+}
+
+static json_t *do_detach(struct egr_server *s, const json_t *req)
+{
+	static const char *const fields[] = { "cgroup", "id", NULL };
+	json_t *reply = check_fields(req, fields), *snap = NULL;
+	struct egr_fail f;
+	struct egr_sb *sb;
+
+	if (reply)
+		return reply;
+	sb = target(s, req, &reply);
+	if (!sb)
+		return reply;
+	if (egr_reg_detach(s->reg, sb, &snap, &f))
+		return fail_reply(&f);
+	return json_pack("{s:b, s:o}", "ok", 1, "sandbox", snap ? snap : json_null());
+}
+
+static json_t *do_list(struct egr_server *s, const json_t *req)
+{
+	static const char *const fields[] = { NULL };
+	json_t *reply = check_fields(req, fields), *arr;
+
+	if (reply)
+		return reply;
+	arr = json_array();
+	for (size_t i = 0; arr && i < s->reg->n; i++)
+		json_array_append_new(arr, egr_sb_json(s->reg->sbs[i]));
+	return json_pack("{s:b, s:o}", "ok", 1, "sandboxes", arr);
+}
+
+static json_t *do_status(struct egr_server *s, const json_t *req)
+{
+	static const char *const fields[] = { NULL };
+	json_t *reply = check_fields(req, fields), *counters;
+	uint64_t cnt[EGR_CNT_MAX];
+	const struct egr_features *ft = s->features;
+
+	if (reply)
+		return reply;
+	counters = json_object();
+	if (counters && egr_bpf_counters(s->reg->bpf, cnt) == 0)
+		for (int i = 0; i < EGR_CNT_MAX; i++)
+			json_object_set_new(counters, egr_counter_names[i],
+					    json_integer((json_int_t)cnt[i]));
+	return json_pack("{s:b, s:s, s:i, s:s, s:s, s:I, s:{s:b, s:b, s:b, s:b, s:b, s:b}, s:o}",
+			 "ok", 1, "version", EGRESSD_VERSION, "pid", (int)getpid(), "bpffs_dir",
+			 s->reg->bpf->dir, "state_dir", s->reg->state_dir, "sandboxes",
+			 (json_int_t)s->reg->n, "features", "btf", ft->btf, "cgroup2",
+			 ft->cgroup2, "bpffs", ft->bpffs, "cgroup_sock_addr",
+			 ft->cgroup_sock_addr, "cgroup_sock", ft->cgroup_sock, "bpf_link",
+			 ft->bpf_link, "counters", counters);
+}
+
+static json_t *dispatch(struct egr_server *s, const json_t *req)
+{
+	const char *op = json_string_value(json_object_get(req, "op"));
+
+	if (!op)
+		return error_reply("bad_request", "op", "op (a string) is required");
+	if (strcmp(op, "ping") == 0)
+		return json_pack("{s:b, s:s}", "ok", 1, "version", EGRESSD_VERSION);
+	if (strcmp(op, "status") == 0)
+		return do_status(s, req);
+	if (strcmp(op, "attach") == 0)
+		return do_attach(s, req);
+	if (strcmp(op, "update") == 0)
+		return do_update(s, req);
+	if (strcmp(op, "detach") == 0)
+		return do_detach(s, req);
+	if (strcmp(op, "list") == 0)
+		return do_list(s, req);
+	return error_reply("bad_request", "op", "unknown op");
+}
+
+void egr_server_handle(struct egr_server *s, int cfd)
+{
+	struct timeval tv = { .tv_sec = CLIENT_TIMEOUT_S };
+	struct ucred cred = { 0 };
+	json_t *req = NULL, *reply;
+	char msg[256];
+	int err;
+
+	setsockopt(cfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(cfd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (!peer_allowed(cfd, s->group, &cred)) {
+		log_warn("control: refused peer pid %d uid %u gid %u", cred.pid, cred.uid, cred.gid);
+		reply = error_reply("forbidden", NULL, "peer is neither root nor in the control group");
+		goto send;
+	}
+	err = egr_proto_read(cfd, EGR_PROTO_MAX_REQUEST, &req, msg, sizeof(msg));
+	if (err == -E2BIG) {
+		reply = error_reply("too_large", NULL, "request exceeds 64 MiB");
+	} else if (err == -EBADMSG) {
+		reply = error_reply("bad_request", NULL, msg);
+	} else if (err) {
+		log_warn("control: read request from pid %d: %s", cred.pid, strerror(-err));
+		return;
+	} else {
+		reply = dispatch(s, req);
+		log_debug("control: pid %d uid %u op %s -> %s", cred.pid, cred.uid,
+			  json_string_value(json_object_get(req, "op")) ?: "?",
+			  json_is_true(json_object_get(reply, "ok")) ? "ok" : "error");
+	}
+send:
+	if (!reply)
+		reply = error_reply("internal", NULL, "out of memory");
+	if (reply && (err = egr_proto_write(cfd, reply)))
+		log_warn("control: write reply to pid %d: %s", cred.pid, strerror(-err));
+	json_decref(reply);
+	json_decref(req);
+}

@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* The control socket (docs/control-protocol.md). */
+#ifndef EGR_SERVER_H
+#define EGR_SERVER_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "bpfstate.h"
+#include "sandbox.h"
+
+struct egr_server {
+	struct egr_registry *reg;
+	const struct egr_features *features;
+	gid_t group; /* (gid_t)-1: root only */
+};
+
+/* Create the socket (mode 0660, group `group`) and its directory. */
+int egr_server_listen(const char *path, gid_t group, int *out_fd);
+/* Serve one accepted connection: one request, one reply. */
+void egr_server_handle(struct egr_server *s, int cfd);
+
+#endif /* EGR_SERVER_H */

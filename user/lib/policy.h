@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Sandbox policy: the JSON document of docs/policy.md, parsed and validated
+ * with jansson into a plain C structure. Parsing is all or nothing: on error
+ * nothing is returned but an egr_error naming the field and the entry.
+ */
+#ifndef EGR_POLICY_H
+#define EGR_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+/* Limits a policy must stay within (docs/policy.md). */
+#define EGR_POLICY_MAX_ALLOW    1048576 /* outbound_allow entries */
+#define EGR_POLICY_MAX_DNS      4096    /* dns_allow entries */
+#define EGR_POLICY_MAX_PORTS    64      /* ports in one object-form entry */
+#define EGR_POLICY_MAX_STR      256     /* tenant, principal, tool, ... */
+#define EGR_DNS_NAME_MAX        253     /* presentation form, no trailing dot */
+
+enum egr_host_kind {
+	EGR_HOST_V4 = 1,   /* addr[0..3], prefixlen 0..32 */
+	EGR_HOST_V6,       /* addr[0..15], prefixlen 0..128 */
+	EGR_HOST_NAME,     /* name: a DNS name, resolved by the DNS proxy */
+};
+
+struct egr_allow {
+	enum egr_host_kind kind;
+	uint8_t addr[16];      /* network byte order */
+	uint8_t prefixlen;
+	uint16_t port_lo;      /* inclusive, host order; "*" is 0-65535 */
+	uint16_t port_hi;
+	uint16_t protos;       /* EGR_PROTO_* from include/egressd.h */
+	char *name;            /* EGR_HOST_NAME only: lower case, no trailing dot */
+	uint32_t index;        /* position in network.outbound_allow, for errors */
+};
+
+struct egr_policy {
+	char *tenant;          /* required */
+	char *execution_id;    /* optional, NULL when absent */
+	char *principal;
+	char *tool;
+	char *version;
+	int inbound_allow;     /* network.inbound: "deny" (0, default) or "allow" (1) */
+	uint32_t sb_flags;     /* EGR_SB_ALLOW_* from network.allow_sockets */
+	struct egr_allow *allow;
+	size_t nallow;
+	char **dns_allow;      /* lower case, no trailing dot; "*.x" kept as is */
+	size_t ndns;
+	char sha256[65];       /* hex SHA-256 of the canonical (sorted, compact) JSON */
+};
+
+/* What was wrong: field is a JSON path such as "network.outbound_allow[3]",
+ * message says what is wrong with it. */
+struct egr_error {
+	char field[160];
+	char message[320];
+};
+
+/* Parse and validate; 0 or -EINVAL (bad policy, *err filled) / -ENOMEM.
+ * On error *out is left zeroed and needs no egr_policy_free(). */
+int egr_policy_from_json(const json_t *root, struct egr_policy *out, struct egr_error *err);
+int egr_policy_parse(const char *text, size_t len, struct egr_policy *out,
+		     struct egr_error *err);
+void egr_policy_free(struct egr_policy *p);
+
+/* Parse one outbound_allow string ("tcp/10.0.0.0/8:80-90", "[::1]:*",
+ * "api.example.com:443"); exposed for tests. 0 or -EINVAL with err->message. */
+int egr_allow_parse(const char *text, struct egr_allow *out, struct egr_error *err);
+
+/* Is `name` a valid DNS name (or "*." wildcard when allow_wildcard)?
+ * Writes the normalised form (lower case, no trailing dot) to norm. */
+int egr_dns_name_normalize(const char *name, int allow_wildcard, char *norm, size_t normlen);
+
+#endif /* EGR_POLICY_H */

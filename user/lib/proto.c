@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "proto.h"
+
+int egr_proto_read(int fd, size_t max, json_t **out, char *errmsg, size_t errlen)
+{
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	json_error_t jerr;
+	json_t *obj;
+	int err;
+
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		ssize_t n;
+
+		if (len == cap) {
+			char *nb;
+
+			if (cap >= max + 1) {
+				err = -E2BIG;
+				goto out;
+			}
+			cap = cap * 2 > max + 1 ? max + 1 : cap * 2;
+			nb = realloc(buf, cap);
+			if (!nb) {
+				err = -ENOMEM;
+				goto out;
+			}
+			buf = nb;
+		}
+		n = read(fd, buf + len, cap - len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			err = -errno;
+			goto out;
+		}
+		if (n == 0) {
+			err = -ECONNRESET;
+			goto out;
+		}
+		/* Only a newline can end the object: JSON strings cannot hold a raw one. */
+		if (memchr(buf + len, '\n', (size_t)n)) {
+			len += (size_t)n;
+			break;
+		}
+		len += (size_t)n;
+		if (len > max) {
+			err = -E2BIG;
+			goto out;
+		}
+	}
+	if (len > max + 1) {
+		err = -E2BIG;
+		goto out;
+	}
+	obj = json_loadb(buf, len, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES, &jerr);
+	if (!obj || !json_is_object(obj)) {
+		if (errmsg)
+			snprintf(errmsg, errlen, "%s", obj ? "request is not a JSON object" : jerr.text);
+		json_decref(obj);
+		err = -EBADMSG;
+		goto out;
+	}
+	*out = obj;
+	err = 0;
+out:
+	free(buf);
+	return err;
+}
+
+int egr_proto_write(int fd, const json_t *obj)
+{
+	char *s = json_dumps(obj, JSON_COMPACT);
+	size_t len, off = 0;
+	int err = 0;
+
+	if (!s)
+		return -ENOMEM;
+	len = strlen(s);
+	s[len++] = '\n'; /* overwrites the NUL; s is no longer a C string */
+	while (off < len) {
+		ssize_t n = send(fd, s + off, len - off, MSG_NOSIGNAL);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			err = -errno;
+			break;
+		}
+		off += (size_t)n;
+	}
+	free(s);
+	return err;
+}
+
+int egr_proto_call(const char *sock_path, const json_t *req, json_t **resp)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	int fd, err;
+
+	if (strlen(sock_path) >= sizeof(sun.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(sun.sun_path, sock_path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
+		err = -errno;
+		goto out;
+	}
+	err = egr_proto_write(fd, req);
+	if (err)
+		goto out;
+	err = egr_proto_read(fd, EGR_PROTO_MAX_REQUEST, resp, NULL, 0);
+out:
+	close(fd);
+	return err;
+}

@@ -1,0 +1,25 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* The control protocol's framing (docs/control-protocol.md): one JSON object
+ * and a newline each way per connection. */
+#ifndef EGR_PROTO_H
+#define EGR_PROTO_H
+
+#include <stddef.h>
+#include <jansson.h>
+
+#define EGR_DEFAULT_SOCKET "/run/egressd/egressd.sock"
+#define EGR_PROTO_MAX_REQUEST (64u << 20)
+
+/* Read one newline-terminated JSON object of at most max bytes.
+ * 0, -E2BIG (over max), -EBADMSG (not a JSON object; *errmsg says why, if
+ * non-NULL), -ECONNRESET (EOF before newline) or -errno. Honors SO_RCVTIMEO. */
+int egr_proto_read(int fd, size_t max, json_t **out, char *errmsg, size_t errlen);
+
+/* Write obj compactly plus a newline. 0 or -errno. */
+int egr_proto_write(int fd, const json_t *obj);
+
+/* Connect to the control socket, send req, read the answer.
+ * 0, -ENOENT/-ECONNREFUSED (egressd not running), or -errno. */
+int egr_proto_call(const char *sock_path, const json_t *req, json_t **resp);
+
+#endif /* EGR_PROTO_H */

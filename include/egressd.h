@@ -62,6 +62,7 @@ struct egr_rule {
 	__u32 nranges;
 	__u16 pad;
 	struct egr_port_range ranges[EGR_MAX_PORT_RANGES];
+	__u16 pad2; /* explicit: the struct is 64 bytes, zero the padding */
 };
 
 /* Value of egr_sandboxes, keyed by sandbox id. Replacing this one entry is

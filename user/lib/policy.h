@@ -12,7 +12,8 @@
 #include <jansson.h>
 
 /* Limits a policy must stay within (docs/policy.md). */
-#define EGR_POLICY_MAX_ALLOW    1048576 /* outbound_allow entries */
+#define EGR_POLICY_MAX_ALLOW    1048576 /* outbound_allow entries, counted after the object
+                                         * form expands to one entry per port */
 #define EGR_POLICY_MAX_DNS      4096    /* dns_allow entries */
 #define EGR_POLICY_MAX_PORTS    64      /* ports in one object-form entry */
 #define EGR_POLICY_MAX_STR      256     /* tenant, principal, tool, ... */
@@ -65,7 +66,8 @@ int egr_policy_parse(const char *text, size_t len, struct egr_policy *out,
 void egr_policy_free(struct egr_policy *p);
 
 /* Parse one outbound_allow string ("tcp/10.0.0.0/8:80-90", "[::1]:*",
- * "api.example.com:443"); exposed for tests. 0 or -EINVAL with err->message. */
+ * "api.example.com:443"); exposed for tests. 0 or -EINVAL with err->message.
+ * A name entry's out->name is allocated: the caller frees it. */
 int egr_allow_parse(const char *text, struct egr_allow *out, struct egr_error *err);
 
 /* Is `name` a valid DNS name (or "*." wildcard when allow_wildcard)?

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * libFuzzer target for user/lib/dnswire.c: the input is one packet, parsed
+ * as a query and as a response. What parses must also satisfy the module's
+ * own promises, checked here so a violation is a crash:
+ *   - names are at most 253 characters, lower-case, no empty label;
+ *   - answer_addrs never reports more than asked, and only A/AAAA;
+ *   - a REFUSED / SERVFAIL reply built from an accepted query parses back
+ *     as a response with that rcode, id and question.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "dnswire.h"
+
+static void check_name(const char *n)
+{
+	size_t len = strnlen(n, EGR_DNS_NAME_BUF);
+
+	if (len > EGR_DNS_NAME_MAX)
+		abort();
+	for (size_t i = 0; i < len; i++) {
+		if (n[i] >= 'A' && n[i] <= 'Z')
+			abort();
+		if (n[i] == '.' && (i == 0 || i + 1 == len || n[i + 1] == '.'))
+			abort();
+	}
+	if (egr_dns_longest_label(n) > EGR_DNS_LABEL_MAX)
+		abort();
+	if (egr_dns_label_entropy(n, len) < 0)
+		abort();
+}
+
+static void check_reply(const struct egr_dns_query *q, const uint8_t *out, size_t olen,
+			uint16_t rcode)
+{
+	static struct egr_dns_response r; /* large; no state kept across runs */
+
+	if (egr_dns_parse_response(out, olen, &r))
+		abort();
+	if (r.rcode != rcode || !egr_dns_response_matches(q, &r) || r.edns != q->edns)
+		abort();
+	if (r.ancount || r.nscount || r.naddrs)
+		abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static struct egr_dns_response r;
+	struct egr_dns_addr out[EGR_DNS_MAX_ANSWERS];
+	struct egr_dns_query q;
+	uint8_t reply[1024];
+	size_t n, olen;
+	int err;
+
+	if (!egr_dns_parse_query(data, size, &q)) {
+		check_name(q.qname);
+		if (q.question_end > size)
+			abort();
+		err = egr_dns_build_refused(data, size, reply, sizeof(reply), &olen);
+		if (!err)
+			check_reply(&q, reply, olen, EGR_DNS_R_REFUSED);
+		else if (err != -ENOSPC)
+			abort();
+		err = egr_dns_build_servfail(data, size, reply, sizeof(reply), &olen);
+		if (!err)
+			check_reply(&q, reply, olen, EGR_DNS_R_SERVFAIL);
+		else if (err != -ENOSPC)
+			abort();
+	}
+
+	if (!egr_dns_parse_response(data, size, &r)) {
+		check_name(r.qname);
+		if (r.naddrs > EGR_DNS_MAX_ANSWERS || r.ncnames > EGR_DNS_MAX_CNAMES)
+			abort();
+		for (size_t i = 0; i < r.naddrs; i++)
+			check_name(r.addrs[i].owner);
+		for (size_t i = 0; i < r.ncnames; i++) {
+			check_name(r.cnames[i].owner);
+			check_name(r.cnames[i].target);
+		}
+		err = egr_dns_answer_addrs(&r, r.qname, out, EGR_DNS_MAX_ANSWERS, &n);
+		if (err || n > r.naddrs)
+			abort();
+		for (size_t i = 0; i < n; i++)
+			if (out[i].family != AF_INET && out[i].family != AF_INET6)
+				abort();
+		err = egr_dns_answer_addrs(&r, r.qname, out, 2, &n);
+		if ((err && err != -ENOSPC) || n > 2)
+			abort();
+	}
+	return 0;
+}

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Tamper-evident audit log (docs/audit.md).
+ *
+ * One JSON object per line. The writer adds "seq", "ts", "prev", "alg" and
+ * "hash" to the caller's record; "hash" is SHA-256 (HMAC-SHA-256 when a key is
+ * given) over the exact bytes of the line without its trailing
+ * `,"hash":"<hex>"` member, and "prev" is the previous record's "hash", so the
+ * records form one chain across rotated (gzip) files. The last seq/hash are
+ * also kept in a small state file so that truncation of the tail is visible.
+ *
+ * Every function returns 0 or a negative errno.
+ */
+#ifndef EGR_AUDIT_H
+#define EGR_AUDIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#define EGR_AUDIT_HASH_HEX   64		/* hex chars of a SHA-256 / HMAC-SHA-256 */
+#define EGR_AUDIT_MAX_KEY    4096	/* bytes */
+#define EGR_AUDIT_MAX_LINE   (16u << 20) /* the verifier rejects longer lines */
+
+struct egr_audit;
+
+/*
+ * Open (create, mode 0600) the log at @path for appending and recover the
+ * chain from @state_path (required) and the log's tail. A torn last line
+ * (crash mid-write) is cut back to the last newline and an "audit_gap" record
+ * is written; so is one when the state says the log had more records than it
+ * has now. @key (may be NULL) selects HMAC-SHA-256; it is copied.
+ * @rotate_bytes 0 disables rotation. The log is flock()ed: a second writer
+ * gets -EBUSY.
+ */
+int egr_audit_open(struct egr_audit **out, const char *path, const char *state_path,
+		   const uint8_t *key, size_t keylen, size_t rotate_bytes);
+void egr_audit_close(struct egr_audit *a);
+
+/*
+ * Append @record (a JSON object; not modified, not stolen). Its "seq", "ts",
+ * "prev", "alg" and "hash" members, if any, are replaced by the writer's.
+ * The line is written whole and fsynced before this returns 0; on failure
+ * nothing of it stays in the log, the failure counter is bumped and a
+ * negative errno is returned. A failure to update the state file or to
+ * compress a rotated file after the record is durable is counted and logged
+ * but returns 0 (the record is in the log; retrying would duplicate it).
+ */
+int egr_audit_append(struct egr_audit *a, json_t *record);
+
+/* Append {"type":"audit_gap","reason":@reason,"lost":@lost}. */
+int egr_audit_record_gap(struct egr_audit *a, const char *reason, uint64_t lost);
+
+/* Failed writes, fsyncs, state updates, rotations and compressions so far. */
+uint64_t egr_audit_failures(const struct egr_audit *a);
+/* Sequence number of the last record written (0 before the first). */
+uint64_t egr_audit_seq(const struct egr_audit *a);
+
+struct egr_audit_verify_result {
+	bool ok;
+	uint64_t records;		/* records that passed every check */
+	uint64_t gaps;			/* "audit_gap" records among them */
+	uint64_t last_seq;		/* of the last good record */
+	char last_hash[EGR_AUDIT_HASH_HEX + 1];
+	/* On failure: where and why (line is 1-based; 0 if not about a line). */
+	char file[4096];
+	size_t line;
+	char message[512];
+};
+
+/*
+ * Verify @files (plain or gzip, oldest first: path.1.gz, path.2.gz, ...,
+ * path) as one chain. With @state_path, also check that the chain reaches the
+ * state's seq/hash (the state is read before the logs, so verifying a live
+ * log is safe). Returns 0 when everything verifies, -EBADMSG when a record is
+ * bad (see @res), another negative errno when a file cannot be read (also
+ * described in @res).
+ */
+int egr_audit_verify(const char *const *files, size_t nfiles, const uint8_t *key, size_t keylen,
+		     const char *state_path, struct egr_audit_verify_result *res);
+
+/*
+ * The files of the log at @path in chain order: path.N.gz (or path.N when
+ * its compression has not finished) in ascending N, then @path if it exists.
+ * Free with egr_audit_free_files().
+ */
+int egr_audit_list_files(const char *path, char ***files, size_t *n);
+void egr_audit_free_files(char **files, size_t n);
+
+/*
+ * Read an HMAC key: the file's exact bytes, 1..EGR_AUDIT_MAX_KEY of them.
+ * Refuses (-EPERM) a file that group or other can access, and anything but a
+ * regular file. Free with egr_audit_free_key() (wipes it).
+ */
+int egr_audit_load_key(const char *file, uint8_t **key, size_t *len);
+void egr_audit_free_key(uint8_t *key, size_t len);
+
+#endif /* EGR_AUDIT_H */

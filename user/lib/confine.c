@@ -1,0 +1,161 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#include <errno.h>
+#include <linux/capability.h>
+#include <seccomp.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "confine.h"
+
+/* Families beyond AF_MAX of this libc are refused with one GE rule. */
+#define CONFINE_AF_LIMIT 64
+
+static const int caps_to_drop[] = {
+	CAP_NET_RAW,   /* raw and packet sockets, IP_OPTIONS source routing */
+	CAP_NET_ADMIN, /* interfaces, routes, netfilter, SO_MARK */
+	CAP_SYS_ADMIN, /* cgroup moves, bpf, mounts, setns */
+	CAP_BPF,       /* loading or detaching BPF */
+	CAP_PERFMON,
+	CAP_SYS_PTRACE, /* reaching into egressd or other sandboxes */
+	CAP_SYS_MODULE,
+};
+
+static const char *const io_uring_calls[] = { "io_uring_setup", "io_uring_enter",
+					       "io_uring_register" };
+
+static const struct {
+	const char *name;
+	int family;
+} family_names[] = {
+	{ "netlink", AF_NETLINK }, { "packet", AF_PACKET }, { "xdp", AF_XDP },
+	{ "vsock", AF_VSOCK },	   { "bluetooth", AF_BLUETOOTH }, { "can", AF_CAN },
+	{ "tipc", AF_TIPC },	   { "rds", AF_RDS },		  { "alg", AF_ALG },
+	{ "qipcrtr", AF_QIPCRTR }, { "x25", AF_X25 },		  { "ax25", AF_AX25 },
+	{ "appletalk", AF_APPLETALK },
+};
+
+int egr_confine_family(const char *name)
+{
+	for (size_t i = 0; i < sizeof(family_names) / sizeof(family_names[0]); i++)
+		if (strcmp(name, family_names[i].name) == 0)
+			return family_names[i].family;
+	return -EINVAL;
+}
+
+static bool family_allowed(const struct egr_confine *c, int af)
+{
+	if (af == AF_UNIX || af == AF_INET || af == AF_INET6)
+		return true;
+	return af < CONFINE_AF_LIMIT && (c->extra_families & (1ull << af));
+}
+
+int egr_confine_seccomp(const struct egr_confine *c)
+{
+	scmp_filter_ctx ctx;
+	int err = 0;
+
+	ctx = seccomp_init(SCMP_ACT_ALLOW);
+	if (!ctx)
+		return -ENOMEM;
+	/* Other ABIs are killed (the default bad-arch action), which closes
+	 * i386 socketcall(2) and x32 on x86_64. */
+	for (int af = 0; af < CONFINE_AF_LIMIT && !err; af++) {
+		if (family_allowed(c, af))
+			continue;
+		err = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
+					     SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)af));
+		if (!err && af != AF_UNIX)
+			err = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM),
+						     SCMP_SYS(socketpair), 1,
+						     SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)af));
+	}
+	if (!err)
+		err = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
+					     SCMP_A0(SCMP_CMP_GE, CONFINE_AF_LIMIT));
+	/* io_uring ops run in kernel context that seccomp never sees
+	 * (IORING_OP_SOCKET made a raw socket in the bypass matrix). */
+	for (size_t i = 0; i < sizeof(io_uring_calls) / sizeof(io_uring_calls[0]) && !err; i++) {
+		int nr = seccomp_syscall_resolve_name(io_uring_calls[i]);
+
+		if (nr != __NR_SCMP_ERROR)
+			err = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
+	}
+	if (!err)
+		err = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 1);
+	if (!err)
+		err = seccomp_load(ctx);
+	seccomp_release(ctx);
+	return err;
+}
+
+int egr_confine_drop_caps(void)
+{
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct data[2];
+
+	for (size_t i = 0; i < sizeof(caps_to_drop) / sizeof(caps_to_drop[0]); i++) {
+		/* EINVAL: the running kernel does not know this capability. */
+		if (prctl(PR_CAPBSET_DROP, caps_to_drop[i], 0, 0, 0) < 0 && errno != EINVAL)
+			return -errno;
+	}
+	if (syscall(SYS_capget, &hdr, data) < 0)
+		return -errno;
+	for (size_t i = 0; i < sizeof(caps_to_drop) / sizeof(caps_to_drop[0]); i++) {
+		int cap = caps_to_drop[i];
+		uint32_t bit = 1u << (cap % 32);
+
+		data[cap / 32].effective &= ~bit;
+		data[cap / 32].permitted &= ~bit;
+		data[cap / 32].inheritable &= ~bit;
+	}
+	if (syscall(SYS_capset, &hdr, data) < 0)
+		return -errno;
+	/* Ambient capabilities are cleared whenever a permitted bit goes. */
+	return 0;
+}
+
+static json_t *errno_rule(const char *name, json_t *args)
+{
+	json_t *r = json_pack("{s:[s], s:s, s:i}", "names", name, "action", "SCMP_ACT_ERRNO",
+			      "errnoRet", EPERM);
+
+	if (r && args)
+		json_object_set_new(r, "args", args);
+	else
+		json_decref(args);
+	return r;
+}
+
+static json_t *arg0(unsigned long value, const char *op)
+{
+	return json_pack("[{s:i, s:I, s:s}]", "index", 0, "value", (json_int_t)value, "op", op);
+}
+
+int egr_confine_oci_profile(const struct egr_confine *c, json_t **out)
+{
+	json_t *prof, *rules;
+
+	prof = json_pack("{s:s, s:[s, s, s], s:[]}", "defaultAction", "SCMP_ACT_ALLOW",
+			 "architectures", "SCMP_ARCH_X86_64", "SCMP_ARCH_AARCH64",
+			 "SCMP_ARCH_RISCV64", "syscalls");
+	if (!prof)
+		return -ENOMEM;
+	rules = json_object_get(prof, "syscalls");
+	for (int af = 0; af < CONFINE_AF_LIMIT; af++) {
+		if (family_allowed(c, af))
+			continue;
+		json_array_append_new(rules, errno_rule("socket", arg0((unsigned)af, "SCMP_CMP_EQ")));
+		if (af != AF_UNIX)
+			json_array_append_new(rules,
+					      errno_rule("socketpair", arg0((unsigned)af, "SCMP_CMP_EQ")));
+	}
+	json_array_append_new(rules, errno_rule("socket", arg0(CONFINE_AF_LIMIT, "SCMP_CMP_GE")));
+	for (size_t i = 0; i < sizeof(io_uring_calls) / sizeof(io_uring_calls[0]); i++)
+		json_array_append_new(rules, errno_rule(io_uring_calls[i], NULL));
+	*out = prof;
+	return 0;
+}

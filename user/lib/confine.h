@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The process-side layer of a sandbox, for the socket families no cgroup
+ * hook sees (AF_PACKET, AF_XDP, AF_VSOCK, ...) and for io_uring, whose ops
+ * skip seccomp: a libseccomp filter that allows socket() only for AF_INET,
+ * AF_INET6 and AF_UNIX (plus families a policy names) and refuses the
+ * io_uring syscalls, and a capability drop. `egressctl run` applies both in
+ * the child before exec; egressd writes the same filter as an OCI seccomp
+ * profile for container runtimes.
+ */
+#ifndef EGR_CONFINE_H
+#define EGR_CONFINE_H
+
+#include <stdint.h>
+#include <jansson.h>
+
+struct egr_confine {
+	/* Bit n allows address family n besides AF_UNIX, AF_INET, AF_INET6. */
+	uint64_t extra_families;
+};
+
+/* Install the seccomp filter in the calling process (sets no_new_privs).
+ * Syscalls of other ABIs (x32, i386 on x86_64) are killed, so the 32-bit
+ * socketcall() multiplexer cannot go around the filter. 0 or -errno. */
+int egr_confine_seccomp(const struct egr_confine *c);
+
+/* Drop the capabilities a sandbox could use to go around egressd (raw and
+ * packet sockets, interface and routing changes, BPF, cgroup moves, ptrace
+ * of the agent) from the bounding set and the current sets. 0 or -errno. */
+int egr_confine_drop_caps(void);
+
+/* The filter as an OCI runtime-spec "linux.seccomp" object. *out is a new
+ * reference. 0 or -ENOMEM. */
+int egr_confine_oci_profile(const struct egr_confine *c, json_t **out);
+
+/* Family name ("packet", "netlink", ...) to number; -EINVAL if unknown. */
+int egr_confine_family(const char *name);
+
+#endif /* EGR_CONFINE_H */

@@ -96,7 +96,8 @@ $(OUT)/egressctl: $(CTL_OBJS) $(OUT)/libegr.a
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) $^ $(LIBS) -lseccomp -o $@
 
-$(OUT)/tests/test_%: tests/unit/test_%.c $(OUT)/libegr.a $(wildcard include/*.h) $(wildcard user/lib/*.h)
+$(OUT)/tests/test_%: tests/unit/test_%.c $(OUT)/libegr.a $(wildcard include/*.h) $(wildcard user/lib/*.h) \
+		     $(wildcard user/egressd/*.[ch])
 	$(call msg,CC,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) $< $(OUT)/libegr.a $(LDFLAGS) $(LIBS) -lcmocka -o $@

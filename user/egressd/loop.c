@@ -228,3 +228,25 @@ void egr_loop_stop(struct egr_loop *loop)
 {
 	loop->running = false;
 }
+
+int egr_loop_run_once(struct egr_loop *loop, int timeout_ms)
+{
+	struct epoll_event evs[16];
+	int n = epoll_wait(loop->ep, evs, 16, timeout_ms);
+
+	if (n < 0)
+		return -errno;
+	for (int i = 0; i < n; i++) {
+		struct watch *w = evs[i].data.ptr;
+
+		if (w->fn)
+			w->fn(loop, w->fd, evs[i].events, w->ctx);
+	}
+	while (loop->graveyard) {
+		struct watch *w = loop->graveyard;
+
+		loop->graveyard = w->next;
+		free_watch(w);
+	}
+	return n;
+}

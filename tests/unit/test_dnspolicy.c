@@ -1,0 +1,342 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* DNS policy matching and exfiltration scoring: user/lib/dnspolicy.c. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dnspolicy.h"
+#include "dnswire.h"
+#include "policy.h"
+
+#define SEC 1000000000ULL
+
+static const char policy_json[] =
+	"{\"tenant\": \"acme\", \"network\": {\"default\": \"deny\","
+	" \"outbound_allow\": [\"api.example.com:443\", \"tcp/api.example.com:8080\","
+	"   \"udp/api.example.com:8080\", \"udp/api.example.com:53\", \"x.example.org:80\","
+	"   \"10.0.0.0/8:22\"],"
+	" \"dns_allow\": [\"Foo.Example.NET.\", \"*.example.org\", \"*.deep.example.org\"]}}";
+
+static struct egr_dnspolicy *compile(const char *json, const uint16_t *qt, size_t nqt)
+{
+	struct egr_policy p;
+	struct egr_error e;
+	struct egr_dnspolicy *pol = NULL;
+
+	assert_int_equal(egr_policy_parse(json, strlen(json), &p, &e), 0);
+	assert_int_equal(egr_dnspolicy_new(&p, qt, nqt, &pol, &e), 0);
+	egr_policy_free(&p);
+	assert_non_null(pol);
+	return pol;
+}
+
+static void test_exact_case_dot(void **state)
+{
+	struct egr_dnspolicy *pol = compile(policy_json, NULL, 0);
+	struct egr_dnspolicy_match m;
+
+	assert_int_equal(egr_dnspolicy_nexact(pol), 3); /* foo, api, x */
+	assert_int_equal(egr_dnspolicy_nwild(pol), 2);
+	assert_int_equal(egr_dnspolicy_match(pol, "foo.example.net", &m), 1);
+	assert_int_equal(m.ports.nranges, 0); /* dns_allow only: resolvable only */
+	assert_true(m.exact);
+	assert_false(m.wildcard);
+	assert_string_equal(m.domain, "foo.example.net");
+	assert_int_equal(egr_dnspolicy_match(pol, "FOO.example.Net.", &m), 1);
+	assert_int_equal(egr_dnspolicy_match(pol, "bar.example.net", &m), 0);
+	assert_int_equal(egr_dnspolicy_match(pol, "example.net", &m), 0);
+	assert_int_equal(egr_dnspolicy_match(pol, "oo.example.net", &m), 0);
+	assert_int_equal(egr_dnspolicy_match(pol, "foo.example.net.evil.com", &m), 0);
+	assert_int_equal(egr_dnspolicy_match(pol, "", &m), 0);
+	assert_int_equal(egr_dnspolicy_match(pol, ".", &m), 0);
+	assert_int_equal(egr_dnspolicy_match(NULL, "a", &m), -EINVAL);
+	assert_int_equal(egr_dnspolicy_match(pol, NULL, &m), -EINVAL);
+	egr_dnspolicy_free(pol);
+}
+
+static void test_outbound_names_ports(void **state)
+{
+	struct egr_dnspolicy *pol = compile(policy_json, NULL, 0);
+	struct egr_dnspolicy_match m;
+
+	assert_int_equal(egr_dnspolicy_match(pol, "Api.Example.com.", &m), 1);
+	assert_true(m.exact);
+	/* udp 53, any 443, any 8080 (tcp and udp entries merged) */
+	assert_int_equal(m.ports.nranges, 3);
+	assert_int_equal(m.ports.ranges[0].lo, 53);
+	assert_int_equal(m.ports.ranges[0].hi, 53);
+	assert_int_equal(m.ports.ranges[0].protos, EGR_PROTO_UDP);
+	assert_int_equal(m.ports.ranges[1].lo, 443);
+	assert_int_equal(m.ports.ranges[1].protos, EGR_PROTO_ANY);
+	assert_int_equal(m.ports.ranges[2].lo, 8080);
+	assert_int_equal(m.ports.ranges[2].hi, 8080);
+	assert_int_equal(m.ports.ranges[2].protos, EGR_PROTO_ANY);
+	/* x.example.org: exact outbound name and under a wildcard */
+	assert_int_equal(egr_dnspolicy_match(pol, "x.example.org", &m), 1);
+	assert_true(m.exact && m.wildcard);
+	assert_int_equal(m.ports.nranges, 1);
+	assert_int_equal(m.ports.ranges[0].lo, 80);
+	assert_string_equal(m.domain, "example.org");
+	/* an address entry does not make anything resolvable */
+	assert_int_equal(egr_dnspolicy_match(pol, "10.0.0.1", &m), 0);
+	egr_dnspolicy_free(pol);
+}
+
+static void test_wildcard_depth(void **state)
+{
+	struct egr_dnspolicy *pol = compile(policy_json, NULL, 0);
+	struct egr_dnspolicy_match m;
+
+	assert_int_equal(egr_dnspolicy_match(pol, "example.org", &m), 0); /* apex */
+	assert_int_equal(egr_dnspolicy_match(pol, "example.org.", &m), 0);
+	assert_int_equal(egr_dnspolicy_match(pol, "a.example.org", &m), 1);
+	assert_true(m.wildcard);
+	assert_false(m.exact);
+	assert_int_equal(m.ports.nranges, 0);
+	assert_string_equal(m.domain, "example.org");
+	assert_int_equal(egr_dnspolicy_match(pol, "A.B.C.Example.ORG.", &m), 1);
+	assert_string_equal(m.domain, "example.org");
+	/* the broadest wildcard is the exfil domain */
+	assert_int_equal(egr_dnspolicy_match(pol, "z.deep.example.org", &m), 1);
+	assert_string_equal(m.domain, "example.org");
+	assert_int_equal(egr_dnspolicy_match(pol, "notexample.org", &m), 0);
+	assert_int_equal(egr_dnspolicy_match(pol, "a.example.org.evil", &m), 0);
+	assert_int_equal(egr_dnspolicy_match(pol, "org", &m), 0);
+	assert_int_equal(egr_dnspolicy_match(pol, "a.example.org", NULL), 1);
+	egr_dnspolicy_free(pol);
+}
+
+static void test_qtypes(void **state)
+{
+	struct egr_dnspolicy *pol = compile(policy_json, NULL, 0);
+	static const uint16_t extra[] = { EGR_DNS_T_A, EGR_DNS_T_TXT };
+
+	assert_true(egr_dnspolicy_qtype_allowed(pol, EGR_DNS_T_A));
+	assert_true(egr_dnspolicy_qtype_allowed(pol, EGR_DNS_T_AAAA));
+	assert_true(egr_dnspolicy_qtype_allowed(pol, EGR_DNS_T_CNAME));
+	assert_true(egr_dnspolicy_qtype_allowed(pol, EGR_DNS_T_HTTPS));
+	assert_true(egr_dnspolicy_qtype_allowed(pol, EGR_DNS_T_SVCB));
+	assert_false(egr_dnspolicy_qtype_allowed(pol, EGR_DNS_T_TXT));
+	assert_false(egr_dnspolicy_qtype_allowed(pol, EGR_DNS_T_NULL));
+	assert_false(egr_dnspolicy_qtype_allowed(pol, EGR_DNS_T_ANY));
+	assert_false(egr_dnspolicy_qtype_allowed(pol, EGR_DNS_T_MX));
+	egr_dnspolicy_free(pol);
+
+	pol = compile(policy_json, extra, 2);
+	assert_true(egr_dnspolicy_qtype_allowed(pol, EGR_DNS_T_TXT));
+	assert_true(egr_dnspolicy_qtype_allowed(pol, EGR_DNS_T_A));
+	assert_false(egr_dnspolicy_qtype_allowed(pol, EGR_DNS_T_AAAA));
+	egr_dnspolicy_free(pol);
+}
+
+static void test_too_many_ranges(void **state)
+{
+	static const char json[] =
+		"{\"tenant\": \"acme\", \"network\": {\"default\": \"deny\","
+		" \"outbound_allow\": [\"a.test:1\", \"a.test:3\", \"a.test:5\", \"a.test:7\","
+		" \"a.test:9\", \"a.test:11\", \"a.test:13\", \"a.test:15\", \"a.test:17\"]}}";
+	struct egr_dnspolicy *pol = (void *)1;
+	struct egr_policy p;
+	struct egr_error e;
+
+	assert_int_equal(egr_policy_parse(json, strlen(json), &p, &e), 0);
+	assert_int_equal(egr_dnspolicy_new(&p, NULL, 0, &pol, &e), -EINVAL);
+	assert_null(pol);
+	assert_string_equal(e.field, "network.outbound_allow[0]");
+	egr_policy_free(&p);
+}
+
+/* --- exfil ------------------------------------------------------------------ */
+
+static struct egr_exfil *tracker(struct egr_exfil_limits *l)
+{
+	struct egr_exfil *t = NULL;
+
+	egr_exfil_limits_default(l);
+	assert_int_equal(egr_exfil_new(l, &t), 0);
+	return t;
+}
+
+static int check(struct egr_exfil *t, const char *name, const char *dom, uint64_t now,
+		 enum egr_exfil_reason *r)
+{
+	return egr_exfil_check(t, name, dom, now, r);
+}
+
+static void test_lengths(void **state)
+{
+	struct egr_exfil_limits l;
+	struct egr_exfil *t = tracker(&l);
+	enum egr_exfil_reason r;
+	char name[300], label[64];
+
+	memset(label, 'a', 52);
+	label[52] = '\0';
+	snprintf(name, sizeof(name), "%s.example.org", label);
+	assert_int_equal(check(t, name, "example.org", SEC, &r), 0);
+	memset(label, 'a', 53);
+	label[53] = '\0';
+	snprintf(name, sizeof(name), "%s.example.org", label);
+	assert_int_equal(check(t, name, "example.org", SEC, &r), -EPERM);
+	assert_int_equal(r, EGR_EXFIL_LABEL_LEN);
+	assert_string_equal(egr_exfil_reason_name(r), "label length");
+
+	/* 45 labels "abc." = 180 characters: fine; one more: too long */
+	name[0] = '\0';
+	for (int i = 0; i < 44; i++)
+		strcat(name, "abc.");
+	strcat(name, "exa");
+	assert_int_equal(strlen(name), 179);
+	assert_int_equal(check(t, name, NULL, SEC, &r), 0);
+	strcat(name, "m");
+	assert_int_equal(check(t, name, NULL, SEC, &r), 0);
+	strcat(name, "p");
+	assert_int_equal(check(t, name, NULL, SEC, &r), -EPERM);
+	assert_int_equal(r, EGR_EXFIL_NAME_LEN);
+	egr_exfil_free(t);
+}
+
+static void test_entropy(void **state)
+{
+	static const char *const ok[] = {
+		"api", "www", "cdn-eu-west-1", "kubernetes-dashboard-prod",
+		"my-loadbalancer-1234567890", "internationalization",
+		"storageaccountwesteurope", "the-quick-brown-fox-jumps-over",
+		"ip-10-0-12-34-us-west-2-compute", "s3-website-us-east-1-amazonaws",
+	};
+	static const char *const bad[] = {
+		"mfrggzdfmztwq2lknnwg23tpobyxe43u",       /* base32, 32 chars */
+		"onswg4tfoqqgi2lsmvrxi2lwmuqhi3zamfrg",   /* base32, 36 chars */
+		"5f4dcc3b5aa765d61d8327deb882cf99",       /* hex (md5), 32 chars */
+		"9c56cc51b374c3ba189210d5b6d4bf57790d",   /* hex, 36 chars */
+		"x7k2p9q4m1z8w3v6b5n0c4j7h2g9f1d",      /* base36, 31 chars */
+	};
+	struct egr_exfil_limits l;
+	struct egr_exfil *t = tracker(&l);
+	enum egr_exfil_reason r;
+	char name[300];
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		if (egr_exfil_label_suspicious(&l, ok[i], strlen(ok[i])))
+			fail_msg("\"%s\" (entropy %.2f) flagged", ok[i],
+				 egr_dns_label_entropy(ok[i], strlen(ok[i])));
+		snprintf(name, sizeof(name), "%s.example.org", ok[i]);
+		assert_int_equal(check(t, name, "example.org", SEC, &r), 0);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		if (!egr_exfil_label_suspicious(&l, bad[i], strlen(bad[i])))
+			fail_msg("\"%s\" (entropy %.2f) not flagged", bad[i],
+				 egr_dns_label_entropy(bad[i], strlen(bad[i])));
+		snprintf(name, sizeof(name), "%s.example.org", bad[i]);
+		assert_int_equal(check(t, name, "example.org", SEC, &r), -EPERM);
+		assert_int_equal(r, EGR_EXFIL_ENTROPY);
+	}
+	/* short labels are never judged by entropy */
+	assert_false(egr_exfil_label_suspicious(&l, "x7k2p9q4m1z8w3v6b5n", 19));
+	/* max_entropy 0 disables the check */
+	l.max_entropy = 0;
+	assert_false(egr_exfil_label_suspicious(&l, bad[0], strlen(bad[0])));
+	egr_exfil_free(t);
+}
+
+static void test_subdomain_burst(void **state)
+{
+	struct egr_exfil_limits l;
+	struct egr_exfil *t = tracker(&l);
+	enum egr_exfil_reason r;
+	char name[64];
+
+	for (int i = 0; i < 50; i++) {
+		snprintf(name, sizeof(name), "h%d.example.org", i);
+		assert_int_equal(check(t, name, "example.org", SEC + (uint64_t)i * SEC / 10, &r),
+				 0);
+	}
+	/* the 51st distinct name within the minute is refused */
+	assert_int_equal(check(t, "h50.example.org", "example.org", 10 * SEC, &r), -EPERM);
+	assert_int_equal(r, EGR_EXFIL_SUBDOMAINS);
+	/* names already seen stay fine, and other domains are separate */
+	assert_int_equal(check(t, "h7.example.org", "example.org", 10 * SEC, &r), 0);
+	assert_int_equal(check(t, "H7.Example.org", "example.org", 10 * SEC, &r), 0);
+	assert_int_equal(check(t, "h50.other.org", "other.org", 10 * SEC, &r), 0);
+	/* the window slides: at 61.05 s h0 (seen at 1 s) has left it... */
+	assert_int_equal(check(t, "h50.example.org", "example.org", 61 * SEC + SEC / 20, &r),
+			 0);
+	/* ...but only h0 (h1 at 1.1 s is still in): the next new one is refused */
+	assert_int_equal(check(t, "h51.example.org", "example.org", 61 * SEC + SEC / 20, &r),
+			 -EPERM);
+	/* h7 was refreshed at 10 s; at 71 s everything but h50 is gone */
+	for (int i = 0; i < 49; i++) {
+		snprintf(name, sizeof(name), "n%d.example.org", i);
+		assert_int_equal(check(t, name, "example.org", 71 * SEC, &r), 0);
+	}
+	assert_int_equal(check(t, "n49.example.org", "example.org", 71 * SEC, &r), -EPERM);
+	egr_exfil_free(t);
+}
+
+static void test_domain_lru(void **state)
+{
+	struct egr_exfil_limits l;
+	struct egr_exfil *t;
+	enum egr_exfil_reason r;
+	char name[64], dom[64];
+
+	egr_exfil_limits_default(&l);
+	l.max_domains = 4;
+	l.max_subdomains = 2;
+	assert_int_equal(egr_exfil_new(&l, &t), 0);
+	for (int d = 0; d < 10; d++) {
+		snprintf(dom, sizeof(dom), "d%d.org", d);
+		for (int i = 0; i < 2; i++) {
+			snprintf(name, sizeof(name), "h%d.d%d.org", i, d);
+			assert_int_equal(check(t, name, dom, SEC + (uint64_t)d, &r), 0);
+		}
+		snprintf(name, sizeof(name), "h9.d%d.org", d);
+		assert_int_equal(check(t, name, dom, SEC + (uint64_t)d, &r), -EPERM);
+	}
+	egr_exfil_free(t);
+}
+
+static void test_nxdomain_rate(void **state)
+{
+	struct egr_exfil_limits l;
+	struct egr_exfil *t = tracker(&l);
+	enum egr_exfil_reason r;
+
+	for (int i = 0; i < 29; i++)
+		egr_exfil_note_rcode(t, "x.example.org", EGR_DNS_R_NXDOMAIN, SEC + (uint64_t)i);
+	/* other rcodes do not count */
+	egr_exfil_note_rcode(t, "x.example.org", EGR_DNS_R_NOERROR, SEC);
+	egr_exfil_note_rcode(t, "x.example.org", EGR_DNS_R_SERVFAIL, SEC);
+	assert_int_equal(check(t, "a.example.org", "example.org", 2 * SEC, &r), 0);
+	egr_exfil_note_rcode(t, "x.example.org", EGR_DNS_R_NXDOMAIN, 30 * SEC);
+	assert_int_equal(check(t, "a.example.org", "example.org", 31 * SEC, &r), -EPERM);
+	assert_int_equal(r, EGR_EXFIL_NXDOMAIN);
+	/* 29 of them leave the window after 61 s */
+	assert_int_equal(check(t, "a.example.org", "example.org", 61 * SEC + 100, &r), 0);
+	egr_exfil_free(t);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_exact_case_dot),
+		cmocka_unit_test(test_outbound_names_ports),
+		cmocka_unit_test(test_wildcard_depth),
+		cmocka_unit_test(test_qtypes),
+		cmocka_unit_test(test_too_many_ranges),
+		cmocka_unit_test(test_lengths),
+		cmocka_unit_test(test_entropy),
+		cmocka_unit_test(test_subdomain_burst),
+		cmocka_unit_test(test_domain_lru),
+		cmocka_unit_test(test_nxdomain_rate),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

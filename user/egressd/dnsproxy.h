@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The DNS proxy. The kernel redirects a sandbox's DNS (UDP and TCP port 53,
+ * any address) to listeners that belong to that sandbox alone:
+ * 127.0.0.1:port4 and [::1]:port6, UDP and TCP on the same port number,
+ * opened in the host network namespace or inside the sandbox's own. The
+ * listener a query arrives on is the sandbox's identity; nothing in the
+ * packet is trusted.
+ *
+ * For each query: parse (malformed: dropped and counted), match the name
+ * against the sandbox's compiled DNS policy, the qtype against its allowed
+ * types, and the name against the exfiltration tracker. Anything refused
+ * gets REFUSED and is never sent upstream. Allowed queries go to the
+ * upstream resolvers (UDP with a fresh random id, or TCP for a query that
+ * came over TCP). The answer must match the id and the question. Its A/AAAA
+ * addresses (following CNAMEs from the asked name) are handed to learn()
+ * BEFORE the answer is released; if learn() fails (or the answer holds more
+ * addresses than the proxy can account for) the client gets SERVFAIL:
+ * fail closed. Otherwise the upstream's bytes are relayed unchanged except
+ * for the id (EDNS0, >512 bytes and the TC bit pass through; a client that
+ * sees TC retries over TCP).
+ *
+ * Every verdict is reported through event(). Single-threaded: everything
+ * runs on the egr_loop given at creation.
+ */
+#ifndef EGR_DNSPROXY_H
+#define EGR_DNSPROXY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "dnspolicy.h"
+#include "dnswire.h"
+#include "egressd.h"
+#include "loop.h"
+
+#define EGR_DNSPROXY_MAX_UPSTREAMS 8
+#define EGR_DNSPROXY_EVENT_ADDRS   16 /* addresses carried in one event */
+#define EGR_DNSPROXY_MAX_LEARN     64 /* addresses learned from one answer */
+
+/* One address to add to a sandbox's allowlist. */
+struct egr_dns_learned {
+	int family;             /* AF_INET or AF_INET6 */
+	uint8_t addr[16];       /* network order; AF_INET uses the first 4 */
+	uint32_t ttl_s;         /* max(answer TTL along the CNAME chain, min_ttl_s) */
+	uint64_t expires_ns;    /* CLOCK_BOOTTIME (bpf_ktime_get_boot_ns) deadline */
+	struct egr_dns_ports ports; /* of the matching outbound_allow entries */
+};
+
+enum egr_dns_verdict {
+	EGR_DNS_V_ALLOWED = 0,  /* answered from upstream */
+	EGR_DNS_V_REFUSED,      /* name or qtype not allowed: REFUSED, not forwarded */
+	EGR_DNS_V_SERVFAIL,     /* timeout, upstream error, in-flight table full */
+	EGR_DNS_V_EXFIL,        /* exfiltration signal past a limit: REFUSED */
+	EGR_DNS_V_CAP,          /* learn() failed (cap hit, map full): SERVFAIL */
+};
+
+struct egr_dns_event {
+	uint32_t sandbox_id;
+	const char *tenant;
+	const char *qname;
+	uint16_t qtype;
+	int transport;          /* IPPROTO_UDP or IPPROTO_TCP */
+	enum egr_dns_verdict verdict;
+	const char *reason;     /* short text, never NULL */
+	int error;              /* -errno behind a CAP/SERVFAIL verdict, else 0 */
+	uint16_t rcode;         /* rcode the client got (upstream's for ALLOWED) */
+	size_t naddrs;          /* answer addresses (all of them) */
+	size_t naddrs_listed;   /* how many are in addrs[] */
+	struct egr_dns_addr addrs[EGR_DNSPROXY_EVENT_ADDRS];
+};
+
+/* 0 or -errno; -ENOSPC means a cap was hit / the map is full. */
+typedef int (*egr_dnsproxy_learn_fn)(void *ctx, uint32_t sandbox_id,
+				     const struct egr_dns_learned *addrs, size_t n);
+typedef void (*egr_dnsproxy_event_fn)(void *ctx, const struct egr_dns_event *ev);
+
+struct egr_dnsproxy_config {
+	/* Upstream resolvers (port in the sockaddr). nupstreams 0: the
+	 * nameservers of /etc/resolv.conf (egr_dnsproxy_resolv_conf()). */
+	struct sockaddr_storage upstreams[EGR_DNSPROXY_MAX_UPSTREAMS];
+	size_t nupstreams;
+	uint32_t min_ttl_s;           /* learned expiry >= this (default 0) */
+	uint32_t timeout_ms;          /* upstream query timeout (0: 2000) */
+	uint32_t max_inflight;        /* whole proxy (0: 1024, max 16384) */
+	uint32_t max_inflight_per_sb; /* one sandbox (0: max_inflight / 4, at least 64) */
+	uint32_t max_tcp_per_sb;      /* client TCP connections (0: 16) */
+	uint32_t tcp_idle_ms;         /* client TCP idle timeout (0: 10000) */
+	uint32_t tick_ms;             /* timer period (0: 100) */
+	struct egr_exfil_limits exfil; /* all zero: egr_exfil_limits_default() */
+	egr_dnsproxy_learn_fn learn;  /* required */
+	egr_dnsproxy_event_fn event;  /* optional */
+	void *ctx;
+};
+
+struct egr_dnsproxy_stats {
+	uint64_t allowed;       /* answered from upstream */
+	uint64_t refused;       /* name/qtype not allowed */
+	uint64_t servfail;      /* timeouts, upstream errors, table full, learn failures */
+	uint64_t exfil;         /* refused as exfiltration */
+	uint64_t cap;           /* learn() failures (also counted in servfail) */
+	uint64_t malformed;     /* dropped: not a parseable query */
+	uint64_t learned;       /* addresses handed to learn() successfully */
+	uint32_t tcp_conns;     /* client TCP connections open now */
+	uint32_t inflight;      /* queries upstream now */
+};
+
+struct egr_dnsproxy;
+
+/* Parse "ADDR", "ADDR:PORT", "[V6]" or "[V6]:PORT" (default port 53).
+ * 0 or -EINVAL. */
+int egr_dnsproxy_parse_addr(const char *text, struct sockaddr_storage *out);
+/* Fill cfg->upstreams from the nameserver lines of path (NULL:
+ * /etc/resolv.conf), as many as fit. 0, -ENOENT (no nameserver) or -errno. */
+int egr_dnsproxy_resolv_conf(const char *path, struct egr_dnsproxy_config *cfg);
+
+/* cfg is copied. Creates the upstream sockets and the timer. */
+int egr_dnsproxy_new(struct egr_loop *loop, const struct egr_dnsproxy_config *cfg,
+		     struct egr_dnsproxy **out);
+/* Removes every sandbox (closing its sockets, dropping its queries in
+ * flight, no answers sent), unregisters everything from the loop and frees
+ * p. Call it before egr_loop_free(). */
+void egr_dnsproxy_free(struct egr_dnsproxy *p);
+
+/*
+ * Open sandbox_id's listeners. pol: the proxy takes ownership (also on
+ * error). netns_fd: the sandbox's network namespace, or -1 for egressd's
+ * own. want_port4/6: 0 for any free port, else that port (egressd restarts
+ * re-open the ports stored in its state). *port4 and *port6 get the ports
+ * (*port6 = 0 if IPv6 loopback is unavailable in that namespace; the kernel
+ * side must then refuse the sandbox's IPv6 DNS). -EEXIST if the sandbox is
+ * already there, -errno from socket/bind/setns.
+ */
+int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const char *tenant,
+			     struct egr_dnspolicy *pol, int netns_fd, uint16_t want_port4,
+			     uint16_t want_port6, uint16_t *port4, uint16_t *port6);
+/* Replace its DNS policy (ownership of pol taken, also on error); queries
+ * already upstream finish under the ports they were matched with.
+ * -ENOENT if unknown. */
+int egr_dnsproxy_update_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id,
+				struct egr_dnspolicy *pol);
+/* Close its sockets and TCP connections, drop its queries in flight. */
+int egr_dnsproxy_remove_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id);
+int egr_dnsproxy_stats(const struct egr_dnsproxy *p, uint32_t sandbox_id,
+		       struct egr_dnsproxy_stats *out);
+
+const char *egr_dns_verdict_name(enum egr_dns_verdict v);
+
+#endif /* EGR_DNSPROXY_H */

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* egressctl internals shared by its modules. */
+#ifndef EGR_CTL_H
+#define EGR_CTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <jansson.h>
+
+/* Exit statuses (see `egressctl --help`). */
+enum ctl_exit {
+	CTL_EXIT_OK = 0,
+	CTL_EXIT_ERROR = 1,       /* egressd answered with an error */
+	CTL_EXIT_USAGE = 2,
+	CTL_EXIT_UNREACHABLE = 3, /* cannot connect to egressd */
+	CTL_EXIT_INVALID = 4,     /* invalid policy, found locally or by egressd */
+	CTL_EXIT_RUN_FAILED = 125, /* run: could not set up or start the command */
+};
+
+#define CTL_DEFAULT_TIMEOUT_S 120
+
+struct ctl {
+	const char *socket;  /* control socket path */
+	unsigned int timeout; /* seconds to wait for an answer, 0 = forever */
+	bool quiet;           /* ctl_request prints nothing */
+};
+
+/* --- client.c: talking to egressd ------------------------------------------ */
+
+/* The exit status a protocol error code maps to (the only place that decides). */
+int ctl_exit_for_code(const char *code);
+
+/*
+ * Send req, read the answer. Returns an enum ctl_exit: CTL_EXIT_OK with *resp
+ * set to the answer (ok:true), or an error status after printing the reason to
+ * stderr (an error answer is printed as `egressctl: CODE: ERROR (field: F)`).
+ * When code is non-NULL it receives the error answer's code ("" if none).
+ */
+int ctl_request(const struct ctl *c, json_t *req, json_t **resp, char *code, size_t codelen);
+
+/* --- policy.c: policy files ---------------------------------------------------- */
+
+/*
+ * Read a policy file ("-" is stdin), parse it and validate it with the
+ * library's parser. CTL_EXIT_OK with *out set, or CTL_EXIT_INVALID /
+ * CTL_EXIT_USAGE (unreadable file) after printing why.
+ */
+int ctl_policy_load(const char *path, json_t **out);
+
+/* Validate a policy object (after it was edited). CTL_EXIT_OK or CTL_EXIT_INVALID. */
+int ctl_policy_check(const json_t *policy);
+
+/* --- table.c: output --------------------------------------------------------- */
+
+void ctl_print_json(const json_t *v);
+void ctl_print_status(const json_t *resp);
+void ctl_print_sandbox(const char *verb, const json_t *sb);
+void ctl_print_list(const json_t *sandboxes);
+
+/* --- run.c ---------------------------------------------------------------------- */
+
+int ctl_cmd_run(struct ctl *c, int argc, char **argv);
+
+/* --- main.c: shared helpers ---------------------------------------------------- */
+
+/* Absolute form of a cgroup path (realpath when it exists). 0 or -errno. */
+int ctl_abs_path(const char *path, char *buf, size_t len);
+
+/* Print `egressctl: MSG` and a pointer to --help for cmd; returns CTL_EXIT_USAGE. */
+int ctl_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif /* EGR_CTL_H */

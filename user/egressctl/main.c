@@ -1,0 +1,427 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * egressctl: the command line of egressd. Global options, command dispatch and
+ * the commands that are one request each (status, attach, update, detach,
+ * list). `run` lives in run.c.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl.h"
+#include "proto.h"
+
+static const char top_help[] =
+	"Usage: egressctl [--socket PATH] [--timeout SEC] COMMAND [ARGS...]\n"
+	"Drive egressd, which confines the network egress of sandbox cgroups.\n"
+	"\n"
+	"Commands:\n"
+	"  status                       the daemon's version, features and counters\n"
+	"  attach                       make a cgroup a sandbox with a policy\n"
+	"  update                       replace a sandbox's policy (atomically)\n"
+	"  detach                       stop confining a sandbox\n"
+	"  list                         the sandboxes\n"
+	"  run                          run a command in a transient sandbox\n"
+	"\n"
+	"Options:\n"
+	"  --socket PATH    egressd's control socket (default: $EGRESSD_SOCKET, else\n"
+	"                   " EGR_DEFAULT_SOCKET ")\n"
+	"  --timeout SEC    how long to wait for an answer (default 120, 0 = forever)\n"
+	"  --help           this text; `egressctl COMMAND --help` for a command\n"
+	"  --version        print the version\n"
+	"\n"
+	"Exit status: 0 ok; 1 egressd answered with an error; 2 usage error;\n"
+	"3 egressd is not reachable; 4 invalid policy. `run` exits with the command's\n"
+	"status (128+N when killed by signal N), 125 when it could not start it.\n";
+
+static const char status_help[] =
+	"Usage: egressctl status [--json]\n"
+	"Show egressd's version, pid, number of sandboxes, the kernel features it\n"
+	"found and its counters.\n";
+
+static const char attach_help[] =
+	"Usage: egressctl attach --cgroup PATH --policy FILE [--json]\n"
+	"Make the cgroup v2 directory PATH a sandbox confined by the policy in FILE\n"
+	"(\"-\" reads it from stdin). The policy is validated locally first.\n";
+
+static const char update_help[] =
+	"Usage: egressctl update (--cgroup PATH | --id N) --policy FILE [--json]\n"
+	"Replace a sandbox's policy with the one in FILE (\"-\" is stdin). The change\n"
+	"is atomic: a rejected policy leaves the previous one in force.\n";
+
+static const char detach_help[] =
+	"Usage: egressctl detach (--cgroup PATH | --id N) [--json]\n"
+	"Stop confining a sandbox. Its processes are no longer restricted.\n";
+
+static const char list_help[] =
+	"Usage: egressctl list [--json]\n"
+	"List the sandboxes. POLICY is the start of the policy's SHA-256, RULES are\n"
+	"the IPv4, IPv6 and DNS-name rules it compiled to.\n";
+
+int ctl_usage_error(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("egressctl: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry 'egressctl %s%s--help'.\n", cmd ?: "", cmd ? " " : "");
+	return CTL_EXIT_USAGE;
+}
+
+int ctl_abs_path(const char *path, char *buf, size_t len)
+{
+	char real[PATH_MAX], cwd[PATH_MAX];
+	int n;
+
+	if (realpath(path, real))
+		n = snprintf(buf, len, "%s", real);
+	else if (path[0] == '/')
+		n = snprintf(buf, len, "%s", path);
+	else if (getcwd(cwd, sizeof(cwd)))
+		n = snprintf(buf, len, "%s/%s", cwd, path);
+	else
+		return -errno;
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* --- the one-request commands ----------------------------------------------- */
+
+struct cmd_args {
+	const char *cgroup;
+	const char *policy;
+	unsigned long id;
+	bool json;
+};
+
+enum { OPT_SOCKET = 256, OPT_TIMEOUT, OPT_JSON, OPT_CGROUP, OPT_POLICY, OPT_ID, OPT_HELP };
+
+/* Options every command takes: --socket, --timeout, --help. */
+#define COMMON_OPTS                                                   \
+	{ "socket", required_argument, NULL, OPT_SOCKET },            \
+	{ "timeout", required_argument, NULL, OPT_TIMEOUT },          \
+	{ "help", no_argument, NULL, OPT_HELP }
+
+static int parse_timeout(const char *cmd, const char *s, unsigned int *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || s[0] == '-' || v > 86400)
+		return ctl_usage_error(cmd, "--timeout: expected seconds (0-86400), got '%s'", s);
+	*out = (unsigned int)v;
+	return 0;
+}
+
+/* Handles the common options: 0 when opt was one of them, -1 when it is not,
+ * or an exit status to end with (INT_MAX: exit 0 after --help). */
+static int common_opt(struct ctl *c, const char *cmd, const char *help, int opt)
+{
+	switch (opt) {
+	case OPT_SOCKET:
+		c->socket = optarg;
+		return 0;
+	case OPT_TIMEOUT:
+		return parse_timeout(cmd, optarg, &c->timeout);
+	case OPT_HELP:
+		fputs(help, stdout);
+		return INT_MAX; /* "exit 0" */
+	case '?':
+		fprintf(stderr, "Try 'egressctl %s --help'.\n", cmd);
+		return CTL_EXIT_USAGE;
+	default:
+		return -1;
+	}
+}
+
+/*
+ * Parse a command's options: want is a string of the options it takes
+ * ('c' cgroup, 'i' id, 'p' policy, 'j' json). Returns -1 to go on, else the
+ * exit status to end with (INT_MAX for 0 after --help).
+ */
+static int parse_cmd(struct ctl *c, const char *cmd, const char *help, const char *want,
+		     int argc, char **argv, struct cmd_args *a)
+{
+	static const struct option opts[] = {
+		COMMON_OPTS,
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "cgroup", required_argument, NULL, OPT_CGROUP },
+		{ "policy", required_argument, NULL, OPT_POLICY },
+		{ "id", required_argument, NULL, OPT_ID },
+		{ NULL, 0, NULL, 0 },
+	};
+	int opt, rc, li = 0;
+
+	memset(a, 0, sizeof(*a));
+	optind = 0; /* a new argv: reinitialise getopt */
+	while ((opt = getopt_long(argc, argv, "", opts, &li)) != -1) {
+		char *end;
+
+		rc = common_opt(c, cmd, help, opt);
+		if (rc > 0)
+			return rc;
+		if (rc == 0)
+			continue;
+		switch (opt) {
+		case OPT_JSON:
+			if (!strchr(want, 'j'))
+				goto unexpected;
+			a->json = true;
+			break;
+		case OPT_CGROUP:
+			if (!strchr(want, 'c'))
+				goto unexpected;
+			a->cgroup = optarg;
+			break;
+		case OPT_POLICY:
+			if (!strchr(want, 'p'))
+				goto unexpected;
+			a->policy = optarg;
+			break;
+		case OPT_ID:
+			if (!strchr(want, 'i'))
+				goto unexpected;
+			errno = 0;
+			a->id = strtoul(optarg, &end, 10);
+			if (errno || end == optarg || *end || optarg[0] == '-' || a->id == 0 ||
+			    a->id > UINT32_MAX)
+				return ctl_usage_error(cmd, "--id: expected a sandbox id (a positive "
+						       "integer), got '%s'", optarg);
+			break;
+		default:
+			goto unexpected;
+		}
+	}
+	if (optind < argc)
+		return ctl_usage_error(cmd, "%s: unexpected argument '%s'", cmd, argv[optind]);
+	if (strchr(want, 'i')) {
+		if (!a->cgroup == !a->id)
+			return ctl_usage_error(cmd, "%s: give exactly one of --cgroup PATH or --id N",
+					       cmd);
+	} else if (strchr(want, 'c') && !a->cgroup) {
+		return ctl_usage_error(cmd, "%s: --cgroup PATH is required", cmd);
+	}
+	if (strchr(want, 'p') && !a->policy)
+		return ctl_usage_error(cmd, "%s: --policy FILE is required", cmd);
+	return -1;
+unexpected:
+	return ctl_usage_error(cmd, "%s does not take --%s", cmd, opts[li].name);
+}
+
+/* Add "cgroup" (absolute) or "id" to req. An exit status. */
+static int add_target(json_t *req, const struct cmd_args *a)
+{
+	char path[PATH_MAX];
+	int err;
+
+	if (a->cgroup) {
+		err = ctl_abs_path(a->cgroup, path, sizeof(path));
+		if (err) {
+			fprintf(stderr, "egressctl: --cgroup %s: %s\n", a->cgroup, strerror(-err));
+			return CTL_EXIT_USAGE;
+		}
+		err = json_object_set_new(req, "cgroup", json_string(path));
+	} else {
+		err = json_object_set_new(req, "id", json_integer((json_int_t)a->id));
+	}
+	if (err) {
+		fprintf(stderr, "egressctl: out of memory\n");
+		return CTL_EXIT_ERROR;
+	}
+	return CTL_EXIT_OK;
+}
+
+static json_t *new_request(const char *op)
+{
+	json_t *req = json_pack("{s:s}", "op", op);
+
+	if (!req)
+		fprintf(stderr, "egressctl: out of memory\n");
+	return req;
+}
+
+static int cmd_status(struct ctl *c, int argc, char **argv)
+{
+	struct cmd_args a;
+	json_t *req, *resp;
+	int rc;
+
+	rc = parse_cmd(c, "status", status_help, "j", argc, argv, &a);
+	if (rc >= 0)
+		return rc;
+	req = new_request("status");
+	if (!req)
+		return CTL_EXIT_ERROR;
+	rc = ctl_request(c, req, &resp, NULL, 0);
+	json_decref(req);
+	if (rc)
+		return rc;
+	if (a.json) {
+		json_object_del(resp, "ok");
+		ctl_print_json(resp);
+	} else {
+		ctl_print_status(resp);
+	}
+	json_decref(resp);
+	return CTL_EXIT_OK;
+}
+
+/* attach, update and detach: one sandbox in the answer. */
+static int cmd_sandbox(struct ctl *c, const char *op, const char *help, const char *want,
+		       const char *verb, int argc, char **argv)
+{
+	struct cmd_args a;
+	json_t *req, *resp, *policy = NULL;
+	int rc;
+
+	rc = parse_cmd(c, op, help, want, argc, argv, &a);
+	if (rc >= 0)
+		return rc;
+	if (a.policy) {
+		rc = ctl_policy_load(a.policy, &policy);
+		if (rc)
+			return rc;
+	}
+	req = new_request(op);
+	if (!req) {
+		json_decref(policy);
+		return CTL_EXIT_ERROR;
+	}
+	rc = add_target(req, &a);
+	if (!rc && policy && json_object_set_new(req, "policy", policy)) {
+		fprintf(stderr, "egressctl: out of memory\n");
+		rc = CTL_EXIT_ERROR;
+	}
+	if (!rc)
+		rc = ctl_request(c, req, &resp, NULL, 0);
+	json_decref(req);
+	if (rc)
+		return rc;
+	if (a.json)
+		ctl_print_json(json_object_get(resp, "sandbox"));
+	else
+		ctl_print_sandbox(verb, json_object_get(resp, "sandbox"));
+	json_decref(resp);
+	return CTL_EXIT_OK;
+}
+
+static int cmd_attach(struct ctl *c, int argc, char **argv)
+{
+	return cmd_sandbox(c, "attach", attach_help, "cpj", "attached", argc, argv);
+}
+
+static int cmd_update(struct ctl *c, int argc, char **argv)
+{
+	return cmd_sandbox(c, "update", update_help, "cipj", "updated", argc, argv);
+}
+
+static int cmd_detach(struct ctl *c, int argc, char **argv)
+{
+	return cmd_sandbox(c, "detach", detach_help, "cij", "detached", argc, argv);
+}
+
+static int cmd_list(struct ctl *c, int argc, char **argv)
+{
+	struct cmd_args a;
+	json_t *req, *resp, *sbs;
+	int rc;
+
+	rc = parse_cmd(c, "list", list_help, "j", argc, argv, &a);
+	if (rc >= 0)
+		return rc;
+	req = new_request("list");
+	if (!req)
+		return CTL_EXIT_ERROR;
+	rc = ctl_request(c, req, &resp, NULL, 0);
+	json_decref(req);
+	if (rc)
+		return rc;
+	sbs = json_object_get(resp, "sandboxes");
+	if (!json_is_array(sbs)) {
+		fprintf(stderr, "egressctl: bad answer from egressd: no sandboxes array\n");
+		json_decref(resp);
+		return CTL_EXIT_ERROR;
+	}
+	if (a.json)
+		ctl_print_json(sbs);
+	else
+		ctl_print_list(sbs);
+	json_decref(resp);
+	return CTL_EXIT_OK;
+}
+
+/* --- dispatch ---------------------------------------------------------------- */
+
+static const struct {
+	const char *name;
+	int (*fn)(struct ctl *c, int argc, char **argv);
+} commands[] = {
+	{ "status", cmd_status }, { "attach", cmd_attach }, { "update", cmd_update },
+	{ "detach", cmd_detach }, { "list", cmd_list },     { "run", ctl_cmd_run },
+};
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		COMMON_OPTS,
+		{ "version", no_argument, NULL, 'V' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ctl c = { .timeout = CTL_DEFAULT_TIMEOUT_S };
+	const char *env = getenv("EGRESSD_SOCKET");
+	int opt, rc;
+
+	c.socket = env && *env ? env : EGR_DEFAULT_SOCKET;
+	signal(SIGPIPE, SIG_IGN);
+	argv[0] = "egressctl"; /* for getopt's messages */
+	/* "+": stop at the command name; its options are its own. */
+	while ((opt = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+		if (opt == 'V') {
+			printf("egressctl %s\n", EGRESSD_VERSION);
+			return 0;
+		}
+		if (opt == OPT_HELP) {
+			fputs(top_help, stdout);
+			return 0;
+		}
+		if (opt == '?') {
+			fputs("Try 'egressctl --help'.\n", stderr);
+			return CTL_EXIT_USAGE;
+		}
+		rc = common_opt(&c, NULL, top_help, opt);
+		if (rc > 0)
+			return rc == INT_MAX ? 0 : rc;
+	}
+	if (optind >= argc)
+		return ctl_usage_error(NULL, "no command given");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		if (strcmp(argv[optind], commands[i].name) == 0) {
+			char name[32];
+
+			/* getopt's messages then read "egressctl CMD: ..." */
+			snprintf(name, sizeof(name), "egressctl %s", commands[i].name);
+			argv[optind] = name;
+			rc = commands[i].fn(&c, argc - optind, argv + optind);
+			if (fflush(stdout) != 0 && rc == 0) {
+				fprintf(stderr, "egressctl: writing output: %s\n", strerror(errno));
+				rc = CTL_EXIT_ERROR;
+			}
+			return rc == INT_MAX ? 0 : rc;
+		}
+	}
+	if (strcmp(argv[optind], "help") == 0) {
+		fputs(top_help, stdout);
+		return 0;
+	}
+	return ctl_usage_error(NULL, "unknown command '%s'", argv[optind]);
+}

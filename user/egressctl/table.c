@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* egressctl's output: JSON as is, or tables and key/value lines for people. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+
+void ctl_print_json(const json_t *v)
+{
+	json_dumpf(v, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+	fputc('\n', stdout);
+}
+
+/* A string field, or "-" when it is absent or null. */
+static const char *str(const json_t *o, const char *key)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	return s && *s ? s : "-";
+}
+
+static long long num(const json_t *o, const char *key)
+{
+	return (long long)json_integer_value(json_object_get(o, key));
+}
+
+void ctl_print_status(const json_t *resp)
+{
+	const json_t *feat = json_object_get(resp, "features");
+	const json_t *cnt = json_object_get(resp, "counters");
+	const char *key;
+	json_t *v;
+	size_t w = 0;
+	int missing = 0;
+
+	printf("egressd %s, pid %lld\n", str(resp, "version"), num(resp, "pid"));
+	printf("  bpffs dir:  %s\n", str(resp, "bpffs_dir"));
+	printf("  state dir:  %s\n", str(resp, "state_dir"));
+	printf("  sandboxes:  %lld\n", num(resp, "sandboxes"));
+	printf("  features:  ");
+	json_object_foreach((json_t *)feat, key, v) {
+		if (json_is_true(v))
+			printf(" %s", key);
+		else
+			missing++;
+	}
+	putchar('\n');
+	if (missing) {
+		printf("  missing:   ");
+		json_object_foreach((json_t *)feat, key, v)
+			if (!json_is_true(v))
+				printf(" %s", key);
+		putchar('\n');
+	}
+	if (!json_is_object(cnt) || json_object_size(cnt) == 0) {
+		printf("  counters:   unavailable\n");
+		return;
+	}
+	printf("  counters:\n");
+	json_object_foreach((json_t *)cnt, key, v)
+		if (strlen(key) > w)
+			w = strlen(key);
+	json_object_foreach((json_t *)cnt, key, v)
+		printf("    %-*s %lld\n", (int)w, key, (long long)json_integer_value(v));
+}
+
+static void rules(const json_t *sb, char *buf, size_t len)
+{
+	const json_t *r = json_object_get(sb, "rules");
+
+	snprintf(buf, len, "%lld/%lld/%lld", num(r, "v4"), num(r, "v6"), num(r, "names"));
+}
+
+void ctl_print_sandbox(const char *verb, const json_t *sb)
+{
+	char r[64];
+
+	rules(sb, r, sizeof(r));
+	printf("sandbox %lld %s\n", num(sb, "id"), verb);
+	printf("  cgroup:        %s\n", str(sb, "cgroup"));
+	printf("  tenant:        %s\n", str(sb, "tenant"));
+	printf("  execution_id:  %s\n", str(sb, "execution_id"));
+	printf("  principal:     %s\n", str(sb, "principal"));
+	printf("  tool:          %s", str(sb, "tool"));
+	if (json_is_string(json_object_get(sb, "version")))
+		printf(" %s", str(sb, "version"));
+	putchar('\n');
+	printf("  policy sha256: %s\n", str(sb, "policy_sha256"));
+	printf("  rules:         %s (v4/v6/names)\n", r);
+	printf("  attached at:   %s\n", str(sb, "attached_at"));
+	printf("  updated at:    %s\n", str(sb, "updated_at"));
+}
+
+enum { COL_ID, COL_TENANT, COL_EXEC, COL_CGROUP, COL_POLICY, COL_RULES, COL_ATTACHED, NCOLS };
+
+static const char *const heads[NCOLS] = {
+	"ID", "TENANT", "EXECUTION", "CGROUP", "POLICY", "RULES", "ATTACHED",
+};
+
+/* One row's cells; long strings point into the JSON, short ones into bufs. */
+struct row {
+	const char *cell[NCOLS];
+	char id[24], policy[13], rules[64];
+};
+
+static void fill_row(const json_t *sb, struct row *r)
+{
+	snprintf(r->id, sizeof(r->id), "%lld", num(sb, "id"));
+	snprintf(r->policy, sizeof(r->policy), "%s", str(sb, "policy_sha256"));
+	rules(sb, r->rules, sizeof(r->rules));
+	r->cell[COL_ID] = r->id;
+	r->cell[COL_TENANT] = str(sb, "tenant");
+	r->cell[COL_EXEC] = str(sb, "execution_id");
+	r->cell[COL_CGROUP] = str(sb, "cgroup");
+	r->cell[COL_POLICY] = r->policy;
+	r->cell[COL_RULES] = r->rules;
+	r->cell[COL_ATTACHED] = str(sb, "attached_at");
+}
+
+static void print_row(const char *const cell[NCOLS], const size_t w[NCOLS])
+{
+	for (int i = 0; i < NCOLS; i++) {
+		if (i == NCOLS - 1)
+			printf("%s\n", cell[i]);
+		else if (i == COL_ID)
+			printf("%*s  ", (int)w[i], cell[i]);
+		else
+			printf("%-*s  ", (int)w[i], cell[i]);
+	}
+}
+
+void ctl_print_list(const json_t *sandboxes)
+{
+	size_t n = json_array_size(sandboxes), w[NCOLS];
+	struct row *rows;
+
+	if (n == 0) {
+		printf("no sandboxes\n");
+		return;
+	}
+	rows = calloc(n, sizeof(*rows));
+	if (!rows) {
+		fprintf(stderr, "egressctl: out of memory\n");
+		return;
+	}
+	for (int i = 0; i < NCOLS; i++)
+		w[i] = strlen(heads[i]);
+	for (size_t j = 0; j < n; j++) {
+		fill_row(json_array_get(sandboxes, j), &rows[j]);
+		for (int i = 0; i < NCOLS; i++)
+			if (strlen(rows[j].cell[i]) > w[i])
+				w[i] = strlen(rows[j].cell[i]);
+	}
+	print_row(heads, w);
+	for (size_t j = 0; j < n; j++)
+		print_row(rows[j].cell, w);
+	free(rows);
+}

@@ -424,7 +424,13 @@ static void test_equivalence(void **state)
 			uint16_t port = (uint16_t)(rnd() % 50);
 			uint32_t proto = protos[rnd() % 3];
 
+			int expired;
+
 			assert_int_equal(lpm_allows(&c, (uint8_t *)&addr, port, proto),
+					 policy_allows(&p, (uint8_t *)&addr, port, proto));
+			/* egressd's own lookup (socket teardown) agrees too. */
+			assert_int_equal(egr_rule_allows(egr_compiled_lookup(&c, 0, (uint8_t *)&addr),
+							 port, proto, 1, &expired),
 					 policy_allows(&p, (uint8_t *)&addr, port, proto));
 			checked++;
 		}

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bpfstate.h"
+#include "cgroup.h"
 #include "log.h"
 #include "loop.h"
 #include "proto.h"
@@ -161,6 +162,8 @@ int main(int argc, char **argv)
 	srv.reg = &reg;
 	srv.features = &feat;
 	srv.group = o.group;
+	if (egr_cgroup2_mount(srv.cgroup_root, sizeof(srv.cgroup_root)) < 0)
+		srv.cgroup_root[0] = '\0';
 	err = egr_loop_new(&loop);
 	if (!err)
 		err = egr_loop_add(loop, lfd, EPOLLIN, on_control, &srv);

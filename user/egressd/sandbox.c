@@ -7,13 +7,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "cgroup.h"
 #include "compile.h"
+#include "egr_decide.h"
 #include "log.h"
 #include "sandbox.h"
+#include "sockdiag.h"
 
 static void fail(struct egr_fail *f, const char *code, const char *field, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
@@ -204,6 +207,18 @@ struct egr_sb *egr_reg_find(struct egr_registry *r, const char *cgroup, uint32_t
 			return r->sbs[i];
 	}
 	return NULL;
+}
+
+bool egr_reg_confines(struct egr_registry *r, const char *path)
+{
+	for (size_t i = 0; i < r->n; i++) {
+		size_t len = strlen(r->sbs[i]->cgroup);
+
+		if (strncmp(r->sbs[i]->cgroup, path, len) == 0 &&
+		    (path[len] == '\0' || path[len] == '/'))
+			return true;
+	}
+	return false;
 }
 
 /* --- the policy as the kernel sees it ----------------------------------------- */
@@ -424,8 +439,49 @@ err_free:
 	return err;
 }
 
+/* Would the compiled policy let a connected socket keep its peer? */
+static bool peer_allowed(void *ctx, int family, const uint8_t *daddr, uint16_t dport, int protocol)
+{
+	const struct egr_compiled *c = ctx;
+	const struct egr_rule *rule;
+	uint32_t w[4], v4;
+	int expired;
+
+	if (family == AF_INET6) {
+		memcpy(w, daddr, sizeof(w));
+		if (egr_ip6_is_v4mapped(w, &v4))
+			rule = egr_compiled_lookup(c, 0, (const uint8_t *)&v4);
+		else
+			rule = egr_compiled_lookup(c, 1, daddr);
+	} else {
+		rule = egr_compiled_lookup(c, 0, daddr);
+	}
+	return egr_rule_allows(rule, dport, (uint32_t)protocol, 0, &expired) == EGR_ALLOW;
+}
+
+/* End what the sandbox (and the cgroups it made) has open to peers the new
+ * policy refuses: the hooks only judged them at connect time. */
+static void close_refused(const struct egr_sb *sb, const struct egr_compiled *c, unsigned *closed)
+{
+	uint64_t *ids = NULL;
+	size_t n = 0;
+	int err;
+
+	*closed = 0;
+	err = egr_cgroup_subtree_ids(sb->cgroup, &ids, &n);
+	if (!err)
+		err = egr_sockdiag_destroy_refused(ids, n, peer_allowed, (void *)c, closed);
+	if (err)
+		log_error("sandbox %u: tearing down connections the new policy refuses: %s "
+			  "(%u closed)", sb->id, strerror(-err), *closed);
+	else if (*closed)
+		log_info("sandbox %u: closed %u connection(s) the new policy refuses", sb->id,
+			 *closed);
+	free(ids);
+}
+
 int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *policy,
-		   struct egr_fail *f)
+		   unsigned *closed, struct egr_fail *f)
 {
 	struct egr_policy p = { 0 };
 	struct egr_compiled c = { 0 };
@@ -481,6 +537,7 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	sb->tenant_id = next.tenant_id;
 	sb->updated_at = next.updated_at;
 	sb_set_meta(sb, &p, &c);
+	close_refused(sb, &c, closed);
 	/* Reclaim the old rule set; nothing refers to it any more. */
 	if (old_policy)
 		delete_policy_rules(r, sb->id, old_policy_id, old_policy);

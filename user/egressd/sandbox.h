@@ -8,6 +8,7 @@
 #ifndef EGR_SANDBOX_H
 #define EGR_SANDBOX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -54,8 +55,10 @@ void egr_reg_free(struct egr_registry *r);
 
 int egr_reg_attach(struct egr_registry *r, const char *cgroup, const json_t *policy,
 		   struct egr_sb **out, struct egr_fail *f);
+/* Atomic switch to a new policy; then connected sockets whose peer it
+ * refuses are destroyed (*closed counts them). */
 int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *policy,
-		   struct egr_fail *f);
+		   unsigned *closed, struct egr_fail *f);
 /* Removes sb from the registry and frees it; *snapshot gets its JSON. */
 int egr_reg_detach(struct egr_registry *r, struct egr_sb *sb, json_t **snapshot,
 		   struct egr_fail *f);
@@ -63,5 +66,7 @@ int egr_reg_detach(struct egr_registry *r, struct egr_sb *sb, json_t **snapshot,
 /* By cgroup path (compared after realpath) or id; NULL when absent. */
 struct egr_sb *egr_reg_find(struct egr_registry *r, const char *cgroup, uint32_t id);
 json_t *egr_sb_json(const struct egr_sb *sb);
+/* Is the cgroup at path (absolute) a sandbox or inside one? */
+bool egr_reg_confines(struct egr_registry *r, const char *path);
 
 #endif /* EGR_SANDBOX_H */

@@ -51,16 +51,45 @@ int egr_server_listen(const char *path, gid_t group, int *out_fd)
 	return 0;
 }
 
-/* Root, or a member of the control group (primary or supplementary, as
- * /proc says of the peer at connect time). */
-static bool peer_allowed(int fd, gid_t group, struct ucred *cred)
+/* Is the peer itself sandboxed? Its cgroup, as /proc says at connect
+ * time, must not be a sandbox or below one: otherwise a confined process
+ * that can reach the socket could attach itself a looser policy. */
+static bool peer_in_sandbox(struct egr_server *s, pid_t pid)
 {
+	char path[64], line[4096], full[4096 + 256];
+	bool inside = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return true; /* cannot tell: fail closed */
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "0::", 3) != 0)
+			continue;
+		line[strcspn(line, "\n")] = '\0';
+		snprintf(full, sizeof(full), "%s%s", s->cgroup_root,
+			 strcmp(line + 3, "/") ? line + 3 : "");
+		inside = egr_reg_confines(s->reg, full);
+		break;
+	}
+	fclose(f);
+	return inside;
+}
+
+/* Root, or a member of the control group (primary or supplementary, as
+ * /proc says of the peer at connect time), and not sandboxed itself. */
+static bool peer_allowed(struct egr_server *s, int fd, struct ucred *cred)
+{
+	gid_t group = s->group;
 	socklen_t len = sizeof(*cred);
 	char path[64], line[4096];
 	bool ok = false;
 	FILE *f;
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &len) < 0)
+		return false;
+	if (peer_in_sandbox(s, cred->pid))
 		return false;
 	if (cred->uid == 0)
 		return true;
@@ -182,6 +211,7 @@ static json_t *do_update(struct egr_server *s, const json_t *req)
 	json_t *reply = check_fields(req, fields);
 	struct egr_fail f;
 	struct egr_sb *sb;
+	unsigned closed = 0;
 
 	if (reply)
 		return reply;
@@ -190,9 +220,12 @@ static json_t *do_update(struct egr_server *s, const json_t *req)
 	sb = target(s, req, &reply);
 	if (!sb)
 		return reply;
-	if (egr_reg_update(s->reg, sb, pol, &f))
+	if (egr_reg_update(s->reg, sb, pol, &closed, &f))
 		return fail_reply(&f);
-	return sandbox_reply(sb);
+	reply = sandbox_reply(sb);
+	if (reply)
+		json_object_set_new(reply, "connections_closed", json_integer(closed));
+	return reply;
 }
 
 static json_t *do_detach(struct egr_server *s, const json_t *req)
@@ -279,18 +312,20 @@ void egr_server_handle(struct egr_server *s, int cfd)
 
 	setsockopt(cfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(cfd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (!peer_allowed(cfd, s->group, &cred)) {
-		log_warn("control: refused peer pid %d uid %u gid %u", cred.pid, cred.uid, cred.gid);
-		reply = error_reply("forbidden", NULL, "peer is neither root nor in the control group");
-		goto send;
-	}
+	/* Read the request even from a peer about to be refused: closing a
+	 * unix socket with unread data resets it, and the refusal is lost. */
 	err = egr_proto_read(cfd, EGR_PROTO_MAX_REQUEST, &req, msg, sizeof(msg));
-	if (err == -E2BIG) {
+	if (!peer_allowed(s, cfd, &cred)) {
+		log_warn("control: refused peer pid %d uid %u gid %u", cred.pid, cred.uid, cred.gid);
+		reply = error_reply("forbidden", NULL,
+				    "peer is sandboxed, or neither root nor in the control group");
+	} else if (err == -E2BIG) {
 		reply = error_reply("too_large", NULL, "request exceeds 64 MiB");
 	} else if (err == -EBADMSG) {
 		reply = error_reply("bad_request", NULL, msg);
 	} else if (err) {
 		log_warn("control: read request from pid %d: %s", cred.pid, strerror(-err));
+		json_decref(req);
 		return;
 	} else {
 		reply = dispatch(s, req);
@@ -298,7 +333,6 @@ void egr_server_handle(struct egr_server *s, int cfd)
 			  json_string_value(json_object_get(req, "op")) ?: "?",
 			  json_is_true(json_object_get(reply, "ok")) ? "ok" : "error");
 	}
-send:
 	if (!reply)
 		reply = error_reply("internal", NULL, "out of memory");
 	if (reply && (err = egr_proto_write(cfd, reply)))

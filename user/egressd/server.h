@@ -13,6 +13,7 @@ struct egr_server {
 	struct egr_registry *reg;
 	const struct egr_features *features;
 	gid_t group; /* (gid_t)-1: root only */
+	char cgroup_root[4096]; /* cgroup2 mount, to resolve peers' cgroups */
 };
 
 /* Create the socket (mode 0660, group `group`) and its directory. */

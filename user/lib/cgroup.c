@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <mntent.h>
@@ -68,5 +69,54 @@ int egr_cgroup_id(const char *path, uint64_t *id)
 	if (h.fh.handle_bytes != sizeof(h.cgid))
 		return -EINVAL;
 	memcpy(id, h.fh.f_handle, sizeof(*id));
+	return 0;
+}
+
+struct subtree {
+	uint64_t *ids;
+	size_t n, cap;
+	int err;
+};
+
+/* nftw has no context argument; egressd is single-threaded. */
+static struct subtree *walk_ctx;
+
+static int walk_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	struct subtree *s = walk_ctx;
+	uint64_t id;
+
+	if (type != FTW_D)
+		return 0;
+	if (egr_cgroup_id(path, &id) < 0)
+		return 0; /* removed while we walked */
+	if (s->n == s->cap) {
+		uint64_t *n = realloc(s->ids, (s->cap ? s->cap * 2 : 16) * sizeof(*n));
+
+		if (!n) {
+			s->err = -ENOMEM;
+			return 1;
+		}
+		s->ids = n;
+		s->cap = s->cap ? s->cap * 2 : 16;
+	}
+	s->ids[s->n++] = id;
+	return 0;
+}
+
+int egr_cgroup_subtree_ids(const char *path, uint64_t **ids, size_t *n)
+{
+	struct subtree s = { 0 };
+
+	walk_ctx = &s;
+	if (nftw(path, walk_one, 16, FTW_PHYS | FTW_MOUNT) < 0 && !s.err)
+		s.err = -errno;
+	walk_ctx = NULL;
+	if (s.err) {
+		free(s.ids);
+		return s.err;
+	}
+	*ids = s.ids;
+	*n = s.n;
 	return 0;
 }

@@ -18,4 +18,8 @@ int egr_cgroup_check(const char *path);
  * bpf_get_current_cgroup_id() (the kernfs inode number). 0 or -errno. */
 int egr_cgroup_id(const char *path, uint64_t *id);
 
+/* Ids of path and every cgroup below it (a sandbox may create children).
+ * Caller frees *ids. 0 or -errno. */
+int egr_cgroup_subtree_ids(const char *path, uint64_t **ids, size_t *n);
+
 #endif /* EGR_CGROUP_H */

@@ -12,6 +12,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -450,4 +451,46 @@ void egr_c6_key(const struct egr_c6 *e, uint32_t policy_id, struct egr_lpm6_key 
 	k->prefixlen = EGR_LPM_POLICY_BITS + e->prefixlen;
 	k->policy_id = policy_id;
 	memcpy(k->addr, e->addr, sizeof(k->addr));
+}
+
+/* Longest-prefix match over one family's sorted (prefixlen, addr) output,
+ * the way the kernel's LPM trie answers: try each length, longest first. */
+static const struct egr_rule *lookup(const void *base, size_t n, size_t stride, size_t addr_off,
+				     size_t plen_off, size_t rule_off, unsigned int alen,
+				     const uint8_t *addr)
+{
+	for (int plen = (int)alen * 8; plen >= 0; plen--) {
+		uint8_t want[16] = { 0 };
+		size_t lo = 0, hi = n;
+
+		memcpy(want, addr, (size_t)plen / 8);
+		if (plen % 8)
+			want[plen / 8] = addr[plen / 8] & (uint8_t)(0xff << (8 - plen % 8));
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+			const uint8_t *e = (const uint8_t *)base + mid * stride;
+			int c = (int)e[plen_off] - plen;
+
+			if (!c)
+				c = memcmp(e + addr_off, want, alen);
+			if (!c)
+				return (const struct egr_rule *)(e + rule_off);
+			if (c < 0)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+	}
+	return NULL;
+}
+
+const struct egr_rule *egr_compiled_lookup(const struct egr_compiled *c, int v6,
+					   const uint8_t *addr)
+{
+	if (v6)
+		return lookup(c->v6, c->n6, sizeof(*c->v6), offsetof(struct egr_c6, addr),
+			      offsetof(struct egr_c6, prefixlen), offsetof(struct egr_c6, rule), 16,
+			      addr);
+	return lookup(c->v4, c->n4, sizeof(*c->v4), offsetof(struct egr_c4, addr),
+		      offsetof(struct egr_c4, prefixlen), offsetof(struct egr_c4, rule), 4, addr);
 }

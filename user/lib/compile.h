@@ -42,6 +42,11 @@ int egr_policy_compile(const struct egr_policy *p, struct egr_compiled *out,
 		       struct egr_error *err);
 void egr_compiled_free(struct egr_compiled *c);
 
+/* The rule the kernel would find for addr (network order; 4 bytes, or 16
+ * when v6): longest-prefix match over the compiled output. NULL if none. */
+const struct egr_rule *egr_compiled_lookup(const struct egr_compiled *c, int v6,
+					   const uint8_t *addr);
+
 /* Fill LPM keys for policy_id. */
 void egr_c4_key(const struct egr_c4 *e, uint32_t policy_id, struct egr_lpm4_key *k);
 void egr_c6_key(const struct egr_c6 *e, uint32_t policy_id, struct egr_lpm6_key *k);

@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * Tearing down established connections a narrowed policy no longer allows.
+ * The hooks judge a destination once, at connect(); a policy update must
+ * therefore also end what is already open. sock_diag dumps the TCP and UDP
+ * sockets of both families with their cgroup ids; the ones in the
+ * sandbox's cgroups whose peer the new policy refuses get SOCK_DESTROY
+ * (CONFIG_INET_DIAG_DESTROY), which the owner sees as ECONNABORTED.
+ */
+#include <errno.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "sockdiag.h"
+
+#define TCP_LISTEN_STATE 10
+#define ALL_STATES 0xffffffffu
+
+struct victim {
+	uint8_t family, protocol;
+	struct inet_diag_sockid id;
+};
+
+struct listener {
+	uint8_t family;
+	uint16_t port; /* network order */
+};
+
+struct scan {
+	const uint64_t *cgids;
+	size_t ncg;
+	struct listener *l;
+	size_t nl, capl;
+	struct victim *cand; /* established sockets, judged after the dump */
+	size_t nc, capc;
+};
+
+static bool in_set(const uint64_t *ids, size_t n, uint64_t id)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+static int grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+	void *na;
+
+	if (n < *cap)
+		return 0;
+	na = realloc(*arr, (*cap ? *cap * 2 : 64) * elem);
+	if (!na)
+		return -ENOMEM;
+	*arr = na;
+	*cap = *cap ? *cap * 2 : 64;
+	return 0;
+}
+
+static int nl_send(int fd, uint16_t type, uint16_t flags, const struct inet_diag_req_v2 *req)
+{
+	struct {
+		struct nlmsghdr nlh;
+		struct inet_diag_req_v2 req;
+	} msg = {
+		.nlh = { .nlmsg_len = sizeof(msg), .nlmsg_type = type, .nlmsg_flags = flags },
+		.req = *req,
+	};
+	struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
+
+	if (sendto(fd, &msg, sizeof(msg), 0, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return -errno;
+	return 0;
+}
+
+static uint64_t msg_cgroup_id(const struct nlmsghdr *h, const struct inet_diag_msg *m)
+{
+	int len = (int)h->nlmsg_len - NLMSG_LENGTH(sizeof(*m));
+	struct rtattr *a = (struct rtattr *)(m + 1);
+
+	for (; RTA_OK(a, len); a = RTA_NEXT(a, len))
+		if (a->rta_type == INET_DIAG_CGROUP_ID && RTA_PAYLOAD(a) >= (int)sizeof(uint64_t)) {
+			uint64_t id;
+
+			memcpy(&id, RTA_DATA(a), sizeof(id));
+			return id;
+		}
+	return 0;
+}
+
+/* One dump of (family, protocol): listeners and connected sockets of the
+ * sandbox's cgroups. */
+static int dump(struct scan *s, uint8_t family, uint8_t protocol)
+{
+	struct inet_diag_req_v2 req = {
+		.sdiag_family = family,
+		.sdiag_protocol = protocol,
+		.idiag_states = ALL_STATES,
+	};
+	char buf[32768];
+	int fd, err;
+	bool done = false;
+
+	fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (fd < 0)
+		return -errno;
+	err = nl_send(fd, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, &req);
+	while (!err && !done) {
+		ssize_t n = recv(fd, buf, sizeof(buf), 0);
+		struct nlmsghdr *h;
+
+		if (n < 0) {
+			err = errno == EINTR ? 0 : -errno;
+			continue;
+		}
+		for (h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+			struct inet_diag_msg *m = NLMSG_DATA(h);
+
+			if (h->nlmsg_type == NLMSG_DONE) {
+				done = true;
+				break;
+			}
+			if (h->nlmsg_type == NLMSG_ERROR) {
+				struct nlmsgerr *e = NLMSG_DATA(h);
+
+				err = e->error ? e->error : -EIO;
+				break;
+			}
+			if (h->nlmsg_len < NLMSG_LENGTH(sizeof(*m)))
+				continue;
+			if (!in_set(s->cgids, s->ncg, msg_cgroup_id(h, m)))
+				continue;
+			if (protocol == IPPROTO_TCP && m->idiag_state == TCP_LISTEN_STATE) {
+				if ((err = grow((void **)&s->l, &s->capl, s->nl, sizeof(*s->l))))
+					break;
+				s->l[s->nl++] = (struct listener){ family, m->id.idiag_sport };
+				continue;
+			}
+			if (!m->id.idiag_dport)
+				continue; /* not connected: sendmsg judges each datagram */
+			if ((err = grow((void **)&s->cand, &s->capc, s->nc, sizeof(*s->cand))))
+				break;
+			s->cand[s->nc++] = (struct victim){ family, protocol, m->id };
+		}
+	}
+	close(fd);
+	return err;
+}
+
+static bool accepted(const struct scan *s, const struct victim *v)
+{
+	if (v->protocol != IPPROTO_TCP)
+		return false;
+	for (size_t i = 0; i < s->nl; i++)
+		if (s->l[i].family == v->family && s->l[i].port == v->id.idiag_sport)
+			return true;
+	return false;
+}
+
+static int destroy(int fd, const struct victim *v)
+{
+	struct inet_diag_req_v2 req = {
+		.sdiag_family = v->family,
+		.sdiag_protocol = v->protocol,
+		.idiag_states = ALL_STATES,
+		.id = v->id,
+	};
+	char buf[4096];
+	ssize_t n;
+	int err;
+
+	err = nl_send(fd, SOCK_DESTROY, NLM_F_REQUEST | NLM_F_ACK, &req);
+	if (err)
+		return err;
+	n = recv(fd, buf, sizeof(buf), 0);
+	if (n < 0)
+		return -errno;
+	if ((size_t)n >= NLMSG_LENGTH(sizeof(struct nlmsgerr))) {
+		struct nlmsghdr *h = (struct nlmsghdr *)buf;
+
+		if (h->nlmsg_type == NLMSG_ERROR)
+			return ((struct nlmsgerr *)NLMSG_DATA(h))->error;
+	}
+	return 0;
+}
+
+int egr_sockdiag_destroy_refused(const uint64_t *cgids, size_t ncg, egr_sock_judge_fn judge,
+				 void *ctx, unsigned int *destroyed)
+{
+	static const uint8_t families[] = { AF_INET, AF_INET6 };
+	static const uint8_t protocols[] = { IPPROTO_TCP, IPPROTO_UDP };
+	struct scan s = { .cgids = cgids, .ncg = ncg };
+	int fd = -1, err = 0;
+
+	*destroyed = 0;
+	for (size_t f = 0; f < 2 && !err; f++)
+		for (size_t p = 0; p < 2 && !err; p++)
+			err = dump(&s, families[f], protocols[p]);
+	if (err) {
+		log_error("sock_diag dump: %s", strerror(-err));
+		goto out;
+	}
+	fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (fd < 0) {
+		err = -errno;
+		goto out;
+	}
+	for (size_t i = 0; i < s.nc; i++) {
+		const struct victim *v = &s.cand[i];
+		const uint8_t *dst = (const uint8_t *)v->id.idiag_dst;
+		int rc;
+
+		/* Accepted inbound connections were never judged by connect;
+		 * inbound policy, not the allowlist, governs them. */
+		if (accepted(&s, v))
+			continue;
+		if (judge(ctx, v->family, dst, ntohs(v->id.idiag_dport), v->protocol))
+			continue;
+		rc = destroy(fd, v);
+		if (rc && rc != -ENOENT) {
+			log_warn("SOCK_DESTROY (protocol %u port %u): %s", v->protocol,
+				 ntohs(v->id.idiag_dport), strerror(-rc));
+			err = rc;
+			continue;
+		}
+		(*destroyed)++;
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+	free(s.cand);
+	free(s.l);
+	return err;
+}

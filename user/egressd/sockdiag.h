@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+#ifndef EGR_SOCKDIAG_H
+#define EGR_SOCKDIAG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* May a socket of this family keep talking to daddr:dport (network-order
+ * address, host-order port) over protocol? */
+typedef bool (*egr_sock_judge_fn)(void *ctx, int family, const uint8_t *daddr, uint16_t dport,
+				  int protocol);
+
+/* Destroy every connected TCP and UDP socket (IPv4 and IPv6) whose cgroup
+ * id is in cgids and whose peer judge() refuses. Accepted inbound TCP
+ * connections (local port of a listener in the same cgroups) are left to
+ * the inbound policy. 0 or -errno (the first failure; the others are
+ * still tried); *destroyed counts the sockets ended. */
+int egr_sockdiag_destroy_refused(const uint64_t *cgids, size_t ncg, egr_sock_judge_fn judge,
+				 void *ctx, unsigned int *destroyed);
+
+#endif /* EGR_SOCKDIAG_H */

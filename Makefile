@@ -25,7 +25,7 @@ WARN     := -Wall -Wextra -Werror -Wundef -Wno-unused-parameter -Wno-format-trun
 CFLAGS   := -std=gnu11 -g -O2 $(WARN) $(SANFLAGS) -Iinclude -Iuser/lib -I$(OUT) \
 	    -DEGRESSD_VERSION='"$(VERSION)"' -D_GNU_SOURCE
 LDFLAGS  := $(SANFLAGS)
-LIBS     := -lbpf -lelf -lz -ljansson -lcrypto
+LIBS     := -lbpf -lelf -lz -ljansson -lcrypto -lseccomp
 
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror -Wundef \
 	      -Iinclude -Ivmlinux -I$(OUT)
@@ -90,11 +90,11 @@ $(OUT)/libegr.a: $(LIB_OBJS)
 
 $(OUT)/egressd: $(D_OBJS) $(OUT)/libegr.a
 	$(call msg,LD,$@)
-	$(Q)$(CC) $(LDFLAGS) $^ $(LIBS) -lseccomp -o $@
+	$(Q)$(CC) $(LDFLAGS) $^ $(LIBS) -o $@
 
 $(OUT)/egressctl: $(CTL_OBJS) $(OUT)/libegr.a
 	$(call msg,LD,$@)
-	$(Q)$(CC) $(LDFLAGS) $^ $(LIBS) -lseccomp -o $@
+	$(Q)$(CC) $(LDFLAGS) $^ $(LIBS) -o $@
 
 $(OUT)/tests/test_%: tests/unit/test_%.c $(OUT)/libegr.a $(wildcard include/*.h) $(wildcard user/lib/*.h) \
 		     $(wildcard user/egressd/*.[ch])

@@ -46,6 +46,15 @@ int egr_confine_family(const char *name)
 	return -EINVAL;
 }
 
+/* arg0 `op` value, spelled out: libseccomp's SCMP_A0() leaves datum_b to
+ * the compiler, which clang's -Wmissing-field-initializers rejects. */
+static struct scmp_arg_cmp cmp_arg0(enum scmp_compare op, scmp_datum_t value)
+{
+	struct scmp_arg_cmp c = { .arg = 0, .op = op, .datum_a = value, .datum_b = 0 };
+
+	return c;
+}
+
 static bool family_allowed(const struct egr_confine *c, int af)
 {
 	if (af == AF_UNIX || af == AF_INET || af == AF_INET6)
@@ -67,15 +76,15 @@ int egr_confine_seccomp(const struct egr_confine *c)
 		if (family_allowed(c, af))
 			continue;
 		err = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
-					     SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)af));
+					     cmp_arg0(SCMP_CMP_EQ, (scmp_datum_t)af));
 		if (!err && af != AF_UNIX)
 			err = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM),
 						     SCMP_SYS(socketpair), 1,
-						     SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)af));
+						     cmp_arg0(SCMP_CMP_EQ, (scmp_datum_t)af));
 	}
 	if (!err)
 		err = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
-					     SCMP_A0(SCMP_CMP_GE, CONFINE_AF_LIMIT));
+					     cmp_arg0(SCMP_CMP_GE, CONFINE_AF_LIMIT));
 	/* io_uring ops run in kernel context that seccomp never sees
 	 * (IORING_OP_SOCKET made a raw socket in the bypass matrix). */
 	for (size_t i = 0; i < sizeof(io_uring_calls) / sizeof(io_uring_calls[0]) && !err; i++) {

@@ -63,15 +63,31 @@ static void state_path(const struct egr_registry *r, uint32_t id, char *buf, siz
  * file or the new one, never half of either. */
 static int write_file_atomic(const char *path, const json_t *obj)
 {
-	char tmp[PATH_MAX], dir[PATH_MAX], *slash;
+	char tmp[PATH_MAX], dir[PATH_MAX], *slash, *text;
+	size_t len, off = 0;
 	int fd, err = 0;
 
+	/* One buffer, written whole: json_dumpfd() writes token by token. */
+	text = json_dumps(obj, JSON_COMPACT);
+	if (!text)
+		return -ENOMEM;
+	len = strlen(text);
+	text[len++] = '\n'; /* overwrites the NUL */
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0)
+	if (fd < 0) {
+		free(text);
 		return -errno;
-	if (json_dumpfd(obj, fd, JSON_COMPACT) < 0 || write(fd, "\n", 1) != 1)
-		err = errno ? -errno : -EIO;
+	}
+	while (!err && off < len) {
+		ssize_t n = write(fd, text + off, len - off);
+
+		if (n < 0 && errno != EINTR)
+			err = -errno;
+		else if (n > 0)
+			off += (size_t)n;
+	}
+	free(text);
 	if (!err && fsync(fd) < 0)
 		err = -errno;
 	close(fd);

@@ -4,7 +4,7 @@
  * sandbox cgroup through BPF links; each attachment learns which sandbox it
  * serves from cgroup storage (keyed by the cgroup it is attached to), never
  * from the current task: sock_addr hooks also run from kernel workers (MPTCP
- * subflows) and for sockets in descendant cgroups the sandbox created.
+ * subflows) and cgroup_skb hooks in softirq context.
  *
  * Every path that cannot prove an allow denies: no storage value, no sandbox
  * entry, no matching prefix, an expired prefix.
@@ -22,6 +22,14 @@
  * until used. */
 #define EGR_MAX_RULES (1u << 22)
 #define EGR_MAX_SANDBOXES 65536
+
+#define ETH_P_IP   0x0800
+#define ETH_P_IPV6 0x86DD
+#define TCP_LISTEN 10
+
+/* Sampled allow events: at most this many per second and CPU (burst the
+ * same). Set by egressd between open and load. */
+const volatile __u64 egr_allow_events_per_s = 20;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_CGROUP_STORAGE);
@@ -67,6 +75,51 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_counters SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, EGR_MAX_SANDBOXES);
+	__type(key, __u32);
+	__type(value, struct egr_meter);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_meter_sb SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, EGR_MAX_SANDBOXES);
+	__type(key, __u32);
+	__type(value, struct egr_meter);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_meter_tenant SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EGR_MAX_SANDBOXES);
+	__type(key, __u32);
+	__type(value, struct egr_quota);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_quota_sb SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EGR_MAX_SANDBOXES);
+	__type(key, __u32);
+	__type(value, struct egr_quota);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_quota_tenant SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 22);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct egr_bucket);
+} egr_allow_bucket SEC(".maps");
+
 static __always_inline void egr_count(enum egr_counter c)
 {
 	__u32 key = c;
@@ -79,7 +132,7 @@ static __always_inline void egr_count(enum egr_counter c)
 /* The sandbox of the cgroup this program instance is attached to. NULL when
  * egressd has not written the storage yet or the sandbox entry is gone: the
  * caller denies. */
-static __always_inline const struct egr_sandbox *egr_current_sandbox(void)
+static __always_inline const struct egr_sandbox *egr_current_sandbox(__u32 *sandbox_id)
 {
 	struct egr_cg_ref *ref = bpf_get_local_storage(&egr_cg_storage, 0);
 	__u32 id;
@@ -89,7 +142,106 @@ static __always_inline const struct egr_sandbox *egr_current_sandbox(void)
 	id = ref->sandbox_id;
 	if (id == EGR_ID_NONE)
 		return NULL;
+	*sandbox_id = id;
 	return bpf_map_lookup_elem(&egr_sandboxes, &id);
+}
+
+/* The meter of a sandbox or tenant, created on first use. */
+static __always_inline struct egr_meter *egr_meter(void *map, __u32 id)
+{
+	static const struct egr_meter zero;
+	struct egr_meter *m = bpf_map_lookup_elem(map, &id);
+
+	if (m)
+		return m;
+	/* EEXIST from a racing CPU is fine: look it up again. */
+	bpf_map_update_elem(map, &id, &zero, BPF_NOEXIST);
+	m = bpf_map_lookup_elem(map, &id);
+	if (!m)
+		egr_count(EGR_CNT_METER_FULL);
+	return m;
+}
+
+/* Offsets of the struct egr_meter fields a verdict counts in. */
+#define METER_FIELD(f) (__builtin_offsetof(struct egr_meter, f) / sizeof(__u64))
+
+static __always_inline void egr_meter_add(__u32 sandbox_id, __u32 tenant_id, __u32 field, __u64 n)
+{
+	struct egr_meter *m;
+
+	m = egr_meter(&egr_meter_sb, sandbox_id);
+	if (m && field < sizeof(*m) / sizeof(__u64))
+		((__u64 *)m)[field] += n;
+	m = egr_meter(&egr_meter_tenant, tenant_id);
+	if (m && field < sizeof(*m) / sizeof(__u64))
+		((__u64 *)m)[field] += n;
+}
+
+/* Bytes and packets of one packet, in one lookup per meter. */
+static __always_inline void egr_meter_pkt(__u32 sandbox_id, __u32 tenant_id, int out, __u64 len)
+{
+	struct egr_meter *m;
+
+	m = egr_meter(&egr_meter_sb, sandbox_id);
+	if (m) {
+		if (out) {
+			m->bytes_out += len;
+			m->pkts_out++;
+		} else {
+			m->bytes_in += len;
+			m->pkts_in++;
+		}
+	}
+	m = egr_meter(&egr_meter_tenant, tenant_id);
+	if (m) {
+		if (out) {
+			m->bytes_out += len;
+			m->pkts_out++;
+		} else {
+			m->bytes_in += len;
+			m->pkts_in++;
+		}
+	}
+}
+
+/* One event into the ring buffer; a full ring is counted, never silent. */
+static __always_inline struct egr_event *egr_event_new(__u32 type, __u32 sandbox_id,
+						       const struct egr_sandbox *sb, int task)
+{
+	struct egr_event *e = bpf_ringbuf_reserve(&egr_events, sizeof(*e), 0);
+
+	if (!e) {
+		egr_count(EGR_CNT_EVENTS_LOST);
+		return NULL;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts_ns = bpf_ktime_get_boot_ns();
+	e->version = EGR_EVENT_VERSION;
+	e->type = type;
+	e->sandbox_id = sandbox_id;
+	if (sb) {
+		e->tenant_id = sb->tenant_id;
+		e->policy_id = sb->policy_id;
+	}
+	if (task) {
+		e->pid = bpf_get_current_pid_tgid() >> 32;
+		e->cgroup_id = bpf_get_current_cgroup_id();
+		bpf_get_current_comm(e->comm, sizeof(e->comm));
+	}
+	return e;
+}
+
+/* Every deny is reported; allows only within the per-CPU sample budget. */
+static __always_inline int egr_should_report(int verdict)
+{
+	__u32 zero = 0;
+	struct egr_bucket *b;
+
+	if (verdict != EGR_ALLOW)
+		return 1;
+	b = bpf_map_lookup_elem(&egr_allow_bucket, &zero);
+	return b && egr_bucket_take(b, bpf_ktime_get_boot_ns(), egr_allow_events_per_s,
+				    egr_allow_events_per_s);
 }
 
 static __always_inline int egr_judge_rule(const struct egr_rule *rule, __u16 port, __u32 protocol)
@@ -130,37 +282,65 @@ static __always_inline int egr_decide6(const struct egr_sandbox *sb, const __u32
 	return egr_judge_rule(bpf_map_lookup_elem(&egr_allow6, &key), port, protocol);
 }
 
-static __always_inline int egr_sock_addr4(struct bpf_sock_addr *ctx)
-{
-	const struct egr_sandbox *sb = egr_current_sandbox();
+/* --- sock_addr: connect and unconnected sendmsg ---------------------------------- */
 
+enum egr_hook { EGR_HOOK_CONNECT, EGR_HOOK_SENDMSG };
+
+static __always_inline int egr_sock_addr(struct bpf_sock_addr *ctx, int v6, enum egr_hook hook)
+{
+	__u16 port = bpf_ntohs((__u16)ctx->user_port);
+	const struct egr_sandbox *sb;
+	__u32 sandbox_id = 0, daddr[4] = {};
+	struct egr_event *e;
+	int verdict;
+
+	if (v6) {
+		/* The context only allows 4-byte loads of user_ip6. */
+		daddr[0] = ctx->user_ip6[0];
+		daddr[1] = ctx->user_ip6[1];
+		daddr[2] = ctx->user_ip6[2];
+		daddr[3] = ctx->user_ip6[3];
+	} else {
+		daddr[0] = ctx->user_ip4;
+	}
+
+	sb = egr_current_sandbox(&sandbox_id);
 	if (!sb) {
 		egr_count(EGR_CNT_NO_SANDBOX);
-		return EGR_DENY;
+		verdict = EGR_DENY;
+	} else if (v6) {
+		verdict = egr_decide6(sb, daddr, port, ctx->protocol);
+	} else {
+		verdict = egr_decide4(sb, daddr[0], port, ctx->protocol);
 	}
-	return egr_decide4(sb, ctx->user_ip4, bpf_ntohs((__u16)ctx->user_port), ctx->protocol);
-}
 
-static __always_inline int egr_sock_addr6(struct bpf_sock_addr *ctx)
-{
-	const struct egr_sandbox *sb = egr_current_sandbox();
-	__u32 daddr[4];
-
-	if (!sb) {
-		egr_count(EGR_CNT_NO_SANDBOX);
-		return EGR_DENY;
+	if (hook == EGR_HOOK_CONNECT) {
+		egr_count(verdict == EGR_ALLOW ? EGR_CNT_CONNECT_ALLOW : EGR_CNT_CONNECT_DENY);
+		if (sb)
+			egr_meter_add(sandbox_id, sb->tenant_id,
+				      verdict == EGR_ALLOW ? METER_FIELD(conn_allowed)
+							   : METER_FIELD(conn_denied), 1);
+	} else {
+		egr_count(verdict == EGR_ALLOW ? EGR_CNT_SENDMSG_ALLOW : EGR_CNT_SENDMSG_DENY);
+		if (sb)
+			egr_meter_add(sandbox_id, sb->tenant_id,
+				      verdict == EGR_ALLOW ? METER_FIELD(dgram_allowed)
+							   : METER_FIELD(dgram_denied), 1);
 	}
-	/* The context only allows 4-byte loads of user_ip6. */
-	daddr[0] = ctx->user_ip6[0];
-	daddr[1] = ctx->user_ip6[1];
-	daddr[2] = ctx->user_ip6[2];
-	daddr[3] = ctx->user_ip6[3];
-	return egr_decide6(sb, daddr, bpf_ntohs((__u16)ctx->user_port), ctx->protocol);
-}
 
-static __always_inline int egr_counted(int verdict, enum egr_counter allow, enum egr_counter deny)
-{
-	egr_count(verdict == EGR_ALLOW ? allow : deny);
+	if (egr_should_report(verdict)) {
+		e = egr_event_new(hook == EGR_HOOK_CONNECT ? EGR_EV_CONNECT : EGR_EV_SENDMSG,
+				  sandbox_id, sb, 1);
+		if (e) {
+			e->verdict = verdict;
+			e->family = v6 ? EGR_AF_INET6 : EGR_AF_INET;
+			e->protocol = ctx->protocol;
+			e->sock_type = ctx->type;
+			e->port = port;
+			__builtin_memcpy(e->addr, daddr, v6 ? 16 : 4);
+			bpf_ringbuf_submit(e, 0);
+		}
+	}
 	return verdict;
 }
 
@@ -169,13 +349,13 @@ static __always_inline int egr_counted(int verdict, enum egr_counter allow, enum
 SEC("cgroup/connect4")
 int egr_connect4(struct bpf_sock_addr *ctx)
 {
-	return egr_counted(egr_sock_addr4(ctx), EGR_CNT_CONNECT_ALLOW, EGR_CNT_CONNECT_DENY);
+	return egr_sock_addr(ctx, 0, EGR_HOOK_CONNECT);
 }
 
 SEC("cgroup/connect6")
 int egr_connect6(struct bpf_sock_addr *ctx)
 {
-	return egr_counted(egr_sock_addr6(ctx), EGR_CNT_CONNECT_ALLOW, EGR_CNT_CONNECT_DENY);
+	return egr_sock_addr(ctx, 1, EGR_HOOK_CONNECT);
 }
 
 /* Unconnected UDP: every sendto/sendmsg/sendmmsg datagram. A v6 socket
@@ -183,13 +363,36 @@ int egr_connect6(struct bpf_sock_addr *ctx)
 SEC("cgroup/sendmsg4")
 int egr_sendmsg4(struct bpf_sock_addr *ctx)
 {
-	return egr_counted(egr_sock_addr4(ctx), EGR_CNT_SENDMSG_ALLOW, EGR_CNT_SENDMSG_DENY);
+	return egr_sock_addr(ctx, 0, EGR_HOOK_SENDMSG);
 }
 
 SEC("cgroup/sendmsg6")
 int egr_sendmsg6(struct bpf_sock_addr *ctx)
 {
-	return egr_counted(egr_sock_addr6(ctx), EGR_CNT_SENDMSG_ALLOW, EGR_CNT_SENDMSG_DENY);
+	return egr_sock_addr(ctx, 1, EGR_HOOK_SENDMSG);
+}
+
+/* --- sock_create and setsockopt ------------------------------------------------ */
+
+static __always_inline void egr_report_refusal(__u32 type, __u32 sandbox_id,
+					       const struct egr_sandbox *sb, __u32 family,
+					       __u32 sock_type, __u32 protocol, int level,
+					       int optname)
+{
+	struct egr_event *e;
+
+	if (sb)
+		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(sock_denied), 1);
+	e = egr_event_new(type, sandbox_id, sb, 1);
+	if (!e)
+		return;
+	e->verdict = EGR_DENY;
+	e->family = family;
+	e->sock_type = sock_type;
+	e->protocol = protocol;
+	e->level = level;
+	e->optname = optname;
+	bpf_ringbuf_submit(e, 0);
 }
 
 /* Inet sockets the sock_addr hooks do not (fully) see: raw, UDP-Lite, SCTP,
@@ -197,14 +400,299 @@ int egr_sendmsg6(struct bpf_sock_addr *ctx)
 SEC("cgroup/sock_create")
 int egr_sock_create(struct bpf_sock *sk)
 {
-	const struct egr_sandbox *sb = egr_current_sandbox();
+	__u32 sandbox_id = 0, family = sk->family, type = sk->type, proto = sk->protocol;
+	const struct egr_sandbox *sb = egr_current_sandbox(&sandbox_id);
+	int verdict;
 
+	if (!sb) {
+		egr_count(EGR_CNT_NO_SANDBOX);
+		verdict = EGR_DENY;
+	} else {
+		verdict = egr_sock_create_allows(sb->flags, family, type, proto);
+	}
+	egr_count(verdict == EGR_ALLOW ? EGR_CNT_SOCK_CREATE_ALLOW : EGR_CNT_SOCK_CREATE_DENY);
+	if (verdict != EGR_ALLOW)
+		egr_report_refusal(EGR_EV_SOCK_CREATE, sandbox_id, sb, family, type, proto, 0, 0);
+	return verdict;
+}
+
+/* Source routing makes the packet go to a first hop the connect/sendmsg
+ * hooks never judged (they see the final destination). Refuse the options
+ * that set it; cmsg-borne routing headers are caught by the skb backstop. */
+SEC("cgroup/setsockopt")
+int egr_setsockopt(struct bpf_sockopt *ctx)
+{
+	int level = ctx->level, optname = ctx->optname;
+	__u32 sandbox_id = 0;
+	const struct egr_sandbox *sb = egr_current_sandbox(&sandbox_id);
+
+	/* Leave optval and optlen alone: the kernel then uses the caller's
+	 * buffer as is, whatever its size. */
+	if (egr_setsockopt_allows(level, optname) == EGR_ALLOW)
+		return 1;
+	egr_count(EGR_CNT_SETSOCKOPT_DENY);
+	egr_report_refusal(EGR_EV_SETSOCKOPT, sandbox_id, sb, 0, 0, 0, level, optname);
+	return 0;
+}
+
+/* --- cgroup_skb: metering, quotas, inbound deny, the backstop -------------------- */
+
+struct egr_l3 {
+	__u32 daddr[4];
+	__u32 saddr[4];
+	__u32 family;
+	__u32 protocol;
+	__u16 dport;
+	__u16 sport;
+	int has_ports;
+};
+
+/* The real L3 destination and, when the first fragment carries it, the
+ * transport ports. IPv6 extension headers are walked a bounded number of
+ * times; a chain longer than that is not parsed and judged without ports. */
+static __always_inline int egr_parse_l3(struct __sk_buff *skb, struct egr_l3 *l3)
+{
+	__u32 off;
+	__u8 nexthdr;
+
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		struct iphdr ip;
+
+		if (bpf_skb_load_bytes(skb, 0, &ip, sizeof(ip)))
+			return -1;
+		l3->family = EGR_AF_INET;
+		l3->daddr[0] = ip.daddr;
+		l3->saddr[0] = ip.saddr;
+		l3->protocol = ip.protocol;
+		/* Later fragments carry no ports. */
+		if (ip.frag_off & bpf_htons(0x1fff))
+			return 0;
+		off = ip.ihl * 4;
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr ip6;
+
+		if (bpf_skb_load_bytes(skb, 0, &ip6, sizeof(ip6)))
+			return -1;
+		l3->family = EGR_AF_INET6;
+		__builtin_memcpy(l3->daddr, &ip6.daddr, 16);
+		__builtin_memcpy(l3->saddr, &ip6.saddr, 16);
+		nexthdr = ip6.nexthdr;
+		off = sizeof(ip6);
+#pragma unroll
+		for (int i = 0; i < 6; i++) {
+			struct ipv6_opt_hdr oh;
+
+			if (nexthdr != 0 && nexthdr != 43 && nexthdr != 60 && nexthdr != 44)
+				break;
+			if (bpf_skb_load_bytes(skb, off, &oh, sizeof(oh)))
+				return 0;
+			if (nexthdr == 44) {
+				__be16 frag_off;
+
+				if (bpf_skb_load_bytes(skb, off + 2, &frag_off, sizeof(frag_off)))
+					return 0;
+				nexthdr = oh.nexthdr;
+				off += 8;
+				if (frag_off & bpf_htons(0xfff8))
+					return 0;
+				continue;
+			}
+			nexthdr = oh.nexthdr;
+			off += (oh.hdrlen + 1) * 8;
+		}
+		l3->protocol = nexthdr;
+	} else {
+		return -1;
+	}
+	if (l3->protocol == EGR_IPPROTO_TCP || l3->protocol == EGR_IPPROTO_UDP ||
+	    l3->protocol == EGR_IPPROTO_UDPLITE) {
+		__be16 ports[2];
+
+		if (bpf_skb_load_bytes(skb, off, ports, sizeof(ports)))
+			return 0;
+		l3->sport = bpf_ntohs(ports[0]);
+		l3->dport = bpf_ntohs(ports[1]);
+		l3->has_ports = 1;
+	}
+	return 0;
+}
+
+static __always_inline int egr_addr_eq(const __u32 a[4], const __u32 b[4], int v6)
+{
+	if (!v6)
+		return a[0] == b[0];
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
+}
+
+/*
+ * The backstop: may this egress packet go where it really goes? A packet of
+ * a connected socket to the very address and port that connect() judged
+ * passes (this also keeps accepted inbound connections, when allowed,
+ * working). Anything else — unconnected datagrams, raw and ping sockets the
+ * policy allowed, a first hop set by a routing header or IP options — must
+ * be in the allowlist itself.
+ */
+static __always_inline int egr_backstop(struct __sk_buff *skb, const struct egr_sandbox *sb,
+					const struct egr_l3 *l3)
+{
+	struct bpf_sock *sk = skb->sk;
+	__u32 port = l3->has_ports ? l3->dport : 0;
+
+	if (sk) {
+		sk = bpf_sk_fullsock(sk);
+		if (sk) {
+			__u32 dst[4] = {}, fam = sk->family;
+			__u16 dport = bpf_ntohs(sk->dst_port);
+
+			if (fam == EGR_AF_INET) {
+				dst[0] = sk->dst_ip4;
+			} else {
+				dst[0] = sk->dst_ip6[0];
+				dst[1] = sk->dst_ip6[1];
+				dst[2] = sk->dst_ip6[2];
+				dst[3] = sk->dst_ip6[3];
+				/* A dual-stack socket connected to ::ffff:a.b.c.d
+				 * sends IPv4 packets. */
+				if (l3->family == EGR_AF_INET && egr_ip6_is_v4mapped(dst, &dst[0]))
+					fam = EGR_AF_INET;
+			}
+			if (dport && fam == l3->family &&
+			    egr_addr_eq(dst, l3->daddr, fam == EGR_AF_INET6) &&
+			    (!l3->has_ports || dport == l3->dport))
+				return EGR_ALLOW;
+		} else if (sb->flags & EGR_SB_INBOUND_ALLOW) {
+			/* Request and timewait sockets of accepted connections. */
+			return EGR_ALLOW;
+		}
+	}
+	if (l3->family == EGR_AF_INET)
+		return egr_decide4(sb, l3->daddr[0], port, l3->protocol);
+	return egr_decide6(sb, l3->daddr, port, l3->protocol);
+}
+
+static __always_inline int egr_charge_quota(void *map, __u32 id, __u64 len, __u64 now)
+{
+	struct egr_quota *q = bpf_map_lookup_elem(map, &id);
+	__u64 before;
+	int first_over, verdict;
+
+	if (!q || !q->limit_bytes)
+		return EGR_ALLOW;
+	if (q->window_ns && now - q->window_start_ns >= q->window_ns) {
+		/* Racy across CPUs by at most a few packets per window edge. */
+		q->window_start_ns = now;
+		q->bytes = 0;
+	}
+	before = __sync_fetch_and_add(&q->bytes, len);
+	verdict = egr_quota_verdict(q->limit_bytes, before, len, &first_over);
+	if (first_over)
+		__sync_fetch_and_add(&q->exceeded, 1);
+	return verdict == EGR_ALLOW ? EGR_ALLOW : (first_over ? -1 : EGR_DENY);
+}
+
+static __always_inline void egr_report_skb(__u32 type, __u32 sandbox_id,
+					   const struct egr_sandbox *sb, const struct egr_l3 *l3,
+					   int inbound)
+{
+	struct egr_event *e = egr_event_new(type, sandbox_id, sb, 0);
+
+	if (!e)
+		return;
+	e->verdict = EGR_DENY;
+	e->family = l3->family;
+	e->protocol = l3->protocol;
+	e->port = inbound ? l3->sport : l3->dport;
+	__builtin_memcpy(e->addr, inbound ? l3->saddr : l3->daddr, 16);
+	bpf_ringbuf_submit(e, 0);
+}
+
+SEC("cgroup_skb/egress")
+int egr_skb_egress(struct __sk_buff *skb)
+{
+	struct egr_l3 l3 = {};
+	const struct egr_sandbox *sb;
+	__u32 sandbox_id = 0, len = skb->len;
+	__u64 now;
+	int q;
+
+	sb = egr_current_sandbox(&sandbox_id);
 	if (!sb) {
 		egr_count(EGR_CNT_NO_SANDBOX);
 		return EGR_DENY;
 	}
-	return egr_counted(egr_sock_create_allows(sb->flags, sk->family, sk->type, sk->protocol),
-			   EGR_CNT_SOCK_CREATE_ALLOW, EGR_CNT_SOCK_CREATE_DENY);
+	if (egr_parse_l3(skb, &l3) < 0) {
+		/* Not IP: nothing egressd allows. */
+		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(backstop_drops), 1);
+		egr_count(EGR_CNT_BACKSTOP_DROP);
+		return EGR_DENY;
+	}
+	if (egr_backstop(skb, sb, &l3) != EGR_ALLOW) {
+		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(backstop_drops), 1);
+		egr_count(EGR_CNT_BACKSTOP_DROP);
+		egr_report_skb(EGR_EV_BACKSTOP, sandbox_id, sb, &l3, 0);
+		return EGR_DENY;
+	}
+
+	now = bpf_ktime_get_boot_ns();
+	q = egr_charge_quota(&egr_quota_sb, sandbox_id, len, now);
+	if (q == EGR_ALLOW)
+		q = egr_charge_quota(&egr_quota_tenant, sb->tenant_id, len, now);
+	if (q != EGR_ALLOW) {
+		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(quota_drops), 1);
+		egr_count(EGR_CNT_QUOTA_DROP);
+		if (q < 0)
+			egr_report_skb(EGR_EV_QUOTA, sandbox_id, sb, &l3, 0);
+		return EGR_DENY;
+	}
+	egr_meter_pkt(sandbox_id, sb->tenant_id, 1, len);
+	return EGR_ALLOW;
+}
+
+/*
+ * Inbound deny: a packet to a listening TCP socket is a connection attempt
+ * (SYN, or the ACK of a syncookie handshake): dropped. An unconnected UDP
+ * socket accepts datagrams only from what its allowlist lets it talk to;
+ * a connected one only ever gets its peer's. Replies on connections the
+ * sandbox opened pass.
+ */
+SEC("cgroup_skb/ingress")
+int egr_skb_ingress(struct __sk_buff *skb)
+{
+	struct egr_l3 l3 = {};
+	const struct egr_sandbox *sb;
+	struct bpf_sock *sk;
+	__u32 sandbox_id = 0, len = skb->len;
+	int verdict = EGR_ALLOW;
+
+	sb = egr_current_sandbox(&sandbox_id);
+	if (!sb) {
+		egr_count(EGR_CNT_NO_SANDBOX);
+		return EGR_DENY;
+	}
+	if (!(sb->flags & EGR_SB_INBOUND_ALLOW) && egr_parse_l3(skb, &l3) == 0) {
+		sk = skb->sk;
+		if (sk)
+			sk = bpf_sk_fullsock(sk);
+		if (sk && sk->protocol == EGR_IPPROTO_TCP && sk->state == TCP_LISTEN) {
+			verdict = EGR_DENY;
+		} else if (sk && sk->protocol == EGR_IPPROTO_UDP && !sk->dst_port) {
+			__u32 src[4];
+
+			__builtin_memcpy(src, l3.saddr, sizeof(src));
+			if (l3.family == EGR_AF_INET)
+				verdict = egr_decide4(sb, src[0], l3.sport, l3.protocol);
+			else
+				verdict = egr_decide6(sb, src, l3.sport, l3.protocol);
+		}
+	}
+	if (verdict != EGR_ALLOW) {
+		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(inbound_drops), 1);
+		egr_count(EGR_CNT_INBOUND_DROP);
+		egr_report_skb(EGR_EV_INBOUND, sandbox_id, sb, &l3, 1);
+		return EGR_DENY;
+	}
+	egr_meter_pkt(sandbox_id, sb->tenant_id, 0, len);
+	return EGR_ALLOW;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -154,4 +154,76 @@ static __always_inline int egr_sock_create_allows(__u32 sb_flags, __u32 family, 
 	}
 }
 
+/* Socket options that change where a packet really goes while the hooks
+ * judged its final destination: source routing. */
+#define EGR_SOL_IP              0
+#define EGR_SOL_IPV6            41
+#define EGR_IP_OPTIONS          4
+#define EGR_IPV6_2292RTHDR      5
+#define EGR_IPV6_2292PKTOPTIONS 6 /* sticky options, may carry a routing header */
+#define EGR_IPV6_NEXTHOP        9
+#define EGR_IPV6_RTHDR          57
+
+static __always_inline int egr_setsockopt_allows(int level, int optname)
+{
+	if (level == EGR_SOL_IP)
+		return optname == EGR_IP_OPTIONS ? EGR_DENY : EGR_ALLOW;
+	if (level == EGR_SOL_IPV6) {
+		switch (optname) {
+		case EGR_IPV6_RTHDR:
+		case EGR_IPV6_2292RTHDR:
+		case EGR_IPV6_2292PKTOPTIONS:
+		case EGR_IPV6_NEXTHOP:
+			return EGR_DENY;
+		}
+	}
+	return EGR_ALLOW;
+}
+
+/*
+ * Token bucket that bounds sampled allow events: rate_per_s tokens a second
+ * up to burst. Returns 1 (and takes a token) when an event may be sent.
+ * State is per CPU, so no atomics.
+ */
+struct egr_bucket {
+	__u64 last_ns;
+	__u64 tokens;
+};
+
+static __always_inline int egr_bucket_take(struct egr_bucket *b, __u64 now_ns, __u64 rate_per_s,
+					   __u64 burst)
+{
+	__u64 elapsed = now_ns - b->last_ns;
+
+	if (now_ns < b->last_ns)
+		elapsed = 0;
+	if (rate_per_s && elapsed >= 1000000000ull / rate_per_s) {
+		__u64 add = elapsed / (1000000000ull / rate_per_s);
+
+		b->tokens = b->tokens + add > burst ? burst : b->tokens + add;
+		b->last_ns = now_ns;
+	}
+	if (!b->tokens)
+		return 0;
+	b->tokens--;
+	return 1;
+}
+
+/*
+ * Egress quota: charge len bytes to q at now_ns. Returns EGR_DENY once the
+ * window's bytes are past the limit. *first_over is set for the packet that
+ * crossed it (one event and one alert per window). The caller does the
+ * atomic add; this decides on the value it got back.
+ */
+static __always_inline int egr_quota_verdict(__u64 limit, __u64 before, __u64 len, int *first_over)
+{
+	*first_over = 0;
+	if (!limit)
+		return EGR_ALLOW;
+	if (before + len <= limit)
+		return EGR_ALLOW;
+	*first_over = before <= limit;
+	return EGR_DENY;
+}
+
 #endif /* EGR_DECIDE_H */

@@ -27,6 +27,8 @@
 #define EGR_SB_ALLOW_UDPLITE 0x04 /* IPPROTO_UDPLITE */
 #define EGR_SB_ALLOW_SCTP    0x08 /* IPPROTO_SCTP */
 #define EGR_SB_ALLOW_MPTCP   0x10 /* IPPROTO_MPTCP */
+/* Other sandbox flags. */
+#define EGR_SB_INBOUND_ALLOW 0x100 /* network.inbound = "allow" */
 
 /* Policy id 0 and sandbox id 0 are never allocated: a zeroed cgroup storage
  * (a link attached before egressd wrote the sandbox id) therefore resolves to
@@ -68,10 +70,44 @@ struct egr_rule {
 /* Value of egr_sandboxes, keyed by sandbox id. Replacing this one entry is
  * how a policy change takes effect atomically. */
 struct egr_sandbox {
+	__u64 quota_bytes;     /* limits.egress_bytes per window; 0 = none */
+	__u64 quota_window_ns;
 	__u32 policy_id;
 	__u32 tenant_id;
 	__u32 flags; /* EGR_SB_* */
 	__u32 pad;
+};
+
+/* Egress quota accounting, one per sandbox and one per tenant (egr_quota_sb,
+ * egr_quota_tenant). Shared by all CPUs, updated with atomic adds. The
+ * window restarts lazily: the first packet after window_ns resets it. */
+struct egr_quota {
+	__u64 limit_bytes;     /* tenants: set by egressd; sandboxes: copied from egr_sandbox */
+	__u64 window_ns;
+	__u64 window_start_ns;
+	__u64 bytes;           /* bytes sent in the current window */
+	__u64 exceeded;        /* windows in which the limit was hit */
+};
+
+/*
+ * Meters per sandbox (egr_meter_sb) and per tenant (egr_meter_tenant),
+ * per CPU; egressd sums the CPUs. A byte is a byte of the IP packet as the
+ * cgroup_skb hook sees it: IP header + transport header + payload, no
+ * link-layer header (docs/metering.md).
+ */
+struct egr_meter {
+	__u64 bytes_out;
+	__u64 pkts_out;
+	__u64 bytes_in;
+	__u64 pkts_in;
+	__u64 conn_allowed;    /* connect(): TCP, connected UDP, TFO */
+	__u64 conn_denied;
+	__u64 dgram_allowed;   /* unconnected UDP datagrams */
+	__u64 dgram_denied;
+	__u64 sock_denied;     /* sock_create and setsockopt refusals */
+	__u64 backstop_drops;  /* egress packets no earlier hook stopped */
+	__u64 inbound_drops;   /* unsolicited inbound packets dropped */
+	__u64 quota_drops;     /* egress packets dropped past a quota */
 };
 
 /* Value of the per-attachment cgroup storage: which sandbox this cgroup is. */
@@ -90,7 +126,47 @@ enum egr_counter {
 	EGR_CNT_SOCK_CREATE_DENY,
 	EGR_CNT_NO_SANDBOX,     /* managed cgroup without a sandbox entry: denied */
 	EGR_CNT_EXPIRED,        /* matching prefix past its expiry: denied */
+	EGR_CNT_SETSOCKOPT_DENY,
+	EGR_CNT_BACKSTOP_DROP,
+	EGR_CNT_INBOUND_DROP,
+	EGR_CNT_QUOTA_DROP,
+	EGR_CNT_EVENTS_LOST,    /* ring buffer reservation failed */
+	EGR_CNT_METER_FULL,     /* no room for a sandbox or tenant meter */
 	EGR_CNT_MAX,
 };
 
+/* Events, kernel to egressd through the egr_events ring buffer. The layout
+ * only grows at the end; version says which fields are there. */
+#define EGR_EVENT_VERSION 1
+
+enum egr_event_type {
+	EGR_EV_CONNECT = 1,   /* connect verdict */
+	EGR_EV_SENDMSG,       /* unconnected UDP verdict */
+	EGR_EV_SOCK_CREATE,   /* refused socket() */
+	EGR_EV_SETSOCKOPT,    /* refused routing option */
+	EGR_EV_BACKSTOP,      /* cgroup_skb/egress drop */
+	EGR_EV_INBOUND,       /* cgroup_skb/ingress drop */
+	EGR_EV_QUOTA,         /* first drop of a window past a quota */
+};
+
+struct egr_event {
+	__u64 ts_ns;          /* bpf_ktime_get_boot_ns() */
+	__u64 cgroup_id;      /* the current task's cgroup; 0 in softirq context */
+	__u32 version;
+	__u32 type;           /* enum egr_event_type */
+	__u32 sandbox_id;
+	__u32 tenant_id;
+	__u32 policy_id;
+	__u32 pid;            /* tgid; 0 when not in task context */
+	__u32 verdict;        /* EGR_ALLOW / EGR_DENY */
+	__u32 family;         /* AF_INET / AF_INET6 */
+	__u32 protocol;
+	__u32 sock_type;
+	__s32 level;          /* setsockopt only */
+	__s32 optname;
+	__u16 port;           /* destination, host order */
+	__u16 pad;
+	__u8 addr[16];        /* destination; IPv4 in the first 4 bytes */
+	char comm[16];
+};
 #endif /* EGRESSD_H */

@@ -33,6 +33,12 @@ const char *const egr_counter_names[EGR_CNT_MAX] = {
 	[EGR_CNT_SOCK_CREATE_DENY] = "sock_create_denied",
 	[EGR_CNT_NO_SANDBOX] = "no_sandbox_denied",
 	[EGR_CNT_EXPIRED] = "expired_denied",
+	[EGR_CNT_SETSOCKOPT_DENY] = "setsockopt_denied",
+	[EGR_CNT_BACKSTOP_DROP] = "backstop_dropped",
+	[EGR_CNT_INBOUND_DROP] = "inbound_dropped",
+	[EGR_CNT_QUOTA_DROP] = "quota_dropped",
+	[EGR_CNT_EVENTS_LOST] = "events_lost",
+	[EGR_CNT_METER_FULL] = "meter_full",
 };
 
 static int libbpf_log(enum libbpf_print_level level, const char *fmt, va_list ap)
@@ -166,6 +172,11 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	b->fd_allow4 = bpf_map__fd(b->skel->maps.egr_allow4);
 	b->fd_allow6 = bpf_map__fd(b->skel->maps.egr_allow6);
 	b->fd_counters = bpf_map__fd(b->skel->maps.egr_counters);
+	b->fd_meter_sb = bpf_map__fd(b->skel->maps.egr_meter_sb);
+	b->fd_meter_tenant = bpf_map__fd(b->skel->maps.egr_meter_tenant);
+	b->fd_quota_sb = bpf_map__fd(b->skel->maps.egr_quota_sb);
+	b->fd_quota_tenant = bpf_map__fd(b->skel->maps.egr_quota_tenant);
+	b->fd_events = bpf_map__fd(b->skel->maps.egr_events);
 	log_info("BPF programs loaded, maps %s under %s/maps", b->reused_maps ? "adopted" : "pinned",
 		 dir);
 	return 0;
@@ -513,6 +524,53 @@ int egr_bpf_list_sandbox_ids(struct egr_bpf *b, uint32_t **ids, size_t *n)
 	}
 	*ids = out;
 	*n = cnt;
+	return 0;
+}
+
+/* Sum a per-CPU egr_meter over the CPUs. */
+static int read_meter(int fd, uint32_t id, struct egr_meter *out)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	struct egr_meter *vals;
+	int err = 0;
+
+	memset(out, 0, sizeof(*out));
+	if (ncpu <= 0)
+		return ncpu ? ncpu : -EINVAL;
+	vals = calloc((size_t)ncpu, sizeof(*vals));
+	if (!vals)
+		return -ENOMEM;
+	if (bpf_map_lookup_elem(fd, &id, vals) < 0) {
+		err = -errno;
+	} else {
+		for (int c = 0; c < ncpu; c++) {
+			const uint64_t *src = (const uint64_t *)&vals[c];
+			uint64_t *dst = (uint64_t *)out;
+
+			for (size_t f = 0; f < sizeof(*out) / sizeof(uint64_t); f++)
+				dst[f] += src[f];
+		}
+	}
+	free(vals);
+	return err;
+}
+
+int egr_bpf_meter_sandbox(struct egr_bpf *b, uint32_t sandbox_id, struct egr_meter *out)
+{
+	return read_meter(b->fd_meter_sb, sandbox_id, out);
+}
+
+int egr_bpf_meter_tenant(struct egr_bpf *b, uint32_t tenant_id, struct egr_meter *out)
+{
+	return read_meter(b->fd_meter_tenant, tenant_id, out);
+}
+
+int egr_bpf_forget_sandbox_meter(struct egr_bpf *b, uint32_t sandbox_id)
+{
+	if (bpf_map_delete_elem(b->fd_meter_sb, &sandbox_id) < 0 && errno != ENOENT)
+		return -errno;
+	if (bpf_map_delete_elem(b->fd_quota_sb, &sandbox_id) < 0 && errno != ENOENT)
+		return -errno;
 	return 0;
 }
 

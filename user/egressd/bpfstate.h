@@ -21,6 +21,7 @@ struct egr_bpf {
 	struct egressd_bpf *skel;
 	char dir[256];       /* --bpffs-dir */
 	int fd_storage, fd_sandboxes, fd_allow4, fd_allow6, fd_counters;
+	int fd_meter_sb, fd_meter_tenant, fd_quota_sb, fd_quota_tenant, fd_events;
 	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */
 };
 
@@ -66,6 +67,13 @@ int egr_bpf_del_rules(struct egr_bpf *b, uint32_t policy_id, const struct egr_co
 int egr_bpf_gc_rules(struct egr_bpf *b, const uint32_t *live, size_t n);
 /* Every sandbox id in egr_sandboxes. Caller frees *ids. */
 int egr_bpf_list_sandbox_ids(struct egr_bpf *b, uint32_t **ids, size_t *n);
+
+/* A sandbox's or a tenant's meter, summed over CPUs; -ENOENT if it has
+ * none yet (nothing counted). */
+int egr_bpf_meter_sandbox(struct egr_bpf *b, uint32_t sandbox_id, struct egr_meter *out);
+int egr_bpf_meter_tenant(struct egr_bpf *b, uint32_t tenant_id, struct egr_meter *out);
+/* Drop a detached sandbox's meter and quota state. */
+int egr_bpf_forget_sandbox_meter(struct egr_bpf *b, uint32_t sandbox_id);
 
 /* Sum of the per-CPU counters. */
 int egr_bpf_counters(struct egr_bpf *b, uint64_t out[EGR_CNT_MAX]);

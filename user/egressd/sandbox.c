@@ -262,6 +262,12 @@ static void sb_set_meta(struct egr_sb *sb, struct egr_policy *p, const struct eg
 			sb->nnames++;
 }
 
+/* The kernel's view of a policy's switches. */
+static uint32_t sandbox_flags(const struct egr_policy *p)
+{
+	return p->sb_flags | (p->inbound_allow ? EGR_SB_INBOUND_ALLOW : 0);
+}
+
 /* Parse + compile; on error f says why. */
 static int prepare(const json_t *policy, struct egr_policy *p, struct egr_compiled *c,
 		   struct egr_fail *f)
@@ -406,7 +412,7 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const json_t *pol
 	}
 	ksb.policy_id = sb->policy_id;
 	ksb.tenant_id = sb->tenant_id;
-	ksb.flags = p.sb_flags;
+	ksb.flags = sandbox_flags(&p);
 	err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
 	if (err) {
 		fail_rules(f, err);
@@ -539,7 +545,7 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	 * new one, never a mix. */
 	ksb.policy_id = next.policy_id;
 	ksb.tenant_id = next.tenant_id;
-	ksb.flags = p.sb_flags;
+	ksb.flags = sandbox_flags(&p);
 	err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
 	if (err) {
 		fail(f, "internal", NULL, "switch sandbox %u to the new policy: %s", sb->id,
@@ -582,6 +588,7 @@ static int teardown(struct egr_registry *r, uint32_t id, uint32_t policy_id, con
 	}
 	if ((err = egr_bpf_del_sandbox(r->bpf, id)))
 		ret = err;
+	egr_bpf_forget_sandbox_meter(r->bpf, id);
 	if (policy)
 		delete_policy_rules(r, id, policy_id, policy);
 	drop_state(r, id);
@@ -709,7 +716,7 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 		memset(&ksb, 0, sizeof(ksb));
 		ksb.policy_id = sb->policy_id;
 		ksb.tenant_id = sb->tenant_id;
-		ksb.flags = p.sb_flags;
+		ksb.flags = sandbox_flags(&p);
 		if (egr_bpf_put_rules(r->bpf, sb->policy_id, &c) ||
 		    egr_bpf_put_sandbox(r->bpf, id, &ksb) || save_state(r, sb, policy)) {
 			log_error("sandbox %u: cannot reapply its policy; it stays denied", id);

@@ -108,6 +108,14 @@ struct {
 } egr_quota_tenant SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 16);
+	__type(key, struct egr_dest_key);
+	__type(value, struct egr_dest_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_dests SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 22);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
@@ -606,6 +614,31 @@ static __always_inline void egr_report_skb(__u32 type, __u32 sandbox_id,
 	bpf_ringbuf_submit(e, 0);
 }
 
+/* Bytes per real destination, for the audit record of the execution. */
+static __always_inline void egr_note_dest(__u32 sandbox_id, const struct egr_l3 *l3, __u32 len,
+					  __u64 now)
+{
+	struct egr_dest_key key = {
+		.sandbox_id = sandbox_id,
+		.port = l3->has_ports ? l3->dport : 0,
+		.family = l3->family,
+		.protocol = l3->protocol,
+	};
+	struct egr_dest_val *v, init = { .first_ns = now };
+
+	__builtin_memcpy(key.addr, l3->daddr, sizeof(key.addr));
+	v = bpf_map_lookup_elem(&egr_dests, &key);
+	if (!v) {
+		bpf_map_update_elem(&egr_dests, &key, &init, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&egr_dests, &key);
+		if (!v)
+			return;
+	}
+	__sync_fetch_and_add(&v->bytes_out, len);
+	__sync_fetch_and_add(&v->pkts_out, 1);
+	v->last_ns = now;
+}
+
 SEC("cgroup_skb/egress")
 int egr_skb_egress(struct __sk_buff *skb)
 {
@@ -645,6 +678,7 @@ int egr_skb_egress(struct __sk_buff *skb)
 		return EGR_DENY;
 	}
 	egr_meter_pkt(sandbox_id, sb->tenant_id, 1, len);
+	egr_note_dest(sandbox_id, &l3, len, now);
 	return EGR_ALLOW;
 }
 

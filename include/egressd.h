@@ -135,6 +135,24 @@ enum egr_counter {
 	EGR_CNT_MAX,
 };
 
+/* Destinations a sandbox actually sent to (egr_dests, an LRU hash: under
+ * pressure the least recently used destinations are forgotten, which the
+ * audit record says). Keyed by the packet's real L3 destination. */
+struct egr_dest_key {
+	__u32 sandbox_id;
+	__u16 port;     /* host order; 0 without ports */
+	__u8 family;    /* AF_INET / AF_INET6 */
+	__u8 protocol;
+	__u8 addr[16];  /* IPv4 in the first 4 bytes */
+};
+
+struct egr_dest_val {
+	__u64 bytes_out;
+	__u64 pkts_out;
+	__u64 first_ns;  /* bpf_ktime_get_boot_ns() of the first packet */
+	__u64 last_ns;
+};
+
 /* Events, kernel to egressd through the egr_events ring buffer. The layout
  * only grows at the end; version says which fields are there. */
 #define EGR_EVENT_VERSION 1

@@ -177,6 +177,7 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	b->fd_quota_sb = bpf_map__fd(b->skel->maps.egr_quota_sb);
 	b->fd_quota_tenant = bpf_map__fd(b->skel->maps.egr_quota_tenant);
 	b->fd_events = bpf_map__fd(b->skel->maps.egr_events);
+	b->fd_dests = bpf_map__fd(b->skel->maps.egr_dests);
 	log_info("BPF programs loaded, maps %s under %s/maps", b->reused_maps ? "adopted" : "pinned",
 		 dir);
 	return 0;
@@ -565,8 +566,52 @@ int egr_bpf_meter_tenant(struct egr_bpf *b, uint32_t tenant_id, struct egr_meter
 	return read_meter(b->fd_meter_tenant, tenant_id, out);
 }
 
-int egr_bpf_forget_sandbox_meter(struct egr_bpf *b, uint32_t sandbox_id)
+int egr_bpf_sandbox_dests(struct egr_bpf *b, uint32_t sandbox_id, bool remove,
+			  struct egr_dest *out, size_t max, size_t *n)
 {
+	struct egr_dest_key cur, prev;
+	struct egr_dest_key *dels = NULL;
+	size_t ndel = 0, cap = 0;
+	bool first = true;
+	int err = 0;
+
+	*n = 0;
+	while (bpf_map_get_next_key(b->fd_dests, first ? NULL : &prev, &cur) == 0) {
+		first = false;
+		prev = cur;
+		if (cur.sandbox_id != sandbox_id)
+			continue;
+		if (*n < max) {
+			out[*n].key = cur;
+			if (bpf_map_lookup_elem(b->fd_dests, &cur, &out[*n].val) == 0)
+				(*n)++;
+		}
+		if (remove) {
+			if (ndel == cap) {
+				struct egr_dest_key *nd = realloc(dels, (cap ? cap * 2 : 64) *
+								    sizeof(*nd));
+
+				if (!nd) {
+					err = -ENOMEM;
+					break;
+				}
+				dels = nd;
+				cap = cap ? cap * 2 : 64;
+			}
+			dels[ndel++] = cur;
+		}
+	}
+	for (size_t i = 0; i < ndel; i++)
+		bpf_map_delete_elem(b->fd_dests, &dels[i]);
+	free(dels);
+	return err;
+}
+
+int egr_bpf_forget_sandbox_stats(struct egr_bpf *b, uint32_t sandbox_id)
+{
+	size_t n;
+
+	egr_bpf_sandbox_dests(b, sandbox_id, true, NULL, 0, &n);
 	if (bpf_map_delete_elem(b->fd_meter_sb, &sandbox_id) < 0 && errno != ENOENT)
 		return -errno;
 	if (bpf_map_delete_elem(b->fd_quota_sb, &sandbox_id) < 0 && errno != ENOENT)

@@ -21,7 +21,7 @@ struct egr_bpf {
 	struct egressd_bpf *skel;
 	char dir[256];       /* --bpffs-dir */
 	int fd_storage, fd_sandboxes, fd_allow4, fd_allow6, fd_counters;
-	int fd_meter_sb, fd_meter_tenant, fd_quota_sb, fd_quota_tenant, fd_events;
+	int fd_meter_sb, fd_meter_tenant, fd_quota_sb, fd_quota_tenant, fd_events, fd_dests;
 	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */
 };
 
@@ -72,8 +72,18 @@ int egr_bpf_list_sandbox_ids(struct egr_bpf *b, uint32_t **ids, size_t *n);
  * none yet (nothing counted). */
 int egr_bpf_meter_sandbox(struct egr_bpf *b, uint32_t sandbox_id, struct egr_meter *out);
 int egr_bpf_meter_tenant(struct egr_bpf *b, uint32_t tenant_id, struct egr_meter *out);
-/* Drop a detached sandbox's meter and quota state. */
-int egr_bpf_forget_sandbox_meter(struct egr_bpf *b, uint32_t sandbox_id);
+struct egr_dest {
+	struct egr_dest_key key;
+	struct egr_dest_val val;
+};
+
+/* The destinations sandbox_id sent to (up to max into out), and with
+ * remove, forget them all. 0 or -errno. */
+int egr_bpf_sandbox_dests(struct egr_bpf *b, uint32_t sandbox_id, bool remove,
+			  struct egr_dest *out, size_t max, size_t *n);
+
+/* Drop a detached sandbox's meter, quota and destination state. */
+int egr_bpf_forget_sandbox_stats(struct egr_bpf *b, uint32_t sandbox_id);
 
 /* Sum of the per-CPU counters. */
 int egr_bpf_counters(struct egr_bpf *b, uint64_t out[EGR_CNT_MAX]);

@@ -147,7 +147,7 @@ int main(int argc, char **argv)
 		log_error("cannot load the BPF side: %s", strerror(-err));
 		return 1;
 	}
-	err = egr_reg_init(&reg, &bpf, o.state_dir);
+	err = egr_reg_init(&reg, &bpf, o.state_dir, NULL);
 	if (err) {
 		log_error("state dir %s: %s", o.state_dir, strerror(-err));
 		egr_bpf_close(&bpf);

@@ -441,6 +441,8 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const json_t *pol
 	sb_set_meta(sb, &p, &c);
 	log_info("sandbox %u attached to %s (tenant %s, policy %u: %zu v4, %zu v6 prefixes)",
 		 sb->id, sb->cgroup, sb->tenant, sb->policy_id, sb->n4, sb->n6);
+	if (r->hooks.attached)
+		r->hooks.attached(r->hooks.ctx, sb, policy);
 	egr_compiled_free(&c);
 	egr_policy_free(&p);
 	*out = sb;
@@ -509,6 +511,7 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	struct egr_compiled c = { 0 };
 	struct egr_sandbox ksb = { 0 };
 	struct egr_sb next;
+	char old_sha[sizeof(sb->sha256)];
 	uint32_t old_policy_id = sb->policy_id;
 	json_t *old_policy;
 	int err;
@@ -555,11 +558,14 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 			save_state(r, sb, old_policy);
 		goto out;
 	}
+	memcpy(old_sha, sb->sha256, sizeof(old_sha));
 	sb->policy_id = next.policy_id;
 	sb->tenant_id = next.tenant_id;
 	sb->updated_at = next.updated_at;
 	sb_set_meta(sb, &p, &c);
 	close_refused(sb, &c, closed);
+	if (r->hooks.updated)
+		r->hooks.updated(r->hooks.ctx, sb, old_sha, policy, *closed);
 	/* Reclaim the old rule set; nothing refers to it any more. */
 	if (old_policy)
 		delete_policy_rules(r, sb->id, old_policy_id, old_policy);
@@ -588,7 +594,7 @@ static int teardown(struct egr_registry *r, uint32_t id, uint32_t policy_id, con
 	}
 	if ((err = egr_bpf_del_sandbox(r->bpf, id)))
 		ret = err;
-	egr_bpf_forget_sandbox_meter(r->bpf, id);
+	egr_bpf_forget_sandbox_stats(r->bpf, id);
 	if (policy)
 		delete_policy_rules(r, id, policy_id, policy);
 	drop_state(r, id);
@@ -601,6 +607,8 @@ int egr_reg_detach(struct egr_registry *r, struct egr_sb *sb, json_t **snapshot,
 	json_t *policy = load_state_policy(r, sb->id);
 	int err;
 
+	if (r->hooks.detaching)
+		r->hooks.detaching(r->hooks.ctx, sb);
 	err = teardown(r, sb->id, sb->policy_id, policy);
 	json_decref(policy);
 	if (err && err != -ENOENT) {
@@ -731,6 +739,8 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 	sb_set_meta(sb, &p, &c);
 	log_info("sandbox %u adopted (%s, tenant %s, policy %u)", id, sb->cgroup, sb->tenant,
 		 sb->policy_id);
+	if (r->hooks.adopted)
+		r->hooks.adopted(r->hooks.ctx, sb, policy);
 	sb = NULL;
 	goto out;
 oom:
@@ -845,12 +855,15 @@ static int adopt_all(struct egr_registry *r)
 	return 0;
 }
 
-int egr_reg_init(struct egr_registry *r, struct egr_bpf *bpf, const char *state_dir)
+int egr_reg_init(struct egr_registry *r, struct egr_bpf *bpf, const char *state_dir,
+		 const struct egr_reg_hooks *hooks)
 {
 	char path[PATH_MAX];
 
 	memset(r, 0, sizeof(*r));
 	r->bpf = bpf;
+	if (hooks)
+		r->hooks = *hooks;
 	r->next_sandbox_id = 1;
 	r->next_policy_id = 1;
 	if (snprintf(r->state_dir, sizeof(r->state_dir), "%s", state_dir) >=

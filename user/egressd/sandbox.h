@@ -36,8 +36,26 @@ struct egr_fail {
 	struct egr_error e;
 };
 
+/* What egressd's other modules (audit, events, metering export, the DNS
+ * proxy) hear of a sandbox's life. Every callback may be NULL. */
+struct egr_reg_hooks {
+	void *ctx;
+	/* After a successful attach; policy is the document now in force. */
+	void (*attached)(void *ctx, const struct egr_sb *sb, const json_t *policy);
+	/* Adopted from pinned state at start. */
+	void (*adopted)(void *ctx, const struct egr_sb *sb, const json_t *policy);
+	/* After a successful update; old_sha256 is the policy it replaced and
+	 * closed the connections torn down. */
+	void (*updated)(void *ctx, const struct egr_sb *sb, const char *old_sha256,
+			const json_t *policy, unsigned closed);
+	/* About to detach: links still in place, meters and destinations can
+	 * still be read. */
+	void (*detaching)(void *ctx, const struct egr_sb *sb);
+};
+
 struct egr_registry {
 	struct egr_bpf *bpf;
+	struct egr_reg_hooks hooks;
 	char state_dir[256];
 	char self_cgroup[4096]; /* egressd's own cgroup: never sandboxed */
 	struct egr_sb **sbs;
@@ -50,7 +68,8 @@ struct egr_registry {
 
 /* Load the state directory and adopt every pinned sandbox; repair what a
  * crash mid-operation left behind. 0 or -errno. */
-int egr_reg_init(struct egr_registry *r, struct egr_bpf *bpf, const char *state_dir);
+int egr_reg_init(struct egr_registry *r, struct egr_bpf *bpf, const char *state_dir,
+		 const struct egr_reg_hooks *hooks);
 void egr_reg_free(struct egr_registry *r);
 
 int egr_reg_attach(struct egr_registry *r, const char *cgroup, const json_t *policy,

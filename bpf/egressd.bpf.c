@@ -128,6 +128,15 @@ struct {
 	__type(value, struct egr_bucket);
 } egr_allow_bucket SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct egr_dns_orig);
+} egr_dns_orig SEC(".maps");
+
+#define EGR_LOOPBACK4 0x7f000001 /* host order */
+
 static __always_inline void egr_count(enum egr_counter c)
 {
 	__u32 key = c;
@@ -252,12 +261,12 @@ static __always_inline int egr_should_report(int verdict)
 				    egr_allow_events_per_s);
 }
 
-static __always_inline int egr_judge_rule(const struct egr_rule *rule, __u16 port, __u32 protocol)
+static __always_inline int egr_judge_rule(const struct egr_rule *rule, __u16 port, __u32 protocol,
+					  int *expired)
 {
-	int expired = 0;
-	int verdict = egr_rule_allows(rule, port, protocol, bpf_ktime_get_boot_ns(), &expired);
+	int verdict = egr_rule_allows(rule, port, protocol, bpf_ktime_get_boot_ns(), expired);
 
-	if (expired)
+	if (*expired)
 		egr_count(EGR_CNT_EXPIRED);
 	return verdict;
 }
@@ -270,8 +279,18 @@ static __always_inline int egr_decide4(const struct egr_sandbox *sb, __u32 daddr
 		.policy_id = sb->policy_id,
 	};
 
+	int verdict, expired;
+
 	__builtin_memcpy(key.addr, &daddr_be, sizeof(key.addr));
-	return egr_judge_rule(bpf_map_lookup_elem(&egr_allow4, &key), port, protocol);
+	verdict = egr_judge_rule(bpf_map_lookup_elem(&egr_allow4, &key), port, protocol, &expired);
+	if (expired) {
+		/* An expired DNS-learned /32 must not hide a static prefix
+		 * that covers the same address: ask the trie for one bit less. */
+		key.prefixlen = EGR_LPM_POLICY_BITS + 31;
+		verdict = egr_judge_rule(bpf_map_lookup_elem(&egr_allow4, &key), port, protocol,
+					 &expired);
+	}
+	return verdict;
 }
 
 static __always_inline int egr_decide6(const struct egr_sandbox *sb, const __u32 daddr[4],
@@ -282,15 +301,73 @@ static __always_inline int egr_decide6(const struct egr_sandbox *sb, const __u32
 		.policy_id = sb->policy_id,
 	};
 	__u32 v4;
+	int verdict, expired;
 
 	/* ::ffff:a.b.c.d goes to an IPv4 host: the IPv4 rules decide. */
 	if (egr_ip6_is_v4mapped(daddr, &v4))
 		return egr_decide4(sb, v4, port, protocol);
 	__builtin_memcpy(key.addr, daddr, sizeof(key.addr));
-	return egr_judge_rule(bpf_map_lookup_elem(&egr_allow6, &key), port, protocol);
+	verdict = egr_judge_rule(bpf_map_lookup_elem(&egr_allow6, &key), port, protocol, &expired);
+	if (expired) {
+		key.prefixlen = EGR_LPM_POLICY_BITS + 127;
+		verdict = egr_judge_rule(bpf_map_lookup_elem(&egr_allow6, &key), port, protocol,
+					 &expired);
+	}
+	return verdict;
 }
 
 /* --- sock_addr: connect and unconnected sendmsg ---------------------------------- */
+
+static __always_inline int egr_is_proxy4(const struct egr_sandbox *sb, __u32 addr_be, __u16 port)
+{
+	return sb->dns_port4 && addr_be == bpf_htonl(EGR_LOOPBACK4) && port == sb->dns_port4;
+}
+
+static __always_inline int egr_is_proxy6(const struct egr_sandbox *sb, const __u32 a[4], __u16 port)
+{
+	return sb->dns_port6 && a[0] == 0 && a[1] == 0 && a[2] == 0 && a[3] == bpf_htonl(1) &&
+	       port == sb->dns_port6;
+}
+
+/*
+ * Point a DNS connect or datagram at the sandbox's proxy listener (its
+ * identity: the proxy knows the sandbox by the port it was reached on) and
+ * remember the resolver it named, for recvmsg to put back. A v4-mapped
+ * resolver on a v6 socket goes to the IPv6 listener too.
+ */
+static __always_inline int egr_redirect_dns(struct bpf_sock_addr *ctx,
+					    const struct egr_sandbox *sb, int v6,
+					    const __u32 daddr[4])
+{
+	struct egr_dns_orig *orig;
+	struct bpf_sock *sk = ctx->sk;
+
+	if (v6 ? !sb->dns_port6 : !sb->dns_port4)
+		return EGR_DENY;
+	if (!sk)
+		return EGR_DENY;
+	orig = bpf_sk_storage_get(&egr_dns_orig, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!orig)
+		return EGR_DENY;
+	if (v6) {
+		orig->addr6[0] = daddr[0];
+		orig->addr6[1] = daddr[1];
+		orig->addr6[2] = daddr[2];
+		orig->addr6[3] = daddr[3];
+		orig->port6 = (__u16)ctx->user_port;
+		ctx->user_ip6[0] = 0;
+		ctx->user_ip6[1] = 0;
+		ctx->user_ip6[2] = 0;
+		ctx->user_ip6[3] = bpf_htonl(1);
+		ctx->user_port = bpf_htons(sb->dns_port6);
+	} else {
+		orig->addr4 = daddr[0];
+		orig->port4 = (__u16)ctx->user_port;
+		ctx->user_ip4 = bpf_htonl(EGR_LOOPBACK4);
+		ctx->user_port = bpf_htons(sb->dns_port4);
+	}
+	return EGR_ALLOW;
+}
 
 enum egr_hook { EGR_HOOK_CONNECT, EGR_HOOK_SENDMSG };
 
@@ -316,6 +393,10 @@ static __always_inline int egr_sock_addr(struct bpf_sock_addr *ctx, int v6, enum
 	if (!sb) {
 		egr_count(EGR_CNT_NO_SANDBOX);
 		verdict = EGR_DENY;
+	} else if (port == EGR_DNS_PORT && egr_proto_bit(ctx->protocol)) {
+		/* All DNS goes to the sandbox's own proxy, whatever resolver
+		 * it named; no proxy (egressd down) means no DNS. */
+		verdict = egr_redirect_dns(ctx, sb, v6, daddr);
 	} else if (v6) {
 		verdict = egr_decide6(sb, daddr, port, ctx->protocol);
 	} else {
@@ -378,6 +459,53 @@ SEC("cgroup/sendmsg6")
 int egr_sendmsg6(struct bpf_sock_addr *ctx)
 {
 	return egr_sock_addr(ctx, 1, EGR_HOOK_SENDMSG);
+}
+
+/* A reply from the proxy is shown as coming from the resolver the stub
+ * asked, or it would drop it. recvmsg hooks cannot refuse anything. */
+SEC("cgroup/recvmsg4")
+int egr_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	__u32 sandbox_id = 0;
+	const struct egr_sandbox *sb = egr_current_sandbox(&sandbox_id);
+	struct egr_dns_orig *orig;
+	struct bpf_sock *sk = ctx->sk;
+
+	if (!sb || !sk || !egr_is_proxy4(sb, ctx->user_ip4, bpf_ntohs((__u16)ctx->user_port)))
+		return 1;
+	orig = bpf_sk_storage_get(&egr_dns_orig, sk, 0, 0);
+	if (orig && orig->port4) {
+		ctx->user_ip4 = orig->addr4;
+		ctx->user_port = orig->port4;
+	}
+	return 1;
+}
+
+SEC("cgroup/recvmsg6")
+int egr_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	__u32 sandbox_id = 0, src[4];
+	const struct egr_sandbox *sb = egr_current_sandbox(&sandbox_id);
+	struct egr_dns_orig *orig;
+	struct bpf_sock *sk = ctx->sk;
+
+	if (!sb || !sk)
+		return 1;
+	src[0] = ctx->user_ip6[0];
+	src[1] = ctx->user_ip6[1];
+	src[2] = ctx->user_ip6[2];
+	src[3] = ctx->user_ip6[3];
+	if (!egr_is_proxy6(sb, src, bpf_ntohs((__u16)ctx->user_port)))
+		return 1;
+	orig = bpf_sk_storage_get(&egr_dns_orig, sk, 0, 0);
+	if (orig && orig->port6) {
+		ctx->user_ip6[0] = orig->addr6[0];
+		ctx->user_ip6[1] = orig->addr6[1];
+		ctx->user_ip6[2] = orig->addr6[2];
+		ctx->user_ip6[3] = orig->addr6[3];
+		ctx->user_port = orig->port6;
+	}
+	return 1;
 }
 
 /* --- sock_create and setsockopt ------------------------------------------------ */
@@ -534,8 +662,8 @@ static __always_inline int egr_addr_eq(const __u32 a[4], const __u32 b[4], int v
 
 /*
  * The backstop: may this egress packet go where it really goes? A packet of
- * a connected socket to the very address and port that connect() judged
- * passes (this also keeps accepted inbound connections, when allowed,
+ * a connected TCP or UDP socket to the very address and port that connect()
+ * judged passes (this also keeps accepted inbound connections, when allowed,
  * working). Anything else — unconnected datagrams, raw and ping sockets the
  * policy allowed, a first hop set by a routing header or IP options — must
  * be in the allowlist itself.
@@ -564,15 +692,26 @@ static __always_inline int egr_backstop(struct __sk_buff *skb, const struct egr_
 				if (l3->family == EGR_AF_INET && egr_ip6_is_v4mapped(dst, &dst[0]))
 					fam = EGR_AF_INET;
 			}
-			if (dport && fam == l3->family &&
+			/* Only where connect() is hooked: TCP, UDP (and MPTCP,
+			 * TCP on the wire). UDP-Lite has no pre_connect, so a
+			 * connected UDP-Lite socket was never judged. */
+			if (dport && egr_proto_bit(sk->protocol) && fam == l3->family &&
 			    egr_addr_eq(dst, l3->daddr, fam == EGR_AF_INET6) &&
 			    (!l3->has_ports || dport == l3->dport))
+				return EGR_ALLOW;
+			/* A listener answering a SYN (syncookies and the like
+			 * send from the listener itself). */
+			if (sk->state == TCP_LISTEN && (sb->flags & EGR_SB_INBOUND_ALLOW))
 				return EGR_ALLOW;
 		} else if (sb->flags & EGR_SB_INBOUND_ALLOW) {
 			/* Request and timewait sockets of accepted connections. */
 			return EGR_ALLOW;
 		}
 	}
+	/* Datagrams the sendmsg hook redirected to the sandbox's DNS proxy. */
+	if (l3->has_ports && (l3->family == EGR_AF_INET ? egr_is_proxy4(sb, l3->daddr[0], l3->dport)
+							 : egr_is_proxy6(sb, l3->daddr, l3->dport)))
+		return EGR_ALLOW;
 	if (l3->family == EGR_AF_INET)
 		return egr_decide4(sb, l3->daddr[0], port, l3->protocol);
 	return egr_decide6(sb, l3->daddr, port, l3->protocol);
@@ -714,9 +853,13 @@ int egr_skb_ingress(struct __sk_buff *skb)
 
 			__builtin_memcpy(src, l3.saddr, sizeof(src));
 			if (l3.family == EGR_AF_INET)
-				verdict = egr_decide4(sb, src[0], l3.sport, l3.protocol);
+				verdict = egr_is_proxy4(sb, src[0], l3.sport)
+						  ? EGR_ALLOW
+						  : egr_decide4(sb, src[0], l3.sport, l3.protocol);
 			else
-				verdict = egr_decide6(sb, src, l3.sport, l3.protocol);
+				verdict = egr_is_proxy6(sb, src, l3.sport)
+						  ? EGR_ALLOW
+						  : egr_decide6(sb, src, l3.sport, l3.protocol);
 		}
 	}
 	if (verdict != EGR_ALLOW) {

@@ -74,9 +74,21 @@ struct egr_sandbox {
 	__u64 quota_window_ns;
 	__u32 policy_id;
 	__u32 tenant_id;
-	__u32 flags; /* EGR_SB_* */
-	__u32 pad;
+	__u32 flags;     /* EGR_SB_* */
+	__u16 dns_port4; /* the sandbox's DNS proxy on 127.0.0.1; 0 = none (DNS denied) */
+	__u16 dns_port6; /* and on ::1 */
 };
+
+/* Where a redirected DNS socket really sent to, so recvmsg can give the
+ * reply that source back (egr_dns_orig, socket storage). Network order. */
+struct egr_dns_orig {
+	__u32 addr6[4];
+	__u32 addr4;
+	__u16 port4;
+	__u16 port6;
+};
+
+#define EGR_DNS_PORT 53
 
 /* Egress quota accounting, one per sandbox and one per tenant (egr_quota_sb,
  * egr_quota_tenant). Shared by all CPUs, updated with atomic adds. The

@@ -558,6 +558,7 @@ static void pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt,
 				learned[i].ttl_s = ttl;
 				learned[i].expires_ns = now + (uint64_t)ttl * 1000000000ULL;
 				learned[i].ports = q->ports;
+				learned[i].qname = q->qname;
 			}
 			err = p->cfg.learn(p->cfg.ctx, sb->id, learned, n);
 			if (err) {

@@ -47,6 +47,7 @@ struct egr_dns_learned {
 	uint32_t ttl_s;         /* max(answer TTL along the CNAME chain, min_ttl_s) */
 	uint64_t expires_ns;    /* CLOCK_BOOTTIME (bpf_ktime_get_boot_ns) deadline */
 	struct egr_dns_ports ports; /* of the matching outbound_allow entries */
+	const char *qname;      /* the allowed name asked (valid during the callback) */
 };
 
 enum egr_dns_verdict {

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Addresses the DNS proxy learned for each sandbox, and their allowlist
+ * entries in the kernel: a /32 or /128 under the sandbox's current policy
+ * id, with the ports of the name that resolved to it and an expiry the
+ * kernel checks itself. This module is the only writer of such entries, so
+ * it can reclaim them, carry them over to a new policy id when the policy
+ * changes (re-judged by the new policy) and never touch a static rule.
+ */
+#ifndef EGR_LEARNED_H
+#define EGR_LEARNED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "bpfstate.h"
+#include "dnspolicy.h"
+#include "dnsproxy.h"
+
+struct egr_learned;
+
+/* max_per_sandbox: the cap; past it egr_learned_add() fails -ENOSPC. */
+int egr_learned_new(struct egr_bpf *bpf, uint32_t max_per_sandbox, struct egr_learned **out);
+void egr_learned_free(struct egr_learned *l);
+
+/* Write the answer's addresses into the sandbox's allowlist (policy_id):
+ * all or none. 0, -ENOSPC (cap or map full) or -errno. */
+int egr_learned_add(struct egr_learned *l, uint32_t sandbox_id, uint32_t policy_id,
+		    const struct egr_dns_learned *a, size_t n);
+
+/* The sandbox switched from old_policy_id to new_policy_id: re-insert what
+ * the new DNS policy still resolves (with its ports) under the new id. The
+ * old id's entries are removed. pol NULL drops everything. */
+int egr_learned_rebase(struct egr_learned *l, uint32_t sandbox_id, uint32_t old_policy_id,
+		       uint32_t new_policy_id, const struct egr_dnspolicy *pol);
+
+/* Does a live learned entry let the sandbox reach addr:port? (network-order
+ * address, 4 or 16 bytes by family) */
+bool egr_learned_allows(struct egr_learned *l, uint32_t sandbox_id, int family,
+			const uint8_t *addr, uint16_t port, int protocol);
+
+/* Remove expired entries (kernel and table). Returns how many. */
+unsigned int egr_learned_reclaim(struct egr_learned *l, uint64_t now_boot_ns);
+
+/* Detach: remove every entry of the sandbox. */
+void egr_learned_forget(struct egr_learned *l, uint32_t sandbox_id, uint32_t policy_id);
+
+/* Entries the sandbox holds now. */
+size_t egr_learned_count(struct egr_learned *l, uint32_t sandbox_id);
+
+#endif /* EGR_LEARNED_H */

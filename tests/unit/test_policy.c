@@ -9,9 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/socket.h>
 #include <cmocka.h>
 #include <openssl/evp.h>
 
+#include "confine.h"
 #include "egressd.h"
 #include "policy.h"
 
@@ -443,9 +445,9 @@ static void test_dns_normalize(void **state)
 
 static void test_structure_errors(void **state)
 {
-	expect_fail("{\"tenant\":\"t\",\"limits\":{},\"network\":{\"default\":\"deny\","
+	expect_fail("{\"tenant\":\"t\",\"limitz\":{},\"network\":{\"default\":\"deny\","
 		    "\"outbound_allow\":[]}}",
-		    "limits", "unknown field");
+		    "limitz", "unknown field");
 	expect_fail(with_net("\"outbound_allow\":[],\"foo\":1"), "network.foo", "unknown field");
 	expect_allow_fail("{\"host\":\"1.2.3.4\",\"ports\":[1],\"bar\":true}",
 			  "network.outbound_allow[1].bar", "unknown field");
@@ -736,6 +738,156 @@ static void test_oversized(void **state)
 
 /* Inputs found by tests/fuzz/fuzz_policy.c go here as regressions; so far it found
  * none, so these are the hand-picked edge cases its seed corpus also covers. */
+/* A policy with the given limits object text (NULL: no limits field). */
+static char *with_limits(const char *limits)
+{
+	static char buf[1024];
+
+	snprintf(buf, sizeof(buf), "{\"tenant\":\"t1\",%s%s%s\"network\":{\"default\":\"deny\","
+		 "\"outbound_allow\":[]}}", limits ? "\"limits\":" : "", limits ? limits : "",
+		 limits ? "," : "");
+	return buf;
+}
+
+static void test_limits(void **state)
+{
+	struct egr_policy p;
+	struct egr_error e;
+
+	assert_int_equal(parse(with_limits(NULL), &p, &e), 0);
+	assert_int_equal(p.quota_bytes, 0);
+	assert_int_equal(p.tenant_quota_bytes, 0);
+	assert_int_equal(p.quota_window_s, 0);
+	egr_policy_free(&p);
+
+	assert_int_equal(parse(with_limits("{\"egress_bytes\":200000}"), &p, &e), 0);
+	assert_int_equal(p.quota_bytes, 200000);
+	assert_int_equal(p.tenant_quota_bytes, 0);
+	assert_int_equal(p.quota_window_s, 3600);
+	egr_policy_free(&p);
+
+	assert_int_equal(parse(with_limits("{\"egress_bytes\":1,\"window_seconds\":60,"
+					   "\"tenant_egress_bytes\":1099511627776}"), &p, &e), 0);
+	assert_int_equal(p.quota_bytes, 1);
+	assert_int_equal(p.tenant_quota_bytes, 1099511627776ULL);
+	assert_int_equal(p.quota_window_s, 60);
+	egr_policy_free(&p);
+
+	assert_int_equal(parse(with_limits("{\"tenant_egress_bytes\":5}"), &p, &e), 0);
+	assert_int_equal(p.quota_bytes, 0);
+	assert_int_equal(p.tenant_quota_bytes, 5);
+	assert_int_equal(p.quota_window_s, 3600);
+	egr_policy_free(&p);
+
+	expect_fail(with_limits("[]"), "limits", "must be an object");
+	expect_fail(with_limits("{}"), "limits", "egress_bytes");
+	expect_fail(with_limits("{\"window_seconds\":60}"), "limits", "egress_bytes");
+	expect_fail(with_limits("{\"egress_bytes\":0}"), "limits.egress_bytes", "out of range");
+	expect_fail(with_limits("{\"egress_bytes\":-5}"), "limits.egress_bytes", "out of range");
+	expect_fail(with_limits("{\"egress_bytes\":1.5}"), "limits.egress_bytes", "integer");
+	expect_fail(with_limits("{\"egress_bytes\":\"1000\"}"), "limits.egress_bytes", "integer");
+	expect_fail(with_limits("{\"egress_bytes\":2305843009213693952}"), "limits.egress_bytes",
+		    "out of range");
+	expect_fail(with_limits("{\"egress_bytes\":1,\"window_seconds\":0}"),
+		    "limits.window_seconds", "out of range");
+	expect_fail(with_limits("{\"egress_bytes\":1,\"window_seconds\":31622401}"),
+		    "limits.window_seconds", "out of range");
+	expect_fail(with_limits("{\"tenant_egress_bytes\":0}"), "limits.tenant_egress_bytes",
+		    "out of range");
+	expect_fail(with_limits("{\"egress_bytes\":1,\"bytes\":2}"), "limits.bytes",
+		    "unknown field");
+}
+
+/* allow_sockets address families and network.trust. */
+static void test_families_and_trust(void **state)
+{
+	struct egr_policy p;
+	struct egr_error e;
+
+	/* Defaults: no extra family, standard trust. */
+	assert_int_equal(parse(with_net("\"outbound_allow\":[]"), &p, &e), 0);
+	assert_true(p.families == 0);
+	assert_int_equal(p.trust_strict, 0);
+	egr_policy_free(&p);
+
+	/* Families mixed with inet kinds; each lands in its own field. */
+	assert_int_equal(parse(with_net("\"outbound_allow\":[],\"allow_sockets\":[\"netlink\","
+					"\"raw\",\"packet\",\"xdp\",\"vsock\",\"packet\"],"
+					"\"trust\":\"strict\""),
+			       &p, &e),
+			 0);
+	assert_int_equal(p.sb_flags, EGR_SB_ALLOW_RAW);
+	assert_true(p.families == ((1ULL << AF_NETLINK) | (1ULL << AF_PACKET) |
+				   (1ULL << AF_XDP) | (1ULL << AF_VSOCK)));
+	assert_int_equal(p.trust_strict, 1);
+	egr_policy_free(&p);
+
+	/* Every name egr_confine_family() knows is accepted as its family. */
+	{
+		static const char *const names[] = { "netlink", "packet", "xdp", "vsock",
+						     "bluetooth", "can", "tipc", "rds",
+						     "alg", "qipcrtr", "x25", "ax25",
+						     "appletalk" };
+
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+			int af = egr_confine_family(names[i]);
+
+			assert_true(af > 0 && af < 64);
+			assert_int_equal(parse(with_net("\"outbound_allow\":[],"
+							"\"allow_sockets\":[\"%s\"]", names[i]),
+					       &p, &e),
+					 0);
+			assert_true(p.families == 1ULL << af);
+			assert_int_equal(p.sb_flags, 0);
+			egr_policy_free(&p);
+		}
+	}
+
+	assert_int_equal(parse(with_net("\"outbound_allow\":[],\"trust\":\"standard\""), &p, &e),
+			 0);
+	assert_int_equal(p.trust_strict, 0);
+	egr_policy_free(&p);
+
+	/* The trust class is part of the policy's identity. */
+	{
+		struct egr_policy a, b;
+
+		assert_int_equal(parse(with_net("\"outbound_allow\":[]"), &a, &e), 0);
+		assert_int_equal(parse(with_net("\"outbound_allow\":[],\"trust\":\"strict\""), &b,
+				       &e),
+				 0);
+		assert_string_not_equal(a.sha256, b.sha256);
+		egr_policy_free(&a);
+		egr_policy_free(&b);
+	}
+
+	/* The families AF_INET, AF_INET6 and AF_UNIX are always allowed and are
+	 * not names; nor are misspellings, other cases or non-strings. */
+	expect_fail(with_net("\"outbound_allow\":[],\"allow_sockets\":[\"packet\",\"inet\"]"),
+		    "network.allow_sockets[1]", "\"inet\"");
+	expect_fail(with_net("\"outbound_allow\":[],\"allow_sockets\":[\"unix\"]"),
+		    "network.allow_sockets[0]", "address family");
+	expect_fail(with_net("\"outbound_allow\":[],\"allow_sockets\":[\"PACKET\"]"),
+		    "network.allow_sockets[0]", "\"PACKET\"");
+	expect_fail(with_net("\"outbound_allow\":[],\"allow_sockets\":[\"af_packet\"]"),
+		    "network.allow_sockets[0]", "\"af_packet\"");
+	expect_fail(with_net("\"outbound_allow\":[],\"allow_sockets\":[17]"),
+		    "network.allow_sockets[0]", "address family");
+	/* An embedded NUL never reaches the name lookup (the reader refuses it). */
+	expect_fail(with_net("\"outbound_allow\":[],\"allow_sockets\":[\"packet\\u0000x\"]"),
+		    "", "\\u0000");
+	expect_fail(with_net("\"outbound_allow\":[],\"trust\":\"paranoid\""), "network.trust",
+		    "\"paranoid\"");
+	expect_fail(with_net("\"outbound_allow\":[],\"trust\":\"Strict\""), "network.trust",
+		    "must be \"standard\" or \"strict\"");
+	expect_fail(with_net("\"outbound_allow\":[],\"trust\":1"), "network.trust",
+		    "must be \"standard\" or \"strict\"");
+	expect_fail(with_net("\"outbound_allow\":[],\"trust\":\"strict\\u0000\""), "",
+		    "\\u0000");
+	expect_fail(with_net("\"outbound_allow\":[],\"trust\":\"strict\",\"trust\":\"standard\""),
+		    "", "duplicate");
+}
+
 static void test_fuzz_regressions(void **state)
 {
 	struct egr_policy p;
@@ -777,6 +929,8 @@ int main(void)
 		cmocka_unit_test(test_dns_errors),
 		cmocka_unit_test(test_json_errors),
 		cmocka_unit_test(test_oversized),
+		cmocka_unit_test(test_limits),
+		cmocka_unit_test(test_families_and_trust),
 		cmocka_unit_test(test_fuzz_regressions),
 	};
 

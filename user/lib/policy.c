@@ -14,6 +14,7 @@
 
 #include <openssl/evp.h>
 
+#include "confine.h"
 #include "egressd.h"
 #include "policy.h"
 
@@ -804,7 +805,13 @@ static int parse_dns(const json_t *arr, struct egr_policy *p, struct egr_error *
 	return 0;
 }
 
-static int parse_sockets(const json_t *arr, uint32_t *flags, struct egr_error *err)
+/*
+ * allow_sockets: inet socket kinds (EGR_SB_ALLOW_* for cgroup/sock_create)
+ * and other address families (bit n = AF n, for the seccomp family filter;
+ * the names of egr_confine_family()).
+ */
+static int parse_sockets(const json_t *arr, uint32_t *flags, uint64_t *families,
+			 struct egr_error *err)
 {
 	static const struct {
 		const char *name;
@@ -819,6 +826,7 @@ static int parse_sockets(const json_t *arr, uint32_t *flags, struct egr_error *e
 	size_t i, k;
 
 	*flags = 0;
+	*families = 0;
 	if (!arr)
 		return 0;
 	set_field(err, "network.allow_sockets");
@@ -828,17 +836,27 @@ static int parse_sockets(const json_t *arr, uint32_t *flags, struct egr_error *e
 	}
 	json_array_foreach(arr, i, v) {
 		const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+		int af;
 
 		set_field(err, "network.allow_sockets[%zu]", i);
+		if (s && strlen(s) != json_string_length(v))
+			s = NULL; /* an embedded NUL names nothing */
 		for (k = 0; s && k < sizeof(kinds) / sizeof(kinds[0]); k++)
-			if (!strcmp(s, kinds[k].name) && strlen(s) == json_string_length(v))
+			if (!strcmp(s, kinds[k].name))
 				break;
-		if (!s || k == sizeof(kinds) / sizeof(kinds[0])) {
-			set_msg(err, "must be one of \"raw\", \"icmp\", \"udplite\", \"sctp\", "
-				"\"mptcp\"%s%s", s ? ", not " : "", s ? quote(q, s) : "");
+		if (s && k < sizeof(kinds) / sizeof(kinds[0])) {
+			*flags |= kinds[k].flag;
+			continue;
+		}
+		af = s ? egr_confine_family(s) : -EINVAL;
+		if (af < 0 || af >= 64) {
+			set_msg(err, "must be an inet socket kind (\"raw\", \"icmp\", \"udplite\", "
+				"\"sctp\", \"mptcp\") or an address family (\"netlink\", "
+				"\"packet\", \"xdp\", \"vsock\", ...; see docs/policy.md)%s%s",
+				s ? ", not " : "", s ? quote(q, s) : "");
 			return -EINVAL;
 		}
-		*flags |= kinds[k].flag;
+		*families |= 1ULL << af;
 	}
 	return 0;
 }
@@ -847,7 +865,8 @@ static int parse_network(const json_t *net, struct egr_policy *p, struct allow_v
 			 struct egr_error *err)
 {
 	static const char *const known[] = { "default",	  "outbound_allow", "dns_allow",
-					     "inbound",	  "allow_sockets",  NULL };
+					     "inbound",	  "allow_sockets",  "trust",
+					     NULL };
 	const json_t *def, *in;
 	char q[QUOTE_BUF];
 	int ret;
@@ -897,13 +916,89 @@ static int parse_network(const json_t *net, struct egr_policy *p, struct allow_v
 			return -EINVAL;
 		}
 	}
-	ret = parse_sockets(json_object_get(net, "allow_sockets"), &p->sb_flags, err);
+	in = json_object_get(net, "trust");
+	if (in) {
+		const char *s = json_is_string(in) ? json_string_value(in) : NULL;
+
+		set_field(err, "network.trust");
+		if (s && strlen(s) != json_string_length(in))
+			s = NULL;
+		if (s && !strcmp(s, "standard")) {
+			p->trust_strict = 0;
+		} else if (s && !strcmp(s, "strict")) {
+			p->trust_strict = 1;
+		} else {
+			set_msg(err, "must be \"standard\" or \"strict\"%s%s", s ? ", not " : "",
+				s ? quote(q, s) : "");
+			return -EINVAL;
+		}
+	}
+	ret = parse_sockets(json_object_get(net, "allow_sockets"), &p->sb_flags, &p->families,
+			    err);
 	if (ret)
 		return ret;
 	ret = parse_outbound(json_object_get(net, "outbound_allow"), av, err);
 	if (ret)
 		return ret;
 	return parse_dns(json_object_get(net, "dns_allow"), p, err);
+}
+
+/* A positive integer no larger than max, for limits.*. */
+static int limit_value(const json_t *v, const char *field, uint64_t max, uint64_t *out,
+		       struct egr_error *err)
+{
+	json_int_t n;
+
+	set_field(err, "limits.%s", field);
+	if (!json_is_integer(v)) {
+		set_msg(err, "must be an integer");
+		return -EINVAL;
+	}
+	n = json_integer_value(v);
+	if (n <= 0 || (uint64_t)n > max) {
+		set_msg(err, "%lld out of range 1-%llu", (long long)n, (unsigned long long)max);
+		return -EINVAL;
+	}
+	*out = (uint64_t)n;
+	return 0;
+}
+
+/* limits: egress quotas (docs/policy.md). Absent: no limits at all. */
+static int parse_limits(const json_t *lim, struct egr_policy *p, struct egr_error *err)
+{
+	static const char *const known[] = { "egress_bytes", "window_seconds",
+					     "tenant_egress_bytes", NULL };
+	const json_t *v;
+	int ret;
+
+	if (!lim)
+		return 0;
+	set_field(err, "limits");
+	if (!json_is_object(lim)) {
+		set_msg(err, "must be an object");
+		return -EINVAL;
+	}
+	ret = check_keys(lim, known, "limits.", err);
+	if (ret)
+		return ret;
+	if ((v = json_object_get(lim, "egress_bytes")) &&
+	    (ret = limit_value(v, "egress_bytes", EGR_POLICY_MAX_QUOTA, &p->quota_bytes, err)))
+		return ret;
+	if ((v = json_object_get(lim, "tenant_egress_bytes")) &&
+	    (ret = limit_value(v, "tenant_egress_bytes", EGR_POLICY_MAX_QUOTA,
+			       &p->tenant_quota_bytes, err)))
+		return ret;
+	p->quota_window_s = EGR_POLICY_DEFAULT_WINDOW_S;
+	if ((v = json_object_get(lim, "window_seconds")) &&
+	    (ret = limit_value(v, "window_seconds", EGR_POLICY_MAX_WINDOW_S, &p->quota_window_s,
+			       err)))
+		return ret;
+	if (!p->quota_bytes && !p->tenant_quota_bytes) {
+		set_field(err, "limits");
+		set_msg(err, "give egress_bytes, tenant_egress_bytes or both");
+		return -EINVAL;
+	}
+	return 0;
 }
 
 static int policy_sha256(const json_t *root, char hex[65])
@@ -929,7 +1024,7 @@ static int policy_sha256(const json_t *root, char hex[65])
 int egr_policy_from_json(const json_t *root, struct egr_policy *out, struct egr_error *err)
 {
 	static const char *const known[] = { "tenant", "execution_id", "principal", "tool",
-					     "version", "network", NULL };
+					     "version", "network", "limits", NULL };
 	static const struct {
 		const char *key;
 		size_t off;
@@ -979,6 +1074,9 @@ int egr_policy_from_json(const json_t *root, struct egr_policy *out, struct egr_
 			goto fail;
 	}
 	ret = parse_network(json_object_get(root, "network"), &p, &av, err);
+	if (ret)
+		goto fail;
+	ret = parse_limits(json_object_get(root, "limits"), &p, err);
 	if (ret)
 		goto fail;
 	p.allow = av.v;

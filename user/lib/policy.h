@@ -18,6 +18,9 @@
 #define EGR_POLICY_MAX_PORTS    64      /* ports in one object-form entry */
 #define EGR_POLICY_MAX_STR      256     /* tenant, principal, tool, ... */
 #define EGR_DNS_NAME_MAX        253     /* presentation form, no trailing dot */
+#define EGR_POLICY_MAX_WINDOW_S 31622400 /* limits.window_seconds: 366 days */
+#define EGR_POLICY_DEFAULT_WINDOW_S 3600
+#define EGR_POLICY_MAX_QUOTA    (1ULL << 60) /* limits.*egress_bytes */
 
 enum egr_host_kind {
 	EGR_HOST_V4 = 1,   /* addr[0..3], prefixlen 0..32 */
@@ -44,10 +47,18 @@ struct egr_policy {
 	char *version;
 	int inbound_allow;     /* network.inbound: "deny" (0, default) or "allow" (1) */
 	uint32_t sb_flags;     /* EGR_SB_ALLOW_* from network.allow_sockets */
+	uint64_t families;     /* network.allow_sockets address families ("packet",
+	                        * "netlink", ...): bit n allows AF n in the seccomp
+	                        * family filter (egr_confine.extra_families) */
+	int trust_strict;      /* network.trust: "standard" (0, default) or "strict" (1) */
 	struct egr_allow *allow;
 	size_t nallow;
 	char **dns_allow;      /* lower case, no trailing dot; "*.x" kept as is */
 	size_t ndns;
+	/* limits (docs/policy.md, docs/metering.md); 0 = no limit */
+	uint64_t quota_bytes;        /* limits.egress_bytes per window, this sandbox */
+	uint64_t tenant_quota_bytes; /* limits.tenant_egress_bytes per window, the tenant */
+	uint64_t quota_window_s;     /* limits.window_seconds (default 3600 when limits given) */
 	char sha256[65];       /* hex SHA-256 of the canonical (sorted, compact) JSON */
 };
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -112,6 +113,22 @@ static void probe_features(struct egr_features *f)
 	/* Links for cgroup programs arrived together with BPF_LINK_CREATE
 	 * support for them (5.7); the attach itself proves it below. */
 	f->bpf_link = true;
+	f->setsockopt = libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_CGROUP_SOCKOPT, NULL) > 0;
+	f->skb = libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_CGROUP_SKB, NULL) > 0;
+	/* Mode 2 is filter; PR_GET_SECCOMP answers 0 for "not confined" on a
+	 * kernel that has seccomp at all, EINVAL where it has none. */
+	f->seccomp = prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0;
+	/* The LSM program type loads only where BPF trampolines exist: the
+	 * probe says what `bpftool feature probe` says, whatever the LSM list
+	 * in /sys/kernel/security/lsm claims. */
+	f->lsm_cgroup = libbpf_probe_bpf_prog_type(BPF_PROG_TYPE_LSM, NULL) > 0;
+}
+
+json_t *egr_features_layers(const struct egr_features *f)
+{
+	return json_pack("{s:b, s:b, s:b, s:b, s:b, s:b}", "sock_addr", f->cgroup_sock_addr,
+			 "sock_create", f->cgroup_sock, "setsockopt", f->setsockopt, "skb_backstop",
+			 f->skb, "seccomp", f->seccomp, "lsm_cgroup", f->lsm_cgroup);
 }
 
 int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)

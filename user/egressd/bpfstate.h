@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <jansson.h>
 
 #include "compile.h"
 #include "egressd.h"
@@ -33,7 +34,15 @@ struct egr_features {
 	bool cgroup_sock_addr;
 	bool cgroup_sock;
 	bool bpf_link;
+	/* Layers (docs/security.md): what confines a sandbox on this host. */
+	bool setsockopt;  /* cgroup/setsockopt loaded and attached with the rest */
+	bool skb;         /* cgroup_skb backstop and inbound deny */
+	bool seccomp;     /* the kernel filters syscalls (egressctl run, OCI profile) */
+	bool lsm_cgroup;  /* lsm_cgroup/socket_create would load (needs trampolines) */
 };
+
+/* The layers as a JSON object (status, logs): {"sock_addr": true, ...}. */
+json_t *egr_features_layers(const struct egr_features *f);
 
 /* Mount bpffs at /sys/fs/bpf if nothing is there, create dir, load the
  * programs (reusing pinned maps) and pin the maps. 0 or -errno. */

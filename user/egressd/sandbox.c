@@ -9,11 +9,16 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <bpf/bpf.h>
 
 #include "cgroup.h"
 #include "compile.h"
+#include "dnsproxy.h"
 #include "egr_decide.h"
+#include "learned.h"
 #include "log.h"
 #include "sandbox.h"
 #include "sockdiag.h"
@@ -49,6 +54,8 @@ static void sb_free(struct egr_sb *sb)
 	free(sb->principal);
 	free(sb->tool);
 	free(sb->version);
+	free(sb->netns);
+	free(sb->end_status);
 	free(sb);
 }
 
@@ -123,6 +130,10 @@ static int save_state(struct egr_registry *r, const struct egr_sb *sb, const jso
 		      (json_int_t)sb->updated_at, "policy", policy);
 	if (!o)
 		return -ENOMEM;
+	json_object_set_new(o, "dns_port4", json_integer(sb->dns_port4));
+	json_object_set_new(o, "dns_port6", json_integer(sb->dns_port6));
+	if (sb->netns)
+		json_object_set_new(o, "netns", json_string(sb->netns));
 	state_path(r, sb->id, path, sizeof(path));
 	err = write_file_atomic(path, o);
 	json_decref(o);
@@ -159,6 +170,60 @@ static json_t *load_state_policy(struct egr_registry *r, uint32_t id)
 
 /* --- ids and tenants ---------------------------------------------------------- */
 
+/* Tenant ids index the kernel's tenant meters and quotas, which outlive
+ * egressd: <state-dir>/tenants.json keeps the name of every id ever given
+ * out, so a restarted egressd (and its billing export) maps them the same. */
+static void tenants_path(const struct egr_registry *r, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/tenants.json", r->state_dir);
+}
+
+static int tenants_save(struct egr_registry *r)
+{
+	char path[PATH_MAX];
+	json_t *o = json_object(), *arr = json_array();
+	int err;
+
+	if (!o || !arr) {
+		json_decref(o);
+		json_decref(arr);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < r->ntenants; i++)
+		json_array_append_new(arr, json_string(r->tenants[i]));
+	json_object_set_new(o, "tenants", arr);
+	tenants_path(r, path, sizeof(path));
+	err = write_file_atomic(path, o);
+	json_decref(o);
+	if (err)
+		log_error("write %s: %s", path, strerror(-err));
+	return err;
+}
+
+static void tenants_load(struct egr_registry *r)
+{
+	char path[PATH_MAX];
+	json_error_t jerr;
+	json_t *o, *arr, *v;
+	size_t i;
+
+	tenants_path(r, path, sizeof(path));
+	o = json_load_file(path, 0, &jerr);
+	if (!o)
+		return; /* first start */
+	arr = json_object_get(o, "tenants");
+	r->tenants = calloc(json_array_size(arr) + 1, sizeof(*r->tenants));
+	json_array_foreach(arr, i, v) {
+		if (!r->tenants || !json_is_string(v))
+			break;
+		r->tenants[i] = strdup(json_string_value(v));
+		if (!r->tenants[i])
+			break;
+		r->ntenants = i + 1;
+	}
+	json_decref(o);
+}
+
 static uint32_t tenant_id(struct egr_registry *r, const char *tenant)
 {
 	char **nt;
@@ -173,7 +238,9 @@ static uint32_t tenant_id(struct egr_registry *r, const char *tenant)
 	nt[r->ntenants] = strdup(tenant);
 	if (!nt[r->ntenants])
 		return 0;
-	return (uint32_t)++r->ntenants;
+	++r->ntenants;
+	tenants_save(r);
+	return (uint32_t)r->ntenants;
 }
 
 static uint32_t alloc_policy_id(struct egr_registry *r)
@@ -268,9 +335,103 @@ static uint32_t sandbox_flags(const struct egr_policy *p)
 	return p->sb_flags | (p->inbound_allow ? EGR_SB_INBOUND_ALLOW : 0);
 }
 
+/* --- egress quotas (docs/metering.md) ----------------------------------------- */
+
+static uint64_t boottime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts); /* bpf_ktime_get_boot_ns() */
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* The egr_sandboxes copy of the sandbox's own limit. */
+static void quota_fields(struct egr_sandbox *ksb, const struct egr_policy *p)
+{
+	ksb->quota_bytes = p->quota_bytes;
+	ksb->quota_window_ns = p->quota_bytes ? p->quota_window_s * 1000000000ULL : 0;
+}
+
+/* Set one egr_quota entry's limit and window. keep: an existing entry keeps
+ * its running window and bytes (read-modify-write; what the kernel adds in
+ * between the two calls is lost, a few packets at most). */
+static int quota_put(int fd, uint32_t id, uint64_t limit, uint64_t window_ns, bool keep)
+{
+	struct egr_quota q = { 0 };
+
+	if (!keep || bpf_map_lookup_elem(fd, &id, &q) < 0) {
+		memset(&q, 0, sizeof(q));
+		q.window_start_ns = boottime_ns();
+	}
+	q.limit_bytes = limit;
+	q.window_ns = window_ns;
+	return bpf_map_update_elem(fd, &id, &q, BPF_ANY) < 0 ? -errno : 0;
+}
+
+static int quota_del(int fd, uint32_t id)
+{
+	return bpf_map_delete_elem(fd, &id) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+/* The tenant's quota: the limit of prefer if it sets one, else that of the
+ * most recently updated live sandbox of the tenant that sets one (last
+ * writer wins), else none. */
+static int quota_sync_tenant(struct egr_registry *r, uint32_t tid, const struct egr_sb *prefer)
+{
+	const struct egr_sb *src = prefer && prefer->tenant_quota_bytes ? prefer : NULL;
+
+	for (size_t i = 0; !src && i < r->n; i++) {
+		const struct egr_sb *o = r->sbs[i];
+
+		if (o == prefer || o->tenant_id != tid || !o->tenant_quota_bytes)
+			continue;
+		if (!src || o->updated_at > src->updated_at)
+			src = o;
+	}
+	if (!src)
+		return quota_del(r->bpf->fd_quota_tenant, tid);
+	return quota_put(r->bpf->fd_quota_tenant, tid, src->tenant_quota_bytes,
+			 src->quota_window_ns, true);
+}
+
+/* Write the quota maps for sb's policy p (attach: a fresh window; update and
+ * adoption: the running window is kept). Failures are logged; the policy
+ * stays in force, without its quota. */
+static void quota_apply(struct egr_registry *r, struct egr_sb *sb, const struct egr_policy *p,
+			bool fresh)
+{
+	int err;
+
+	sb->quota_bytes = p->quota_bytes;
+	sb->tenant_quota_bytes = p->tenant_quota_bytes;
+	sb->quota_window_ns = p->quota_window_s * 1000000000ULL;
+	if (sb->quota_bytes)
+		err = quota_put(r->bpf->fd_quota_sb, sb->id, sb->quota_bytes, sb->quota_window_ns,
+				!fresh);
+	else
+		err = quota_del(r->bpf->fd_quota_sb, sb->id);
+	if (err)
+		log_error("sandbox %u: write its egress quota: %s", sb->id, strerror(-err));
+	err = quota_sync_tenant(r, sb->tenant_id, sb);
+	if (err)
+		log_error("sandbox %u: write tenant %u's egress quota: %s", sb->id, sb->tenant_id,
+			  strerror(-err));
+}
+
+static int prepare_for(struct egr_registry *r, const json_t *policy, struct egr_policy *p,
+		       struct egr_compiled *c, struct egr_fail *f);
+
 /* Parse + compile; on error f says why. */
 static int prepare(const json_t *policy, struct egr_policy *p, struct egr_compiled *c,
 		   struct egr_fail *f)
+{
+	return prepare_for(NULL, policy, p, c, f);
+}
+
+/* The same, and refuse what this host cannot enforce (r non-NULL: a new
+ * policy being applied, not one being adopted or reclaimed). */
+static int prepare_for(struct egr_registry *r, const json_t *policy, struct egr_policy *p,
+		       struct egr_compiled *c, struct egr_fail *f)
 {
 	struct egr_error e = { { 0 }, { 0 } };
 	int err;
@@ -291,6 +452,21 @@ static int prepare(const json_t *policy, struct egr_policy *p, struct egr_compil
 			fail(f, "internal", NULL, "compile policy: %s", strerror(-err));
 		egr_policy_free(p);
 		return err;
+	}
+	if (r && p->trust_strict && !r->host_lsm_cgroup) {
+		/* Without lsm_cgroup nothing in the kernel sees AF_PACKET, AF_XDP
+		 * or AF_VSOCK sockets of a command not started by egressctl run
+		 * (seccomp) or with the OCI profile: refuse rather than run it
+		 * less confined than its trust class says. */
+		f->code = "invalid_policy";
+		snprintf(f->e.field, sizeof(f->e.field), "policy.network.trust");
+		snprintf(f->e.message, sizeof(f->e.message),
+			 "\"strict\" needs lsm_cgroup/socket_create to see every socket family, "
+			 "and this host cannot load it (no BPF trampolines); use \"standard\" "
+			 "with egressctl run or the OCI seccomp profile");
+		egr_compiled_free(c);
+		egr_policy_free(p);
+		return -EINVAL;
 	}
 	return 0;
 }
@@ -361,8 +537,50 @@ static int check_cgroup(struct egr_registry *r, const char *cgroup, char *real,
 	return 0;
 }
 
-int egr_reg_attach(struct egr_registry *r, const char *cgroup, const json_t *policy,
-		   struct egr_sb **out, struct egr_fail *f)
+/*
+ * Open the sandbox's DNS proxy listeners (in its network namespace when it
+ * has one) and hand the proxy its DNS policy. want4/want6: the ports it had
+ * before a restart, so sockets the sandbox keeps keep working.
+ */
+static int start_dns(struct egr_registry *r, struct egr_sb *sb, const struct egr_policy *p,
+		     uint16_t want4, uint16_t want6, struct egr_fail *f)
+{
+	struct egr_dnspolicy *dpol = NULL;
+	struct egr_error e = { { 0 }, { 0 } };
+	int netns_fd = -1, err;
+
+	if (!r->dns)
+		return 0;
+	err = egr_dnspolicy_new(p, NULL, 0, &dpol, &e);
+	if (err) {
+		if (err == -EINVAL)
+			fail_policy(f, &e);
+		else
+			fail(f, "internal", NULL, "DNS policy: %s", strerror(-err));
+		return err;
+	}
+	if (sb->netns) {
+		netns_fd = open(sb->netns, O_RDONLY | O_CLOEXEC);
+		if (netns_fd < 0) {
+			err = -errno;
+			egr_dnspolicy_free(dpol);
+			fail(f, "bad_request", "netns", "%s: %s", sb->netns, strerror(-err));
+			return err;
+		}
+	}
+	/* The proxy owns dpol from here, even on error. */
+	err = egr_dnsproxy_add_sandbox(r->dns, sb->id, p->tenant, dpol, netns_fd, want4, want6,
+				       &sb->dns_port4, &sb->dns_port6);
+	if (netns_fd >= 0)
+		close(netns_fd);
+	if (err)
+		fail(f, "internal", NULL, "DNS proxy listeners for sandbox %u: %s", sb->id,
+		     strerror(-err));
+	return err;
+}
+
+int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns,
+		   const json_t *policy, struct egr_sb **out, struct egr_fail *f)
 {
 	char real[PATH_MAX];
 	struct egr_policy p = { 0 };
@@ -378,7 +596,7 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const json_t *pol
 		fail(f, "exists", "cgroup", "%s is already a sandbox; use update", real);
 		return -EEXIST;
 	}
-	err = prepare(policy, &p, &c, f);
+	err = prepare_for(r, policy, &p, &c, f);
 	if (err)
 		return err;
 
@@ -397,22 +615,28 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const json_t *pol
 	sb->policy_id = alloc_policy_id(r);
 	sb->tenant_id = tenant_id(r, p.tenant);
 	sb->attached_at = sb->updated_at = time(NULL);
-	if (!sb->tenant_id) {
+	if (!sb->tenant_id || (netns && !(sb->netns = strdup(netns)))) {
 		err = -ENOMEM;
 		fail(f, "internal", NULL, "out of memory");
 		goto err_free;
 	}
+	err = start_dns(r, sb, &p, 0, 0, f);
+	if (err)
+		goto err_free;
 
 	/* Rules and the sandbox entry first, links last: the moment a link is
 	 * in place its storage says "no sandbox" (deny) until we name it. */
 	err = egr_bpf_put_rules(r->bpf, sb->policy_id, &c);
 	if (err) {
 		fail_rules(f, err);
-		goto err_free;
+		goto err_dns;
 	}
 	ksb.policy_id = sb->policy_id;
 	ksb.tenant_id = sb->tenant_id;
 	ksb.flags = sandbox_flags(&p);
+	quota_fields(&ksb, &p);
+	ksb.dns_port4 = sb->dns_port4;
+	ksb.dns_port6 = sb->dns_port6;
 	err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
 	if (err) {
 		fail_rules(f, err);
@@ -439,6 +663,7 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const json_t *pol
 		goto err_links;
 	}
 	sb_set_meta(sb, &p, &c);
+	quota_apply(r, sb, &p, true);
 	log_info("sandbox %u attached to %s (tenant %s, policy %u: %zu v4, %zu v6 prefixes)",
 		 sb->id, sb->cgroup, sb->tenant, sb->policy_id, sb->n4, sb->n6);
 	if (r->hooks.attached)
@@ -456,6 +681,9 @@ err_sandbox:
 	egr_bpf_del_sandbox(r->bpf, sb->id);
 err_rules:
 	egr_bpf_del_rules(r->bpf, sb->policy_id, &c);
+err_dns:
+	if (r->dns)
+		egr_dnsproxy_remove_sandbox(r->dns, sb->id);
 err_free:
 	sb_free(sb);
 	egr_compiled_free(&c);
@@ -463,30 +691,42 @@ err_free:
 	return err;
 }
 
-/* Would the compiled policy let a connected socket keep its peer? */
+struct peer_judge {
+	const struct egr_compiled *c;
+	struct egr_learned *learned;
+	uint32_t sandbox_id;
+};
+
+/* Would the new policy let a connected socket keep its peer: a static
+ * rule, or an address its DNS policy still resolves? */
 static bool peer_allowed(void *ctx, int family, const uint8_t *daddr, uint16_t dport, int protocol)
 {
-	const struct egr_compiled *c = ctx;
+	const struct peer_judge *j = ctx;
 	const struct egr_rule *rule;
+	const uint8_t *a = daddr;
 	uint32_t w[4], v4;
-	int expired;
+	int expired, v6 = family == AF_INET6;
 
-	if (family == AF_INET6) {
+	if (v6) {
 		memcpy(w, daddr, sizeof(w));
-		if (egr_ip6_is_v4mapped(w, &v4))
-			rule = egr_compiled_lookup(c, 0, (const uint8_t *)&v4);
-		else
-			rule = egr_compiled_lookup(c, 1, daddr);
-	} else {
-		rule = egr_compiled_lookup(c, 0, daddr);
+		if (egr_ip6_is_v4mapped(w, &v4)) {
+			a = (const uint8_t *)&v4;
+			v6 = 0;
+		}
 	}
-	return egr_rule_allows(rule, dport, (uint32_t)protocol, 0, &expired) == EGR_ALLOW;
+	rule = egr_compiled_lookup(j->c, v6, a);
+	if (egr_rule_allows(rule, dport, (uint32_t)protocol, 0, &expired) == EGR_ALLOW)
+		return true;
+	return j->learned && egr_learned_allows(j->learned, j->sandbox_id, v6 ? AF_INET6 : AF_INET,
+						a, dport, protocol);
 }
 
 /* End what the sandbox (and the cgroups it made) has open to peers the new
  * policy refuses: the hooks only judged them at connect time. */
-static void close_refused(const struct egr_sb *sb, const struct egr_compiled *c, unsigned *closed)
+static void close_refused(struct egr_registry *r, const struct egr_sb *sb,
+			  const struct egr_compiled *c, unsigned *closed)
 {
+	struct peer_judge j = { .c = c, .learned = r->learned, .sandbox_id = sb->id };
 	uint64_t *ids = NULL;
 	size_t n = 0;
 	int err;
@@ -494,7 +734,7 @@ static void close_refused(const struct egr_sb *sb, const struct egr_compiled *c,
 	*closed = 0;
 	err = egr_cgroup_subtree_ids(sb->cgroup, &ids, &n);
 	if (!err)
-		err = egr_sockdiag_destroy_refused(ids, n, peer_allowed, (void *)c, closed);
+		err = egr_sockdiag_destroy_refused(ids, n, peer_allowed, &j, closed);
 	if (err)
 		log_error("sandbox %u: tearing down connections the new policy refuses: %s "
 			  "(%u closed)", sb->id, strerror(-err), *closed);
@@ -513,12 +753,26 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	struct egr_sb next;
 	char old_sha[sizeof(sb->sha256)];
 	uint32_t old_policy_id = sb->policy_id;
+	struct egr_dnspolicy *dpol = NULL;
+	struct egr_error e = { { 0 }, { 0 } };
 	json_t *old_policy;
 	int err;
 
-	err = prepare(policy, &p, &c, f);
+	err = prepare_for(r, policy, &p, &c, f);
 	if (err)
 		return err;
+	if (r->dns) {
+		err = egr_dnspolicy_new(&p, NULL, 0, &dpol, &e);
+		if (err) {
+			if (err == -EINVAL)
+				fail_policy(f, &e);
+			else
+				fail(f, "internal", NULL, "DNS policy: %s", strerror(-err));
+			egr_compiled_free(&c);
+			egr_policy_free(&p);
+			return err;
+		}
+	}
 	old_policy = load_state_policy(r, sb->id);
 
 	next = *sb;
@@ -544,11 +798,20 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 		egr_bpf_del_rules(r->bpf, next.policy_id, &c);
 		goto out;
 	}
+	/* DNS-learned addresses the new policy still resolves move to the new
+	 * id, with the new policy's ports; the rest are dropped. */
+	if (r->learned && egr_learned_rebase(r->learned, sb->id, old_policy_id, next.policy_id,
+					     dpol))
+		log_warn("sandbox %u: some DNS-learned addresses did not fit the new policy's "
+			 "rules; they need resolving again", sb->id);
 	/* The switch: one map update, so every hook sees the old policy or the
 	 * new one, never a mix. */
 	ksb.policy_id = next.policy_id;
 	ksb.tenant_id = next.tenant_id;
 	ksb.flags = sandbox_flags(&p);
+	quota_fields(&ksb, &p);
+	ksb.dns_port4 = sb->dns_port4;
+	ksb.dns_port6 = sb->dns_port6;
 	err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
 	if (err) {
 		fail(f, "internal", NULL, "switch sandbox %u to the new policy: %s", sb->id,
@@ -563,7 +826,14 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	sb->tenant_id = next.tenant_id;
 	sb->updated_at = next.updated_at;
 	sb_set_meta(sb, &p, &c);
-	close_refused(sb, &c, closed);
+	quota_apply(r, sb, &p, false);
+	if (r->dns) {
+		/* The proxy owns dpol from here. */
+		if (egr_dnsproxy_update_sandbox(r->dns, sb->id, dpol))
+			log_error("sandbox %u: DNS proxy kept the old DNS policy", sb->id);
+		dpol = NULL;
+	}
+	close_refused(r, sb, &c, closed);
 	if (r->hooks.updated)
 		r->hooks.updated(r->hooks.ctx, sb, old_sha, policy, *closed);
 	/* Reclaim the old rule set; nothing refers to it any more. */
@@ -575,6 +845,7 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	log_info("sandbox %u updated: policy %u -> %u (%zu v4, %zu v6 prefixes)", sb->id,
 		 old_policy_id, sb->policy_id, sb->n4, sb->n6);
 out:
+	egr_dnspolicy_free(dpol);
 	json_decref(old_policy);
 	egr_compiled_free(&c);
 	egr_policy_free(&p);
@@ -595,6 +866,10 @@ static int teardown(struct egr_registry *r, uint32_t id, uint32_t policy_id, con
 	if ((err = egr_bpf_del_sandbox(r->bpf, id)))
 		ret = err;
 	egr_bpf_forget_sandbox_stats(r->bpf, id);
+	if (r->dns)
+		egr_dnsproxy_remove_sandbox(r->dns, id);
+	if (r->learned)
+		egr_learned_forget(r->learned, id, policy_id);
 	if (policy)
 		delete_policy_rules(r, id, policy_id, policy);
 	drop_state(r, id);
@@ -619,9 +894,12 @@ int egr_reg_detach(struct egr_registry *r, struct egr_sb *sb, json_t **snapshot,
 	if (snapshot)
 		*snapshot = egr_sb_json(sb);
 	reg_remove(r, sb);
+	quota_sync_tenant(r, sb->tenant_id, NULL); /* another sandbox's tenant limit, or none */
 	sb_free(sb);
 	return 0;
 }
+
+static json_t *sb_json_base(const struct egr_sb *sb);
 
 static json_t *str_or_null(const char *s)
 {
@@ -639,6 +917,18 @@ static json_t *iso_time(time_t t)
 }
 
 json_t *egr_sb_json(const struct egr_sb *sb)
+{
+	json_t *o = sb_json_base(sb);
+
+	if (o) {
+		json_object_set_new(o, "netns", str_or_null(sb->netns));
+		json_object_set_new(o, "dns", json_pack("{s:i, s:i}", "port4", sb->dns_port4,
+							 "port6", sb->dns_port6));
+	}
+	return o;
+}
+
+static json_t *sb_json_base(const struct egr_sb *sb)
 {
 	return json_pack("{s:I, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:I, s:s, s:{s:I, s:I, s:I},"
 			 " s:o, s:o}",
@@ -713,6 +1003,14 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 	sb->cgroup_id = cgid;
 	sb->policy_id = policy_id;
 	sb->tenant_id = tenant_id(r, p.tenant);
+	if (json_is_string(json_object_get(st, "netns")) &&
+	    !(sb->netns = strdup(json_string_value(json_object_get(st, "netns")))))
+		goto oom;
+	/* Reopen the DNS listeners on the ports the sandbox knows; if they are
+	 * taken, new ones (the kernel entry follows below). */
+	if (start_dns(r, sb, &p, (uint16_t)json_integer_value(json_object_get(st, "dns_port4")),
+		      (uint16_t)json_integer_value(json_object_get(st, "dns_port6")), &f))
+		log_error("sandbox %u: no DNS proxy (%s); its DNS is denied", id, f.e.message);
 	sb->attached_at = (time_t)json_integer_value(json_object_get(st, "attached_at"));
 	sb->updated_at = (time_t)json_integer_value(json_object_get(st, "updated_at"));
 
@@ -725,11 +1023,21 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 		ksb.policy_id = sb->policy_id;
 		ksb.tenant_id = sb->tenant_id;
 		ksb.flags = sandbox_flags(&p);
+		quota_fields(&ksb, &p);
+		ksb.dns_port4 = sb->dns_port4;
+		ksb.dns_port6 = sb->dns_port6;
 		if (egr_bpf_put_rules(r->bpf, sb->policy_id, &c) ||
 		    egr_bpf_put_sandbox(r->bpf, id, &ksb) || save_state(r, sb, policy)) {
 			log_error("sandbox %u: cannot reapply its policy; it stays denied", id);
 			egr_bpf_del_sandbox(r->bpf, id); /* no entry: the hooks deny all */
 		}
+	}
+	if (egr_bpf_get_sandbox(r->bpf, id, &ksb) == 0 &&
+	    (ksb.dns_port4 != sb->dns_port4 || ksb.dns_port6 != sb->dns_port6)) {
+		ksb.dns_port4 = sb->dns_port4;
+		ksb.dns_port6 = sb->dns_port6;
+		if (egr_bpf_put_sandbox(r->bpf, id, &ksb) || save_state(r, sb, policy))
+			log_error("sandbox %u: cannot point DNS at the new proxy ports", id);
 	}
 	err = egr_bpf_set_cgroup_sandbox(r->bpf, cgid, id);
 	if (err)
@@ -737,6 +1045,7 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 	if (reg_add(r, sb))
 		goto oom;
 	sb_set_meta(sb, &p, &c);
+	quota_apply(r, sb, &p, false);
 	log_info("sandbox %u adopted (%s, tenant %s, policy %u)", id, sb->cgroup, sb->tenant,
 		 sb->policy_id);
 	if (r->hooks.adopted)
@@ -856,12 +1165,15 @@ static int adopt_all(struct egr_registry *r)
 }
 
 int egr_reg_init(struct egr_registry *r, struct egr_bpf *bpf, const char *state_dir,
-		 const struct egr_reg_hooks *hooks)
+		 const struct egr_reg_hooks *hooks, struct egr_dnsproxy *dns,
+		 struct egr_learned *learned)
 {
 	char path[PATH_MAX];
 
 	memset(r, 0, sizeof(*r));
 	r->bpf = bpf;
+	r->dns = dns;
+	r->learned = learned;
 	if (hooks)
 		r->hooks = *hooks;
 	r->next_sandbox_id = 1;
@@ -875,6 +1187,7 @@ int egr_reg_init(struct egr_registry *r, struct egr_bpf *bpf, const char *state_
 	snprintf(path, sizeof(path), "%s/sandboxes", state_dir);
 	if (mkdir(path, 0700) < 0 && errno != EEXIST)
 		return -errno;
+	tenants_load(r);
 	return adopt_all(r);
 }
 

@@ -27,6 +27,11 @@ struct egr_sb {
 	char sha256[65];
 	size_t n4, n6, nnames;
 	time_t attached_at, updated_at;
+	char *netns;              /* network namespace path, NULL = egressd's own */
+	uint16_t dns_port4, dns_port6; /* its DNS proxy listeners; 0 = none */
+	/* limits in force (docs/metering.md); 0 = none */
+	uint64_t quota_bytes, tenant_quota_bytes, quota_window_ns;
+	char *end_status;         /* how its command ended, as the detach request said */
 };
 
 /* A failed request: a protocol error code (docs/control-protocol.md) and
@@ -53,9 +58,15 @@ struct egr_reg_hooks {
 	void (*detaching)(void *ctx, const struct egr_sb *sb);
 };
 
+struct egr_dnsproxy;
+struct egr_learned;
+
 struct egr_registry {
 	struct egr_bpf *bpf;
 	struct egr_reg_hooks hooks;
+	struct egr_dnsproxy *dns;     /* NULL: no DNS proxy (DNS denied) */
+	bool host_lsm_cgroup;         /* policies of trust "strict" need it */
+	struct egr_learned *learned;
 	char state_dir[256];
 	char self_cgroup[4096]; /* egressd's own cgroup: never sandboxed */
 	struct egr_sb **sbs;
@@ -69,11 +80,14 @@ struct egr_registry {
 /* Load the state directory and adopt every pinned sandbox; repair what a
  * crash mid-operation left behind. 0 or -errno. */
 int egr_reg_init(struct egr_registry *r, struct egr_bpf *bpf, const char *state_dir,
-		 const struct egr_reg_hooks *hooks);
+		 const struct egr_reg_hooks *hooks, struct egr_dnsproxy *dns,
+		 struct egr_learned *learned);
 void egr_reg_free(struct egr_registry *r);
 
-int egr_reg_attach(struct egr_registry *r, const char *cgroup, const json_t *policy,
-		   struct egr_sb **out, struct egr_fail *f);
+/* netns: path of the sandbox's network namespace (its DNS proxy listens
+ * there), or NULL when it shares egressd's. */
+int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns,
+		   const json_t *policy, struct egr_sb **out, struct egr_fail *f);
 /* Atomic switch to a new policy; then connected sockets whose peer it
  * refuses are destroyed (*closed counts them). */
 int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *policy,

@@ -11,7 +11,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "alerting.h"
+#include "auditlog.h"
+#include "events.h"
 #include "log.h"
+#include "metrics.h"
 #include "proto.h"
 #include "server.h"
 
@@ -187,8 +191,9 @@ static json_t *sandbox_reply(const struct egr_sb *sb)
 
 static json_t *do_attach(struct egr_server *s, const json_t *req)
 {
-	static const char *const fields[] = { "cgroup", "policy", NULL };
+	static const char *const fields[] = { "cgroup", "policy", "netns", NULL };
 	json_t *cg = json_object_get(req, "cgroup"), *pol = json_object_get(req, "policy");
+	json_t *netns = json_object_get(req, "netns");
 	json_t *reply = check_fields(req, fields);
 	struct egr_fail f;
 	struct egr_sb *sb;
@@ -199,7 +204,9 @@ static json_t *do_attach(struct egr_server *s, const json_t *req)
 		return error_reply("bad_request", "cgroup", "cgroup (a path string) is required");
 	if (!json_is_object(pol))
 		return error_reply("bad_request", "policy", "policy (an object) is required");
-	if (egr_reg_attach(s->reg, json_string_value(cg), pol, &sb, &f))
+	if (netns && !json_is_string(netns))
+		return error_reply("bad_request", "netns", "netns must be a path string");
+	if (egr_reg_attach(s->reg, json_string_value(cg), json_string_value(netns), pol, &sb, &f))
 		return fail_reply(&f);
 	return sandbox_reply(sb);
 }
@@ -230,16 +237,24 @@ static json_t *do_update(struct egr_server *s, const json_t *req)
 
 static json_t *do_detach(struct egr_server *s, const json_t *req)
 {
-	static const char *const fields[] = { "cgroup", "id", NULL };
+	static const char *const fields[] = { "cgroup", "id", "status", NULL };
+	json_t *status = json_object_get(req, "status");
 	json_t *reply = check_fields(req, fields), *snap = NULL;
 	struct egr_fail f;
 	struct egr_sb *sb;
 
 	if (reply)
 		return reply;
+	if (status && (!json_is_string(status) || json_string_length(status) > 32))
+		return error_reply("bad_request", "status", "status must be a short string");
 	sb = target(s, req, &reply);
 	if (!sb)
 		return reply;
+	if (status) {
+		/* For the execution's audit record ("exited:0", "killed:9"). */
+		free(sb->end_status);
+		sb->end_status = strdup(json_string_value(status));
+	}
 	if (egr_reg_detach(s->reg, sb, &snap, &f))
 		return fail_reply(&f);
 	return json_pack("{s:b, s:o}", "ok", 1, "sandbox", snap ? snap : json_null());
@@ -272,13 +287,79 @@ static json_t *do_status(struct egr_server *s, const json_t *req)
 		for (int i = 0; i < EGR_CNT_MAX; i++)
 			json_object_set_new(counters, egr_counter_names[i],
 					    json_integer((json_int_t)cnt[i]));
-	return json_pack("{s:b, s:s, s:i, s:s, s:s, s:I, s:{s:b, s:b, s:b, s:b, s:b, s:b}, s:o}",
-			 "ok", 1, "version", EGRESSD_VERSION, "pid", (int)getpid(), "bpffs_dir",
-			 s->reg->bpf->dir, "state_dir", s->reg->state_dir, "sandboxes",
-			 (json_int_t)s->reg->n, "features", "btf", ft->btf, "cgroup2",
-			 ft->cgroup2, "bpffs", ft->bpffs, "cgroup_sock_addr",
-			 ft->cgroup_sock_addr, "cgroup_sock", ft->cgroup_sock, "bpf_link",
-			 ft->bpf_link, "counters", counters);
+	reply = json_pack("{s:b, s:s, s:i, s:s, s:s, s:I, s:{s:b, s:b, s:b, s:b, s:b, s:b}, s:o}",
+			  "ok", 1, "version", EGRESSD_VERSION, "pid", (int)getpid(), "bpffs_dir",
+			  s->reg->bpf->dir, "state_dir", s->reg->state_dir, "sandboxes",
+			  (json_int_t)s->reg->n, "features", "btf", ft->btf, "cgroup2",
+			  ft->cgroup2, "bpffs", ft->bpffs, "cgroup_sock_addr",
+			  ft->cgroup_sock_addr, "cgroup_sock", ft->cgroup_sock, "bpf_link",
+			  ft->bpf_link, "counters", counters);
+	if (reply)
+		json_object_set_new(reply, "layers", egr_features_layers(ft));
+	return reply;
+}
+
+/* do_status plus the event stream, alerting and audit figures. */
+static json_t *do_status_obs(struct egr_server *s, const json_t *req)
+{
+	json_t *reply = do_status(s, req);
+
+	if (!json_is_true(json_object_get(reply, "ok")))
+		return reply;
+	if (s->events)
+		json_object_set_new(reply, "events", egr_events_status(s->events));
+	if (s->alerting)
+		json_object_set_new(reply, "alerts", egr_alerting_status(s->alerting));
+	if (s->audit)
+		json_object_set_new(reply, "audit", egr_auditlog_status(s->audit));
+	return reply;
+}
+
+/* {"op":"events","follow":bool,"sandbox":id,"limit":n}: the kept events;
+ * with follow, just {"ok":true} here and egr_server_handle hands the
+ * connection to the event stream. */
+static json_t *do_events(struct egr_server *s, const json_t *req)
+{
+	static const char *const fields[] = { "follow", "sandbox", "limit", NULL };
+	json_t *reply = check_fields(req, fields), *follow = json_object_get(req, "follow");
+	json_t *sb = json_object_get(req, "sandbox"), *limit = json_object_get(req, "limit");
+
+	if (reply)
+		return reply;
+	if (!s->events)
+		return error_reply("unavailable", NULL, "the event stream is not running");
+	if (follow && !json_is_boolean(follow))
+		return error_reply("bad_request", "follow", "follow must be a boolean");
+	if (sb && (!json_is_integer(sb) || json_integer_value(sb) < 0 ||
+		   json_integer_value(sb) > UINT32_MAX))
+		return error_reply("bad_request", "sandbox", "sandbox must be a sandbox id");
+	if (limit && (!json_is_integer(limit) || json_integer_value(limit) < 0))
+		return error_reply("bad_request", "limit", "limit must be a non-negative integer");
+	if (json_is_true(follow))
+		return json_pack("{s:b}", "ok", 1);
+	return json_pack("{s:b, s:o}", "ok", 1, "events",
+			 egr_events_query(s->events, (uint32_t)json_integer_value(sb),
+					  (size_t)json_integer_value(limit)));
+}
+
+/* {"op":"stats","tenant":T?}: per-tenant and per-sandbox figures, the
+ * numbers /metrics shows (docs/metering.md). */
+static json_t *do_stats(struct egr_server *s, const json_t *req)
+{
+	static const char *const fields[] = { "tenant", NULL };
+	json_t *reply = check_fields(req, fields), *tenant = json_object_get(req, "tenant"), *body;
+
+	if (reply)
+		return reply;
+	if (tenant && !json_is_string(tenant))
+		return error_reply("bad_request", "tenant", "tenant must be a string");
+	if (!s->metrics)
+		return error_reply("internal", NULL, "metering is not available");
+	body = egr_metrics_stats_json(s->metrics, json_string_value(tenant));
+	if (!body)
+		return NULL;
+	json_object_set_new(body, "ok", json_true());
+	return body;
 }
 
 static json_t *dispatch(struct egr_server *s, const json_t *req)
@@ -290,7 +371,9 @@ static json_t *dispatch(struct egr_server *s, const json_t *req)
 	if (strcmp(op, "ping") == 0)
 		return json_pack("{s:b, s:s}", "ok", 1, "version", EGRESSD_VERSION);
 	if (strcmp(op, "status") == 0)
-		return do_status(s, req);
+		return do_status_obs(s, req);
+	if (strcmp(op, "events") == 0)
+		return do_events(s, req);
 	if (strcmp(op, "attach") == 0)
 		return do_attach(s, req);
 	if (strcmp(op, "update") == 0)
@@ -299,6 +382,8 @@ static json_t *dispatch(struct egr_server *s, const json_t *req)
 		return do_detach(s, req);
 	if (strcmp(op, "list") == 0)
 		return do_list(s, req);
+	if (strcmp(op, "stats") == 0)
+		return do_stats(s, req);
 	return error_reply("bad_request", "op", "unknown op");
 }
 
@@ -328,7 +413,9 @@ void egr_server_handle(struct egr_server *s, int cfd)
 		json_decref(req);
 		return;
 	} else {
+		egr_auditlog_set_actor(s->audit, &cred);
 		reply = dispatch(s, req);
+		egr_auditlog_set_actor(s->audit, NULL);
 		log_debug("control: pid %d uid %u op %s -> %s", cred.pid, cred.uid,
 			  json_string_value(json_object_get(req, "op")) ?: "?",
 			  json_is_true(json_object_get(reply, "ok")) ? "ok" : "error");
@@ -337,6 +424,14 @@ void egr_server_handle(struct egr_server *s, int cfd)
 		reply = error_reply("internal", NULL, "out of memory");
 	if (reply && (err = egr_proto_write(cfd, reply)))
 		log_warn("control: write reply to pid %d: %s", cred.pid, strerror(-err));
+	else if (reply && json_is_true(json_object_get(reply, "ok")) && s->events &&
+		 strcmp(json_string_value(json_object_get(req, "op")) ?: "", "events") == 0 &&
+		 json_is_true(json_object_get(req, "follow")) &&
+		 (err = egr_events_subscribe(s->events, cfd,
+					     (uint32_t)json_integer_value(
+						     json_object_get(req, "sandbox")))))
+		/* The caller closes cfd; a subscriber keeps its own dup. */
+		log_warn("control: events --follow for pid %d: %s", cred.pid, strerror(-err));
 	json_decref(reply);
 	json_decref(req);
 }

@@ -9,11 +9,22 @@
 #include "bpfstate.h"
 #include "sandbox.h"
 
+struct egr_events;
+struct egr_alerting;
+struct egr_auditlog;
+struct egr_metrics;
+
 struct egr_server {
 	struct egr_registry *reg;
 	const struct egr_features *features;
 	gid_t group; /* (gid_t)-1: root only */
 	char cgroup_root[4096]; /* cgroup2 mount, to resolve peers' cgroups */
+	/* Observability (NULL when absent): the `events` op, status figures,
+	 * the actor of audited policy changes. */
+	struct egr_events *events;
+	struct egr_alerting *alerting;
+	struct egr_auditlog *audit;
+	struct egr_metrics *metrics; /* the `stats` op (NULL: unavailable) */
 };
 
 /* Create the socket (mode 0660, group `group`) and its directory. */

@@ -1,0 +1,392 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* Audit records of sandbox executions and policy changes; lifecycle events. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <bpf/bpf.h>
+
+#include "alerting.h"
+#include "alerts.h"
+#include "audit.h"
+#include "auditlog.h"
+#include "egr_decide.h"
+#include "events.h"
+#include "log.h"
+
+/* Destinations listed per execution record at most. */
+#define MAX_DESTS 4096
+/* egr_dests is an LRU: past this fill, some destinations may be forgotten. */
+#define DESTS_PRESSURE_PCT 80
+
+struct egr_auditlog {
+	struct egr_audit *a;      /* NULL: events only */
+	struct egr_bpf *bpf;
+	struct egr_events *events;
+	struct egr_alerting *alerting;
+	struct egr_reg_hooks next;
+	char path[512];
+	struct ucred actor;
+	bool have_actor;
+	uint64_t records, failures;
+};
+
+static uint64_t clock_ns(clockid_t c)
+{
+	struct timespec ts;
+
+	clock_gettime(c, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static json_t *time_json(uint64_t unix_ns)
+{
+	char buf[40];
+
+	egr_rfc3339_ns(unix_ns, buf, sizeof(buf));
+	return json_string(buf);
+}
+
+static json_t *str_or_null(const char *s)
+{
+	return s ? json_string(s) : json_null();
+}
+
+int egr_auditlog_open(struct egr_auditlog **out, const struct egr_auditlog_opts *o,
+		      struct egr_bpf *bpf)
+{
+	struct egr_auditlog *al = calloc(1, sizeof(*al));
+	uint8_t *key = NULL;
+	size_t keylen = 0;
+	int err;
+
+	if (!al)
+		return -ENOMEM;
+	al->bpf = bpf;
+	if (o && o->path) {
+		snprintf(al->path, sizeof(al->path), "%s", o->path);
+		if (o->key_file && (err = egr_audit_load_key(o->key_file, &key, &keylen))) {
+			log_error("audit: key %s: %s", o->key_file,
+				  err == -EPERM ? "group or other can access it (chmod 600)" :
+						  strerror(-err));
+			free(al);
+			return err;
+		}
+		err = egr_audit_open(&al->a, o->path, o->state, key, keylen, o->rotate_bytes);
+		if (key)
+			egr_audit_free_key(key, keylen);
+		if (err) {
+			free(al);
+			return err;
+		}
+	}
+	*out = al;
+	return 0;
+}
+
+void egr_auditlog_close(struct egr_auditlog *al)
+{
+	if (!al)
+		return;
+	egr_audit_close(al->a);
+	free(al);
+}
+
+void egr_auditlog_set_sinks(struct egr_auditlog *al, struct egr_events *ev,
+			    struct egr_alerting *alerting)
+{
+	al->events = ev;
+	al->alerting = alerting;
+}
+
+void egr_auditlog_set_actor(struct egr_auditlog *al, const struct ucred *cred)
+{
+	if (!al)
+		return;
+	al->have_actor = cred != NULL;
+	if (cred)
+		al->actor = *cred;
+}
+
+uint64_t egr_auditlog_failures(const struct egr_auditlog *al)
+{
+	if (!al || !al->a)
+		return 0;
+	return egr_audit_failures(al->a) + al->failures;
+}
+
+json_t *egr_auditlog_status(const struct egr_auditlog *al)
+{
+	if (!al || !al->a)
+		return json_pack("{s:b}", "enabled", 0);
+	return json_pack("{s:b, s:s, s:I, s:I, s:I}", "enabled", 1, "path", al->path, "seq",
+			 (json_int_t)egr_audit_seq(al->a), "records", (json_int_t)al->records,
+			 "failures", (json_int_t)egr_auditlog_failures(al));
+}
+
+int egr_auditlog_gap(struct egr_auditlog *al, const char *reason, uint64_t lost)
+{
+	int err;
+
+	if (!al || !al->a)
+		return 0;
+	err = egr_audit_record_gap(al->a, reason, lost);
+	if (err)
+		log_error("audit: gap record: %s", strerror(-err));
+	else
+		al->records++;
+	return err;
+}
+
+static void append(struct egr_auditlog *al, json_t *rec)
+{
+	int err;
+
+	if (!rec) {
+		al->failures++;
+		log_error("audit: out of memory building a record");
+		return;
+	}
+	if (al->a) {
+		err = egr_audit_append(al->a, rec);
+		if (err)
+			log_error("audit: %s record lost: %s",
+				  json_string_value(json_object_get(rec, "type")), strerror(-err));
+		else
+			al->records++;
+	}
+	json_decref(rec);
+}
+
+static json_t *identity(const struct egr_sb *sb)
+{
+	return json_pack("{s:I, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:s}", "sandbox",
+			 (json_int_t)sb->id, "cgroup", sb->cgroup ?: "", "cgroup_id",
+			 (json_int_t)sb->cgroup_id, "execution_id", str_or_null(sb->execution_id),
+			 "tenant", str_or_null(sb->tenant), "principal", str_or_null(sb->principal),
+			 "tool", str_or_null(sb->tool), "version", str_or_null(sb->version),
+			 "policy_sha256", sb->sha256);
+}
+
+static void lifecycle_event(struct egr_auditlog *al, const char *type, const struct egr_sb *sb,
+			    const char *old_sha, int closed)
+{
+	json_t *o;
+
+	if (!al->events)
+		return;
+	o = identity(sb);
+	if (!o)
+		return;
+	json_object_set_new(o, "type", json_string(type));
+	if (old_sha)
+		json_object_set_new(o, "previous_policy_sha256", json_string(old_sha));
+	if (closed >= 0)
+		json_object_set_new(o, "connections_closed", json_integer(closed));
+	egr_events_emit(al->events, o);
+	json_decref(o);
+}
+
+static void policy_change(struct egr_auditlog *al, const char *change, const struct egr_sb *sb,
+			  const char *old_sha, unsigned closed)
+{
+	json_t *rec = identity(sb);
+
+	if (!rec) {
+		append(al, NULL);
+		return;
+	}
+	json_object_set_new(rec, "type", json_string("policy_change"));
+	json_object_set_new(rec, "change", json_string(change));
+	json_object_set_new(rec, "previous_policy_sha256", str_or_null(old_sha));
+	json_object_set_new(rec, "torn_down", json_integer(closed));
+	json_object_set_new(rec, "actor",
+			    al->have_actor ? json_pack("{s:i, s:i, s:i}", "pid", (int)al->actor.pid,
+						       "uid", (int)al->actor.uid, "gid",
+						       (int)al->actor.gid)
+					   : json_null());
+	append(al, rec);
+}
+
+static void h_attached(void *ctx, const struct egr_sb *sb, const json_t *policy)
+{
+	struct egr_auditlog *al = ctx;
+
+	policy_change(al, "attach", sb, NULL, 0);
+	lifecycle_event(al, "attach", sb, NULL, -1);
+	if (al->next.attached)
+		al->next.attached(al->next.ctx, sb, policy);
+}
+
+static void h_adopted(void *ctx, const struct egr_sb *sb, const json_t *policy)
+{
+	struct egr_auditlog *al = ctx;
+
+	lifecycle_event(al, "adopt", sb, NULL, -1);
+	if (al->next.adopted)
+		al->next.adopted(al->next.ctx, sb, policy);
+}
+
+static void h_updated(void *ctx, const struct egr_sb *sb, const char *old_sha256,
+		      const json_t *policy, unsigned closed)
+{
+	struct egr_auditlog *al = ctx;
+
+	policy_change(al, "update", sb, old_sha256, closed);
+	lifecycle_event(al, "update", sb, old_sha256, (int)closed);
+	if (al->next.updated)
+		al->next.updated(al->next.ctx, sb, old_sha256, policy, closed);
+}
+
+static const char *proto_name(uint8_t p, char *buf, size_t len)
+{
+	switch (p) {
+	case EGR_IPPROTO_TCP:
+		return "tcp";
+	case EGR_IPPROTO_UDP:
+		return "udp";
+	case EGR_IPPROTO_ICMP:
+		return "icmp";
+	case EGR_IPPROTO_ICMPV6:
+		return "icmpv6";
+	case EGR_IPPROTO_UDPLITE:
+		return "udplite";
+	case EGR_IPPROTO_SCTP:
+		return "sctp";
+	default:
+		snprintf(buf, len, "%u", p);
+		return buf;
+	}
+}
+
+/* Entries in egr_dests and its size: is the LRU under pressure? */
+static bool dests_under_pressure(struct egr_bpf *b, uint64_t *entries, uint64_t *max)
+{
+	struct bpf_map_info info = { 0 };
+	__u32 len = sizeof(info);
+	struct egr_dest_key cur, prev;
+	bool first = true;
+
+	*entries = 0;
+	*max = 0;
+	if (bpf_obj_get_info_by_fd(b->fd_dests, &info, &len) == 0)
+		*max = info.max_entries;
+	while (bpf_map_get_next_key(b->fd_dests, first ? NULL : &prev, &cur) == 0) {
+		first = false;
+		prev = cur;
+		(*entries)++;
+	}
+	return *max && *entries * 100 >= *max * DESTS_PRESSURE_PCT;
+}
+
+static json_t *egress_json(struct egr_auditlog *al, const struct egr_sb *sb, bool *complete,
+			   uint64_t boot_off)
+{
+	struct egr_dest *d = calloc(MAX_DESTS, sizeof(*d));
+	json_t *arr = json_array();
+	size_t n = 0;
+	uint64_t entries, max;
+
+	*complete = false;
+	if (!d || !arr) {
+		free(d);
+		json_decref(arr);
+		return NULL;
+	}
+	if (egr_bpf_sandbox_dests(al->bpf, sb->id, false, d, MAX_DESTS, &n) == 0)
+		*complete = n < MAX_DESTS;
+	if (dests_under_pressure(al->bpf, &entries, &max))
+		*complete = false;
+	for (size_t i = 0; i < n; i++) {
+		char addr[INET6_ADDRSTRLEN], dest[INET6_ADDRSTRLEN + 16], pbuf[8];
+		int v6 = d[i].key.family == EGR_AF_INET6;
+
+		if (!inet_ntop(v6 ? AF_INET6 : AF_INET, d[i].key.addr, addr, sizeof(addr)))
+			continue;
+		snprintf(dest, sizeof(dest), v6 ? "[%s]:%u" : "%s:%u", addr, d[i].key.port);
+		json_array_append_new(
+			arr, json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:o, s:o}", "dest", dest,
+				       "proto", proto_name(d[i].key.protocol, pbuf, sizeof(pbuf)),
+				       "addr", addr, "port", (int)d[i].key.port, "bytes_out",
+				       (json_int_t)d[i].val.bytes_out, "packets_out",
+				       (json_int_t)d[i].val.pkts_out, "first",
+				       time_json(d[i].val.first_ns + boot_off), "last",
+				       time_json(d[i].val.last_ns + boot_off)));
+	}
+	free(d);
+	return arr;
+}
+
+static void h_detaching(void *ctx, const struct egr_sb *sb)
+{
+	struct egr_auditlog *al = ctx;
+	uint64_t boot_off = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_BOOTTIME);
+	struct egr_meter m;
+	bool complete = false;
+	json_t *rec, *egress;
+
+	if (al->a) {
+		if (egr_bpf_meter_sandbox(al->bpf, sb->id, &m))
+			memset(&m, 0, sizeof(m));
+		egress = egress_json(al, sb, &complete, boot_off);
+		rec = identity(sb);
+		if (rec) {
+			json_object_set_new(rec, "type", json_string("execution"));
+			json_object_set_new(rec, "status",
+					    json_string(sb->end_status ? sb->end_status : "detached"));
+			json_object_set_new(rec, "start",
+					    time_json((uint64_t)sb->attached_at * 1000000000ull));
+			json_object_set_new(rec, "policy_updated",
+					    time_json((uint64_t)sb->updated_at * 1000000000ull));
+			json_object_set_new(rec, "end", time_json(clock_ns(CLOCK_REALTIME)));
+			json_object_set_new(rec, "egress", egress ? egress : json_null());
+			json_object_set_new(rec, "egress_complete", json_boolean(complete));
+			json_object_set_new(
+				rec, "traffic",
+				json_pack("{s:I, s:I, s:I, s:I}", "bytes_out",
+					  (json_int_t)m.bytes_out, "packets_out",
+					  (json_int_t)m.pkts_out, "bytes_in", (json_int_t)m.bytes_in,
+					  "packets_in", (json_int_t)m.pkts_in));
+			json_object_set_new(
+				rec, "verdicts",
+				json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+					  "connect_allowed", (json_int_t)m.conn_allowed,
+					  "connect_denied", (json_int_t)m.conn_denied,
+					  "datagram_allowed", (json_int_t)m.dgram_allowed,
+					  "datagram_denied", (json_int_t)m.dgram_denied,
+					  "socket_denied", (json_int_t)m.sock_denied,
+					  "backstop_drops", (json_int_t)m.backstop_drops,
+					  "inbound_drops", (json_int_t)m.inbound_drops,
+					  "quota_drops", (json_int_t)m.quota_drops));
+		} else {
+			json_decref(egress);
+		}
+		append(al, rec);
+	}
+	lifecycle_event(al, "detach", sb, NULL, -1);
+	egr_alerting_forget_sandbox(al->alerting, sb->id);
+	if (al->next.detaching)
+		al->next.detaching(al->next.ctx, sb);
+}
+
+void egr_auditlog_hooks(struct egr_auditlog *al, struct egr_reg_hooks *h,
+			const struct egr_reg_hooks *next)
+{
+	memset(h, 0, sizeof(*h));
+	if (!al) {
+		if (next)
+			*h = *next;
+		return;
+	}
+	if (next)
+		al->next = *next;
+	h->ctx = al;
+	h->attached = h_attached;
+	h->adopted = h_adopted;
+	h->updated = h_updated;
+	h->detaching = h_detaching;
+}

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * egressd's audit records (docs/audit.md) on top of user/lib/audit.c: one
+ * "policy_change" record per attach and update, one "execution" record per
+ * sandbox at detach (destinations, bytes, verdict counts), and "audit_gap"
+ * records for lost events. It implements the registry hooks and also turns
+ * them into lifecycle events of the event stream.
+ */
+#ifndef EGR_AUDITLOG_H
+#define EGR_AUDITLOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "bpfstate.h"
+#include "sandbox.h"
+
+struct egr_auditlog;
+struct egr_events;
+struct egr_alerting;
+
+struct egr_auditlog_opts {
+	const char *path;        /* the log */
+	const char *state;       /* its chain state */
+	const char *key_file;    /* HMAC key, NULL: plain SHA-256 */
+	size_t rotate_bytes;     /* 0: no rotation */
+};
+
+int egr_auditlog_open(struct egr_auditlog **out, const struct egr_auditlog_opts *o,
+		      struct egr_bpf *bpf);
+void egr_auditlog_close(struct egr_auditlog *al);
+
+void egr_auditlog_set_sinks(struct egr_auditlog *al, struct egr_events *ev,
+			    struct egr_alerting *alerting);
+
+/* Registry hooks that write the audit records and lifecycle events, then
+ * call next's (may be NULL: lets other modules chain theirs). al may be NULL
+ * (events only). */
+void egr_auditlog_hooks(struct egr_auditlog *al, struct egr_reg_hooks *h,
+			const struct egr_reg_hooks *next);
+
+/* Who is making the current control request (NULL: nobody). */
+void egr_auditlog_set_actor(struct egr_auditlog *al, const struct ucred *cred);
+
+/* An explicit gap record. 0 or -errno. */
+int egr_auditlog_gap(struct egr_auditlog *al, const char *reason, uint64_t lost);
+uint64_t egr_auditlog_failures(const struct egr_auditlog *al);
+json_t *egr_auditlog_status(const struct egr_auditlog *al);
+
+#endif /* EGR_AUDITLOG_H */

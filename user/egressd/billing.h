@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The metering export for billing (docs/metering.md): every interval, one
+ * JSON line per tenant with what its kernel meter counted since the last
+ * exported values, appended to a file. The last exported cumulative values
+ * are kept in <state-dir>/billing.state, and every line carries them too, so
+ * that no interval is ever exported twice, across crashes and restarts.
+ */
+#ifndef EGR_BILLING_H
+#define EGR_BILLING_H
+
+#include <stdint.h>
+
+#include "loop.h"
+#include "metrics.h"
+#include "sandbox.h"
+
+#define EGR_BILLING_DEFAULT_INTERVAL_S 60
+
+struct egr_billing;
+
+/* Open the export: read the state, repair the file's tail, and take over
+ * whatever lines a crash left beyond the state. 0 or -errno. */
+int egr_billing_new(struct egr_billing **out, struct egr_registry *reg, struct egr_metrics *m,
+		    const char *file, const char *state_path);
+void egr_billing_free(struct egr_billing *b);
+
+/* Export every interval_s seconds from loop (and its counters on /metrics). */
+int egr_billing_start(struct egr_billing *b, struct egr_loop *loop, unsigned interval_s);
+
+/* One export now: 0, or -errno after counting the failure (the deltas stay
+ * pending for the next one). */
+int egr_billing_export(struct egr_billing *b);
+
+/* Told of every failed export (alerting). */
+void egr_billing_on_failure(struct egr_billing *b, void (*fn)(void *ctx, const char *why),
+			    void *ctx);
+
+#endif /* EGR_BILLING_H */

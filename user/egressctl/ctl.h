@@ -61,6 +61,17 @@ void ctl_print_list(const json_t *sandboxes);
 
 int ctl_cmd_run(struct ctl *c, int argc, char **argv);
 
+/* --- events.c: events and audit verify -------------------------------------------- */
+
+int ctl_cmd_events(struct ctl *c, int argc, char **argv);
+int ctl_cmd_audit(struct ctl *c, int argc, char **argv);
+/* `egressctl seccomp-profile`: the OCI profile of the run filter. */
+int ctl_cmd_seccomp_profile(struct ctl *c, int argc, char **argv);
+
+/* --- stats.c ---------------------------------------------------------------------- */
+
+int ctl_cmd_stats(struct ctl *c, int argc, char **argv);
+
 /* --- main.c: shared helpers ---------------------------------------------------- */
 
 /* Absolute form of a cgroup path (realpath when it exists). 0 or -errno. */

@@ -29,6 +29,10 @@ static const char top_help[] =
 	"  detach                       stop confining a sandbox\n"
 	"  list                         the sandboxes\n"
 	"  run                          run a command in a transient sandbox\n"
+	"  stats                        bytes, packets, connections per tenant and sandbox\n"
+	"  events                       the event stream (denies, DNS, lifecycle)\n"
+	"  audit verify                 verify a tamper-evident audit log\n"
+	"  seccomp-profile              print run's seccomp filter as an OCI profile\n"
 	"\n"
 	"Options:\n"
 	"  --socket PATH    egressd's control socket (default: $EGRESSD_SOCKET, else\n"
@@ -47,9 +51,11 @@ static const char status_help[] =
 	"found and its counters.\n";
 
 static const char attach_help[] =
-	"Usage: egressctl attach --cgroup PATH --policy FILE [--json]\n"
+	"Usage: egressctl attach --cgroup PATH --policy FILE [--netns PATH] [--json]\n"
 	"Make the cgroup v2 directory PATH a sandbox confined by the policy in FILE\n"
-	"(\"-\" reads it from stdin). The policy is validated locally first.\n";
+	"(\"-\" reads it from stdin). The policy is validated locally first.\n"
+	"--netns PATH: the sandbox runs in that network namespace (e.g.\n"
+	"/run/netns/NAME); egressd opens its DNS proxy listeners inside it.\n";
 
 static const char update_help[] =
 	"Usage: egressctl update (--cgroup PATH | --id N) --policy FILE [--json]\n"
@@ -98,11 +104,13 @@ int ctl_abs_path(const char *path, char *buf, size_t len)
 struct cmd_args {
 	const char *cgroup;
 	const char *policy;
+	const char *netns;
 	unsigned long id;
 	bool json;
 };
 
-enum { OPT_SOCKET = 256, OPT_TIMEOUT, OPT_JSON, OPT_CGROUP, OPT_POLICY, OPT_ID, OPT_HELP };
+enum { OPT_SOCKET = 256, OPT_TIMEOUT, OPT_JSON, OPT_CGROUP, OPT_POLICY, OPT_ID, OPT_HELP,
+       OPT_NETNS };
 
 /* Options every command takes: --socket, --timeout, --help. */
 #define COMMON_OPTS                                                   \
@@ -146,7 +154,7 @@ static int common_opt(struct ctl *c, const char *cmd, const char *help, int opt)
 
 /*
  * Parse a command's options: want is a string of the options it takes
- * ('c' cgroup, 'i' id, 'p' policy, 'j' json). Returns -1 to go on, else the
+ * ('c' cgroup, 'i' id, 'p' policy, 'j' json, 'n' netns). Returns -1 to go on, else the
  * exit status to end with (INT_MAX for 0 after --help).
  */
 static int parse_cmd(struct ctl *c, const char *cmd, const char *help, const char *want,
@@ -158,6 +166,7 @@ static int parse_cmd(struct ctl *c, const char *cmd, const char *help, const cha
 		{ "cgroup", required_argument, NULL, OPT_CGROUP },
 		{ "policy", required_argument, NULL, OPT_POLICY },
 		{ "id", required_argument, NULL, OPT_ID },
+		{ "netns", required_argument, NULL, OPT_NETNS },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt, rc, li = 0;
@@ -187,6 +196,11 @@ static int parse_cmd(struct ctl *c, const char *cmd, const char *help, const cha
 			if (!strchr(want, 'p'))
 				goto unexpected;
 			a->policy = optarg;
+			break;
+		case OPT_NETNS:
+			if (!strchr(want, 'n'))
+				goto unexpected;
+			a->netns = optarg;
 			break;
 		case OPT_ID:
 			if (!strchr(want, 'i'))
@@ -302,6 +316,15 @@ static int cmd_sandbox(struct ctl *c, const char *op, const char *help, const ch
 		fprintf(stderr, "egressctl: out of memory\n");
 		rc = CTL_EXIT_ERROR;
 	}
+	if (!rc && a.netns) {
+		char ns[PATH_MAX];
+
+		if (ctl_abs_path(a.netns, ns, sizeof(ns)) ||
+		    json_object_set_new(req, "netns", json_string(ns))) {
+			fprintf(stderr, "egressctl: --netns %s: bad path\n", a.netns);
+			rc = CTL_EXIT_USAGE;
+		}
+	}
 	if (!rc)
 		rc = ctl_request(c, req, &resp, NULL, 0);
 	json_decref(req);
@@ -317,7 +340,7 @@ static int cmd_sandbox(struct ctl *c, const char *op, const char *help, const ch
 
 static int cmd_attach(struct ctl *c, int argc, char **argv)
 {
-	return cmd_sandbox(c, "attach", attach_help, "cpj", "attached", argc, argv);
+	return cmd_sandbox(c, "attach", attach_help, "cpjn", "attached", argc, argv);
 }
 
 static int cmd_update(struct ctl *c, int argc, char **argv)
@@ -368,6 +391,9 @@ static const struct {
 } commands[] = {
 	{ "status", cmd_status }, { "attach", cmd_attach }, { "update", cmd_update },
 	{ "detach", cmd_detach }, { "list", cmd_list },     { "run", ctl_cmd_run },
+	{ "stats", ctl_cmd_stats },
+	{ "events", ctl_cmd_events }, { "audit", ctl_cmd_audit },
+	{ "seccomp-profile", ctl_cmd_seccomp_profile },
 };
 
 int main(int argc, char **argv)

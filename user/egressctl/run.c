@@ -7,6 +7,11 @@
  * moves itself in before exec), so not one instruction of it runs
  * unconfined. Afterwards everything left in the cgroup is killed
  * (cgroup.kill), the sandbox detached and the cgroup tree removed.
+ *
+ * Before exec the child also drops the capabilities that go around egressd
+ * and installs the seccomp family filter (user/lib/confine.c), so the
+ * families no cgroup hook sees (AF_PACKET, AF_XDP, AF_VSOCK, ...) and
+ * io_uring are closed too. If either fails the command is not run.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -28,7 +33,9 @@
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "confine.h"
 #include "ctl.h"
+#include "policy.h"
 
 #define KILL_WAIT_MS 2000
 #define POLL_MS      10
@@ -44,7 +51,11 @@ static const char run_help[] =
 	"                       cgroup2 mount, created when missing)\n"
 	"\n"
 	"A policy without execution_id gets \"run-\" and 16 random hex digits. SIGINT,\n"
-	"SIGTERM and SIGHUP are forwarded to CMD. Exit status: CMD's, 128+N when it\n"
+	"SIGTERM and SIGHUP are forwarded to CMD. CMD gets only descriptors 0, 1 and 2,\n"
+	"runs without CAP_NET_RAW, CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_BPF (and a few\n"
+	"more) and under a seccomp filter that refuses sockets of families other than\n"
+	"inet, inet6 and unix (plus those the policy's allow_sockets names) and\n"
+	"io_uring; see `egressctl seccomp-profile`. Exit status: CMD's, 128+N when it\n"
 	"was killed by signal N; 125 when it could not be started (3 when egressd is\n"
 	"not reachable, 4 for an invalid policy); 126/127 when CMD cannot be executed\n"
 	"or is not found.\n";
@@ -158,6 +169,29 @@ static int random_hex(char *buf, size_t nbytes)
 	}
 	buf[2 * nbytes] = '\0';
 	return 0;
+}
+
+/* The process-side confinement the policy asks for. An exit status. */
+static int confine_for(const json_t *policy, struct egr_confine *conf)
+{
+	struct egr_error perr = { 0 };
+	struct egr_policy pol;
+	int err;
+
+	memset(conf, 0, sizeof(*conf));
+	err = egr_policy_from_json(policy, &pol, &perr);
+	if (err == -ENOMEM) {
+		fprintf(stderr, "egressctl: out of memory\n");
+		return CTL_EXIT_ERROR;
+	}
+	if (err) {
+		fprintf(stderr, "egressctl: invalid policy: %s%s%s\n", perr.field,
+			perr.field[0] ? ": " : "", perr.message);
+		return CTL_EXIT_INVALID;
+	}
+	conf->extra_families = pol.families;
+	egr_policy_free(&pol);
+	return CTL_EXIT_OK;
 }
 
 /* Load the policy, apply --tenant and a default execution_id, validate. */
@@ -312,8 +346,10 @@ static void reset_signals(void)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
-/* In the child: never returns, and never runs CMD outside the cgroup. */
-static void __attribute__((noreturn)) child_exec(char **cmd, int cgfd, bool join)
+/* In the child: never returns, and never runs CMD outside the cgroup or
+ * without its capability drop and seccomp filter. */
+static void __attribute__((noreturn)) child_exec(char **cmd, int cgfd, bool join,
+						 const struct egr_confine *conf)
 {
 	int err;
 
@@ -328,6 +364,20 @@ static void __attribute__((noreturn)) child_exec(char **cmd, int cgfd, bool join
 	}
 	reset_signals();
 	close_inherited_fds();
+	/* Capabilities first: the filter sets no_new_privs, and dropping
+	 * needs no syscall the filter refuses, but keep the order obvious. */
+	err = egr_confine_drop_caps();
+	if (err) {
+		dprintf(STDERR_FILENO, "egressctl: cannot drop the command's capabilities: %s; "
+				       "not running it\n", strerror(-err));
+		_exit(CTL_EXIT_RUN_FAILED);
+	}
+	err = egr_confine_seccomp(conf);
+	if (err) {
+		dprintf(STDERR_FILENO, "egressctl: cannot install the seccomp filter: %s; "
+				       "not running it\n", strerror(-err));
+		_exit(CTL_EXIT_RUN_FAILED);
+	}
 	execvp(cmd[0], cmd);
 	err = errno;
 	dprintf(STDERR_FILENO, "egressctl: cannot run %s: %s\n", cmd[0], strerror(err));
@@ -338,7 +388,7 @@ static void __attribute__((noreturn)) child_exec(char **cmd, int cgfd, bool join
  * Start cmd inside the cgroup open at cgfd. The forwarded signals must be
  * blocked by the caller. Returns the child's pid or -errno.
  */
-static pid_t spawn(char **cmd, int cgfd)
+static pid_t spawn(char **cmd, int cgfd, const struct egr_confine *conf)
 {
 	struct clone_args args = {
 		.flags = CLONE_INTO_CGROUP,
@@ -352,7 +402,7 @@ static pid_t spawn(char **cmd, int cgfd)
 	fflush(stderr);
 	ret = syscall(SYS_clone3, &args, sizeof(args));
 	if (ret == 0)
-		child_exec(cmd, cgfd, false);
+		child_exec(cmd, cgfd, false, conf);
 	if (ret > 0)
 		return (pid_t)ret;
 	if (errno != ENOSYS && errno != EINVAL && errno != E2BIG)
@@ -360,7 +410,7 @@ static pid_t spawn(char **cmd, int cgfd)
 	/* Kernel without clone3 or CLONE_INTO_CGROUP. */
 	pid = fork();
 	if (pid == 0)
-		child_exec(cmd, cgfd, true);
+		child_exec(cmd, cgfd, true, conf);
 	return pid < 0 ? -errno : pid;
 }
 
@@ -495,13 +545,17 @@ static int remove_tree(const char *dir)
 	return err ?: -errno;
 }
 
+/* status: how the command ended, for the execution's audit record (detach
+ * only; NULL when unknown). */
 static int request_cgroup(struct ctl *c, const char *op, const char *cg, json_t *policy,
-			  char *code, size_t codelen)
+			  const char *status, char *code, size_t codelen)
 {
 	json_t *req, *resp = NULL;
 	int rc;
 
 	req = json_pack("{s:s, s:s}", "op", op, "cgroup", cg);
+	if (req && status)
+		json_object_set_new(req, "status", json_string(status));
 	if (!req || (policy && json_object_set(req, "policy", policy))) {
 		json_decref(req);
 		fprintf(stderr, "egressctl: out of memory\n");
@@ -531,8 +585,10 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	sigset_t block, old_mask;
 	bool parent_created, attached = false, default_parent;
 	json_t *policy = NULL;
+	struct egr_confine conf;
 	struct run_opts o;
 	int rc, err, status = 0, cgfd = -1;
+	char end[32];
 	pid_t pid;
 
 	rc = parse_run(c, argc, argv, &o);
@@ -541,6 +597,11 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	rc = prepare_policy(&o, &policy);
 	if (rc)
 		return rc;
+	rc = confine_for(policy, &conf);
+	if (rc) {
+		json_decref(policy);
+		return rc;
+	}
 	/* From here on SIGINT, SIGTERM and SIGHUP never cut the setup or the
 	 * cleanup short: they are forwarded to the command while it runs and
 	 * otherwise only remembered. */
@@ -562,14 +623,14 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 		goto out_rmdir;
 	}
 
-	rc = request_cgroup(c, "attach", cg, policy, code, sizeof(code));
+	rc = request_cgroup(c, "attach", cg, policy, NULL, code, sizeof(code));
 	if (rc) {
 		fprintf(stderr, "egressctl: run: cannot attach %s; the command was not started\n",
 			cg);
 		if (rc == CTL_EXIT_ERROR && !code[0]) {
 			/* No answer: the attach may have happened. Undo it quietly. */
 			c->quiet = true;
-			request_cgroup(c, "detach", cg, NULL, NULL, 0);
+			request_cgroup(c, "detach", cg, NULL, NULL, NULL, 0);
 			c->quiet = false;
 		}
 		if (rc != CTL_EXIT_UNREACHABLE && rc != CTL_EXIT_INVALID)
@@ -581,6 +642,7 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 		fprintf(stderr, "egressctl: run: %s received; not starting %s\n",
 			strsignal(early_signal), o.cmd[0]);
 		rc = 128 + early_signal;
+		status = -1;
 		goto cleanup;
 	}
 
@@ -590,7 +652,7 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	 * in the child before it resets its handlers must not be forwarded. */
 	sigfillset(&block);
 	sigprocmask(SIG_BLOCK, &block, &old_mask);
-	pid = spawn(o.cmd, cgfd);
+	pid = spawn(o.cmd, cgfd, &conf);
 	if (pid < 0) {
 		fprintf(stderr, "egressctl: cannot start %s in %s: %s\n", o.cmd[0], cg,
 			strerror(-pid));
@@ -620,7 +682,13 @@ cleanup:
 					"cannot tell whether it is empty");
 		goto out_close;
 	}
-	if (request_cgroup(c, "detach", cg, NULL, NULL, 0) == CTL_EXIT_OK)
+	if (status < 0)
+		snprintf(end, sizeof(end), "not-started");
+	else if (WIFSIGNALED(status))
+		snprintf(end, sizeof(end), "killed:%d", WTERMSIG(status));
+	else
+		snprintf(end, sizeof(end), "exited:%d", WEXITSTATUS(status));
+	if (request_cgroup(c, "detach", cg, NULL, end, NULL, 0) == CTL_EXIT_OK)
 		attached = false;
 	else
 		fprintf(stderr, "egressctl: warning: could not detach %s; it is empty and is "
@@ -652,4 +720,61 @@ out_close:
 		close(cgfd);
 	json_decref(policy);
 	return rc;
+}
+
+/* --- seccomp-profile ------------------------------------------------------------ */
+
+static const char profile_help[] =
+	"Usage: egressctl seccomp-profile [--policy FILE]\n"
+	"Print the seccomp filter `egressctl run` installs as an OCI runtime-spec\n"
+	"\"linux.seccomp\" object (JSON), for container runtimes. Without --policy only\n"
+	"inet, inet6 and unix sockets are allowed; with it, also the address families\n"
+	"its network.allow_sockets names. Computed locally: egressd is not asked.\n";
+
+int ctl_cmd_seccomp_profile(struct ctl *c, int argc, char **argv)
+{
+	enum { O_HELP = 256, O_POLICY };
+	static const struct option opts[] = {
+		{ "help", no_argument, NULL, O_HELP },
+		{ "policy", required_argument, NULL, O_POLICY },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct egr_confine conf = { 0 };
+	const char *path = NULL;
+	json_t *policy, *prof = NULL;
+	int opt, rc;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (opt) {
+		case O_HELP:
+			fputs(profile_help, stdout);
+			return INT_MAX;
+		case O_POLICY:
+			path = optarg;
+			break;
+		default:
+			fputs("Try 'egressctl seccomp-profile --help'.\n", stderr);
+			return CTL_EXIT_USAGE;
+		}
+	}
+	if (optind < argc)
+		return ctl_usage_error("seccomp-profile", "seccomp-profile: unexpected argument "
+				       "'%s'", argv[optind]);
+	if (path) {
+		rc = ctl_policy_load(path, &policy);
+		if (rc)
+			return rc;
+		rc = confine_for(policy, &conf);
+		json_decref(policy);
+		if (rc)
+			return rc;
+	}
+	if (egr_confine_oci_profile(&conf, &prof)) {
+		fprintf(stderr, "egressctl: out of memory\n");
+		return CTL_EXIT_ERROR;
+	}
+	ctl_print_json(prof);
+	json_decref(prof);
+	return CTL_EXIT_OK;
 }

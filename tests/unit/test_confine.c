@@ -1,0 +1,357 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * Unit tests of user/lib/confine.c: the OCI profile's rules, and the real
+ * filter and capability drop, each applied in a forked child (they cannot be
+ * undone) that reports its first failed check to the parent through a pipe
+ * and its exit status.
+ *
+ * AF_VSOCK sockets are only ever created and closed at once: never
+ * connected (the other end would be the VM's host).
+ */
+#include <errno.h>
+#include <linux/capability.h>
+#include <linux/io_uring.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include <jansson.h>
+#include <linux/if_ether.h>
+#include <linux/netlink.h>
+#include <arpa/inet.h>
+
+#include "confine.h"
+
+#ifndef AF_XDP
+#define AF_XDP 44
+#endif
+#ifndef AF_VSOCK
+#define AF_VSOCK 40
+#endif
+
+/* --- the OCI profile ---------------------------------------------------------- */
+
+/* Is there an ERRNO(EPERM) rule for syscall `name` with arg0 == value
+ * (value < 0: a rule without args)? */
+static int has_rule(const json_t *prof, const char *name, long value, const char *op)
+{
+	const json_t *rules = json_object_get(prof, "syscalls"), *r;
+	size_t i;
+
+	json_array_foreach(rules, i, r) {
+		const json_t *names = json_object_get(r, "names"), *args = json_object_get(r, "args");
+		const json_t *a0;
+
+		if (!json_is_array(names) || json_array_size(names) != 1 ||
+		    strcmp(json_string_value(json_array_get(names, 0)) ?: "", name))
+			continue;
+		if (strcmp(json_string_value(json_object_get(r, "action")) ?: "", "SCMP_ACT_ERRNO") ||
+		    json_integer_value(json_object_get(r, "errnoRet")) != EPERM)
+			continue;
+		if (value < 0) {
+			if (!args)
+				return 1;
+			continue;
+		}
+		if (!json_is_array(args) || json_array_size(args) != 1)
+			continue;
+		a0 = json_array_get(args, 0);
+		if (json_integer_value(json_object_get(a0, "index")) == 0 &&
+		    json_integer_value(json_object_get(a0, "value")) == value &&
+		    !strcmp(json_string_value(json_object_get(a0, "op")) ?: "", op))
+			return 1;
+	}
+	return 0;
+}
+
+static void test_oci_profile_default(void **state)
+{
+	struct egr_confine c = { 0 };
+	json_t *prof = NULL;
+
+	assert_int_equal(egr_confine_oci_profile(&c, &prof), 0);
+	assert_non_null(prof);
+	assert_string_equal(json_string_value(json_object_get(prof, "defaultAction")),
+			    "SCMP_ACT_ALLOW");
+	assert_true(json_is_array(json_object_get(prof, "architectures")));
+	assert_true(json_array_size(json_object_get(prof, "architectures")) > 0);
+	/* Every family but unix, inet and inet6 is refused for socket(). */
+	for (int af = 0; af < 64; af++) {
+		int want = !(af == AF_UNIX || af == AF_INET || af == AF_INET6);
+
+		if (has_rule(prof, "socket", af, "SCMP_CMP_EQ") != want)
+			fail_msg("socket(%d, ...): rule %s, expected %s", af, want ? "missing" : "present",
+				 want ? "present" : "absent");
+	}
+	/* socketpair() follows socket() for the refused families. */
+	assert_false(has_rule(prof, "socketpair", AF_UNIX, "SCMP_CMP_EQ"));
+	assert_false(has_rule(prof, "socketpair", AF_INET, "SCMP_CMP_EQ"));
+	assert_true(has_rule(prof, "socketpair", AF_PACKET, "SCMP_CMP_EQ"));
+	assert_true(has_rule(prof, "socketpair", AF_VSOCK, "SCMP_CMP_EQ"));
+	/* Families beyond the table. */
+	assert_true(has_rule(prof, "socket", 64, "SCMP_CMP_GE"));
+	/* io_uring ops skip seccomp: the ring itself is refused. */
+	assert_true(has_rule(prof, "io_uring_setup", -1, NULL));
+	assert_true(has_rule(prof, "io_uring_enter", -1, NULL));
+	assert_true(has_rule(prof, "io_uring_register", -1, NULL));
+	json_decref(prof);
+}
+
+static void test_oci_profile_extra_families(void **state)
+{
+	struct egr_confine c = { .extra_families = (1ULL << AF_PACKET) | (1ULL << AF_VSOCK) };
+	json_t *prof = NULL;
+
+	assert_int_equal(egr_confine_oci_profile(&c, &prof), 0);
+	assert_false(has_rule(prof, "socket", AF_PACKET, "SCMP_CMP_EQ"));
+	assert_false(has_rule(prof, "socketpair", AF_PACKET, "SCMP_CMP_EQ"));
+	assert_false(has_rule(prof, "socket", AF_VSOCK, "SCMP_CMP_EQ"));
+	/* The others stay refused. */
+	assert_true(has_rule(prof, "socket", AF_XDP, "SCMP_CMP_EQ"));
+	assert_true(has_rule(prof, "socket", AF_NETLINK, "SCMP_CMP_EQ"));
+	assert_false(has_rule(prof, "socket", AF_INET, "SCMP_CMP_EQ"));
+	assert_true(has_rule(prof, "io_uring_setup", -1, NULL));
+	json_decref(prof);
+}
+
+static void test_family_names(void **state)
+{
+	assert_int_equal(egr_confine_family("packet"), AF_PACKET);
+	assert_int_equal(egr_confine_family("netlink"), AF_NETLINK);
+	assert_int_equal(egr_confine_family("xdp"), AF_XDP);
+	assert_int_equal(egr_confine_family("vsock"), AF_VSOCK);
+	assert_int_equal(egr_confine_family("inet"), -EINVAL);
+	assert_int_equal(egr_confine_family("unix"), -EINVAL);
+	assert_int_equal(egr_confine_family("Packet"), -EINVAL);
+	assert_int_equal(egr_confine_family(""), -EINVAL);
+}
+
+/* --- the real thing, in a child ------------------------------------------------- */
+
+static int report_fd = -1;
+
+/* In the child: report the first failed check and exit 1. */
+static void __attribute__((noreturn, format(printf, 1, 2))) child_fail(const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n > 0 && write(report_fd, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1) < 0)
+		_exit(3);
+	_exit(1);
+}
+
+/* socket() must fail with EPERM. A socket that is created anyway is closed
+ * at once (never used: for AF_VSOCK the peer would be the VM's host). */
+static void expect_socket_eperm(int family, int type, int proto, const char *what)
+{
+	int fd = socket(family, type | SOCK_CLOEXEC, proto);
+	int e = errno;
+
+	if (fd >= 0) {
+		close(fd);
+		child_fail("%s: socket() succeeded under the filter", what);
+	}
+	if (e != EPERM)
+		child_fail("%s: socket() failed with %s, expected EPERM", what, strerror(e));
+}
+
+static void expect_socket_ok(int family, int type, int proto, const char *what)
+{
+	int fd = socket(family, type | SOCK_CLOEXEC, proto);
+
+	if (fd < 0)
+		child_fail("%s: socket() failed under the filter: %s", what, strerror(errno));
+	close(fd);
+}
+
+/* Run fn in a forked child; fail with what the child reported. */
+static void in_child(void (*fn)(void), const char *name)
+{
+	char buf[513];
+	int pfd[2], status;
+	ssize_t n;
+	pid_t pid;
+
+	assert_int_equal(pipe(pfd), 0);
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(pfd[0]);
+		report_fd = pfd[1];
+		fn();
+		_exit(0);
+	}
+	close(pfd[1]);
+	n = read(pfd[0], buf, sizeof(buf) - 1);
+	close(pfd[0]);
+	buf[n > 0 ? n : 0] = '\0';
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail_msg("%s: child %s %d: %s", name,
+			 WIFEXITED(status) ? "exited with" : "killed by signal",
+			 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
+			 buf[0] ? buf : "(no report)");
+}
+
+static long io_uring_setup_once(void)
+{
+	struct io_uring_params p;
+	long fd;
+
+	memset(&p, 0, sizeof(p));
+	fd = syscall(__NR_io_uring_setup, 1, &p);
+	if (fd >= 0)
+		close((int)fd);
+	return fd;
+}
+
+static void child_default_filter(void)
+{
+	struct egr_confine c = { 0 };
+	int err, sv[2];
+
+	err = egr_confine_seccomp(&c);
+	if (err)
+		child_fail("egr_confine_seccomp: %s", strerror(-err));
+	if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1)
+		child_fail("no_new_privs is not set");
+	expect_socket_eperm(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL), "AF_PACKET");
+	expect_socket_eperm(AF_PACKET, SOCK_DGRAM, 0, "AF_PACKET dgram");
+	expect_socket_eperm(AF_VSOCK, SOCK_STREAM, 0, "AF_VSOCK");
+	expect_socket_eperm(AF_XDP, SOCK_RAW, 0, "AF_XDP");
+	expect_socket_eperm(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE, "AF_NETLINK");
+	expect_socket_eperm(100, SOCK_STREAM, 0, "family 100 (beyond the table)");
+	if (socketpair(AF_PACKET, SOCK_DGRAM, 0, sv) == 0 || errno != EPERM)
+		child_fail("socketpair(AF_PACKET): not EPERM");
+	if (io_uring_setup_once() >= 0 || errno != EPERM)
+		child_fail("io_uring_setup: %s, expected EPERM", strerror(errno));
+	expect_socket_ok(AF_INET, SOCK_STREAM, 0, "AF_INET stream");
+	expect_socket_ok(AF_INET, SOCK_DGRAM, 0, "AF_INET dgram");
+	expect_socket_ok(AF_INET6, SOCK_STREAM, 0, "AF_INET6 stream");
+	expect_socket_ok(AF_INET6, SOCK_DGRAM, 0, "AF_INET6 dgram");
+	expect_socket_ok(AF_UNIX, SOCK_STREAM, 0, "AF_UNIX stream");
+	expect_socket_ok(AF_UNIX, SOCK_DGRAM, 0, "AF_UNIX dgram");
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
+		child_fail("socketpair(AF_UNIX): %s", strerror(errno));
+	close(sv[0]);
+	close(sv[1]);
+}
+
+static void test_seccomp_filter(void **state)
+{
+	in_child(child_default_filter, "default filter");
+}
+
+/* A family the policy names is left open; AF_NETLINK because it needs no
+ * capability, so success proves the filter let it through. */
+static void child_extra_family(void)
+{
+	struct egr_confine c = { .extra_families = 1ULL << AF_NETLINK };
+	int err;
+
+	err = egr_confine_seccomp(&c);
+	if (err)
+		child_fail("egr_confine_seccomp: %s", strerror(-err));
+	expect_socket_ok(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE, "AF_NETLINK (allowed)");
+	expect_socket_eperm(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL), "AF_PACKET");
+	expect_socket_eperm(AF_VSOCK, SOCK_STREAM, 0, "AF_VSOCK");
+	if (io_uring_setup_once() >= 0 || errno != EPERM)
+		child_fail("io_uring_setup: %s, expected EPERM", strerror(errno));
+	expect_socket_ok(AF_INET, SOCK_STREAM, 0, "AF_INET");
+}
+
+static void test_seccomp_extra_family(void **state)
+{
+	in_child(child_extra_family, "extra family");
+}
+
+/* Sanity twin: without the filter the same calls are not refused by it. */
+static void child_no_filter(void)
+{
+	expect_socket_ok(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE, "AF_NETLINK without a filter");
+	if (geteuid() == 0)
+		expect_socket_ok(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL), "AF_PACKET as root");
+}
+
+static void test_without_filter(void **state)
+{
+	in_child(child_no_filter, "no filter");
+}
+
+static int capbset_has(int cap)
+{
+	return prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1;
+}
+
+static void child_drop_caps(void)
+{
+	static const int gone[] = { CAP_NET_RAW, CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_BPF,
+				    CAP_SYS_PTRACE, CAP_SYS_MODULE };
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct data[2];
+	int err;
+
+	if (!capbset_has(CAP_NET_RAW))
+		child_fail("CAP_NET_RAW is not in the bounding set to begin with");
+	err = egr_confine_drop_caps();
+	if (err)
+		child_fail("egr_confine_drop_caps: %s", strerror(-err));
+	for (size_t i = 0; i < sizeof(gone) / sizeof(gone[0]); i++)
+		if (capbset_has(gone[i]))
+			child_fail("capability %d is still in the bounding set", gone[i]);
+	if (syscall(SYS_capget, &hdr, data))
+		child_fail("capget: %s", strerror(errno));
+	for (size_t i = 0; i < sizeof(gone) / sizeof(gone[0]); i++) {
+		uint32_t bit = 1u << (gone[i] % 32);
+
+		if ((data[gone[i] / 32].effective | data[gone[i] / 32].permitted) & bit)
+			child_fail("capability %d is still effective or permitted", gone[i]);
+	}
+	/* Others stay (the command may still need e.g. CAP_DAC_OVERRIDE). */
+	if (!capbset_has(CAP_CHOWN))
+		child_fail("CAP_CHOWN was dropped too");
+	/* Without CAP_NET_RAW, even root gets no packet socket. */
+	expect_socket_eperm(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL), "AF_PACKET without CAP_NET_RAW");
+	expect_socket_eperm(AF_INET, SOCK_RAW, IPPROTO_ICMP, "raw inet without CAP_NET_RAW");
+}
+
+static void test_drop_caps(void **state)
+{
+	/* PR_CAPBSET_DROP needs CAP_SETPCAP: only root can test it. */
+	if (geteuid() != 0) {
+		if (getenv("CI") && !strcmp(getenv("CI"), "true"))
+			fail_msg("test_drop_caps needs root (CI=true: not skipped)");
+		skip();
+	}
+	in_child(child_drop_caps, "drop caps");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_oci_profile_default),
+		cmocka_unit_test(test_oci_profile_extra_families),
+		cmocka_unit_test(test_family_names),
+		cmocka_unit_test(test_without_filter),
+		cmocka_unit_test(test_seccomp_filter),
+		cmocka_unit_test(test_seccomp_extra_family),
+		cmocka_unit_test(test_drop_caps),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,363 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * egressctl events [--follow] [--sandbox ID] [--limit N] [--json]
+ * egressctl audit verify [--key FILE] [--state FILE | --no-state] FILE...
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "audit.h"
+#include "ctl.h"
+#include "proto.h"
+
+static const char events_help[] =
+	"Usage: egressctl events [--follow] [--sandbox ID] [--limit N] [--json]\n"
+	"Show egressd's event stream (docs/events.md): denies, sampled allows, DNS\n"
+	"verdicts, sandbox lifecycle and lost-event reports. Without --follow, the\n"
+	"events egressd keeps in memory (the newest N with --limit); with --follow,\n"
+	"the new ones as they happen, until interrupted.\n"
+	"  --json   one JSON object per line\n";
+
+static const char audit_help[] =
+	"Usage: egressctl audit verify [--key FILE] [--state FILE | --no-state] FILE...\n"
+	"Verify a hash-chained audit log (docs/audit.md). One FILE that is a log's\n"
+	"current file also takes its rotated FILE.N.gz files, oldest first; several\n"
+	"FILEs are one chain in the order given. --state (default: audit.state\n"
+	"beside the log, when there is one) also catches a truncated tail. Prints\n"
+	"`file:line: message` for the first bad record and exits 1; a log that\n"
+	"verifies prints its record count and exits 0.\n";
+
+enum { O_FOLLOW = 300, O_SANDBOX, O_LIMIT, O_JSON, O_KEY, O_STATE, O_NOSTATE, O_HELP, O_SOCK };
+
+static const char *str(const json_t *o, const char *k)
+{
+	return json_string_value(json_object_get(o, k));
+}
+
+/* One event as one human line. */
+static void print_event(const json_t *e)
+{
+	const char *t = str(e, "type") ?: "?", *v = str(e, "verdict");
+	json_t *x;
+
+	printf("%s %-11s", str(e, "time") ?: "-", t);
+	if (v)
+		printf(" %-5s", v);
+	if ((x = json_object_get(e, "sandbox")) && json_is_integer(x))
+		printf(" sandbox=%" JSON_INTEGER_FORMAT, json_integer_value(x));
+	if (str(e, "tenant"))
+		printf(" tenant=%s", str(e, "tenant"));
+	if ((x = json_object_get(e, "pid")))
+		printf(" pid=%" JSON_INTEGER_FORMAT, json_integer_value(x));
+	if (str(e, "comm"))
+		printf(" comm=%s", str(e, "comm"));
+	if (str(e, "dst"))
+		printf(" dst=%s%s%s:%" JSON_INTEGER_FORMAT, strchr(str(e, "dst"), ':') ? "[" : "",
+		       str(e, "dst"), strchr(str(e, "dst"), ':') ? "]" : "",
+		       json_integer_value(json_object_get(e, "port")));
+	if (str(e, "src"))
+		printf(" src=%s:%" JSON_INTEGER_FORMAT, str(e, "src"),
+		       json_integer_value(json_object_get(e, "src_port")));
+	if ((x = json_object_get(e, "protocol")))
+		json_is_string(x) ? printf(" proto=%s", json_string_value(x))
+				  : printf(" proto=%" JSON_INTEGER_FORMAT, json_integer_value(x));
+	if (strcmp(t, "setsockopt") == 0)
+		printf(" level=%" JSON_INTEGER_FORMAT " optname=%" JSON_INTEGER_FORMAT,
+		       json_integer_value(json_object_get(e, "level")),
+		       json_integer_value(json_object_get(e, "optname")));
+	if (str(e, "qname"))
+		printf(" qname=%s", str(e, "qname"));
+	if ((x = json_object_get(e, "lost")))
+		printf(" lost=%" JSON_INTEGER_FORMAT, json_integer_value(x));
+	if (str(e, "reason"))
+		printf(" reason=\"%s\"", str(e, "reason"));
+	if (str(e, "execution_id") && (!strcmp(t, "attach") || !strcmp(t, "detach") ||
+				       !strcmp(t, "update") || !strcmp(t, "adopt")))
+		printf(" execution_id=%s", str(e, "execution_id"));
+	putchar('\n');
+}
+
+/* --follow: a connection of our own that stays open. */
+static int follow(const struct ctl *c, json_t *req, bool json)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+	FILE *f;
+	int fd, first = 1;
+
+	if (strlen(c->socket) >= sizeof(sun.sun_path))
+		return CTL_EXIT_USAGE;
+	strcpy(sun.sun_path, c->socket);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
+		fprintf(stderr, "egressctl: cannot reach egressd at %s: %s\n", c->socket,
+			strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return CTL_EXIT_UNREACHABLE;
+	}
+	if (egr_proto_write(fd, req)) {
+		fprintf(stderr, "egressctl: sending the request: %s\n", strerror(errno));
+		close(fd);
+		return CTL_EXIT_ERROR;
+	}
+	f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		return CTL_EXIT_ERROR;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	while ((n = getline(&line, &cap, f)) > 0) {
+		json_t *o = json_loads(line, 0, NULL);
+
+		if (first) {
+			first = 0;
+			if (!json_is_true(json_object_get(o, "ok"))) {
+				fprintf(stderr, "egressctl: %s: %s\n", str(o, "code") ?: "error",
+					str(o, "error") ?: "(no message)");
+				json_decref(o);
+				fclose(f);
+				free(line);
+				return CTL_EXIT_ERROR;
+			}
+			json_decref(o);
+			continue;
+		}
+		if (json)
+			fputs(line, stdout);
+		else if (o)
+			print_event(o);
+		if (o && strcmp(str(o, "type") ?: "", "subscriber_dropped") == 0) {
+			fprintf(stderr, "egressctl: egressd dropped this stream: %s\n",
+				str(o, "reason") ?: "?");
+			json_decref(o);
+			fclose(f);
+			free(line);
+			return CTL_EXIT_ERROR;
+		}
+		json_decref(o);
+	}
+	fclose(f);
+	free(line);
+	fprintf(stderr, "egressctl: egressd closed the event stream\n");
+	return CTL_EXIT_ERROR;
+}
+
+static unsigned long parse_num(const char *s, bool *ok)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	*ok = !errno && end != s && !*end && s[0] != '-' && v <= UINT32_MAX;
+	return v;
+}
+
+int ctl_cmd_events(struct ctl *c, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "follow", no_argument, NULL, O_FOLLOW },
+		{ "sandbox", required_argument, NULL, O_SANDBOX },
+		{ "limit", required_argument, NULL, O_LIMIT },
+		{ "json", no_argument, NULL, O_JSON },
+		{ "socket", required_argument, NULL, O_SOCK },
+		{ "help", no_argument, NULL, O_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	unsigned long sandbox = 0, limit = 0;
+	bool fol = false, json = false, ok;
+	json_t *req, *resp, *evs, *e;
+	size_t i;
+	int opt, rc;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (opt) {
+		case O_FOLLOW:
+			fol = true;
+			break;
+		case O_JSON:
+			json = true;
+			break;
+		case O_SOCK:
+			c->socket = optarg;
+			break;
+		case O_SANDBOX:
+			sandbox = parse_num(optarg, &ok);
+			if (!ok || !sandbox)
+				return ctl_usage_error("events", "--sandbox: expected a sandbox id, "
+						       "got '%s'", optarg);
+			break;
+		case O_LIMIT:
+			limit = parse_num(optarg, &ok);
+			if (!ok)
+				return ctl_usage_error("events", "--limit: expected a number, got '%s'",
+						       optarg);
+			break;
+		case O_HELP:
+			fputs(events_help, stdout);
+			return INT_MAX;
+		default:
+			fputs("Try 'egressctl events --help'.\n", stderr);
+			return CTL_EXIT_USAGE;
+		}
+	}
+	if (optind < argc)
+		return ctl_usage_error("events", "events: unexpected argument '%s'", argv[optind]);
+	req = json_pack("{s:s, s:b}", "op", "events", "follow", fol);
+	if (!req)
+		return CTL_EXIT_ERROR;
+	if (sandbox)
+		json_object_set_new(req, "sandbox", json_integer((json_int_t)sandbox));
+	if (limit)
+		json_object_set_new(req, "limit", json_integer((json_int_t)limit));
+	if (fol) {
+		rc = follow(c, req, json);
+		json_decref(req);
+		return rc;
+	}
+	rc = ctl_request(c, req, &resp, NULL, 0);
+	json_decref(req);
+	if (rc)
+		return rc;
+	evs = json_object_get(resp, "events");
+	json_array_foreach(evs, i, e) {
+		if (json) {
+			char *s = json_dumps(e, JSON_COMPACT);
+
+			if (s)
+				puts(s);
+			free(s);
+		} else {
+			print_event(e);
+		}
+	}
+	json_decref(resp);
+	return CTL_EXIT_OK;
+}
+
+/* --- audit verify ------------------------------------------------------------------ */
+
+static bool is_file(const char *p)
+{
+	return access(p, R_OK) == 0;
+}
+
+int ctl_cmd_audit(struct ctl *c, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "key", required_argument, NULL, O_KEY },
+		{ "audit-key", required_argument, NULL, O_KEY },
+		{ "state", required_argument, NULL, O_STATE },
+		{ "no-state", no_argument, NULL, O_NOSTATE },
+		{ "help", no_argument, NULL, O_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *keyfile = NULL, *state = NULL;
+	bool nostate = false;
+	char **files = NULL, statebuf[PATH_MAX];
+	size_t nfiles = 0, keylen = 0;
+	uint8_t *key = NULL;
+	struct egr_audit_verify_result res;
+	int opt, err, rc;
+
+	if (argc < 2 || strcmp(argv[1], "verify") != 0) {
+		if (argc >= 2 && strcmp(argv[1], "--help") == 0) {
+			fputs(audit_help, stdout);
+			return INT_MAX;
+		}
+		return ctl_usage_error("audit", "audit: expected the subcommand 'verify'");
+	}
+	argc--;
+	argv++;
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		switch (opt) {
+		case O_KEY:
+			keyfile = optarg;
+			break;
+		case O_STATE:
+			state = optarg;
+			break;
+		case O_NOSTATE:
+			nostate = true;
+			break;
+		case O_HELP:
+			fputs(audit_help, stdout);
+			return INT_MAX;
+		default:
+			fputs("Try 'egressctl audit --help'.\n", stderr);
+			return CTL_EXIT_USAGE;
+		}
+	}
+	if (optind >= argc)
+		return ctl_usage_error("audit", "audit verify: give the log FILE(s)");
+	if (state && nostate)
+		return ctl_usage_error("audit", "audit verify: --state and --no-state conflict");
+	if (argc - optind == 1 && !strstr(argv[optind], ".gz")) {
+		err = egr_audit_list_files(argv[optind], &files, &nfiles);
+		if (err) {
+			fprintf(stderr, "egressctl: %s: %s\n", argv[optind], strerror(-err));
+			return CTL_EXIT_ERROR;
+		}
+	} else {
+		nfiles = (size_t)(argc - optind);
+		files = calloc(nfiles, sizeof(*files));
+		for (size_t i = 0; files && i < nfiles; i++)
+			files[i] = strdup(argv[optind + i]);
+	}
+	if (!files || !nfiles) {
+		fprintf(stderr, "egressctl: %s: no such log\n", argv[optind]);
+		egr_audit_free_files(files, nfiles);
+		return CTL_EXIT_ERROR;
+	}
+	if (!state && !nostate) {
+		char tmp[PATH_MAX];
+
+		snprintf(tmp, sizeof(tmp), "%s", files[nfiles - 1]);
+		snprintf(statebuf, sizeof(statebuf), "%s/audit.state", dirname(tmp));
+		if (is_file(statebuf))
+			state = statebuf;
+	}
+	if (keyfile && (err = egr_audit_load_key(keyfile, &key, &keylen))) {
+		fprintf(stderr, "egressctl: --key %s: %s\n", keyfile,
+			err == -EPERM ? "group or other can access it (chmod 600), or not a file" :
+					strerror(-err));
+		egr_audit_free_files(files, nfiles);
+		return CTL_EXIT_USAGE;
+	}
+	memset(&res, 0, sizeof(res));
+	err = egr_audit_verify((const char *const *)files, nfiles, key, keylen, state, &res);
+	if (err) {
+		if (res.line)
+			printf("%s:%zu: %s\n", res.file, res.line, res.message);
+		else
+			printf("%s: %s\n", res.file[0] ? res.file : files[0],
+			       res.message[0] ? res.message : strerror(-err));
+		printf("%" PRIu64 " record(s) verified before it\n", res.records);
+		rc = CTL_EXIT_ERROR;
+	} else {
+		printf("ok: %" PRIu64 " record(s) in %zu file(s) verify, %" PRIu64
+		       " gap record(s), last seq %" PRIu64 "%s%s\n",
+		       res.records, nfiles, res.gaps, res.last_seq, state ? ", state " : "",
+		       state ? state : " (no state file: a truncated tail is not detectable)");
+		rc = CTL_EXIT_OK;
+	}
+	if (key)
+		egr_audit_free_key(key, keylen);
+	egr_audit_free_files(files, nfiles);
+	(void)c;
+	return rc;
+}

@@ -21,12 +21,46 @@
  *                                       mptcp|raw|N)
  *   netprobe ping-sendto HOST           ICMP ping socket, sendto an echo request
  *   netprobe raw-sendto HOST            raw ICMP socket, sendto an echo request
+ *   netprobe ping-echo HOST             ping socket: echo request, wait for the reply
+ *   netprobe raw-echo HOST              raw ICMP socket: the same ("err ETIMEDOUT" when
+ *                                       the request went out but no reply came)
+ *   netprobe udplite-sendto HOST PORT   UDP-Lite socket, unconnected sendto
+ *   netprobe udplite-connect HOST PORT  UDP-Lite socket, connect + send
+ *   netprobe mptcp HOST PORT            IPPROTO_MPTCP stream: connect, send, reply or EOF
+ *   netprobe setsockopt-rthdr HOST PORT IPv6 UDP socket, IPV6_RTHDR (a segment routing
+ *                                       header, type 4, first hop HOST; the only type
+ *                                       this kernel takes without MIP6), then sendto
+ *                                       HOST PORT; reports the first failure
+ *   netprobe cmsg-rthdr FIRSTHOP FINAL PORT  sendmsg to FINAL:PORT with an IPV6_RTHDR
+ *                                       control message naming FIRSTHOP (type 2, then
+ *                                       type 4): the hooks see FINAL, the packet goes
+ *                                       to FIRSTHOP
+ *   netprobe ip-options HOST PORT       UDP socket, IP_OPTIONS with a loose source route
+ *                                       via HOST, then sendto HOST PORT
+ *   netprobe legacy-detach CGROUP TYPE  bpf(BPF_PROG_DETACH) of cgroup dir CGROUP with no
+ *                                       program fd; TYPE is connect4, connect6, sendmsg4,
+ *                                       sendmsg6, sock_create, setsockopt, egress,
+ *                                       ingress or a number
+ *   netprobe io-uring-setup             io_uring_setup(1 entry), closed at once
+ *   netprobe packet-socket              socket(AF_PACKET, SOCK_RAW, ETH_P_ALL) only
+ *   netprobe xdp-socket                 socket(AF_XDP, SOCK_RAW, 0) only
+ *   netprobe vsock-socket               socket(AF_VSOCK, SOCK_STREAM, 0) only: NEVER
+ *                                       connected (the peer is the VM's host)
+ *   netprobe fds                        the descriptors open in this process besides
+ *                                       0, 1 and 2: "ok" when none, else "err OPENFDS N"
+ *                                       and the list on stderr
  *
  * HOST is a numeric IPv4 or IPv6 address. A sendmmsg that sends only some
  * datagrams prints "err PARTIAL <number sent>" (exit 1).
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/io_uring.h>
+#include <netinet/ip6.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdint.h>
@@ -34,8 +68,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <unistd.h>
+
+#ifndef AF_XDP
+#define AF_XDP 44
+#endif
+#ifndef AF_VSOCK
+#define AF_VSOCK 40
+#endif
+#ifndef IPV6_RTHDR
+#define IPV6_RTHDR 57
+#endif
 
 #ifndef IPPROTO_MPTCP
 #define IPPROTO_MPTCP 262
@@ -106,6 +151,9 @@ static const struct errname errnames[] = {
 	E(EHOSTUNREACH),
 	E(EALREADY),
 	E(EINPROGRESS),
+	E(E2BIG),
+	E(ENOTDIR),
+	E(ESRCH),
 };
 #undef E
 
@@ -140,7 +188,12 @@ static int usage(void)
 		"HOST PORT\n"
 		"       netprobe tcp-mapped|udp-mapped-sendto IPV4 PORT\n"
 		"       netprobe socket FAMILY TYPE PROTO\n"
-		"       netprobe ping-sendto|raw-sendto HOST\n");
+		"       netprobe connect-loop HOST PORT N\n"
+		"       netprobe ping-sendto|raw-sendto|ping-echo|raw-echo HOST\n"
+		"       netprobe udplite-sendto|udplite-connect|mptcp|setsockopt-rthdr|ip-options HOST PORT\n"
+		"       netprobe cmsg-rthdr FIRSTHOP FINAL PORT\n"
+		"       netprobe legacy-detach CGROUP TYPE\n"
+		"       netprobe io-uring-setup|packet-socket|xdp-socket|vsock-socket|fds\n");
 	return EXIT_USAGE;
 }
 
@@ -458,6 +511,392 @@ static int do_icmp(const char *host, int type)
 	return rc;
 }
 
+/* connect-loop HOST PORT N: N connect() attempts from one TCP socket as fast
+ * as possible (denied ones leave the socket unconnected, so it is reused).
+ * Prints "ok A D" (allowed, denied) and succeeds when all N were made. */
+static int do_connect_loop(const char *host, const char *port, const char *count)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	unsigned long n, allowed = 0, denied = 0;
+	char *end = NULL;
+	int fd = -1;
+
+	n = strtoul(count, &end, 10);
+	if (!*count || *end || make_addr(host, port, 0, 0, &ss, &len))
+		return EXIT_USAGE;
+	for (unsigned long i = 0; i < n; i++) {
+		if (fd < 0 && (fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+			return fail("socket", errno);
+		if (connect(fd, (struct sockaddr *)&ss, len) == 0) {
+			allowed++;
+			close(fd);
+			fd = -1;
+		} else if (errno == EPERM) {
+			denied++;
+		} else {
+			close(fd);
+			fd = -1;
+			return fail("connect", errno);
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	printf("ok %lu %lu\n", allowed, denied);
+	return EXIT_OK;
+}
+
+/* Wait (bounded) for an echo reply from ss on fd. 0 when one came. */
+static int wait_echo_reply(int fd, const struct sockaddr_storage *to, int v6, int raw)
+{
+	uint8_t buf[1500];
+	struct sockaddr_storage from;
+	socklen_t flen;
+	ssize_t n;
+
+	for (int tries = 0; tries < 64; tries++) {
+		const uint8_t *icmp = buf;
+
+		flen = sizeof(from);
+		n = recvfrom(fd, buf, sizeof(buf), 0, (struct sockaddr *)&from, &flen);
+		if (n < 0)
+			return -1;
+		if (raw && !v6) {
+			/* raw IPv4 sockets get the IP header too */
+			size_t ihl = (size_t)(buf[0] & 15) * 4;
+
+			if ((size_t)n < ihl + 8)
+				continue;
+			icmp = buf + ihl;
+		}
+		if (icmp[0] != (v6 ? 129 : 0))
+			continue; /* not an echo reply (e.g. our own request on a raw socket) */
+		if (v6 ? !memcmp(&((struct sockaddr_in6 *)&from)->sin6_addr,
+				 &((const struct sockaddr_in6 *)to)->sin6_addr, 16)
+		       : ((struct sockaddr_in *)&from)->sin_addr.s_addr ==
+				 ((const struct sockaddr_in *)to)->sin_addr.s_addr)
+			return 0;
+	}
+	errno = ETIMEDOUT;
+	return -1;
+}
+
+/* An echo request on a ping or raw socket, and the reply. */
+static int do_echo(const char *host, int type)
+{
+	struct sockaddr_storage ss;
+	uint8_t pkt[16];
+	socklen_t len;
+	int fd, rc = EXIT_USAGE, v6;
+
+	if (make_addr(host, NULL, 0, 0, &ss, &len))
+		return EXIT_USAGE;
+	v6 = ss.ss_family == AF_INET6;
+	fd = open_socket(ss.ss_family, type, v6 ? IPPROTO_ICMPV6 : IPPROTO_ICMP, 0, &rc);
+	if (fd < 0)
+		return rc;
+	memset(pkt, 0, sizeof(pkt));
+	pkt[0] = v6 ? 128 : 8;
+	pkt[4] = 0x4e;
+	pkt[5] = 0x50;
+	pkt[7] = 2;
+	memcpy(pkt + 8, "netprobe", 8);
+	if (!v6) {
+		uint16_t c = inet_csum(pkt, sizeof(pkt));
+
+		memcpy(pkt + 2, &c, 2);
+	}
+	if (sendto(fd, pkt, sizeof(pkt), 0, (struct sockaddr *)&ss, len) < 0)
+		rc = fail("sendto", errno);
+	else if (wait_echo_reply(fd, &ss, v6, type == SOCK_RAW))
+		rc = fail("echo reply", errno == EAGAIN || errno == EWOULDBLOCK ? ETIMEDOUT : errno);
+	else
+		rc = ok();
+	close(fd);
+	return rc;
+}
+
+static int do_udplite(const char *host, const char *port, int connected)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int fd, rc = EXIT_USAGE;
+
+	if (make_addr(host, port, 0, 0, &ss, &len))
+		return EXIT_USAGE;
+	fd = open_socket(ss.ss_family, SOCK_DGRAM, IPPROTO_UDPLITE, 0, &rc);
+	if (fd < 0)
+		return rc;
+	/* UDP-Lite has no pre_connect: connect() is judged by no hook. */
+	if (connected && connect(fd, (struct sockaddr *)&ss, len))
+		rc = fail("connect", errno);
+	else if (connected && send(fd, "ping", 4, 0) < 0)
+		rc = fail("send", errno);
+	else if (!connected && sendto(fd, "ping", 4, 0, (struct sockaddr *)&ss, len) < 0)
+		rc = fail("sendto", errno);
+	else
+		rc = ok();
+	close(fd);
+	return rc;
+}
+
+static int do_mptcp(const char *host, const char *port)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int fd, rc = EXIT_USAGE;
+
+	if (make_addr(host, port, 0, 0, &ss, &len))
+		return EXIT_USAGE;
+	fd = open_socket(ss.ss_family, SOCK_STREAM, IPPROTO_MPTCP, 0, &rc);
+	if (fd < 0)
+		return rc;
+	if (connect(fd, (struct sockaddr *)&ss, len)) {
+		rc = fail("connect", errno);
+	} else {
+		tcp_exchange(fd);
+		rc = ok();
+	}
+	close(fd);
+	return rc;
+}
+
+/* A segment routing header (type 4) with one segment besides the final
+ * destination: segments[1] = first hop, segments[0] = the final destination
+ * (the kernel writes it there when it pushes the header). */
+static size_t make_srh(uint8_t *buf, const struct in6_addr *first, const struct in6_addr *final)
+{
+	memset(buf, 0, 8 + 32);
+	buf[0] = 0;    /* next header: the kernel fills it in */
+	buf[1] = 4;    /* hdrlen: 2 segments * 2 */
+	buf[2] = 4;    /* routing type 4: SRH */
+	buf[3] = 1;    /* segments left */
+	buf[4] = 1;    /* last entry */
+	memcpy(buf + 8, final, 16);
+	memcpy(buf + 24, first, 16);
+	return 8 + 32;
+}
+
+/* A type 2 routing header (Mobile IPv6): exactly one address. */
+static size_t make_rt2(uint8_t *buf, const struct in6_addr *first)
+{
+	memset(buf, 0, 8 + 16);
+	buf[1] = 2; /* hdrlen */
+	buf[2] = 2; /* type 2 */
+	buf[3] = 1; /* segments left */
+	memcpy(buf + 8, first, 16);
+	return 8 + 16;
+}
+
+static int do_setsockopt_rthdr(const char *host, const char *port)
+{
+	struct sockaddr_storage ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+	uint8_t rh[64];
+	socklen_t len;
+	size_t rlen;
+	int fd, rc = EXIT_USAGE;
+
+	if (make_addr(host, port, 0, 1, &ss, &len))
+		return EXIT_USAGE;
+	fd = open_socket(AF_INET6, SOCK_DGRAM, IPPROTO_UDP, 0, &rc);
+	if (fd < 0)
+		return rc;
+	rlen = make_srh(rh, &in6->sin6_addr, &in6->sin6_addr);
+	if (setsockopt(fd, IPPROTO_IPV6, IPV6_RTHDR, rh, (socklen_t)rlen))
+		rc = fail("setsockopt(IPV6_RTHDR)", errno);
+	else if (sendto(fd, "ping", 4, 0, (struct sockaddr *)&ss, len) < 0)
+		rc = fail("sendto", errno);
+	else
+		rc = ok();
+	close(fd);
+	return rc;
+}
+
+static int send_with_rthdr(int fd, const struct sockaddr_storage *dst, socklen_t len,
+			   const uint8_t *rh, size_t rlen)
+{
+	union {
+		char buf[CMSG_SPACE(64)];
+		struct cmsghdr align;
+	} u;
+	char payload[] = "ping";
+	struct iovec iov = { .iov_base = payload, .iov_len = 4 };
+	struct msghdr mh = { .msg_name = (void *)dst, .msg_namelen = len,
+			     .msg_iov = &iov, .msg_iovlen = 1,
+			     .msg_control = u.buf, .msg_controllen = CMSG_SPACE(rlen) };
+	struct cmsghdr *cm;
+
+	memset(&u, 0, sizeof(u));
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = IPPROTO_IPV6;
+	cm->cmsg_type = IPV6_RTHDR;
+	cm->cmsg_len = CMSG_LEN(rlen);
+	memcpy(CMSG_DATA(cm), rh, rlen);
+	return sendmsg(fd, &mh, 0) < 0 ? -1 : 0;
+}
+
+static int do_cmsg_rthdr(const char *firsthop, const char *final, const char *port)
+{
+	struct sockaddr_storage ss, fh;
+	socklen_t len, fhlen;
+	uint8_t rh[64];
+	size_t rlen;
+	int fd, rc = EXIT_USAGE;
+
+	if (make_addr(final, port, 0, 1, &ss, &len) || make_addr(firsthop, NULL, 0, 1, &fh, &fhlen))
+		return EXIT_USAGE;
+	fd = open_socket(AF_INET6, SOCK_DGRAM, IPPROTO_UDP, 0, &rc);
+	if (fd < 0)
+		return rc;
+	/* Type 2 needs CONFIG_IPV6_MIP6; the kernel refuses the rest with
+	 * EINVAL before anything is sent. */
+	rlen = make_rt2(rh, &((struct sockaddr_in6 *)&fh)->sin6_addr);
+	if (send_with_rthdr(fd, &ss, len, rh, rlen) == 0) {
+		fprintf(stderr, "netprobe: sent with a type 2 routing header\n");
+		rc = ok();
+	} else if (errno != EINVAL) {
+		rc = fail("sendmsg(IPV6_RTHDR type 2)", errno);
+	} else {
+		rlen = make_srh(rh, &((struct sockaddr_in6 *)&fh)->sin6_addr,
+				&((struct sockaddr_in6 *)&ss)->sin6_addr);
+		if (send_with_rthdr(fd, &ss, len, rh, rlen) == 0) {
+			fprintf(stderr, "netprobe: sent with a type 4 routing header\n");
+			rc = ok();
+		} else {
+			rc = fail("sendmsg(IPV6_RTHDR)", errno);
+		}
+	}
+	close(fd);
+	return rc;
+}
+
+static int do_ip_options(const char *host, const char *port)
+{
+	struct sockaddr_storage ss;
+	struct sockaddr_in *in4 = (struct sockaddr_in *)&ss;
+	uint8_t opt[8];
+	socklen_t len;
+	int fd, rc = EXIT_USAGE;
+
+	if (make_addr(host, port, 0, 0, &ss, &len) || ss.ss_family != AF_INET)
+		return EXIT_USAGE;
+	fd = open_socket(AF_INET, SOCK_DGRAM, IPPROTO_UDP, 0, &rc);
+	if (fd < 0)
+		return rc;
+	/* NOP, then LSRR: type 131, length 7, pointer 4, one address. */
+	opt[0] = 1;
+	opt[1] = 131;
+	opt[2] = 7;
+	opt[3] = 4;
+	memcpy(opt + 4, &in4->sin_addr, 4);
+	if (setsockopt(fd, IPPROTO_IP, IP_OPTIONS, opt, sizeof(opt)))
+		rc = fail("setsockopt(IP_OPTIONS)", errno);
+	else if (sendto(fd, "ping", 4, 0, (struct sockaddr *)&ss, len) < 0)
+		rc = fail("sendto", errno);
+	else
+		rc = ok();
+	close(fd);
+	return rc;
+}
+
+static int do_legacy_detach(const char *cgroup, const char *type)
+{
+	static const char *const names[] = { "connect4", "connect6", "sendmsg4", "sendmsg6",
+					     "sock_create", "setsockopt", "egress", "ingress",
+					     "recvmsg4", "recvmsg6" };
+	static const int vals[] = { BPF_CGROUP_INET4_CONNECT, BPF_CGROUP_INET6_CONNECT,
+				    BPF_CGROUP_UDP4_SENDMSG,  BPF_CGROUP_UDP6_SENDMSG,
+				    BPF_CGROUP_INET_SOCK_CREATE, BPF_CGROUP_SETSOCKOPT,
+				    BPF_CGROUP_INET_EGRESS,   BPF_CGROUP_INET_INGRESS,
+				    BPF_CGROUP_UDP4_RECVMSG,  BPF_CGROUP_UDP6_RECVMSG };
+	union bpf_attr attr;
+	int t, cgfd;
+
+	if (lookup(type, names, vals, sizeof(vals) / sizeof(vals[0]), &t)) {
+		char *end = NULL;
+		long v = strtol(type, &end, 10);
+
+		if (!*type || *end || v < 0 || v > 1000)
+			return usage();
+		t = (int)v;
+	}
+	cgfd = open(cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (cgfd < 0)
+		return fail("open cgroup", errno);
+	memset(&attr, 0, sizeof(attr));
+	attr.target_fd = (__u32)cgfd;
+	attr.attach_bpf_fd = 0;
+	attr.attach_type = (__u32)t;
+	if (syscall(SYS_bpf, BPF_PROG_DETACH, &attr, sizeof(attr)) < 0) {
+		int e = errno;
+
+		close(cgfd);
+		return fail("bpf(BPF_PROG_DETACH)", e);
+	}
+	close(cgfd);
+	return ok();
+}
+
+static int do_io_uring_setup(void)
+{
+	struct io_uring_params p;
+	long fd;
+
+	memset(&p, 0, sizeof(p));
+	fd = syscall(__NR_io_uring_setup, 1, &p);
+	if (fd < 0)
+		return fail("io_uring_setup", errno);
+	close((int)fd);
+	return ok();
+}
+
+/* socket() only; anything created is closed at once and never used. */
+static int do_family_socket(int family, int type, int proto)
+{
+	int fd = socket(family, type | SOCK_CLOEXEC, proto);
+
+	if (fd < 0)
+		return fail("socket", errno);
+	close(fd);
+	return ok();
+}
+
+static int do_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+	int n = 0, self;
+
+	if (!d) {
+		fprintf(stderr, "netprobe: /proc/self/fd: %s\n", strerror(errno));
+		return EXIT_USAGE;
+	}
+	self = dirfd(d);
+	while ((de = readdir(d))) {
+		char path[64], target[256];
+		ssize_t tl;
+		int fd;
+
+		if (de->d_name[0] == '.')
+			continue;
+		fd = atoi(de->d_name);
+		if (fd <= 2 || fd == self)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		tl = readlink(path, target, sizeof(target) - 1);
+		target[tl > 0 ? tl : 0] = '\0';
+		fprintf(stderr, "netprobe: open fd %d -> %s\n", fd, target);
+		n++;
+	}
+	closedir(d);
+	if (n) {
+		printf("err OPENFDS %d\n", n);
+		return EXIT_FAIL;
+	}
+	return ok();
+}
+
 int main(int argc, char **argv)
 {
 	const char *a;
@@ -485,7 +924,35 @@ int main(int argc, char **argv)
 			return do_udp(argv[2], argv[3], 1, UDP_SENDTO);
 		if (!strcmp(a, "tfo"))
 			return do_tfo(argv[2], argv[3]);
+		if (!strcmp(a, "udplite-sendto"))
+			return do_udplite(argv[2], argv[3], 0);
+		if (!strcmp(a, "udplite-connect"))
+			return do_udplite(argv[2], argv[3], 1);
+		if (!strcmp(a, "mptcp"))
+			return do_mptcp(argv[2], argv[3]);
+		if (!strcmp(a, "setsockopt-rthdr"))
+			return do_setsockopt_rthdr(argv[2], argv[3]);
+		if (!strcmp(a, "ip-options"))
+			return do_ip_options(argv[2], argv[3]);
+		if (!strcmp(a, "legacy-detach"))
+			return do_legacy_detach(argv[2], argv[3]);
 	}
+	if (argc == 5 && !strcmp(a, "cmsg-rthdr"))
+		return do_cmsg_rthdr(argv[2], argv[3], argv[4]);
+	if (argc == 2) {
+		if (!strcmp(a, "io-uring-setup"))
+			return do_io_uring_setup();
+		if (!strcmp(a, "packet-socket"))
+			return do_family_socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL));
+		if (!strcmp(a, "xdp-socket"))
+			return do_family_socket(AF_XDP, SOCK_RAW, 0);
+		if (!strcmp(a, "vsock-socket"))
+			return do_family_socket(AF_VSOCK, SOCK_STREAM, 0);
+		if (!strcmp(a, "fds"))
+			return do_fds();
+	}
+	if (argc == 5 && !strcmp(a, "connect-loop"))
+		return do_connect_loop(argv[2], argv[3], argv[4]);
 	if (argc == 5 && !strcmp(a, "socket"))
 		return do_socket(argv[2], argv[3], argv[4]);
 	if (argc == 3) {
@@ -493,6 +960,10 @@ int main(int argc, char **argv)
 			return do_icmp(argv[2], SOCK_DGRAM);
 		if (!strcmp(a, "raw-sendto"))
 			return do_icmp(argv[2], SOCK_RAW);
+		if (!strcmp(a, "ping-echo"))
+			return do_echo(argv[2], SOCK_DGRAM);
+		if (!strcmp(a, "raw-echo"))
+			return do_echo(argv[2], SOCK_RAW);
 	}
 	return usage();
 }

@@ -461,6 +461,7 @@ class Daemon:
         self.ctx = ctx
         self.proc = None
         self.logf = None
+        self.extra_args = []  # more egressd options (a test restarts it with them)
 
     def start(self):
         c = self.ctx
@@ -469,7 +470,8 @@ class Daemon:
         self.logf.flush()
         self.proc = subprocess.Popen(
             [c.egressd, "--socket", c.sock, "--bpffs-dir", c.bpffs, "--state-dir", c.state,
-             "--log-level", "debug"],
+             "--log-level", "debug", "--metrics-addr", "127.0.0.1:%d" % c.metrics_port,
+             "--billing-interval", "1"] + list(getattr(c, "dns_args", [])) + self.extra_args,
             stdin=subprocess.DEVNULL, stdout=self.logf, stderr=self.logf)
         log("egressd pid %d" % self.proc.pid)
 
@@ -547,6 +549,7 @@ class Ctx:
         self.policy_seq = 0
         self.cg_seq = 0
         self.sctp_errno = None  # socket(inet, stream, sctp) outside any sandbox
+        self.metrics_port = free_tcp_port()  # egressd's /metrics
         self.mptcp_errno = None
 
     # egressctl ----------------------------------------------------------------------
@@ -1225,7 +1228,7 @@ def invalid_policy_at_attach(c):
                                              "bogus": 1}}, "bogus"),
         (None, {"network": {"default": "deny", "outbound_allow": []}}, "tenant"),
         (None, {"tenant": "e2e", "network": {"default": "deny", "outbound_allow": [],
-                                             "allow_sockets": ["packet"]}},
+                                             "allow_sockets": ["carrier-pigeon"]}},
          "network.allow_sockets[0]"),
     ]
     before = c.list_json()
@@ -1377,6 +1380,1934 @@ def sandboxed_peer_cannot_drive_egressd(c):
     c.ctl_ok("status")
 
 
+# --- events, alerts, audit (docs/events.md, alerts.md, audit.md) -------------------
+
+
+def obs_status(c):
+    r = c.ctl_ok("status", "--json")
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        raise TestFailure("`status --json` printed no JSON: %r" % r.stdout[:300])
+
+
+def obs_events(c, *args):
+    r = c.ctl_ok("events", "--json", *args)
+    out = []
+    for line in r.stdout.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            raise TestFailure("`events --json` printed a line that is not JSON: %r" % line)
+    return out
+
+
+def obs_jsonl(path):
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    out.append(json.loads(line))
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def obs_alerts(c, type_=None, sandbox=None):
+    return [a for a in obs_jsonl(os.path.join(c.state, "alerts.jsonl"))
+            if (type_ is None or a.get("type") == type_) and
+            (sandbox is None or a.get("sandbox") == sandbox)]
+
+
+def obs_audit(c):
+    return obs_jsonl(os.path.join(c.state, "audit.log"))
+
+
+def sandbox_id(c, sb):
+    s = c.find_sandbox(sb.cg)
+    check(s is not None, "sandbox %s not listed" % sb.cg)
+    return s["id"]
+
+
+@test
+def events_deny_visible(c):
+    a, b = c.tcp("a"), c.tcp("b")
+    with c.sandbox(["127.0.0.1:%d" % a.port]) as sb:
+        sid = sandbox_id(c, sb)
+        sb.denied("tcp", "127.0.0.1", b.port)
+        found = []
+
+        def seen():
+            found[:] = [e for e in obs_events(c, "--sandbox", str(sid))
+                        if e.get("type") == "connect" and e.get("verdict") == "deny" and
+                        e.get("port") == b.port]
+            return bool(found)
+
+        check(wait_until(seen, 3, 0.1), "no deny event for port %d in `events --json`" % b.port)
+        e = found[-1]
+        for k, want in (("sandbox", sid), ("tenant", "e2e"), ("dst", "127.0.0.1"),
+                        ("family", "ipv4"), ("protocol", "tcp"), ("comm", "netprobe"),
+                        ("v", 1)):
+            check(e.get(k) == want, "deny event %s is %r, expected %r: %r" % (k, e.get(k), want, e))
+        check(isinstance(e.get("pid"), int) and e["pid"] > 0, "deny event without pid: %r" % e)
+        check(str(e.get("execution_id", "")).startswith(RUN_ID), "execution_id: %r" % e)
+        check(isinstance(e.get("time"), str) and e["time"].endswith("Z"), "time: %r" % e)
+        # The time is the kernel's boot clock converted: within a minute of now.
+        t = time.mktime(time.strptime(e["time"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        check(abs(t - time.time()) < 60, "event time %s is not now" % e["time"])
+        # Lifecycle events are in the same stream.
+        kinds = [x.get("type") for x in obs_events(c, "--sandbox", str(sid))]
+        check("attach" in kinds, "no attach event for sandbox %d: %r" % (sid, kinds))
+        human = c.ctl_ok("events", "--sandbox", str(sid)).stdout
+        check(("dst=127.0.0.1:%d" % b.port) in human, "human `events` lacks the deny: %r" % human)
+
+
+@test
+def events_follow_streams(c):
+    a, b = c.tcp("a"), c.tcp("b")
+    with c.sandbox(["127.0.0.1:%d" % a.port]) as sb:
+        sid = sandbox_id(c, sb)
+        subs0 = obs_status(c)["events"]["subscribers"]
+        p = subprocess.Popen([c.egressctl, "--socket", c.sock, "events", "--follow", "--json",
+                              "--sandbox", str(sid)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            check(wait_until(lambda: obs_status(c)["events"]["subscribers"] > subs0, 3),
+                  "the --follow subscriber never registered")
+            lines = []
+            t = threading.Thread(target=lambda: lines.append(p.stdout.readline()), daemon=True)
+            t0 = time.monotonic()
+            t.start()
+            sb.denied("tcp", "127.0.0.1", b.port)
+            t.join(2.5)
+            took = time.monotonic() - t0
+            check(lines and lines[0].strip(), "no event streamed within 2 s of a deny")
+            e = json.loads(lines[0])
+            check(e.get("sandbox") == sid and e.get("verdict") == "deny" and
+                  e.get("port") == b.port, "streamed event is not the deny: %r" % e)
+            check(took < 2.5, "the deny took %.1f s to stream" % took)
+        finally:
+            p.kill()
+            p.wait(5)
+        check(wait_until(lambda: obs_status(c)["events"]["subscribers"] == subs0, 3),
+              "a closed subscriber was not removed")
+
+
+LOST_CONNECTS = 45000  # > 4 MiB / (sizeof(struct egr_event) + 8) = 37449
+
+
+@test
+def lost_events_counted_exactly(c):
+    b = c.tcp("b")
+    with c.sandbox(["127.0.0.1:1"]) as sb:
+        sid = sandbox_id(c, sb)
+        st = obs_status(c)
+        recv0, lost0 = st["events"]["received"], st["counters"]["events_lost"]
+        rep0 = st["events"]["lost"]
+        gaps0 = len([r for r in obs_audit(c) if r.get("type") == "audit_gap"])
+        pid = c.daemon.proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            r = c.probe(sb.cg, "connect-loop", "127.0.0.1", b.port, LOST_CONNECTS, timeout=60)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        check(r.rc == 0 and r.line == "ok 0 %d" % LOST_CONNECTS, "connect-loop: %s" % r)
+        got = {}
+
+        def settled():
+            s = obs_status(c)
+            got["recv"] = s["events"]["received"] - recv0
+            got["lost"] = s["counters"]["events_lost"] - lost0
+            got["reported"] = s["events"]["lost"] - rep0
+            return got["recv"] + got["lost"] == LOST_CONNECTS and \
+                got["reported"] == got["lost"]
+
+        ok = wait_until(settled, 15, 0.2)
+        check(ok, "received %d + lost %d != %d denied connects (lost reported: %d)" %
+              (got["recv"], got["lost"], LOST_CONNECTS, got["reported"]))
+        check(got["lost"] > 0, "nothing was lost: the ring holds more than expected")
+        log("received %d, lost %d" % (got["recv"], got["lost"]))
+        alerts = [a for a in obs_alerts(c, "lost_events")
+                  if a["evidence"].get("lost") == got["lost"]]
+        check(alerts, "no lost_events alert with lost=%d: %r" % (got["lost"],
+                                                                  obs_alerts(c, "lost_events")))
+        gaps = [g for g in obs_audit(c) if g.get("type") == "audit_gap"]
+        check(len(gaps) == gaps0 + 1 and gaps[-1].get("lost") == got["lost"],
+              "no audit gap record with lost=%d: %r" % (got["lost"], gaps[gaps0:]))
+        lost_ev = [e for e in obs_events(c) if e.get("type") == "lost_events"]
+        check(lost_ev and lost_ev[-1].get("lost") == got["lost"],
+              "no lost_events event with lost=%d" % got["lost"])
+        # The sandbox hammered denied destinations: one deny_burst alert.
+        check(len(obs_alerts(c, "deny_burst", sid)) == 1,
+              "deny_burst alerts for sandbox %d: %r" % (sid, obs_alerts(c, "deny_burst", sid)))
+
+
+@test
+def deny_burst_alert_once(c):
+    b = c.tcp("b")
+    with c.sandbox(["127.0.0.1:1"]) as sb:
+        sid = sandbox_id(c, sb)
+        for _ in range(3):
+            r = c.probe(sb.cg, "connect-loop", "127.0.0.1", b.port, 300)
+            check(r.line == "ok 0 300", "connect-loop: %s" % r)
+        check(wait_until(lambda: obs_alerts(c, "deny_burst", sid), 3),
+              "no deny_burst alert for sandbox %d" % sid)
+        time.sleep(0.5)
+        al = obs_alerts(c, "deny_burst", sid)
+        check(len(al) == 1, "%d deny_burst alerts for one hammering sandbox: %r" % (len(al), al))
+        a = al[0]
+        for k in ("id", "time", "type", "severity", "tenant", "sandbox", "execution_id",
+                  "summary", "evidence", "suppressed"):
+            check(k in a, "alert lacks %r: %r" % (k, a))
+        check(a["tenant"] == "e2e" and a["execution_id"].startswith(RUN_ID), "alert: %r" % a)
+        st = obs_status(c)["alerts"]
+        check(st["suppressed"] > 0, "suppressed alerts are not counted: %r" % st)
+
+
+def audit_verify(c, path, *extra):
+    return c.ctl("audit", "verify", *(list(extra) + [path]))
+
+
+@test
+def audit_records_and_tamper(c):
+    a = c.tcp("a")
+    log_path = os.path.join(c.state, "audit.log")
+    with c.sandbox(["127.0.0.1:%d" % a.port]) as sb:
+        sid = sandbox_id(c, sb)
+        sb.allowed("tcp", "127.0.0.1", a.port)
+        upd_policy = c.policy(["127.0.0.1:%d" % a.port, "127.0.0.1:9"])
+        with open(upd_policy) as f:
+            exec_id = json.load(f)["execution_id"]
+        sb.update(upd_policy)
+        sb.allowed("tcp", "127.0.0.1", a.port)
+        sb.denied("tcp", "127.0.0.1", c.tcp("b").port)
+        sb.detach()
+    recs = [r for r in obs_audit(c) if r.get("sandbox") == sid]
+    kinds = [(r.get("type"), r.get("change")) for r in recs]
+    check(kinds == [("policy_change", "attach"), ("policy_change", "update"),
+                    ("execution", None)], "audit records of sandbox %d: %r" % (sid, kinds))
+    att, upd, ex = recs
+    check(upd["previous_policy_sha256"] == att["policy_sha256"] and
+          upd["policy_sha256"] != att["policy_sha256"], "update record hashes: %r" % upd)
+    check(isinstance(upd.get("actor"), dict) and upd["actor"].get("uid") == 0,
+          "update record actor: %r" % upd.get("actor"))
+    for k in ("execution_id", "tenant", "principal", "tool", "version", "egress", "verdicts",
+              "status", "start", "end", "policy_sha256", "seq", "prev", "hash"):
+        check(k in ex, "execution record lacks %r: %r" % (k, ex))
+    check(ex["execution_id"] == exec_id, "execution_id %r, not %r" % (ex["execution_id"], exec_id))
+    check(ex["policy_sha256"] == upd["policy_sha256"], "execution policy_sha256")
+    dests = [d for d in ex["egress"] if d.get("dest") == "127.0.0.1:%d" % a.port]
+    check(dests and dests[0]["bytes_out"] > 0 and dests[0]["proto"] == "tcp",
+          "execution egress lacks 127.0.0.1:%d: %r" % (a.port, ex["egress"]))
+    check(ex["verdicts"]["connect_allowed"] == 2 and ex["verdicts"]["connect_denied"] == 1,
+          "verdicts: %r" % ex["verdicts"])
+    r = audit_verify(c, log_path)
+    check(r.returncode == 0 and r.stdout.startswith("ok:"), "clean log does not verify: %s %s" %
+          (r.stdout, r.stderr))
+
+    # Tamper with copies. Line numbers are 1-based; k is the attach record.
+    with open(log_path) as f:
+        lines = f.readlines()
+    k = next(i for i, line in enumerate(lines)
+             if json.loads(line).get("sandbox") == sid) + 1
+    check(len(lines) >= k + 2, "too few records to tamper with")
+
+    def verify_copy(name, new_lines, want_line, want_text=None):
+        d = tempfile.mkdtemp(prefix="audit-", dir=c.work)
+        shutil.copy(os.path.join(c.state, "audit.state"), os.path.join(d, "audit.state"))
+        p = os.path.join(d, "audit.log")
+        with open(p, "w") as f:
+            f.writelines(new_lines)
+        r = audit_verify(c, p)
+        check(r.returncode != 0, "%s: verify passed a tampered log: %s" % (name, r.stdout))
+        check(("%s:%d:" % (p, want_line)) in r.stdout,
+              "%s: not located at line %d: %s" % (name, want_line, r.stdout.strip()))
+        if want_text:
+            check(want_text in r.stdout, "%s: message lacks %r: %s" % (name, want_text,
+                                                                       r.stdout.strip()))
+
+    edited = list(lines)
+    edited[k - 1] = edited[k - 1].replace('"tenant":"e2e"', '"tenant":"e2f"')
+    check(edited[k - 1] != lines[k - 1], "nothing to edit in the attach record")
+    verify_copy("edit", edited, k, "hash mismatch")
+    verify_copy("delete", lines[:k - 1] + lines[k:], k)
+    swapped = list(lines)
+    swapped[k - 1], swapped[k] = swapped[k], swapped[k - 1]
+    verify_copy("swap", swapped, k)
+    verify_copy("truncate", lines[:-1], len(lines), "truncated")
+    torn = list(lines)
+    torn[-1] = torn[-1][:len(torn[-1]) // 2]
+    verify_copy("torn", torn, len(lines))
+
+
+# --- metering, quotas, /metrics, billing, inbound (docs/metering.md) -----------------
+
+
+def free_tcp_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SinkServer:
+    """TCP: reads everything until EOF and counts it, then answers "pong"."""
+
+    def __init__(self, host="127.0.0.1"):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((host, 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.received = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+        CLEANUP.push("sink server", self.close)
+
+    def loop(self):
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    def serve(self, c):
+        try:
+            c.settimeout(10)
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    break
+                self.received += len(d)
+            c.sendall(b"pong")
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def close(self):
+        self.stop = True
+        self.thread.join(2)
+        self.sock.close()
+
+
+# Run inside a sandbox: send a known amount and say how it went.
+#   tcp HOST PORT NBYTES [TIMEOUT]   connect, sendall, shutdown, wait for "pong"
+#   udp HOST PORT COUNT SIZE         COUNT unconnected datagrams of SIZE bytes
+SENDER = r"""
+import socket, sys
+mode, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if mode == "tcp":
+    n = int(sys.argv[4]); tmo = float(sys.argv[5]) if len(sys.argv) > 5 else 10
+    s = socket.create_connection((host, port), timeout=tmo)
+    sent = 0; buf = b"x" * 65536
+    try:
+        while sent < n:
+            k = s.send(buf[:min(65536, n - sent)])
+            sent += k
+        s.shutdown(socket.SHUT_WR)
+        r = b""
+        while True:
+            d = s.recv(64)
+            if not d: break
+            r += d
+        print("ok", sent, r.decode(errors="replace"), flush=True)
+    except socket.timeout:
+        print("stalled", sent, flush=True)
+else:
+    count, size = int(sys.argv[4]), int(sys.argv[5])
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    ok = err = 0
+    for i in range(count):
+        try:
+            s.sendto(b"y" * size, (host, port)); ok += 1
+        except OSError as e:
+            err += 1; last = e.errno
+    print("ok" if not err else "err", ok, err, flush=True)
+"""
+
+
+def in_sandbox(cg, script, *args, timeout=30):
+    """Run python3 -c script inside cgroup cg; its stdout's words."""
+    procs = os.path.join(cg, "cgroup.procs")
+
+    def join_cgroup():
+        fd = os.open(procs, os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+    r = subprocess.run([sys.executable, "-c", script] + [str(a) for a in args],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=timeout, preexec_fn=join_cgroup)
+    log("in sandbox: %s -> %d %r %r" % (" ".join(str(a) for a in args), r.returncode,
+                                          r.stdout.strip(), r.stderr.strip()[-300:]))
+    return r.stdout.split()
+
+
+def stats(c, tenant=None):
+    args = ["stats", "--json"] + (["--tenant", tenant] if tenant else [])
+    r = c.ctl_ok(*args)
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        raise TestFailure("`stats --json` printed no JSON: %r" % r.stdout[:300])
+
+
+def sb_stats(c, sb):
+    s = c.find_sandbox(sb.cg)
+    check(s is not None, "sandbox %s not listed" % sb.cg)
+    for row in stats(c)["sandboxes"]:
+        if row["id"] == s["id"]:
+            return row
+    raise TestFailure("`stats` has no row for sandbox %d" % s["id"])
+
+
+def tenant_stats(c, tenant):
+    for row in stats(c, tenant)["tenants"]:
+        if row["tenant"] == tenant:
+            return row
+    return None
+
+
+def status_json(c):
+    return json.loads(c.ctl_ok("status", "--json").stdout)
+
+
+FIELDS = ("bytes_out", "packets_out", "bytes_in", "packets_in", "connections_allowed",
+          "connections_denied", "datagrams_allowed", "datagrams_denied")
+
+
+def diff(after, before):
+    return {k: after[k] - before[k] for k in FIELDS}
+
+
+# Per-packet overhead bounds (docs/metering.md): IPv4 header 20-60 bytes,
+# TCP header 20-60, UDP header 8.
+TCP4_MIN, TCP4_MAX, UDP4 = 40, 120, 28
+FIGURES = {}
+
+
+@test
+def metering_tcp_udp_bytes(c):
+    sink = SinkServer()
+    u = c.udp("meter")
+    t1, t2 = "m1-" + RAND, "m2-" + RAND
+    allow = ["tcp/127.0.0.1:%d" % sink.port, "udp/127.0.0.1:%d" % u.port]
+    with c.sandbox(allow, name="meter1", tenant=t1) as s1, \
+         c.sandbox(allow, name="meter2", tenant=t2) as s2:
+        b0 = sb_stats(c, s1)
+        n = 1 << 20
+        out = in_sandbox(s1.cg, SENDER, "tcp", "127.0.0.1", sink.port, n)
+        check(out[:2] == ["ok", str(n)] and out[-1] == "pong", "TCP sender: %r" % out)
+        check(wait_until(lambda: sink.received >= n, 5), "sink got %d of %d" % (sink.received, n))
+        b1 = sb_stats(c, s1)
+        d = diff(b1, b0)
+        over = d["bytes_out"] - n
+        check(d["connections_allowed"] == 1, "connections_allowed +%d, expected 1" %
+              d["connections_allowed"])
+        check(d["packets_out"] > 0 and
+              TCP4_MIN * d["packets_out"] <= over <= TCP4_MAX * d["packets_out"],
+              "TCP: %d payload bytes metered as %d bytes in %d packets (overhead %d, bounds "
+              "%d..%d)" % (n, d["bytes_out"], d["packets_out"], over,
+                           TCP4_MIN * d["packets_out"], TCP4_MAX * d["packets_out"]))
+        FIGURES["tcp"] = (n, d["bytes_out"], d["packets_out"], over / d["packets_out"])
+        log("TCP: %d payload -> %d bytes, %d packets, %.1f bytes overhead/packet; in: %d bytes "
+            "%d packets" % (n, d["bytes_out"], d["packets_out"], over / d["packets_out"],
+                            d["bytes_in"], d["packets_in"]))
+        check(d["bytes_in"] > 0 and d["packets_in"] > 0, "no ingress metered: %r" % d)
+
+        before_u = u.received
+        out = in_sandbox(s1.cg, SENDER, "udp", "127.0.0.1", u.port, 100, 1000)
+        check(out[:2] == ["ok", "100"], "UDP sender: %r" % out)
+        u.wait_for(before_u + 100, 5)
+        b2 = sb_stats(c, s1)
+        d = diff(b2, b1)
+        check(d["packets_out"] == 100 and d["bytes_out"] == 100 * (1000 + UDP4),
+              "UDP: 100 x 1000 bytes metered as %d bytes in %d packets, expected %d in 100" %
+              (d["bytes_out"], d["packets_out"], 100 * (1000 + UDP4)))
+        check(d["datagrams_allowed"] == 100, "datagrams_allowed +%d" % d["datagrams_allowed"])
+        FIGURES["udp"] = (100000, d["bytes_out"], d["packets_out"], 28.0)
+
+        # Two tenants stay apart: m2's traffic is m2's only.
+        ta0, tb0 = tenant_stats(c, t1), tenant_stats(c, t2)
+        check(ta0 is not None and ta0["bytes_out"] == b2["bytes_out"],
+              "tenant %s bytes_out %r, its only sandbox %d" %
+              (t1, ta0 and ta0["bytes_out"], b2["bytes_out"]))
+        out = in_sandbox(s2.cg, SENDER, "tcp", "127.0.0.1", sink.port, 300000)
+        check(out and out[0] == "ok", "TCP sender in %s: %r" % (t2, out))
+        ta1, tb1 = tenant_stats(c, t1), tenant_stats(c, t2)
+        s2row = sb_stats(c, s2)
+        check(diff(ta1, ta0) == {k: 0 for k in FIELDS},
+              "tenant %s counted %s's traffic: %r" % (t1, t2, diff(ta1, ta0)))
+        tb0 = tb0 or {k: 0 for k in FIELDS}
+        check(tb1["bytes_out"] - tb0["bytes_out"] == s2row["bytes_out"] and
+              s2row["bytes_out"] > 300000, "tenant %s: %r, sandbox %r" % (t2, tb1, s2row))
+        check(all(r["tenant"] == t2 for r in stats(c, t2)["sandboxes"]),
+              "`stats --tenant` shows other tenants' sandboxes")
+        # The table form works too.
+        r = c.ctl_ok("stats", "--tenant", t1)
+        check(t1 in r.stdout and "BYTES_OUT" in r.stdout, "`stats` table: %r" % r.stdout[:300])
+
+
+@test
+def quota_drops_after_limit_and_alerts_once(c):
+    sink = SinkServer()
+    u = c.udp("quota")
+    pol = c.policy(["tcp/127.0.0.1:%d" % sink.port, "udp/127.0.0.1:%d" % u.port],
+                   tenant="q-" + RAND)
+    with open(pol) as f:
+        doc = json.load(f)
+    doc["limits"] = {"egress_bytes": 200000, "window_seconds": 3600}
+    with open(pol, "w") as f:
+        json.dump(doc, f)
+    cnt0 = status_json(c)["counters"]
+    with Sandbox(c, pol, "quota") as sb:
+        out = in_sandbox(sb.cg, SENDER, "tcp", "127.0.0.1", sink.port, 1 << 20, 3)
+        check(out and out[0] == "stalled", "a 1 MiB send under a 200 kB quota: %r" % out)
+        time.sleep(0.5)
+        check(sink.received < 200000, "%d bytes got through a 200000-byte quota" % sink.received)
+        row = sb_stats(c, sb)
+        q = row.get("quota") or {}
+        check(row["quota_drops"] > 0, "quota_drops %r" % row["quota_drops"])
+        check(row["bytes_out"] <= 200000, "bytes_out %d past the quota" % row["bytes_out"])
+        check(q.get("limit_bytes") == 200000 and q.get("window_seconds") == 3600,
+              "quota in stats: %r" % q)
+        cnt1 = status_json(c)["counters"]
+        check(cnt1["quota_dropped"] > cnt0["quota_dropped"], "counter quota_dropped %r -> %r" %
+              (cnt0["quota_dropped"], cnt1["quota_dropped"]))
+        # More traffic in the same window: dropped (UDP fails), no second event.
+        out = in_sandbox(sb.cg, SENDER, "udp", "127.0.0.1", u.port, 20, 500)
+        check(out[:3] == ["err", "0", "20"], "UDP past the quota: %r" % out)
+        row2 = sb_stats(c, sb)
+        check(row2["quota"]["windows_exceeded"] == 1,
+              "windows_exceeded %r, expected 1" % row2["quota"]["windows_exceeded"])
+        check(row2["quota_drops"] >= row["quota_drops"] + 20, "quota_drops %r -> %r" %
+              (row["quota_drops"], row2["quota_drops"]))
+        # An update keeps the running window.
+        sb.update(pol)
+        check(sb_stats(c, sb)["quota"]["window_bytes"] >= row2["quota"]["window_bytes"] - 2000,
+              "an update reset the quota window")
+        # The event stream and the alert (when egressd has them): once.
+        sid = c.find_sandbox(sb.cg)["id"]
+        r = c.ctl("events", "--json", "--sandbox", str(sid))
+        if r.returncode == 0:
+            evs = [json.loads(l) for l in r.stdout.splitlines() if l.strip().startswith("{")]
+            if not evs and r.stdout.strip().startswith("["):
+                evs = json.loads(r.stdout)
+            nq = sum(1 for e in evs if e.get("type") == "quota")
+            check(nq == 1, "%d quota events for sandbox %d, expected 1" % (nq, sid))
+        alerts = os.path.join(c.state, "alerts.jsonl")
+        if os.path.exists(alerts):
+            def nalerts():
+                with open(alerts) as f:
+                    return sum(1 for l in f if '"quota_exceeded"' in l and
+                               json.loads(l).get("sandbox") in (sid, str(sid)))
+            wait_until(lambda: nalerts() >= 1, 3)
+            check(nalerts() == 1, "%d quota_exceeded alerts for sandbox %d, expected 1" %
+                  (nalerts(), sid))
+
+
+def parse_exposition(text):
+    """Prometheus text format -> {(name, frozenset(labels)): value}, and the TYPEs."""
+    samples, types = {}, {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 4 and parts[1] == "TYPE":
+                types[parts[2]] = parts[3]
+            continue
+        i, labels = 0, {}
+        while i < len(line) and line[i] not in "{ ":
+            i += 1
+        name = line[:i]
+        if i < len(line) and line[i] == "{":
+            i += 1
+            while line[i] != "}":
+                j = line.index("=", i)
+                key = line[i:j].strip().lstrip(",").strip()
+                check(line[j + 1] == '"', "bad label in %r" % line)
+                k, val = j + 2, []
+                while line[k] != '"':
+                    if line[k] == "\\":
+                        val.append({"n": "\n", "\\": "\\", '"': '"'}[line[k + 1]])
+                        k += 2
+                    else:
+                        val.append(line[k])
+                        k += 1
+                labels[key] = "".join(val)
+                i = k + 1
+                while line[i] in ", ":
+                    i += 1
+            i += 1
+        value = line[i:].split()[0]
+        samples[(name, frozenset(labels.items()))] = float(value)
+    return samples, types
+
+
+def scrape(c, path="/metrics", method="GET"):
+    import urllib.request
+    import urllib.error
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (c.metrics_port, path), method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, "", ""
+
+
+@test
+def metrics_endpoint_matches_stats(c):
+    sink = SinkServer()
+    tenant = "p-" + RAND
+    with c.sandbox(["tcp/127.0.0.1:%d" % sink.port], name="prom", tenant=tenant) as sb:
+        out = in_sandbox(sb.cg, SENDER, "tcp", "127.0.0.1", sink.port, 50000)
+        check(out and out[0] == "ok", "sender: %r" % out)
+        c.denied(sb.cg, "tcp", "127.0.0.1", c.tcp("prom-denied").port)
+        time.sleep(0.3)
+        st = stats(c, tenant)
+        code, ctype, text = scrape(c)
+        check(code == 200 and "text/plain" in ctype, "GET /metrics: %d %r" % (code, ctype))
+        samples, types = parse_exposition(text)
+        check(types.get("egressd_egress_bytes_total") == "counter",
+              "TYPE of egressd_egress_bytes_total: %r" % types.get("egressd_egress_bytes_total"))
+        trow, srow = st["tenants"][0], st["sandboxes"][0]
+        sid, execid = str(srow["id"]), srow["execution_id"]
+        want = [("egress_bytes_total", "bytes_out", None), ("egress_packets_total",
+                 "packets_out", None), ("ingress_bytes_total", "bytes_in", None),
+                ("ingress_packets_total", "packets_in", None),
+                ("connections_total", "connections_allowed", "allowed"),
+                ("connections_total", "connections_denied", "denied"),
+                ("quota_drops_total", "quota_drops", None)]
+        for fam, key, verdict in want:
+            tl = {"tenant": tenant}
+            sl = {"tenant": tenant, "sandbox": sid, "execution_id": execid}
+            if verdict:
+                tl["verdict"] = sl["verdict"] = verdict
+            tv = samples.get(("egressd_" + fam, frozenset(tl.items())))
+            sv = samples.get(("egressd_sandbox_" + fam, frozenset(sl.items())))
+            check(tv == trow[key], "egressd_%s%r = %r, stats says %r" % (fam, tl, tv, trow[key]))
+            check(sv == srow[key], "egressd_sandbox_%s%r = %r, stats says %r" %
+                  (fam, sl, sv, srow[key]))
+        check(trow["connections_denied"] >= 1, "the denied connect was not counted")
+        check(samples.get(("egressd_sandboxes", frozenset())) == len(c.list_json()),
+              "egressd_sandboxes gauge")
+        check(any(n == "egressd_info" for n, _ in samples), "no egressd_info")
+        check(("egressd_dns_proxy_latency_seconds_bucket",
+               frozenset({"le": "+Inf"}.items())) in samples, "no DNS latency histogram")
+        check(any(n == "egressd_map_capacity" for n, _ in samples), "no map capacity")
+        check(scrape(c, "/other")[0] == 404, "GET /other is not 404")
+        check(scrape(c, "/metrics", "POST")[0] == 405, "POST /metrics is not 405")
+
+
+@test
+def metrics_cardinality_bound(c):
+    sink = SinkServer()
+    tenant = "card-" + RAND
+    c.daemon.stop()
+    c.daemon.extra_args = ["--metrics-max-sandboxes", "1"]
+    try:
+        c.daemon.start()
+        with c.sandbox(["tcp/127.0.0.1:%d" % sink.port], name="card1", tenant=tenant) as s1, \
+             c.sandbox(["tcp/127.0.0.1:%d" % sink.port], name="card2", tenant=tenant) as s2:
+            for sb in (s1, s2):
+                out = in_sandbox(sb.cg, SENDER, "tcp", "127.0.0.1", sink.port, 10000)
+                check(out and out[0] == "ok", "sender: %r" % out)
+            samples, _ = parse_exposition(scrape(c)[2])
+            rows = [dict(l) for n, l in samples if n == "egressd_sandbox_egress_bytes_total"]
+            check(len(rows) <= 2, "more series than the bound allows: %r" % rows)
+            check(any(r.get("sandbox") == "_other" for r in rows), "no _other series: %r" % rows)
+            folded = samples.get(("egressd_metrics_series_folded_total", frozenset()))
+            check(folded is not None and folded >= 1, "series_folded_total %r" % folded)
+            total = sum(v for (n, l), v in samples.items()
+                        if n == "egressd_sandbox_egress_bytes_total" and
+                        dict(l).get("tenant") == tenant)
+            st = stats(c, tenant)
+            check(total == sum(r["bytes_out"] for r in st["sandboxes"]),
+                  "folded series lose bytes: %r vs %r" % (total, st["sandboxes"]))
+    finally:
+        c.daemon.stop()
+        c.daemon.extra_args = []
+        c.daemon.start()
+
+
+def billing_lines(c, tenant):
+    path = os.path.join(c.state, "billing.jsonl")
+    lines = []
+    try:
+        with open(path) as f:
+            for l in f:
+                o = json.loads(l)
+                if o.get("tenant") == tenant:
+                    lines.append(o)
+    except FileNotFoundError:
+        pass
+    return lines
+
+
+BILLED = ("bytes_out", "bytes_in", "packets_out", "packets_in", "connections_allowed",
+          "connections_denied")
+
+
+def billing_matches(c, tenant):
+    lines = billing_lines(c, tenant)
+    trow = tenant_stats(c, tenant)
+    if not trow or not lines:
+        return False
+    return all(sum(l[k] for l in lines) == trow[k] for k in BILLED)
+
+
+@test
+def billing_export_no_double_count(c):
+    sink = SinkServer()
+    tenant = "bill-" + RAND
+    with c.sandbox(["tcp/127.0.0.1:%d" % sink.port], name="bill", tenant=tenant) as sb:
+        out = in_sandbox(sb.cg, SENDER, "tcp", "127.0.0.1", sink.port, 100000)
+        check(out and out[0] == "ok", "sender: %r" % out)
+        check(wait_until(lambda: billing_matches(c, tenant), 5, 0.2),
+              "billing lines %r do not add up to the meter %r" %
+              (billing_lines(c, tenant), tenant_stats(c, tenant)))
+        n1 = len(billing_lines(c, tenant))
+        out = in_sandbox(sb.cg, SENDER, "tcp", "127.0.0.1", sink.port, 50000)
+        check(out and out[0] == "ok", "sender: %r" % out)
+        check(wait_until(lambda: billing_matches(c, tenant) and
+                         len(billing_lines(c, tenant)) > n1, 5, 0.2),
+              "second interval: %r vs %r" % (billing_lines(c, tenant), tenant_stats(c, tenant)))
+        lines = billing_lines(c, tenant)
+        for l in lines:
+            for k in ("v", "tenant", "interval_start", "interval_end", "seq", "bytes_out",
+                      "bytes_in", "packets_out", "packets_in", "connections_allowed",
+                      "connections_denied", "dns_queries_allowed", "dns_queries_refused"):
+                check(k in l, "billing line lacks %r: %r" % (k, l))
+            check(l["bytes_out"] + l["packets_out"] + l["bytes_in"] > 0, "empty line %r" % l)
+        check(lines[-1]["bytes_out"] > 50000, "second interval's delta %r" % lines[-1])
+        # kill -9, traffic while egressd is away, restart: nothing twice, nothing lost.
+        c.daemon.kill9()
+        out = in_sandbox(sb.cg, SENDER, "tcp", "127.0.0.1", sink.port, 70000)
+        check(out and out[0] == "ok", "sender while egressd is dead: %r" % out)
+        c.daemon.start()
+        check(wait_until(lambda: billing_matches(c, tenant), 6, 0.2),
+              "after kill -9 and restart: lines %r, meter %r" %
+              (billing_lines(c, tenant), tenant_stats(c, tenant)))
+        time.sleep(2.5)  # a few more (idle) intervals: still no double count
+        check(billing_matches(c, tenant), "idle intervals changed the sum: %r vs %r" %
+              (billing_lines(c, tenant), tenant_stats(c, tenant)))
+        with open(os.path.join(c.state, "billing.jsonl")) as f:
+            seqs = [json.loads(l)["seq"] for l in f]
+        check(seqs == sorted(set(seqs)), "billing seqs repeat or go back: %r" % seqs)
+
+
+# Run inside a sandbox: listen on TCP and UDP, print the ports, count what
+# arrives for ARGV[1] seconds; also talk to an outside echo (ARGV[2] TCP, ARGV[3]
+# UDP) and report whether the replies came back.
+LISTENER = r"""
+import select, socket, sys, time
+t = socket.socket(); t.bind(("127.0.0.1", 0)); t.listen(8); t.setblocking(False)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("127.0.0.1", 0))
+print(t.getsockname()[1], u.getsockname()[1], flush=True)
+end = time.time() + float(sys.argv[1]); acc = dg = 0
+while time.time() < end:
+    r, _, _ = select.select([t, u], [], [], 0.05)
+    for s in r:
+        if s is t:
+            c, _ = t.accept(); acc += 1; c.close()
+        else:
+            u.recvfrom(2048); dg += 1
+# our own connections get their replies
+c = socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=3)
+c.sendall(b"ping"); rep = c.recv(16)
+e = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); e.settimeout(3)
+e.sendto(b"ping", ("127.0.0.1", int(sys.argv[3])))
+try:
+    ur = e.recvfrom(64)[0]
+except socket.timeout:
+    ur = b"none"
+print(acc, dg, rep.decode(errors="replace") or "eof", ur.decode(errors="replace"), flush=True)
+"""
+
+
+def run_listener(c, cg, tcp_port, udp_echo_port, seconds=2.0):
+    procs = os.path.join(cg, "cgroup.procs")
+
+    def join_cgroup():
+        fd = os.open(procs, os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+    p = subprocess.Popen([sys.executable, "-c", LISTENER, str(seconds), str(tcp_port),
+                          str(udp_echo_port)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=join_cgroup)
+    CLEANUP.push("listener", lambda: p.poll() is None and p.kill())
+    first = p.stdout.readline().split()
+    check(len(first) == 2, "listener in sandbox did not start: %r %s" % (first, p.stderr.read()
+                                                                         if p.poll() else ""))
+    return p, int(first[0]), int(first[1])
+
+
+class UdpEcho:
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.stop = False
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+        CLEANUP.push("udp echo", self.close)
+
+    def loop(self):
+        while not self.stop:
+            try:
+                d, a = self.sock.recvfrom(2048)
+                self.sock.sendto(b"pong", a)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+
+    def close(self):
+        self.stop = True
+        self.thread.join(2)
+        self.sock.close()
+
+
+def knock(tport, uport):
+    """From outside every sandbox: a TCP connect and a UDP datagram."""
+    tcp_ok = False
+    try:
+        with socket.create_connection(("127.0.0.1", tport), timeout=1.0):
+            tcp_ok = True
+    except OSError:
+        pass
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.sendto(b"knock", ("127.0.0.1", uport))
+    return tcp_ok
+
+
+@test
+def inbound_denied_replies_pass(c):
+    t = c.tcp("inbound")
+    echo = UdpEcho()
+    allow = ["tcp/127.0.0.1:%d" % t.port, "udp/127.0.0.1:%d" % echo.port]
+    with c.sandbox(allow, name="inb") as sb:
+        d0 = sb_stats(c, sb)["inbound_drops"]
+        p, tport, uport = run_listener(c, sb.cg, t.port, echo.port)
+        tcp_ok = knock(tport, uport)
+        out, err = p.communicate(timeout=15)
+        words = out.split()
+        check(not tcp_ok, "a connection from outside reached the sandbox's listener")
+        check(len(words) == 4, "listener output %r %r" % (out, err[-300:]))
+        check(words[0] == "0", "the sandbox accepted %s inbound connection(s)" % words[0])
+        check(words[1] == "0", "the sandbox received %s unsolicited datagram(s)" % words[1])
+        check(words[2] == "pong", "the sandbox's own TCP connection got %r, not its reply" %
+              words[2])
+        check(words[3] == "pong", "the sandbox's own UDP exchange got %r, not its reply" %
+              words[3])
+        check(sb_stats(c, sb)["inbound_drops"] > d0, "inbound_drops did not grow")
+
+
+@test
+def inbound_allow_lets_connections_in(c):
+    t = c.tcp("inbound-allow")
+    echo = UdpEcho()
+    allow = ["tcp/127.0.0.1:%d" % t.port, "udp/127.0.0.1:%d" % echo.port]
+    with c.sandbox(allow, name="inba", extra_network={"inbound": "allow"}) as sb:
+        p, tport, uport = run_listener(c, sb.cg, t.port, echo.port)
+        tcp_ok = knock(tport, uport)
+        out, err = p.communicate(timeout=15)
+        words = out.split()
+        check(tcp_ok, "inbound: allow, yet the connection into the sandbox failed (sandbox "
+              "stats %r)" % {k: v for k, v in sb_stats(c, sb).items() if k.endswith("drops")})
+        check(len(words) == 4 and words[0] == "1" and words[1] == "1",
+              "listener saw %r (expected 1 connection, 1 datagram) %r" % (out, err[-300:]))
+        check(words[2] == "pong" and words[3] == "pong", "replies: %r" % words)
+
+
+# --- adversarial suite: paths around the sock_addr hooks (docs/security.md) -----------
+#
+# One test per row of the table in docs/security.md, each with a sanity twin
+# that reaches an allowed destination (or shows the vector working outside a
+# sandbox) the same way: a blocked vector proves nothing if everything is
+# blocked. IPv4-mapped IPv6 is ipv4_mapped_ipv6 above.
+
+
+def adv_counters(c):
+    r = c.ctl_ok("status", "--json")
+    try:
+        st = json.loads(r.stdout)
+    except ValueError:
+        raise TestFailure("`status --json` printed no JSON: %r" % r.stdout[:300])
+    cnt = st.get("counters")
+    check(isinstance(cnt, dict), "`status --json` has no counters object: %r" % r.stdout[:300])
+    return cnt
+
+
+def adv_counter(c, name):
+    cnt = adv_counters(c)
+    check(name in cnt, "`status --json` counters lack %r: %r" % (name, sorted(cnt)))
+    return cnt[name]
+
+
+def adv_probe_as_nobody(c, cg, *action):
+    """netprobe ACTION in cgroup cg as uid/gid 65534, no groups, no capabilities."""
+    argv = [c.netprobe] + [str(a) for a in action]
+    procs = os.path.join(cg, "cgroup.procs") if cg else None
+
+    def drop():
+        if procs:
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)  # from root to non-root: every capability set is cleared
+
+    try:
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=PROBE_TIMEOUT_S,
+                           preexec_fn=drop)
+    except subprocess.TimeoutExpired:
+        raise TestFailure("`%s` as nobody did not finish" % " ".join(argv))
+    res = ProbeResult(argv[1:], r.returncode, r.stdout, r.stderr)
+    log("as nobody: %s" % res)
+    if res.rc == 2:
+        raise TestFailure("netprobe usage/setup error: %s" % res)
+    return res
+
+
+def adv_run(c, policy, *cmd, pass_fds=()):
+    """egressctl run --policy POLICY -- CMD; the CompletedProcess."""
+    argv = [c.egressctl, "--socket", c.sock, "run", "--policy", policy, "--"] + \
+        [str(a) for a in cmd]
+    try:
+        return subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=CTL_TIMEOUT_S,
+                              pass_fds=pass_fds)
+    except subprocess.TimeoutExpired:
+        raise TestFailure("`%s` did not finish" % " ".join(argv))
+
+
+def adv_run_probe(c, policy, *action):
+    r = adv_run(c, policy, c.netprobe, *action)
+    res = ProbeResult(["run:"] + [str(a) for a in action], r.returncode, r.stdout, r.stderr)
+    log(str(res))
+    if res.rc == 125:
+        raise TestFailure("egressctl run could not start netprobe: %s" % res)
+    return res
+
+
+class UdpliteServer(UdpServer):
+    """A UdpServer on a UDP-Lite socket (IPPROTO_UDPLITE, 136)."""
+
+    def __init__(self, host):
+        fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.socket(fam, socket.SOCK_DGRAM, 136)
+        self.sock.bind((host, 0))
+        self.sock.settimeout(0.2)
+        self.host = host
+        self.port = self.sock.getsockname()[1]
+        self.received = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+
+ADV_DETACH_TYPES = ("connect4", "connect6", "sendmsg4", "sendmsg6", "sock_create",
+                    "setsockopt", "egress", "ingress")
+
+
+@test
+def adv_legacy_detach_unprivileged(c):
+    a, b = c.tcp("a"), c.tcp("b")
+    with c.sandbox(["127.0.0.1:%d" % a.port]) as sb:
+        # The prober really is unprivileged: no packet socket for it.
+        r = adv_probe_as_nobody(c, sb.cg, "packet-socket")
+        check(r.rc == 1 and r.errno == "EPERM", "nobody made a packet socket: %s" % r)
+        for t in ADV_DETACH_TYPES:
+            r = adv_probe_as_nobody(c, sb.cg, "legacy-detach", sb.cg, t)
+            check(r.rc == 1, "BPF_PROG_DETACH %s as uid 65534 succeeded: %s" % (t, r))
+            # From outside the sandbox too (its parent cgroup is no protection).
+            r = adv_probe_as_nobody(c, None, "legacy-detach", sb.cg, t)
+            check(r.rc == 1, "BPF_PROG_DETACH %s as uid 65534 (outside) succeeded: %s" % (t, r))
+        # Still enforced, every hook.
+        sb.allowed("tcp", "127.0.0.1", a.port)
+        sb.denied("tcp", "127.0.0.1", b.port)
+        sb.denied("udp-sendto", "127.0.0.1", b.port)
+        sb.denied("socket", "inet", "raw", "icmp")
+        sb.denied("setsockopt-rthdr", "::1", 9)
+        # Twin: the programs are attached and visible (links, not legacy attachments).
+        if shutil.which("bpftool"):
+            r = run(["bpftool", "cgroup", "show", sb.cg])
+            check(r.returncode == 0, "bpftool cgroup show: %s" % r.stderr.strip())
+            for prog in ("egr_connect4", "egr_connect6", "egr_sendmsg4", "egr_sendmsg6",
+                         "egr_sock_create", "egr_setsockopt", "egr_skb_egress"):
+                check(prog[:15] in r.stdout, "bpftool cgroup show %s does not list %s:\n%s" %
+                      (sb.cg, prog, r.stdout))
+
+
+@test
+def adv_udplite(c):
+    ok_srv, deny_srv = UdpliteServer("127.0.0.1"), UdpliteServer("127.0.0.2")
+    CLEANUP.push("udplite server", ok_srv.close)
+    CLEANUP.push("udplite server", deny_srv.close)
+    # Twin outside: the vector carries traffic.
+    for srv in (ok_srv, deny_srv):
+        n = srv.received
+        c.allowed(None, "udplite-sendto", srv.host, srv.port)
+        check(srv.wait_for(n + 1), "UDP-Lite outside a sandbox never arrived at %s" % srv.host)
+    with c.sandbox(["127.0.0.1:*"]) as sb:
+        n = ok_srv.received
+        sb.denied("udplite-sendto", "127.0.0.1", ok_srv.port)   # socket() refused
+        sb.denied("socket", "inet6", "dgram", "udplite")
+        time.sleep(0.1)
+        check(ok_srv.received == n, "a UDP-Lite datagram left a default sandbox")
+    # UDP-Lite is not UDP: like other port-less kinds it needs an address allowed
+    # on every port (docs/policy.md). No sendmsg hook: only the backstop judges.
+    with c.sandbox(["127.0.0.1:*"], sockets=["udplite"]) as sb:
+        n = ok_srv.received
+        sb.allowed("udplite-sendto", "127.0.0.1", ok_srv.port)
+        check(ok_srv.wait_for(n + 1), "allowed UDP-Lite datagram never arrived")
+        n = ok_srv.received
+        sb.allowed("udplite-connect", "127.0.0.1", ok_srv.port)
+        check(ok_srv.wait_for(n + 1), "allowed connected UDP-Lite datagram never arrived")
+        # Unconnected: udp_sendmsg runs the sendmsg4 hook (or the backstop drops).
+        cnt = adv_counters(c)
+        n2 = deny_srv.received
+        r = c.probe(sb.cg, "udplite-sendto", "127.0.0.2", deny_srv.port)
+        time.sleep(0.2)
+        check(deny_srv.received == n2, "UDP-Lite sendto denied 127.0.0.2 arrived (%s)" % r)
+        after = adv_counters(c)
+        check(any(after.get(k, 0) > cnt.get(k, 0) for k in ("sendmsg_denied", "backstop_dropped")),
+              "neither sendmsg_denied nor backstop_dropped counted a denied UDP-Lite datagram")
+        # Connected: no pre_connect hook judged the connect, so the backstop
+        # must not wave it through as "the address its connect() was judged for".
+        before = adv_counter(c, "backstop_dropped")
+        r = c.probe(sb.cg, "udplite-connect", "127.0.0.2", deny_srv.port)
+        time.sleep(0.2)
+        check(deny_srv.received == n2, "connected UDP-Lite to denied 127.0.0.2 arrived (%s): "
+              "no hook judges a UDP-Lite connect and the backstop let it through" % r)
+        check(adv_counter(c, "backstop_dropped") > before,
+              "backstop_dropped did not increase for a connected UDP-Lite datagram (%s)" % r)
+
+
+def adv_echo_pair(c, kind, sockets):
+    """kind: "ping" or "raw". Allowed address answers, a denied one must not."""
+    ns = c.need_netns()
+    # Twin outside: both destinations answer.
+    for host in ("127.0.0.1", "127.0.0.2", "::1", ns.ns6):
+        c.allowed(None, kind + "-echo", host)
+    with c.sandbox(["127.0.0.1:*", "[::1]:*"]) as sb:
+        sb.denied(kind + "-echo", "127.0.0.1")                  # socket() refused
+    with c.sandbox(["127.0.0.1:*", "[::1]:*"], sockets=sockets) as sb:
+        sb.allowed(kind + "-echo", "127.0.0.1")
+        sb.allowed(kind + "-echo", "::1")
+        for host in ("127.0.0.2", ns.ns6):
+            before = adv_counter(c, "backstop_dropped")
+            r = c.probe(sb.cg, kind + "-echo", host)
+            check(r.rc == 1, "%s echo to denied %s got a reply: %s" % (kind, host, r))
+            check(r.errno in ("EPERM", "ETIMEDOUT"), "%s echo to %s: %s" % (kind, host, r))
+            check(adv_counter(c, "backstop_dropped") > before,
+                  "backstop_dropped did not increase for %s to %s" % (kind, host))
+
+
+@test
+def adv_ping_sendto(c):
+    # connect() on a ping socket is hooked, sendto() is not: the backstop decides.
+    adv_echo_pair(c, "ping", ["icmp"])
+
+
+@test
+def adv_raw_socket(c):
+    # No sock_addr hook at all on raw sockets: sock_create, then the backstop.
+    adv_echo_pair(c, "raw", ["raw"])
+
+
+@test
+def adv_packet_xdp_vsock_under_run(c):
+    pol = c.policy(["127.0.0.1:*"])
+    # Twin outside a sandbox, as root: the families exist and work.
+    c.allowed(None, "packet-socket")
+    c.allowed(None, "xdp-socket")
+    for action in ("packet-socket", "xdp-socket", "vsock-socket"):   # socket() only
+        r = adv_run_probe(c, pol, action)
+        check(r.rc == 1 and r.errno == "EPERM", "egressctl run %s: %s" % (action, r))
+    # Even with the family allowed, CAP_NET_RAW is gone from the bounding set.
+    r = adv_run_probe(c, c.policy(["127.0.0.1:*"], sockets=["packet"]), "packet-socket")
+    check(r.rc == 1 and r.errno == "EPERM", "egressctl run packet-socket, family allowed: %s" % r)
+    r = adv_run(c, pol, "/bin/sh", "-c", "grep CapBnd /proc/self/status")
+    check(r.returncode == 0, "egressctl run grep: %d %s" % (r.returncode, r.stderr))
+    bnd = int(r.stdout.split()[1], 16)
+    for cap, name in ((13, "CAP_NET_RAW"), (12, "CAP_NET_ADMIN"), (21, "CAP_SYS_ADMIN"),
+                      (39, "CAP_BPF")):
+        check(not bnd & (1 << cap), "%s is in the command's bounding set (%s)" %
+              (name, r.stdout.strip()))
+    # The policy's families reach the filter: netlink (`ip link`) only when named.
+    if shutil.which("ip"):
+        r = adv_run(c, pol, "ip", "-o", "link", "show", "lo")
+        check(r.returncode != 0, "ip link worked under the default filter: %r" % r.stdout)
+        r = adv_run(c, c.policy(["127.0.0.1:*"], sockets=["netlink"]), "ip", "-o", "link",
+                    "show", "lo")
+        check(r.returncode == 0 and "lo" in r.stdout,
+              "ip link with allow_sockets netlink: exit %d %r %r" %
+              (r.returncode, r.stdout, r.stderr))
+
+
+@test
+def adv_ipv6_rthdr_setsockopt(c):
+    u6 = c.udp("u6", "::1")
+    c.allowed(None, "setsockopt-rthdr", "::1", u6.port)          # twin: settable outside
+    with c.sandbox(["[::1]:*"]) as sb:
+        before = adv_counter(c, "setsockopt_denied")
+        sb.denied("setsockopt-rthdr", "::1", u6.port)
+        check(adv_counter(c, "setsockopt_denied") > before, "setsockopt_denied did not increase")
+        n = u6.received
+        sb.allowed("udp-sendto", "::1", u6.port)                 # twin in the sandbox
+        check(u6.wait_for(n + 1), "plain datagram to the allowed ::1 never arrived")
+    r = adv_run_probe(c, c.policy(["[::1]:*"]), "setsockopt-rthdr", "::1", u6.port)
+    check(r.rc == 1 and r.errno == "EPERM", "egressctl run setsockopt-rthdr: %s" % r)
+
+
+@test
+def adv_cmsg_rthdr(c):
+    # A routing header in a control message: the sendmsg hook judges FINAL, the
+    # packet goes to FIRSTHOP. The backstop judges the real L3 destination.
+    ns = c.need_netns()
+    u6 = c.udp("u6", "::1")
+    outside = c.probe(None, "cmsg-rthdr", ns.ns6, "::1", u6.port)
+    with c.sandbox(["udp/[::1]:%d" % u6.port]) as sb:
+        n = u6.received
+        sb.allowed("udp-sendmsg", "::1", u6.port)                # twin: no cmsg, arrives
+        check(u6.wait_for(n + 1), "datagram to the allowed final destination never arrived")
+        before = adv_counter(c, "backstop_dropped")
+        r = c.probe(sb.cg, "cmsg-rthdr", ns.ns6, "::1", u6.port)
+        if outside.rc == 0:
+            # The kernel takes the header: only the backstop can stop it.
+            check(adv_counter(c, "backstop_dropped") > before or r.rc == 1,
+                  "a datagram with a routing header to %s left the sandbox: %s" % (ns.ns6, r))
+            check(adv_counter(c, "backstop_dropped") > before,
+                  "backstop_dropped did not increase: %s" % r)
+        else:
+            # This kernel refuses cmsg routing headers itself (type 2 needs
+            # CONFIG_IPV6_MIP6); the sandbox must not do better than that.
+            log("cmsg routing header refused by the kernel outside a sandbox: %s" % outside)
+            check(r.rc == 1, "cmsg-rthdr succeeded in a sandbox but not outside: %s" % r)
+
+
+@test
+def adv_ip_options(c):
+    u = c.udp("u")
+    c.allowed(None, "ip-options", "127.0.0.1", u.port)            # twin: root outside
+    with c.sandbox(["127.0.0.1:*"]) as sb:
+        before = adv_counter(c, "setsockopt_denied")
+        sb.denied("ip-options", "127.0.0.1", u.port)
+        check(adv_counter(c, "setsockopt_denied") > before, "setsockopt_denied did not increase")
+        sb.allowed("udp-sendto", "127.0.0.1", u.port)
+    r = adv_run_probe(c, c.policy(["127.0.0.1:*"]), "ip-options", "127.0.0.1", u.port)
+    check(r.rc == 1 and r.errno == "EPERM", "egressctl run ip-options: %s" % r)
+
+
+# Sends one datagram on an inherited socket (fd given as argv[1]).
+SEND_ON_INHERITED = r"""
+import socket, sys
+s = socket.socket(fileno=int(sys.argv[1]))
+s.sendto(b"inherited", ("127.0.0.1", int(sys.argv[2])))
+print("sent", flush=True)
+"""
+
+
+@test
+def adv_inherited_socket(c):
+    a, deny = c.udp("a"), c.udp("inh-deny")
+    pol = c.policy(["udp/127.0.0.1:%d" % a.port])
+    outside = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)   # created outside
+    f = open(os.devnull)
+    try:
+        fds = (outside.fileno(), f.fileno())
+        # Twin: the vector. A socket made outside and handed to a process in the
+        # sandbox cgroup keeps its creator's cgroup: nothing of ours judges it.
+        with c.sandbox(["udp/127.0.0.1:%d" % a.port]) as sb:
+            procs = os.path.join(sb.cg, "cgroup.procs")
+
+            def join():
+                fd = os.open(procs, os.O_WRONLY)
+                os.write(fd, b"0")
+                os.close(fd)
+
+            n = deny.received
+            r = subprocess.run([sys.executable, "-c", SEND_ON_INHERITED,
+                                str(outside.fileno()), str(deny.port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               timeout=PROBE_TIMEOUT_S, preexec_fn=join, pass_fds=fds)
+            check(r.returncode == 0 and deny.wait_for(n + 1),
+                  "twin: an inherited outside socket could not send from the sandbox "
+                  "cgroup (%d %r %r): the test proves nothing" %
+                  (r.returncode, r.stdout, r.stderr))
+        # netprobe started directly with the fds sees them ...
+        p = subprocess.run([c.netprobe, "fds"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=PROBE_TIMEOUT_S, pass_fds=fds)
+        check(p.returncode == 1 and "OPENFDS" in p.stdout,
+              "twin: netprobe fds did not see passed descriptors: %r %r" % (p.stdout, p.stderr))
+        # ... egressctl run passes only 0, 1 and 2.
+        r = adv_run(c, pol, c.netprobe, "fds", pass_fds=fds)
+        check(r.returncode == 0 and r.stdout.strip() == "ok",
+              "egressctl run passed descriptors to the command: exit %d %r %r" %
+              (r.returncode, r.stdout, r.stderr))
+        n = deny.received
+        r = adv_run(c, pol, sys.executable, "-c", SEND_ON_INHERITED, str(outside.fileno()),
+                    str(deny.port), pass_fds=fds)
+        time.sleep(0.1)
+        check(r.returncode != 0 and deny.received == n,
+              "an outside socket reached the command under egressctl run: exit %d %r" %
+              (r.returncode, r.stderr))
+    finally:
+        outside.close()
+        f.close()
+
+
+@test
+def adv_io_uring_under_run(c):
+    c.allowed(None, "io-uring-setup")                             # twin: works outside
+    r = adv_run_probe(c, c.policy(["127.0.0.1:*"]), "io-uring-setup")
+    check(r.rc == 1 and r.errno == "EPERM", "egressctl run io-uring-setup: %s" % r)
+
+
+@test
+def adv_mptcp(c):
+    a, b = c.tcp("a"), c.tcp("b")
+    if c.mptcp_errno is not None:
+        raise TestFailure("MPTCP sockets fail outside a sandbox (%s): enable "
+                          "net.mptcp.enabled to test this row" % c.mptcp_errno)
+    c.allowed(None, "mptcp", "127.0.0.1", b.port)                 # twin outside
+    with c.sandbox(["127.0.0.1:%d" % a.port]) as sb:
+        sb.denied("mptcp", "127.0.0.1", a.port)                  # socket() refused
+    with c.sandbox(["127.0.0.1:%d" % a.port], sockets=["mptcp"]) as sb:
+        before = a.accepted
+        sb.allowed("mptcp", "127.0.0.1", a.port)
+        check(wait_until(lambda: a.accepted > before, 2), "allowed MPTCP never reached the server")
+        sb.denied("mptcp", "127.0.0.1", b.port)
+        sb.denied("mptcp", "127.0.0.2", a.port)
+
+
+def adv_host_has_lsm_progs():
+    if not shutil.which("bpftool"):
+        return None
+    r = run(["bpftool", "feature", "probe", "kernel"], timeout=60)
+    for line in r.stdout.splitlines():
+        if "program_type lsm" in line:
+            return "NOT available" not in line
+    return None
+
+
+@test
+def adv_status_layers(c):
+    r = c.ctl_ok("status", "--json")
+    st = json.loads(r.stdout)
+    layers = st.get("layers")
+    check(isinstance(layers, dict), "`status --json` has no layers object: %r" % r.stdout[:500])
+    for k in ("sock_addr", "sock_create", "setsockopt", "skb_backstop", "seccomp",
+              "lsm_cgroup"):
+        check(isinstance(layers.get(k), bool), "layers.%s is not a boolean: %r" % (k, layers))
+    for k in ("sock_addr", "sock_create", "setsockopt", "skb_backstop", "seccomp"):
+        check(layers[k] is True, "layer %s is not active: %r" % (k, layers))
+    if adv_host_has_lsm_progs() is False:
+        check(layers["lsm_cgroup"] is False,
+              "lsm_cgroup reported active on a host without lsm programs: %r" % layers)
+    for k in ("setsockopt_denied", "backstop_dropped", "inbound_dropped"):
+        check(k in st.get("counters", {}), "counters lack %s" % k)
+
+
+@test
+def adv_trust_strict_needs_lsm_cgroup(c):
+    if adv_host_has_lsm_progs() is not False:
+        raise TestFailure("cannot tell whether this host loads lsm programs (bpftool)")
+    cg = c.mkcgroup("strict")
+    try:
+        r = c.ctl("attach", "--cgroup", cg, "--policy",
+                  c.policy(["127.0.0.1:*"], extra_network={"trust": "strict"}))
+        msg = (r.stderr + r.stdout).strip()
+        check(r.returncode != 0, "a trust=strict policy attached on a host without "
+              "lsm_cgroup: %s" % msg)
+        check("trust" in msg, "the refusal does not name network.trust: %r" % msg)
+        check(c.find_sandbox(cg) is None, "a refused strict policy left a sandbox")
+    finally:
+        cgroup_remove_tree(cg)
+    # Twin: the same policy with the standard trust class attaches.
+    with c.sandbox(["127.0.0.1:*"], extra_network={"trust": "standard"}) as sb:
+        sb.allowed("socket", "inet", "stream", "tcp")
+
+
+# --- DNS filtering (docs/dns.md) ------------------------------------------------------
+#
+# A real dnsmasq on 127.0.0.1:<free port> is egressd's only upstream
+# (--dns-upstream); it serves the test zone below and logs every query it
+# receives, so a test can tell what reached the upstream. Every resolver a
+# sandbox names is on loopback (127.0.0.2, 127.0.0.53, ::1) or inside the
+# test's own netns: were a redirect ever missed, the packet stays on this host.
+
+DNSMASQ = "/usr/sbin/dnsmasq"
+DNS_MIN_TTL = 1                # egressd --dns-min-ttl
+DNS_SHORT_TTL = 2              # TTL of short.test
+DNS_LONG_TTL = 300             # every other name (--local-ttl)
+# name -> address; the harness's servers for these tests listen there.
+DNS_ZONE = {
+    "api.test": "127.0.0.21",
+    "short.test": "127.0.0.22",
+    "target.test": "127.0.0.24",   # alias.test is a CNAME to it
+    "keep.test": "127.0.0.25",
+    "denied.test": "127.0.0.26",   # exists upstream, in no policy
+}
+DNS_WILDCARD_ADDR = "127.0.0.23"   # example.test and everything below it
+DNS_ZONE6 = {"api6.test": "::1"}
+
+
+class Dnsmasq:
+    """dnsmasq serving the test zone on 127.0.0.1:port, queries logged to a file."""
+
+    def __init__(self, work):
+        self.log = os.path.join(work, "dnsmasq.log")
+        self.hosts = os.path.join(work, "dnsmasq.hosts")  # names added later (SIGHUP)
+        with open(self.hosts, "w"):
+            pass
+        self.proc = None
+        self.port = None
+        for _ in range(20):
+            port = free_udp_tcp_port("127.0.0.1")
+            argv = [DNSMASQ, "--conf-file=/dev/null", "--no-daemon", "--bind-interfaces",
+                    "--listen-address=127.0.0.1", "--port=%d" % port, "--no-resolv",
+                    "--no-hosts", "--no-negcache", "--user=root",
+                    "--pid-file=" + os.path.join(work, "dnsmasq.pid"),
+                    "--log-queries", "--log-facility=" + self.log,
+                    "--local-ttl=%d" % DNS_LONG_TTL, "--addn-hosts=" + self.hosts,
+                    "--host-record=short.test,%s,%d" % (DNS_ZONE["short.test"], DNS_SHORT_TTL),
+                    "--address=/example.test/" + DNS_WILDCARD_ADDR,
+                    "--cname=alias.test,target.test",
+                    "--txt-record=api.test,e2e-txt"]
+            for name, addr in list(DNS_ZONE.items()) + list(DNS_ZONE6.items()):
+                if name != "short.test":
+                    argv.append("--host-record=%s,%s" % (name, addr))
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE, text=True)
+            self.port = port
+            if wait_until(lambda: self.proc.poll() is not None or
+                          dns_query("udp", "127.0.0.1", port, "api.test", "A",
+                                    timeout=0.5)[0] == "NOERROR",
+                          5, 0.05) and self.proc.poll() is None:
+                log("dnsmasq pid %d on 127.0.0.1:%d" % (self.proc.pid, port))
+                return
+            err = self.proc.stderr.read() if self.proc.poll() is not None else ""
+            self.stop()
+            if "in use" not in err:
+                raise RuntimeError("dnsmasq did not start: %s" % err.strip())
+        raise RuntimeError("dnsmasq: no free port")
+
+    def add_host(self, name, addr):
+        with open(self.hosts, "a") as f:
+            f.write("%s %s\n" % (addr, name))
+        self.proc.send_signal(signal.SIGHUP)   # rereads --addn-hosts
+        if not wait_until(lambda: addr in dns_query("udp", "127.0.0.1", self.port, name,
+                                                    "AAAA" if ":" in addr else "A")[1],
+                          5, 0.1):
+            raise TestFailure("dnsmasq does not serve %s -> %s after SIGHUP" % (name, addr))
+
+    def logged(self, name):
+        """Did a query for a name containing name reach dnsmasq? (case-insensitive)"""
+        try:
+            with open(self.log, errors="replace") as f:
+                lines = f.read().lower().splitlines()
+        except OSError:
+            return False
+        return any("query[" in l and name.lower().rstrip(".") in l for l in lines)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def free_udp_tcp_port(host):
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+            u.bind((host, 0))
+            port = u.getsockname()[1]
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
+                try:
+                    t.bind((host, port))
+                    return port
+                except OSError:
+                    continue
+    raise RuntimeError("no port free for both UDP and TCP on %s" % host)
+
+
+# A DNS client run inside a sandbox (python3 -c DNS_CLIENT MODE ...). One line:
+#   RCODE ADDRS from SRC:PORT    (ADDRS comma-separated A/AAAA data, or -)
+#   timeout | eof | err ERRNAME | badid      (no usable answer)
+#   gai: ok ADDRS | gaierror N MSG
+DNS_CLIENT = r"""
+import errno, random, socket, struct, sys
+RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED"}
+TYPES = {"A": 1, "AAAA": 28, "CNAME": 5, "TXT": 16, "MX": 15, "ANY": 255}
+def out(s):
+    print(s, flush=True)
+    sys.exit(0)
+mode = sys.argv[1]
+if mode == "gai":
+    try:
+        r = socket.getaddrinfo(sys.argv[2], 80, socket.AF_INET, socket.SOCK_STREAM)
+        out("ok " + ",".join(sorted(set(a[4][0] for a in r))))
+    except socket.gaierror as e:
+        out("gaierror %d %s" % (e.errno, e.strerror))
+server, port, name, qtype = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+timeout = float(sys.argv[6]) if len(sys.argv) > 6 else 2.0
+qid = random.getrandbits(16)
+q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+for label in name.rstrip(".").split("."):
+    q += bytes([len(label)]) + label.encode()
+q += b"\0" + struct.pack(">HH", TYPES[qtype], 1)
+fam = socket.AF_INET6 if ":" in server else socket.AF_INET
+try:
+    if mode == "tcp":
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect((server, port))
+        s.sendall(struct.pack(">H", len(q)) + q)
+        buf = b""
+        while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
+            d = s.recv(65535)
+            if not d:
+                out("eof")
+            buf += d
+        m = buf[2:2 + struct.unpack(">H", buf[:2])[0]]
+        src = s.getpeername()
+    else:
+        s = socket.socket(fam, socket.SOCK_DGRAM)
+        s.settimeout(timeout)
+        if mode == "udp-connect":
+            s.connect((server, port))
+            s.send(q)
+        else:
+            s.sendto(q, (server, port))
+        m, src = s.recvfrom(65535)
+except socket.timeout:
+    out("timeout")
+except OSError as e:
+    out("err %s" % errno.errorcode.get(e.errno, e.errno))
+if len(m) < 12 or struct.unpack(">H", m[:2])[0] != qid:
+    out("badid")
+flags, qd, an = struct.unpack(">HHH", m[2:8])
+def skip(i):
+    while True:
+        n = m[i]
+        if n == 0:
+            return i + 1
+        if n & 0xc0 == 0xc0:
+            return i + 2
+        i += n + 1
+i = 12
+for _ in range(qd):
+    i = skip(i) + 4
+addrs = []
+for _ in range(an):
+    i = skip(i)
+    t, _c, _ttl, rdlen = struct.unpack(">HHIH", m[i:i + 10])
+    i += 10
+    if t == 1:
+        addrs.append(socket.inet_ntop(socket.AF_INET, m[i:i + 4]))
+    elif t == 28:
+        addrs.append(socket.inet_ntop(socket.AF_INET6, m[i:i + 16]))
+    elif t == 16:
+        addrs.append("txt")
+    i += rdlen
+out("%s %s from %s:%d" % (RCODES.get(flags & 15, str(flags & 15)), ",".join(addrs) or "-",
+                         src[0], src[1]))
+"""
+
+
+def dns_query(mode, server, port, name, qtype, timeout=2.0, cg=None, netns=None, resolv=None):
+    """Run DNS_CLIENT (in cgroup cg, network namespace netns, with /etc/resolv.conf
+    replaced by the file resolv in a private mount namespace). Returns
+    (rcode or failure word, [addresses], source "addr:port", whole line)."""
+    args = [mode] + ([name] if mode == "gai" else [server, str(port), name, qtype, str(timeout)])
+    line = run_in_sandbox(cg, [sys.executable, "-c", DNS_CLIENT] + args, netns=netns,
+                          resolv=resolv, timeout=timeout + 8)
+    parts = line.split()
+    if not parts:
+        return ("", [], "", line)
+    if parts[0] == "ok":
+        return ("ok", parts[1].split(","), "", line)
+    if len(parts) >= 4 and parts[2] == "from":
+        return (parts[0], [] if parts[1] == "-" else parts[1].split(","), parts[3], line)
+    return (parts[0], [], "", line)
+
+
+def run_in_sandbox(cg, argv, netns=None, resolv=None, timeout=PROBE_TIMEOUT_S):
+    """argv's first line of output; run inside cgroup cg (None: outside every
+    sandbox), optionally in a network namespace (nsenter) and with a private
+    mount namespace where resolv (a file) is /etc/resolv.conf and the hosts
+    lookup is "files dns"."""
+    if netns:
+        argv = ["nsenter", "--net=" + netns] + argv
+    if resolv:
+        nss = resolv + ".nsswitch"
+        with open(nss, "w") as f:
+            f.write("hosts: files dns\n")
+        # unshare(1) makes the new mount namespace's propagation private: the
+        # bind mounts vanish with the process.
+        argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                'mount --bind "$1" /etc/resolv.conf && mount --bind "$2" /etc/nsswitch.conf '
+                '&& shift 2 && exec "$@"', "sh", resolv, nss] + argv
+    procs = None if cg is None else os.path.join(cg, "cgroup.procs")
+
+    def join_cgroup():
+        fd = os.open(procs, os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+    try:
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=timeout,
+                           preexec_fn=join_cgroup if procs else None)
+    except subprocess.TimeoutExpired:
+        raise TestFailure("`%s` did not finish within %d s" % (" ".join(argv[:6]), timeout))
+    out = r.stdout.strip()
+    log("%s -> %r%s" % (" ".join(a for a in argv if "\n" not in a)[-160:], out,
+                        (" (%s)" % r.stderr.strip()) if r.stderr.strip() else ""))
+    if not out:
+        raise TestFailure("`%s` printed nothing (exit %d): %s" %
+                          (" ".join(a for a in argv if "\n" not in a), r.returncode,
+                           r.stderr.strip()[-500:]))
+    return out.splitlines()[0]
+
+
+def need_dnsmasq(c):
+    if c.dnsmasq is None:
+        raise TestFailure("no dnsmasq upstream: %s" % c.dnsmasq_error)
+    return c.dnsmasq
+
+
+def start_dns_upstream(ctx):
+    """Before egressd starts: dnsmasq, and egressd's --dns-upstream pointing at
+    it. Without dnsmasq the DNS tests fail (the others run), and egressd still
+    gets a loopback upstream where nothing listens, never the host's resolver."""
+    ctx.dnsmasq = None
+    ctx.dnsmasq_error = None
+    port = None
+    if not os.access(DNSMASQ, os.X_OK):
+        ctx.dnsmasq_error = "%s is not installed (Debian package dnsmasq-base)" % DNSMASQ
+    else:
+        try:
+            ctx.dnsmasq = Dnsmasq(ctx.work)
+            port = ctx.dnsmasq.port
+        except Exception as e:
+            ctx.dnsmasq_error = str(e)
+        CLEANUP.push("dnsmasq", lambda: ctx.dnsmasq and ctx.dnsmasq.stop())
+    if port is None:
+        port = free_udp_tcp_port("127.0.0.1")
+    ctx.dns_args = [
+        "--dns-upstream", "127.0.0.1:%d" % port, "--dns-min-ttl", str(DNS_MIN_TTL)]
+
+
+class NsSandbox(Sandbox):
+    """A sandbox whose processes run in the network namespace netns (a path):
+    egressd opens its DNS listeners inside it."""
+
+    def __init__(self, ctx, policy_path, netns, name="nssb"):
+        super().__init__(ctx, policy_path, name)
+        self.netns = netns
+
+    def attach(self):
+        r = self.ctx.ctl("attach", "--cgroup", self.cg, "--policy", self.policy,
+                         "--netns", self.netns)
+        if r.returncode != 0:
+            raise TestFailure("attach %s --netns %s: exit %d: %s" %
+                              (self.cg, self.netns, r.returncode, (r.stderr + r.stdout).strip()))
+        self.attached = True
+
+    def probe(self, *action):
+        line = run_in_sandbox(self.cg, [self.ctx.netprobe] + [str(a) for a in action],
+                              netns=self.netns)
+        return line
+
+    def allowed(self, *action):
+        line = self.probe(*action)
+        check(line == "ok", "expected allowed in netns: %s -> %r" % (action, line))
+
+    def denied(self, *action, errno="EPERM"):
+        line = self.probe(*action)
+        check(line.startswith("err %s" % errno), "expected %s in netns: %s -> %r" %
+              (errno, action, line))
+
+
+def dns_ok(c, sb, name, qtype="A", mode="udp", server="127.0.0.2", want=None, netns=None):
+    """sb resolves name through the resolver it names (redirected to its proxy):
+    NOERROR, with want among the answers, and the reply appears to come from
+    the resolver it asked (recvmsg rewrote the source)."""
+    rc, addrs, src, line = dns_query(mode, server, 53, name, qtype, cg=sb.cg, netns=netns)
+    check(rc == "NOERROR", "%s %s via %s/%s: expected NOERROR, got %r" %
+          (name, qtype, mode, server, line))
+    if want is not None:
+        check(want in addrs, "%s %s: %s not in the answer %r" % (name, qtype, want, line))
+    if mode != "tcp":
+        want_src = ("[%s]" % server if ":" in server else server) + ":53"
+        got_src = ("[%s]" % src.rsplit(":", 1)[0] if src.count(":") > 1 else
+                   src.rsplit(":", 1)[0]) + ":" + src.rsplit(":", 1)[1]
+        check(got_src == want_src, "%s: the reply's source is %s, not the resolver %s: "
+              "recvmsg did not rewrite it" % (name, src, want_src))
+    return addrs
+
+
+def dns_refused(c, sb, name, qtype="A", mode="udp", server="127.0.0.2", netns=None):
+    rc, addrs, src, line = dns_query(mode, server, 53, name, qtype, cg=sb.cg, netns=netns)
+    check(rc == "REFUSED" and not addrs, "%s %s via %s/%s: expected REFUSED, got %r" %
+          (name, qtype, mode, server, line))
+
+
+def dns_not_upstream(c, marker, names):
+    """marker (an allowed query) reached dnsmasq, none of names did."""
+    z = need_dnsmasq(c)
+    check(wait_until(lambda: z.logged(marker), 3), "the allowed marker query %s never "
+          "appears in dnsmasq's log: the upstream log check proves nothing" % marker)
+    for n in names:
+        check(not z.logged(n), "the refused name %s reached the upstream (dnsmasq log)" % n)
+
+
+def srv(c, key, name):
+    """A TcpServer on the address name resolves to in the test zone."""
+    return c.tcp(key, (DNS_ZONE.get(name) or DNS_ZONE6.get(name)))
+
+
+@test
+def dns_resolve_then_connect(c):
+    need_dnsmasq(c)
+    a = srv(c, "dns-api", "api.test")
+    a6 = srv(c, "dns-api6", "api6.test")
+    other = c.tcp("dns-api-other", DNS_ZONE["api.test"])
+    with c.sandbox(["api.test:%d" % a.port, "tcp/api6.test:%d" % a6.port]) as sb:
+        s = c.find_sandbox(sb.cg)
+        dns = (s or {}).get("dns") or {}
+        check(dns.get("port4") and dns.get("port6"), "`list --json` shows no DNS listener "
+              "ports: %r" % s)
+        # Sanity twin first: before resolving, the name entry opens nothing.
+        sb.denied("tcp", DNS_ZONE["api.test"], a.port)
+        sb.denied("tcp6", "::1", a6.port)
+        dns_ok(c, sb, "api.test", want=DNS_ZONE["api.test"])
+        before = a.accepted
+        sb.allowed("tcp", DNS_ZONE["api.test"], a.port)
+        check(a.accepted > before, "the connection to the learned address never arrived")
+        sb.denied("tcp", DNS_ZONE["api.test"], other.port)     # only the entry's port
+        sb.allowed("udp-sendto", DNS_ZONE["api.test"], a.port)  # no prefix: both protocols
+        # IPv6: AAAA through an IPv6 resolver (::1), to the IPv6 listener.
+        dns_ok(c, sb, "api6.test", "AAAA", server="::1", want="::1")
+        sb.allowed("tcp6", "::1", a6.port)
+        sb.denied("udp-sendto", "::1", a6.port)                 # tcp/ only
+        # A connected UDP socket and TCP resolve the same way.
+        dns_ok(c, sb, "api.test", mode="udp-connect", want=DNS_ZONE["api.test"])
+        dns_ok(c, sb, "api.test", mode="tcp", want=DNS_ZONE["api.test"])
+
+
+@test
+def dns_refused_not_forwarded(c):
+    z = need_dnsmasq(c)
+    a = srv(c, "dns-api", "api.test")
+    tag = RAND
+    names = ["denied-gai-%s.test" % tag, "denied-udp-%s.test" % tag,
+             "denied-tcp-%s.test" % tag, "denied-v6-%s.test" % tag]
+    # The upstream would answer: the refusal is egressd's.
+    rc, addrs, _, line = dns_query("udp", "127.0.0.1", z.port, "denied.test", "A")
+    check(rc == "NOERROR" and DNS_ZONE["denied.test"] in addrs,
+          "dnsmasq does not serve denied.test itself: %r" % line)
+    resolv = os.path.join(c.work, "resolv-53.conf")
+    with open(resolv, "w") as f:
+        f.write("nameserver 127.0.0.53\noptions timeout:2 attempts:1\n")
+    marker = "mark-%s.example.test" % tag
+    with c.sandbox(["api.test:%d" % a.port],
+                   extra_network={"dns_allow": ["*.example.test"]}) as sb:
+        # (a) the resolver of resolv.conf, through the C library.
+        r, addrs, _, line = dns_query("gai", None, None, "api.test", None, cg=sb.cg,
+                                      resolv=resolv)
+        check(r == "ok" and addrs == [DNS_ZONE["api.test"]],
+              "getaddrinfo(api.test) through resolv.conf's 127.0.0.53: %r" % line)
+        sb.allowed("tcp", DNS_ZONE["api.test"], a.port)
+        r, _, _, line = dns_query("gai", None, None, names[0], None, cg=sb.cg, resolv=resolv)
+        check(r == "gaierror", "getaddrinfo(%s) through resolv.conf: %r" % (names[0], line))
+        r, _, _, line = dns_query("gai", None, None, "denied.test", None, cg=sb.cg,
+                                  resolv=resolv)
+        check(r == "gaierror", "getaddrinfo(denied.test): %r" % line)
+        # (b) a literal resolver address, UDP; (c) DNS over TCP; and over IPv6.
+        dns_refused(c, sb, names[1])
+        dns_refused(c, sb, "denied.test", server="127.0.0.53")
+        dns_refused(c, sb, names[2], mode="tcp")
+        dns_refused(c, sb, names[3], "AAAA", server="::1")
+        sb.denied("tcp", DNS_ZONE["denied.test"], a.port)
+        dns_ok(c, sb, marker, mode="tcp", want=DNS_WILDCARD_ADDR)
+    dns_not_upstream(c, marker, names)
+
+
+@test
+def dns_wildcard_case_cname_txt(c):
+    z = need_dnsmasq(c)
+    t = srv(c, "dns-target", "target.test")
+    a = srv(c, "dns-api", "api.test")
+    with c.sandbox(["alias.test:%d" % t.port, "api.test:%d" % a.port],
+                   extra_network={"dns_allow": ["*.example.test"]}) as sb:
+        # Wildcards: any depth below, not the apex itself.
+        dns_ok(c, sb, "a.example.test", want=DNS_WILDCARD_ADDR)
+        dns_ok(c, sb, "a.b.example.test", want=DNS_WILDCARD_ADDR)
+        dns_ok(c, sb, "A.B.Example.TEST", want=DNS_WILDCARD_ADDR)
+        dns_refused(c, sb, "example.test")
+        dns_refused(c, sb, "aexample.test")
+        dns_refused(c, sb, "example.test.evil.test")
+        # A dns_allow match opens nothing.
+        sb.denied("tcp", DNS_WILDCARD_ADDR, a.port)
+        # Case: the policy's api.test matches ApI.TeSt, and what it learns works.
+        sb.denied("tcp", DNS_ZONE["api.test"], a.port)
+        dns_ok(c, sb, "ApI.TeSt", want=DNS_ZONE["api.test"])
+        sb.allowed("tcp", DNS_ZONE["api.test"], a.port)
+        # CNAME: alias.test -> target.test; the target's address is learned
+        # with alias.test's ports, though target.test itself is not allowed.
+        sb.denied("tcp", DNS_ZONE["target.test"], t.port)
+        dns_ok(c, sb, "alias.test", want=DNS_ZONE["target.test"])
+        sb.allowed("tcp", DNS_ZONE["target.test"], t.port)
+        sb.denied("tcp", DNS_ZONE["target.test"], a.port)
+        dns_refused(c, sb, "target.test")
+        # TXT is refused by default, even for an allowed name that has one.
+        rc, addrs, _, line = dns_query("udp", "127.0.0.1", z.port, "api.test", "TXT")
+        check(rc == "NOERROR" and addrs == ["txt"], "dnsmasq has no TXT for api.test: %r" % line)
+        dns_refused(c, sb, "api.test", "TXT")
+        dns_refused(c, sb, "api.test", "TXT", mode="tcp")
+        dns_refused(c, sb, "api.test", "ANY")
+
+
+@test
+def dns_learned_is_per_sandbox(c):
+    need_dnsmasq(c)
+    a = srv(c, "dns-api", "api.test")
+    ip = DNS_ZONE["api.test"]
+    pol = ["api.test:%d" % a.port]
+    with c.sandbox(pol, name="first", tenant="t1") as s1, \
+         c.sandbox(pol, name="same-tenant", tenant="t1") as s2, \
+         c.sandbox(pol, name="other-tenant", tenant="t2") as s3:
+        p1 = (c.find_sandbox(s1.cg) or {}).get("dns", {})
+        p2 = (c.find_sandbox(s2.cg) or {}).get("dns", {})
+        check(p1.get("port4") != p2.get("port4"),
+              "two sandboxes share a DNS listener: %r %r" % (p1, p2))
+        dns_ok(c, s1, "api.test", want=ip)
+        s1.allowed("tcp", ip, a.port)
+        # Same policy, same name, but they never resolved it.
+        s2.denied("tcp", ip, a.port)
+        s3.denied("tcp", ip, a.port)
+        s2.denied("udp-sendto", ip, a.port)
+        # The first sandbox's listener is its identity: the second cannot
+        # send to it (it is not port 53, so the allowlist judges it).
+        rc, addrs, _, line = dns_query("udp", "127.0.0.1", p1.get("port4", 1), "api.test", "A",
+                                       timeout=1.0, cg=s2.cg)
+        check(line.startswith("err EPERM"), "a query to another sandbox's listener: %r" % line)
+        s2.denied("tcp", ip, a.port)
+        # Sanity twin: each one opens it for itself by resolving.
+        dns_ok(c, s3, "api.test", want=ip)
+        s3.allowed("tcp", ip, a.port)
+        s2.denied("tcp", ip, a.port)
+        dns_ok(c, s2, "api.test", want=ip)
+        s2.allowed("tcp", ip, a.port)
+
+
+@test
+def dns_ttl_expiry(c):
+    need_dnsmasq(c)
+    s = srv(c, "dns-short", "short.test")
+    ip = DNS_ZONE["short.test"]
+    with c.sandbox(["short.test:%d" % s.port]) as sb:
+        sb.denied("tcp", ip, s.port)
+        t0 = time.monotonic()
+        dns_ok(c, sb, "short.test", want=ip)
+        sb.allowed("tcp", ip, s.port)
+        # expiry = max(TTL 2, --dns-min-ttl 1) after the answer
+        time.sleep(max(0.0, DNS_SHORT_TTL + 0.5 - (time.monotonic() - t0)))
+        sb.denied("tcp", ip, s.port)
+        sb.denied("udp-sendto", ip, s.port)
+        # Sanity twin: resolving again opens it again.
+        dns_ok(c, sb, "short.test", want=ip)
+        sb.allowed("tcp", ip, s.port)
+
+
+@test
+def dns_in_netns(c):
+    z = need_dnsmasq(c)
+    ns = c.need_netns()
+    nspath = "/run/netns/" + ns.name
+    check(os.path.exists(nspath), "no %s" % nspath)
+    # The test server listens on the host end of the veth; the sandbox reaches
+    # it from inside the namespace.
+    hs = c.tcp("dns-nshost", ns.host4)
+    name = "nshost-%s.test" % RAND
+    z.add_host(name, ns.host4)
+    pol = c.policy(["%s:%d" % (name, hs.port)])
+    with NsSandbox(c, pol, nspath) as sb:
+        s = c.find_sandbox(sb.cg) or {}
+        check(s.get("netns") == nspath, "`list --json` netns: %r" % s.get("netns"))
+        check((s.get("dns") or {}).get("port4"), "no DNS listener port: %r" % s)
+        sb.denied("tcp", ns.host4, hs.port)
+        # 127.0.0.2 is the netns's own loopback: the query is redirected to
+        # the listener egressd opened inside the namespace.
+        dns_ok(c, sb, name, want=ns.host4, netns=nspath)
+        before = hs.accepted
+        sb.allowed("tcp", ns.host4, hs.port)
+        check(hs.accepted > before, "the connection over the veth never arrived")
+        dns_ok(c, sb, name, mode="tcp", want=ns.host4, netns=nspath)
+        dns_refused(c, sb, "denied.test", netns=nspath)
+        dns_refused(c, sb, "denied-ns-%s.test" % RAND, mode="tcp", netns=nspath)
+        if (s.get("dns") or {}).get("port6"):
+            dns_refused(c, sb, "denied.test", "AAAA", server="::1", netns=nspath)
+        sb.denied("tcp", ns.host4, c.tcp("dns-nshost2", ns.host4).port)
+        # The same address and port from a sandbox in the host namespace that
+        # did not resolve it.
+        with c.sandbox(["%s:%d" % (name, hs.port)]) as host_sb:
+            host_sb.denied("tcp", ns.host4, hs.port)
+    dns_not_upstream(c, name, ["denied-ns-%s.test" % RAND])
+
+
+@test
+def dns_daemon_down_and_restart(c):
+    need_dnsmasq(c)
+    a = srv(c, "dns-api", "api.test")
+    s = srv(c, "dns-short", "short.test")
+    ip, sip = DNS_ZONE["api.test"], DNS_ZONE["short.test"]
+    sb = Sandbox(c, c.policy(["api.test:%d" % a.port, "short.test:%d" % s.port]), "dnsdown")
+    try:
+        sb.attach()
+        before = (c.find_sandbox(sb.cg) or {}).get("dns", {})
+        dns_ok(c, sb, "api.test", want=ip)
+        t0 = time.monotonic()
+        dns_ok(c, sb, "short.test", want=sip)
+        c.daemon.kill9()
+        # Learned addresses stay while egressd is down...
+        sb.allowed("tcp", ip, a.port)
+        sb.allowed("tcp", sip, s.port)
+        # ...but DNS fails closed: no answer from anywhere.
+        for mode, server in (("udp", "127.0.0.2"), ("udp-connect", "127.0.0.2"),
+                             ("tcp", "127.0.0.2"), ("udp", "::1")):
+            rc, addrs, _, line = dns_query(mode, server, 53, "api.test", "A", timeout=1.0,
+                                           cg=sb.cg)
+            check(rc in ("timeout", "err", "eof", "REFUSED", "SERVFAIL") and not addrs,
+                  "egressd down, %s to %s: %r" % (mode, server, line))
+        # ...until they expire, which the kernel checks by itself.
+        time.sleep(max(0.0, DNS_SHORT_TTL + 0.5 - (time.monotonic() - t0)))
+        sb.denied("tcp", sip, s.port)
+        sb.allowed("tcp", ip, a.port)
+        c.daemon.start()
+        after = (c.find_sandbox(sb.cg) or {}).get("dns", {})
+        check(after.get("port4") == before.get("port4") and
+              after.get("port6") == before.get("port6"),
+              "the restarted proxy did not reopen the same ports: %r -> %r" % (before, after))
+        dns_ok(c, sb, "short.test", want=sip)
+        sb.allowed("tcp", sip, s.port)
+        dns_ok(c, sb, "api.test", mode="tcp", want=ip)
+        dns_refused(c, sb, "denied.test")
+    finally:
+        c.ensure_daemon()
+        sb.remove()
+
+
+@test
+def dns_policy_update(c):
+    need_dnsmasq(c)
+    a = srv(c, "dns-api", "api.test")
+    k = srv(c, "dns-keep", "keep.test")
+    ip, kip = DNS_ZONE["api.test"], DNS_ZONE["keep.test"]
+    hold_a, hold_k = socket.socket(), socket.socket()
+    try:
+        for l, addr in ((hold_a, ip), (hold_k, kip)):
+            l.bind((addr, 0))
+            l.listen(8)  # never accepted: the handshake completes in the backlog
+        hap, hkp = hold_a.getsockname()[1], hold_k.getsockname()[1]
+        keep = {"host": "keep.test", "ports": [k.port, hkp], "protocol": "tcp"}
+        with c.sandbox([{"host": "api.test", "ports": [a.port, hap]}, keep]) as sb:
+            dns_ok(c, sb, "api.test", want=ip)
+            dns_ok(c, sb, "keep.test", want=kip)
+            sb.allowed("tcp", ip, a.port)
+            sb.allowed("tcp", kip, k.port)
+            procs = os.path.join(sb.cg, "cgroup.procs")
+
+            def join():
+                fd = os.open(procs, os.O_WRONLY)
+                os.write(fd, b"0")
+                os.close(fd)
+
+            holders = []
+            try:
+                for addr, port in ((ip, hap), (kip, hkp)):
+                    p = subprocess.Popen([sys.executable, "-c", HOLD_CONNECTION, addr, str(port)],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, preexec_fn=join)
+                    holders.append(p)
+                    line = p.stdout.readline().strip()
+                    check(line == "connected", "holder to %s:%d: %r" % (addr, port, line))
+                # Keeps keep.test (same ports), drops api.test.
+                sb.update(c.policy([keep]))
+                outs = []
+                for p in holders:
+                    out, err = p.communicate("go\n", timeout=PROBE_TIMEOUT_S)
+                    outs.append(out.strip())
+                check(outs[0].startswith("dead"), "an established connection to a learned "
+                      "address the new policy no longer resolves survived: %r" % outs[0])
+                check(outs[1] == "alive", "a connection to a learned address the new policy "
+                      "keeps was cut: %r" % outs[1])
+            finally:
+                for p in holders:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait(5)
+            sb.denied("tcp", ip, a.port)
+            sb.denied("udp-sendto", ip, a.port)
+            dns_refused(c, sb, "api.test")
+            # keep.test stays learned without a new query, with its ports.
+            sb.allowed("tcp", kip, k.port)
+            sb.denied("udp-sendto", kip, k.port)
+            # An update that adds api.test back: it must be resolved again.
+            sb.update(c.policy([{"host": "api.test", "ports": [a.port]}, keep]))
+            sb.denied("tcp", ip, a.port)
+            sb.allowed("tcp", kip, k.port)
+            dns_ok(c, sb, "api.test", want=ip)
+            sb.allowed("tcp", ip, a.port)
+    finally:
+        hold_a.close()
+        hold_k.close()
+
+
+@test
+def dns_exfil_label_refused(c):
+    need_dnsmasq(c)
+    rng = random.SystemRandom()
+    alphabet = "abcdefghijklmnopqrstuvwxyz234567"
+    blob = "".join(rng.choice(alphabet) for _ in range(60))
+    # 40 characters, letters and digits densely mixed (base36-like)
+    shorter = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") + rng.choice("0123456789")
+                      for _ in range(20))
+    with c.sandbox([], extra_network={"dns_allow": ["*.example.test"]}) as sb:
+        marker = "mark-%s.example.test" % RAND
+        dns_ok(c, sb, marker, want=DNS_WILDCARD_ADDR)
+        for name in (blob + ".example.test", "x." + blob + ".example.test",
+                     shorter + ".example.test"):
+            dns_refused(c, sb, name)
+        dns_refused(c, sb, blob + ".example.test", mode="tcp")
+        # Ordinary names under the same wildcard still resolve.
+        dns_ok(c, sb, "cdn-eu-west-1.example.test", want=DNS_WILDCARD_ADDR)
+    dns_not_upstream(c, marker, [blob, shorter])
+
+
 # --- main ---------------------------------------------------------------------------
 
 
@@ -1406,6 +3337,7 @@ def setup(ctx):
     ctx.mptcp_errno = outside_errno(ctx, "inet", "stream", "mptcp")
     log("outside a sandbox: sctp %s, mptcp %s" % (ctx.sctp_errno or "ok",
                                                    ctx.mptcp_errno or "ok"))
+    start_dns_upstream(ctx)  # before egressd: its --dns-upstream
     ctx.daemon.start()
 
 

@@ -98,6 +98,7 @@ struct pending {
 	size_t qlen;
 	struct egr_dns_ports ports;
 	uint64_t deadline_ns;
+	uint64_t received_ns;      /* when the client's query arrived (latency) */
 	uint32_t up;               /* upstream index */
 	/* TCP upstream */
 	int ufd;
@@ -108,6 +109,7 @@ struct pending {
 
 struct egr_dnsproxy {
 	struct egr_loop *loop;
+	uint64_t answer_latency_ns; /* of the answer being reported, for emit() */
 	struct egr_dnsproxy_config cfg;
 	int up4, up6;
 	int timer_fd;
@@ -330,6 +332,7 @@ static void emit(struct sb *sb, const char *qname, uint16_t qtype, int transport
 		.error = error,
 		.rcode = rcode,
 		.naddrs = n,
+		.latency_ns = p->answer_latency_ns,
 	};
 
 	ev.naddrs_listed = n < EGR_DNSPROXY_EVENT_ADDRS ? n : EGR_DNSPROXY_EVENT_ADDRS;
@@ -575,9 +578,11 @@ static void pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt,
 	pend_client(q, &cl);
 	reply(sb, &cl, pkt, len);
 	sb->st.allowed++;
+	p->answer_latency_ns = mono_ns() - q->received_ns;
 	emit(sb, q->qname, q->qtype, q->transport, EGR_DNS_V_ALLOWED,
 	     r->tc ? "truncated" : (q->ports.nranges ? "learned" : "resolvable only"), 0,
 	     r->rcode, addrs, n);
+	p->answer_latency_ns = 0;
 	pend_free(p, q);
 	if (conn)
 		conn_settle(conn);
@@ -771,7 +776,8 @@ static int forward(struct egr_dnsproxy *p, struct sb *sb, const struct client *c
 	q->qclass = qq->qclass;
 	memcpy(q->qname, qq->qname, sizeof(q->qname));
 	q->ports = *ports;
-	q->deadline_ns = mono_ns() + (uint64_t)p->cfg.timeout_ms * 1000000ULL;
+	q->received_ns = mono_ns();
+	q->deadline_ns = q->received_ns + (uint64_t)p->cfg.timeout_ms * 1000000ULL;
 	q->up = p->cur_up;
 	p->by_id[id] = (int32_t)q->idx;
 	p->inflight++;

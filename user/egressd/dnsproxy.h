@@ -69,6 +69,7 @@ struct egr_dns_event {
 	int error;              /* -errno behind a CAP/SERVFAIL verdict, else 0 */
 	uint16_t rcode;         /* rcode the client got (upstream's for ALLOWED) */
 	size_t naddrs;          /* answer addresses (all of them) */
+	uint64_t latency_ns;    /* forwarded answers: query in to answer out; else 0 */
 	size_t naddrs_listed;   /* how many are in addrs[] */
 	struct egr_dns_addr addrs[EGR_DNSPROXY_EVENT_ADDRS];
 };

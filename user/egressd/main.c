@@ -296,6 +296,7 @@ struct dns_ctx {
 	struct egr_registry *reg;
 	struct egr_learned *learned;
 	struct egr_events *events; /* NULL until the event stream is up */
+	struct egr_metrics *metrics;
 };
 
 /* The proxy learned addresses: into the sandbox's current policy. */
@@ -315,8 +316,18 @@ static void on_dns_event(void *ctx, const struct egr_dns_event *ev)
 
 	/* Every DNS verdict joins the socket verdicts in one stream (exfil
 	 * verdicts become dns_exfiltration_suspected alerts there). */
+	struct egr_sb *sb = egr_reg_find(d->reg, NULL, ev->sandbox_id);
+
 	if (d->events)
 		egr_events_dns(d->events, ev);
+	/* Counts for /metrics, stats and billing; refusals are counted with
+	 * everything the proxy did not forward. */
+	if (d->metrics && sb) {
+		egr_metrics_count_dns(d->metrics, ev->sandbox_id, sb->tenant_id,
+				      ev->verdict == EGR_DNS_V_ALLOWED);
+		if (ev->latency_ns)
+			egr_metrics_observe_dns_latency(d->metrics, (double)ev->latency_ns / 1e9);
+	}
 	log_debug("dns: sandbox %u tenant %s %s type %u: %s (%s), %zu address(es)", ev->sandbox_id,
 		 ev->tenant ? ev->tenant : "?", ev->qname ? ev->qname : "?", ev->qtype,
 		 egr_dns_verdict_name(ev->verdict), ev->reason, ev->naddrs);
@@ -452,6 +463,8 @@ int main(int argc, char **argv)
 	srv.audit = audit;
 	/* Metering export: /metrics and the billing lines (docs/metering.md). */
 	err = egr_metrics_new(&metrics, &reg, o.metrics_max_sandboxes);
+	if (!err)
+		dctx.metrics = metrics;
 	if (err) {
 		log_error("metrics: %s", strerror(-err));
 		rc = 1;
@@ -492,9 +505,11 @@ out_sock:
 	close(lfd);
 	unlink(o.socket);
 out:
+	/* The proxy outlives the stream and the metrics: unhook them first. */
+	dctx.events = NULL;
+	dctx.metrics = NULL;
 	egr_billing_free(billing);
 	egr_metrics_free(metrics);
-	dctx.events = NULL; /* the proxy outlives the stream */
 	egr_events_free(events);
 	egr_reg_free(&reg);
 	egr_alerting_free(alerting);

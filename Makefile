@@ -126,9 +126,12 @@ $(OUT):
 	@mkdir -p $@
 
 # --- tests -------------------------------------------------------------------
+# The whole suite, then the unit and end-to-end tests again against an
+# ASan/UBSan build of egressd, egressctl and the tests (issue 5).
 test: deps
 	$(Q)$(MAKE) --no-print-directory all $(UNIT_BINS) $(E2E_BINS) $(FUZZ_BINS)
 	$(Q)$(MAKE) --no-print-directory test-unit test-fuzz test-e2e
+	$(Q)$(MAKE) --no-print-directory test-asan
 
 test-unit: $(UNIT_BINS)
 	$(Q)tools/run-unit $(UNIT_BINS)

@@ -137,26 +137,6 @@ static json_t *fail_reply(const struct egr_fail *f)
 	return error_reply(f->code, f->e.field, f->e.message);
 }
 
-/* Every field of req must be one of the allowed ones. */
-static json_t *check_fields(const json_t *req, const char *const *allowed)
-{
-	const char *key;
-	json_t *val;
-	char msg[256];
-
-	json_object_foreach((json_t *)req, key, val)
-	{
-		bool known = strcmp(key, "op") == 0;
-
-		for (const char *const *a = allowed; !known && *a; a++)
-			known = strcmp(key, *a) == 0;
-		if (!known) {
-			snprintf(msg, sizeof(msg), "unknown field \"%.64s\"", key);
-			return error_reply("bad_request", key, msg);
-		}
-	}
-	return NULL;
-}
 
 /* The sandbox a request names by "cgroup" or "id". */
 static struct egr_sb *target(struct egr_server *s, const json_t *req, json_t **reply)
@@ -191,15 +171,11 @@ static json_t *sandbox_reply(const struct egr_sb *sb)
 
 static json_t *do_attach(struct egr_server *s, const json_t *req)
 {
-	static const char *const fields[] = { "cgroup", "policy", "netns", NULL };
 	json_t *cg = json_object_get(req, "cgroup"), *pol = json_object_get(req, "policy");
 	json_t *netns = json_object_get(req, "netns");
-	json_t *reply = check_fields(req, fields);
 	struct egr_fail f;
 	struct egr_sb *sb;
 
-	if (reply)
-		return reply;
 	if (!json_is_string(cg))
 		return error_reply("bad_request", "cgroup", "cgroup (a path string) is required");
 	if (!json_is_object(pol))
@@ -213,15 +189,12 @@ static json_t *do_attach(struct egr_server *s, const json_t *req)
 
 static json_t *do_update(struct egr_server *s, const json_t *req)
 {
-	static const char *const fields[] = { "cgroup", "id", "policy", NULL };
 	json_t *pol = json_object_get(req, "policy");
-	json_t *reply = check_fields(req, fields);
+	json_t *reply = NULL;
 	struct egr_fail f;
 	struct egr_sb *sb;
 	unsigned closed = 0;
 
-	if (reply)
-		return reply;
 	if (!json_is_object(pol))
 		return error_reply("bad_request", "policy", "policy (an object) is required");
 	sb = target(s, req, &reply);
@@ -237,14 +210,11 @@ static json_t *do_update(struct egr_server *s, const json_t *req)
 
 static json_t *do_detach(struct egr_server *s, const json_t *req)
 {
-	static const char *const fields[] = { "cgroup", "id", "status", NULL };
 	json_t *status = json_object_get(req, "status");
-	json_t *reply = check_fields(req, fields), *snap = NULL;
+	json_t *reply = NULL, *snap = NULL;
 	struct egr_fail f;
 	struct egr_sb *sb;
 
-	if (reply)
-		return reply;
 	if (status && (!json_is_string(status) || json_string_length(status) > 32))
 		return error_reply("bad_request", "status", "status must be a short string");
 	sb = target(s, req, &reply);
@@ -262,11 +232,8 @@ static json_t *do_detach(struct egr_server *s, const json_t *req)
 
 static json_t *do_list(struct egr_server *s, const json_t *req)
 {
-	static const char *const fields[] = { NULL };
-	json_t *reply = check_fields(req, fields), *arr;
+	json_t *arr;
 
-	if (reply)
-		return reply;
 	arr = json_array();
 	for (size_t i = 0; arr && i < s->reg->n; i++)
 		json_array_append_new(arr, egr_sb_json(s->reg->sbs[i]));
@@ -275,13 +242,10 @@ static json_t *do_list(struct egr_server *s, const json_t *req)
 
 static json_t *do_status(struct egr_server *s, const json_t *req)
 {
-	static const char *const fields[] = { NULL };
-	json_t *reply = check_fields(req, fields), *counters;
+	json_t *reply = NULL, *counters;
 	uint64_t cnt[EGR_CNT_MAX];
 	const struct egr_features *ft = s->features;
 
-	if (reply)
-		return reply;
 	counters = json_object();
 	if (counters && egr_bpf_counters(s->reg->bpf, cnt) == 0)
 		for (int i = 0; i < EGR_CNT_MAX; i++)
@@ -320,12 +284,9 @@ static json_t *do_status_obs(struct egr_server *s, const json_t *req)
  * connection to the event stream. */
 static json_t *do_events(struct egr_server *s, const json_t *req)
 {
-	static const char *const fields[] = { "follow", "sandbox", "limit", NULL };
-	json_t *reply = check_fields(req, fields), *follow = json_object_get(req, "follow");
+	json_t *follow = json_object_get(req, "follow");
 	json_t *sb = json_object_get(req, "sandbox"), *limit = json_object_get(req, "limit");
 
-	if (reply)
-		return reply;
 	if (!s->events)
 		return error_reply("unavailable", NULL, "the event stream is not running");
 	if (follow && !json_is_boolean(follow))
@@ -346,11 +307,8 @@ static json_t *do_events(struct egr_server *s, const json_t *req)
  * numbers /metrics shows (docs/metering.md). */
 static json_t *do_stats(struct egr_server *s, const json_t *req)
 {
-	static const char *const fields[] = { "tenant", NULL };
-	json_t *reply = check_fields(req, fields), *tenant = json_object_get(req, "tenant"), *body;
+	json_t *tenant = json_object_get(req, "tenant"), *body;
 
-	if (reply)
-		return reply;
 	if (tenant && !json_is_string(tenant))
 		return error_reply("bad_request", "tenant", "tenant must be a string");
 	if (!s->metrics)
@@ -365,9 +323,12 @@ static json_t *do_stats(struct egr_server *s, const json_t *req)
 static json_t *dispatch(struct egr_server *s, const json_t *req)
 {
 	const char *op = json_string_value(json_object_get(req, "op"));
+	struct egr_proto_error pe;
 
-	if (!op)
-		return error_reply("bad_request", "op", "op (a string) is required");
+	/* Op and field names, checked once for every request
+	 * (user/lib/proto.c; fuzzed by tests/fuzz/fuzz_control.c). */
+	if (egr_proto_check_request(req, &pe))
+		return error_reply("bad_request", pe.field, pe.message);
 	if (strcmp(op, "ping") == 0)
 		return json_pack("{s:b, s:s}", "ok", 1, "version", EGRESSD_VERSION);
 	if (strcmp(op, "status") == 0)

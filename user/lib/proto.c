@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,4 +126,55 @@ int egr_proto_call(const char *sock_path, const json_t *req, json_t **resp)
 out:
 	close(fd);
 	return err;
+}
+
+/* Every operation and the fields it takes besides "op". */
+static const struct {
+	const char *op;
+	const char *fields[4];
+} known_ops[] = {
+	{ "ping", { NULL } },
+	{ "status", { NULL } },
+	{ "list", { NULL } },
+	{ "attach", { "cgroup", "policy", "netns", NULL } },
+	{ "update", { "cgroup", "id", "policy", NULL } },
+	{ "detach", { "cgroup", "id", "status", NULL } },
+	{ "events", { "follow", "sandbox", "limit", NULL } },
+	{ "stats", { "tenant", NULL } },
+};
+
+int egr_proto_check_request(const json_t *req, struct egr_proto_error *e)
+{
+	const char *op = json_string_value(json_object_get(req, "op"));
+	const char *key;
+	json_t *val;
+	size_t i;
+
+	if (!json_is_object(req) || !op) {
+		snprintf(e->field, sizeof(e->field), "op");
+		snprintf(e->message, sizeof(e->message), "op (a string) is required");
+		return -EINVAL;
+	}
+	for (i = 0; i < sizeof(known_ops) / sizeof(known_ops[0]); i++)
+		if (strcmp(known_ops[i].op, op) == 0)
+			break;
+	if (i == sizeof(known_ops) / sizeof(known_ops[0])) {
+		snprintf(e->field, sizeof(e->field), "op");
+		snprintf(e->message, sizeof(e->message), "unknown op");
+		return -EINVAL;
+	}
+	json_object_foreach((json_t *)req, key, val)
+	{
+		bool known = strcmp(key, "op") == 0;
+
+		for (const char *const *f = known_ops[i].fields; !known && *f; f++)
+			known = strcmp(key, *f) == 0;
+		if (!known) {
+			/* An empty key still gets a field an operator can read. */
+			snprintf(e->field, sizeof(e->field), "%.63s", key[0] ? key : "\"\"");
+			snprintf(e->message, sizeof(e->message), "unknown field \"%.64s\"", key);
+			return -EINVAL;
+		}
+	}
+	return 0;
 }

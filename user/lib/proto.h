@@ -22,4 +22,15 @@ int egr_proto_write(int fd, const json_t *obj);
  * 0, -ENOENT/-ECONNREFUSED (egressd not running), or -errno. */
 int egr_proto_call(const char *sock_path, const json_t *req, json_t **resp);
 
+struct egr_proto_error {
+	char field[64];
+	char message[160];
+};
+
+/* Is req a request egressd knows: an object with a string "op" naming one
+ * of its operations and no field that operation does not take? The types
+ * and meaning of the fields are the handlers' business. 0 or -EINVAL (*e
+ * names the field). */
+int egr_proto_check_request(const json_t *req, struct egr_proto_error *e);
+
 #endif /* EGR_PROTO_H */

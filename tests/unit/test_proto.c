@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* The control protocol's framing and request check (user/lib/proto.c). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "proto.h"
+
+/* Feed text through a pipe into egr_proto_read. */
+static int read_text(const char *text, size_t max, json_t **out)
+{
+	char msg[128];
+	int fds[2], err;
+
+	assert_int_equal(pipe(fds), 0);
+	assert_int_equal(write(fds[1], text, strlen(text)), (ssize_t)strlen(text));
+	close(fds[1]);
+	*out = NULL;
+	err = egr_proto_read(fds[0], max, out, msg, sizeof(msg));
+	close(fds[0]);
+	return err;
+}
+
+static void test_framing(void **state)
+{
+	json_t *o;
+
+	assert_int_equal(read_text("{\"op\":\"ping\"}\n", 1024, &o), 0);
+	assert_string_equal(json_string_value(json_object_get(o, "op")), "ping");
+	json_decref(o);
+	/* No newline before EOF: the request never ended. */
+	assert_int_equal(read_text("{\"op\":\"ping\"}", 1024, &o), -ECONNRESET);
+	assert_int_equal(read_text("[1,2]\n", 1024, &o), -EBADMSG);
+	assert_int_equal(read_text("{\"op\":\n", 1024, &o), -EBADMSG);
+	assert_int_equal(read_text("{\"op\":\"a\",\"op\":\"b\"}\n", 1024, &o), -EBADMSG);
+	/* Over the limit, with or without a newline in sight. */
+	assert_int_equal(read_text("{\"op\":\"ping\",\"pad\":\"xxxxxxxxxxxxxxxxxxxxxxxx\"}\n", 16, &o),
+			 -E2BIG);
+}
+
+static void check(const char *text, int want, const char *field)
+{
+	struct egr_proto_error e = { { 0 }, { 0 } };
+	json_t *o = json_loads(text, 0, NULL);
+
+	assert_non_null(o);
+	assert_int_equal(egr_proto_check_request(o, &e), want);
+	if (field)
+		assert_string_equal(e.field, field);
+	json_decref(o);
+}
+
+static void test_check_request(void **state)
+{
+	check("{\"op\":\"ping\"}", 0, NULL);
+	check("{\"op\":\"attach\",\"cgroup\":\"/x\",\"policy\":{},\"netns\":\"/n\"}", 0, NULL);
+	check("{\"op\":\"detach\",\"id\":1,\"status\":\"exited:0\"}", 0, NULL);
+	check("{\"op\":\"events\",\"follow\":true,\"sandbox\":2,\"limit\":3}", 0, NULL);
+	check("{}", -EINVAL, "op");
+	check("{\"op\":7}", -EINVAL, "op");
+	check("{\"op\":\"frob\"}", -EINVAL, "op");
+	check("{\"op\":\"list\",\"verbose\":true}", -EINVAL, "verbose");
+	check("{\"op\":\"attach\",\"cgroup\":\"/x\",\"policy\":{},\"id\":3}", -EINVAL, "id");
+	/* Found by fuzz_control: an empty key was refused with an empty field. */
+	check("{\"op\":\"list\",\"\":\"list\",\"extextra\":true}", -EINVAL, "\"\"");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_framing),
+		cmocka_unit_test(test_check_request),
+	};
+
+	return cmocka_run_group_tests_name("proto", tests, NULL, NULL);
+}

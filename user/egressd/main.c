@@ -22,6 +22,7 @@
 #include "cgroup.h"
 #include "dnsproxy.h"
 #include "events.h"
+#include "harden.h"
 #include "learned.h"
 #include "log.h"
 #include "loop.h"
@@ -38,6 +39,7 @@ struct options {
 	gid_t group;
 	struct egr_dnsproxy_config dns; /* upstreams, min TTL */
 	uint32_t dns_max_learned;
+	bool no_harden;        /* --no-harden: keep capabilities, no seccomp */
 	/* events, alerts, audit (docs/events.md, alerts.md, audit.md) */
 	const char *audit_log, *audit_key;
 	unsigned long long audit_rotate_bytes;
@@ -61,6 +63,7 @@ enum {
 	OPT_ALERT_DEDUP,
 	OPT_EVENTS_KEEP,
 	OPT_NO_SYSLOG,
+	OPT_NO_HARDEN,
 };
 
 static void usage(FILE *out)
@@ -89,6 +92,7 @@ static void usage(FILE *out)
 		"  --alert-dedup SEC  one alert per key per SEC (default 300)\n"
 		"  --events-keep N    events kept for `egressctl events` (default 4096)\n"
 		"  --no-syslog        alerts to the file only\n"
+		"  --no-harden        keep every capability and no seccomp filter (debugging)\n"
 		"  --metrics-addr ADDR:PORT  Prometheus /metrics (default " EGR_METRICS_DEFAULT_ADDR ";\n"
 		"                     \"off\" disables it)\n"
 		"  --metrics-max-sandboxes N  per-sandbox series at most; the rest fold into\n"
@@ -121,6 +125,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "alert-dedup", required_argument, NULL, OPT_ALERT_DEDUP },
 		{ "events-keep", required_argument, NULL, OPT_EVENTS_KEEP },
 		{ "no-syslog", no_argument, NULL, OPT_NO_SYSLOG },
+		{ "no-harden", no_argument, NULL, OPT_NO_HARDEN },
 		{ "metrics-addr", required_argument, NULL, OPT_METRICS_ADDR },
 		{ "metrics-max-sandboxes", required_argument, NULL, OPT_METRICS_MAX },
 		{ "billing-interval", required_argument, NULL, OPT_BILLING_INTERVAL },
@@ -182,6 +187,9 @@ static int parse_args(int argc, char **argv, struct options *o)
 			break;
 		case OPT_NO_SYSLOG:
 			o->alerts.syslog = false;
+			break;
+		case OPT_NO_HARDEN:
+			o->no_harden = true;
 			break;
 		case 'u':
 			if (o->dns.nupstreams == EGR_DNSPROXY_MAX_UPSTREAMS ||
@@ -492,6 +500,11 @@ int main(int argc, char **argv)
 	err = egr_loop_add(loop, lfd, EPOLLIN, on_control, &srv);
 	if (err) {
 		log_error("event loop: %s", strerror(-err));
+		rc = 1;
+		goto out_sock;
+	}
+	/* Everything is loaded, mounted and bound: give up the rest. */
+	if (!o.no_harden && egr_harden(&srv.hardening)) {
 		rc = 1;
 		goto out_sock;
 	}

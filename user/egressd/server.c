@@ -258,8 +258,14 @@ static json_t *do_status(struct egr_server *s, const json_t *req)
 			  ft->cgroup2, "bpffs", ft->bpffs, "cgroup_sock_addr",
 			  ft->cgroup_sock_addr, "cgroup_sock", ft->cgroup_sock, "bpf_link",
 			  ft->bpf_link, "counters", counters);
-	if (reply)
+	if (reply) {
 		json_object_set_new(reply, "layers", egr_features_layers(ft));
+		json_object_set_new(reply, "hardening",
+				    json_pack("{s:b, s:b, s:i, s:i}", "capabilities",
+					      s->hardening.caps, "seccomp", s->hardening.seccomp,
+					      "capabilities_dropped", s->hardening.caps_dropped,
+					      "syscalls_denied", s->hardening.syscalls_denied));
+	}
 	return reply;
 }
 

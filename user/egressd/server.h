@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "bpfstate.h"
+#include "harden.h"
 #include "sandbox.h"
 
 struct egr_events;
@@ -25,6 +26,7 @@ struct egr_server {
 	struct egr_alerting *alerting;
 	struct egr_auditlog *audit;
 	struct egr_metrics *metrics; /* the `stats` op (NULL: unavailable) */
+	struct egr_hardening hardening; /* what egressd gave up (status) */
 };
 
 /* Create the socket (mode 0660, group `group`) and its directory. */

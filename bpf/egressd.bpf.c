@@ -462,9 +462,10 @@ int egr_sendmsg6(struct bpf_sock_addr *ctx)
 }
 
 /* A reply from the proxy is shown as coming from the resolver the stub
- * asked, or it would drop it. recvmsg hooks cannot refuse anything. */
-SEC("cgroup/recvmsg4")
-int egr_recvmsg4(struct bpf_sock_addr *ctx)
+ * asked, or it would drop it; getpeername() on a redirected TCP or
+ * connected UDP socket names that resolver too. These hooks can change the
+ * address but never refuse. */
+static __always_inline int egr_restore_resolver4(struct bpf_sock_addr *ctx)
 {
 	__u32 sandbox_id = 0;
 	const struct egr_sandbox *sb = egr_current_sandbox(&sandbox_id);
@@ -481,8 +482,7 @@ int egr_recvmsg4(struct bpf_sock_addr *ctx)
 	return 1;
 }
 
-SEC("cgroup/recvmsg6")
-int egr_recvmsg6(struct bpf_sock_addr *ctx)
+static __always_inline int egr_restore_resolver6(struct bpf_sock_addr *ctx)
 {
 	__u32 sandbox_id = 0, src[4];
 	const struct egr_sandbox *sb = egr_current_sandbox(&sandbox_id);
@@ -506,6 +506,30 @@ int egr_recvmsg6(struct bpf_sock_addr *ctx)
 		ctx->user_port = orig->port6;
 	}
 	return 1;
+}
+
+SEC("cgroup/recvmsg4")
+int egr_recvmsg4(struct bpf_sock_addr *ctx)
+{
+	return egr_restore_resolver4(ctx);
+}
+
+SEC("cgroup/recvmsg6")
+int egr_recvmsg6(struct bpf_sock_addr *ctx)
+{
+	return egr_restore_resolver6(ctx);
+}
+
+SEC("cgroup/getpeername4")
+int egr_getpeername4(struct bpf_sock_addr *ctx)
+{
+	return egr_restore_resolver4(ctx);
+}
+
+SEC("cgroup/getpeername6")
+int egr_getpeername6(struct bpf_sock_addr *ctx)
+{
+	return egr_restore_resolver6(ctx);
 }
 
 /* --- sock_create and setsockopt ------------------------------------------------ */

@@ -639,6 +639,9 @@ def main():
     ap.add_argument("--socket-attach-min", type=int, default=1_000_000,
                     help="policies at least this big are attached (and timed) over the socket "
                          "directly; smaller ones through egressctl")
+    ap.add_argument("--no-dns", action="store_true",
+                    help="skip the DNS proxy benchmark (tools/bench_dns.py), which otherwise "
+                         "runs after this one with its defaults")
     args = ap.parse_args()
     if not 1 <= args.seconds <= 60 or not 1 <= args.rounds <= 50 \
             or not 1 <= args.attach_cycles <= 10000:
@@ -653,15 +656,20 @@ def main():
 
     b = Bench(args)
     try:
-        return b.run()
+        rc = b.run()
     except KeyboardInterrupt:
         log("interrupted; cleaning up")
         return 130
     except Exception as e:
         log(f"FAILED: {e}")
-        return 1
+        rc = 1
     finally:
         b.cleanup()
+    if not args.no_dns:
+        # The DNS proxy benchmark: its own process, egressd and dnsmasq.
+        dns = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_dns.py")
+        rc = subprocess.call([sys.executable, dns, "--build", args.build]) or rc
+    return rc
 
 
 if __name__ == "__main__":

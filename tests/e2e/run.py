@@ -1716,7 +1716,11 @@ if mode == "tcp":
             d = s.recv(64)
             if not d: break
             r += d
-        print("ok", sent, r.decode(errors="replace"), flush=True)
+        # tcpi_bytes_retrans (struct tcp_info, offset 208): retransmitted
+        # payload is metered again, as it is sent again.
+        info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 232)
+        retrans = int.from_bytes(info[208:216], "little") if len(info) >= 216 else 0
+        print("ok", sent, retrans, r.decode(errors="replace"), flush=True)
     except socket.timeout:
         print("stalled", sent, flush=True)
 else:
@@ -1809,13 +1813,14 @@ def metering_tcp_udp_bytes(c):
         check(wait_until(lambda: sink.received >= n, 5), "sink got %d of %d" % (sink.received, n))
         b1 = sb_stats(c, s1)
         d = diff(b1, b0)
-        over = d["bytes_out"] - n
+        retrans = int(out[2])
+        over = d["bytes_out"] - n - retrans
         check(d["connections_allowed"] == 1, "connections_allowed +%d, expected 1" %
               d["connections_allowed"])
         check(d["packets_out"] > 0 and
               TCP4_MIN * d["packets_out"] <= over <= TCP4_MAX * d["packets_out"],
-              "TCP: %d payload bytes metered as %d bytes in %d packets (overhead %d, bounds "
-              "%d..%d)" % (n, d["bytes_out"], d["packets_out"], over,
+              "TCP: %d payload bytes (+%d retransmitted) metered as %d bytes in %d packets "
+              "(overhead %d, bounds %d..%d)" % (n, retrans, d["bytes_out"], d["packets_out"], over,
                            TCP4_MIN * d["packets_out"], TCP4_MAX * d["packets_out"]))
         FIGURES["tcp"] = (n, d["bytes_out"], d["packets_out"], over / d["packets_out"])
         log("TCP: %d payload -> %d bytes, %d packets, %.1f bytes overhead/packet; in: %d bytes "
@@ -3052,6 +3057,10 @@ def dns_refused_not_forwarded(c):
         dns_refused(c, sb, names[2], mode="tcp")
         dns_refused(c, sb, names[3], "AAAA", server="::1")
         sb.denied("tcp", DNS_ZONE["denied.test"], a.port)
+        # Only port 53 is redirected: DoT and DNS to other ports stay denied.
+        sb.denied("tcp", "127.0.0.2", 853)
+        sb.denied("udp-sendto", "127.0.0.53", 5353)
+        sb.denied("udp-sendto", "127.0.0.1", z.port)   # the upstream itself
         dns_ok(c, sb, marker, mode="tcp", want=DNS_WILDCARD_ADDR)
     dns_not_upstream(c, marker, names)
 
@@ -3306,6 +3315,34 @@ def dns_exfil_label_refused(c):
         # Ordinary names under the same wildcard still resolve.
         dns_ok(c, sb, "cdn-eu-west-1.example.test", want=DNS_WILDCARD_ADDR)
     dns_not_upstream(c, marker, [blob, shorter])
+
+
+@test
+def egressd_runs_with_least_privilege(c):
+    # DESIGN: after start-up egressd keeps only the capabilities it uses and
+    # runs under a seccomp filter with no_new_privs.
+    c.ensure_daemon()
+    st = json.loads(c.ctl_ok("status", "--json").stdout)
+    h = st.get("hardening", {})
+    check(h.get("capabilities") and h.get("seccomp"), "status hardening: %r" % h)
+    with open("/proc/%d/status" % c.daemon.proc.pid) as f:
+        fields = dict(line.split(":", 1) for line in f if ":" in line)
+    eff = int(fields["CapEff"].strip(), 16)
+    bnd = int(fields["CapBnd"].strip(), 16)
+    kept = {12: "net_admin", 21: "sys_admin", 38: "perfmon", 39: "bpf"}
+    for cap in (13, 16, 17, 19):  # net_raw, sys_module, sys_rawio, sys_ptrace
+        check(not (eff >> cap) & 1 and not (bnd >> cap) & 1,
+              "egressd still holds capability %d (CapEff %x CapBnd %x)" % (cap, eff, bnd))
+    check(eff & ~sum(1 << k for k in kept) == 0,
+          "egressd holds more than %s: CapEff %x" % (sorted(kept.values()), eff))
+    check(fields["Seccomp"].strip() == "2" and fields["NoNewPrivs"].strip() == "1",
+          "Seccomp %s NoNewPrivs %s" % (fields["Seccomp"].strip(),
+                                        fields["NoNewPrivs"].strip()))
+    # And it still does its job afterwards: attach, enforce, detach.
+    a = c.tcp("a")
+    with c.sandbox(["127.0.0.1:%d" % a.port]) as sb:
+        sb.allowed("tcp", "127.0.0.1", a.port)
+        sb.denied("tcp", "127.0.0.1", c.tcp("b").port)
 
 
 # --- main ---------------------------------------------------------------------------

@@ -26,6 +26,7 @@
 #include <jansson.h>
 
 #include "billing.h"
+#include "fileio.h"
 #include "log.h"
 
 /* What is exported, in line order. The first six come from the kernel
@@ -103,30 +104,13 @@ static struct tenant_state *tenant(struct egr_billing *b, const char *name, bool
 
 /* --- state -------------------------------------------------------------------------- */
 
-static int write_all(int fd, const char *p, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EIO;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
 
 static int save_state(struct egr_billing *b)
 {
-	char tmp[PATH_MAX + 8], dir[PATH_MAX], *slash, *text;
 	json_t *o = json_pack("{s:i, s:I, s:I, s:{}}", "v", 1, "seq", (json_int_t)b->seq, "offset",
 			      (json_int_t)b->offset, "tenants");
 	json_t *ts = json_object_get(o, "tenants");
-	int fd, err;
+	int err;
 
 	if (!o)
 		return -ENOMEM;
@@ -137,40 +121,9 @@ static int save_state(struct egr_billing *b)
 			json_object_set_new(t, fnames[f], json_integer((json_int_t)b->t[i].exported[f]));
 		json_object_set_new(ts, b->t[i].name, t);
 	}
-	text = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+	err = egr_replace_file_json(b->state, o, JSON_COMPACT | JSON_SORT_KEYS, 0600);
 	json_decref(o);
-	if (!text)
-		return -ENOMEM;
-	snprintf(tmp, sizeof(tmp), "%s.tmp", b->state);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		free(text);
-		return -errno;
-	}
-	err = write_all(fd, text, strlen(text));
-	if (!err)
-		err = write_all(fd, "\n", 1);
-	free(text);
-	if (!err && fsync(fd) < 0)
-		err = -errno;
-	close(fd);
-	if (!err && rename(tmp, b->state) < 0)
-		err = -errno;
-	if (err) {
-		unlink(tmp);
-		return err;
-	}
-	snprintf(dir, sizeof(dir), "%s", b->state);
-	slash = strrchr(dir, '/');
-	if (slash) {
-		*slash = '\0';
-		fd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (fd >= 0) {
-			fsync(fd);
-			close(fd);
-		}
-	}
-	return 0;
+	return err;
 }
 
 /* Take a tenant's exported values from a state entry or a line's "cumulative". */
@@ -450,7 +403,7 @@ int egr_billing_export(struct egr_billing *b)
 		fail(b, "stat", err);
 		goto out;
 	}
-	err = write_all(fd, buf, blen);
+	err = egr_write_all(fd, buf, blen);
 	if (!err && fsync(fd) < 0)
 		err = -errno;
 	if (err) {

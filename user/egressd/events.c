@@ -20,6 +20,7 @@
 #include "dnsproxy.h"
 #include "egr_decide.h"
 #include "events.h"
+#include "fileio.h"
 #include "log.h"
 
 /* A --follow subscriber may fall this far behind before it is dropped. */
@@ -505,18 +506,13 @@ void egr_events_dns(struct egr_events *ev, const struct egr_dns_event *d)
 
 static void save_lost(struct egr_events *ev)
 {
-	char tmp[600];
-	FILE *f;
+	char buf[64];
+	int len = snprintf(buf, sizeof(buf), "{\"events_lost_reported\":%" PRIu64 "}\n",
+			   ev->lost_seen);
+	int err = egr_replace_file(ev->state_path, buf, (size_t)len, 0600);
 
-	snprintf(tmp, sizeof(tmp), "%s.tmp", ev->state_path);
-	f = fopen(tmp, "w");
-	if (!f)
-		return;
-	fprintf(f, "{\"events_lost_reported\":%" PRIu64 "}\n", ev->lost_seen);
-	if (fclose(f) == 0)
-		rename(tmp, ev->state_path);
-	else
-		unlink(tmp);
+	if (err)
+		log_warn("events: cannot write %s: %s", ev->state_path, strerror(-err));
 }
 
 static void report_lost(struct egr_events *ev, uint64_t lost, uint64_t total, const char *why)

@@ -18,6 +18,7 @@
 #include "compile.h"
 #include "dnsproxy.h"
 #include "egr_decide.h"
+#include "fileio.h"
 #include "learned.h"
 #include "log.h"
 #include "sandbox.h"
@@ -66,56 +67,6 @@ static void state_path(const struct egr_registry *r, uint32_t id, char *buf, siz
 	snprintf(buf, len, "%s/sandboxes/%u.json", r->state_dir, id);
 }
 
-/* Write-to-temp, fsync, rename, fsync the directory: a reader sees the old
- * file or the new one, never half of either. */
-static int write_file_atomic(const char *path, const json_t *obj)
-{
-	char tmp[PATH_MAX], dir[PATH_MAX], *slash, *text;
-	size_t len, off = 0;
-	int fd, err = 0;
-
-	/* One buffer, written whole: json_dumpfd() writes token by token. */
-	text = json_dumps(obj, JSON_COMPACT);
-	if (!text)
-		return -ENOMEM;
-	len = strlen(text);
-	text[len++] = '\n'; /* overwrites the NUL */
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		free(text);
-		return -errno;
-	}
-	while (!err && off < len) {
-		ssize_t n = write(fd, text + off, len - off);
-
-		if (n < 0 && errno != EINTR)
-			err = -errno;
-		else if (n > 0)
-			off += (size_t)n;
-	}
-	free(text);
-	if (!err && fsync(fd) < 0)
-		err = -errno;
-	close(fd);
-	if (!err && rename(tmp, path) < 0)
-		err = -errno;
-	if (err) {
-		unlink(tmp);
-		return err;
-	}
-	snprintf(dir, sizeof(dir), "%s", path);
-	slash = strrchr(dir, '/');
-	if (slash) {
-		*slash = '\0';
-		fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (fd >= 0) {
-			fsync(fd);
-			close(fd);
-		}
-	}
-	return 0;
-}
 
 static int save_state(struct egr_registry *r, const struct egr_sb *sb, const json_t *policy)
 {
@@ -135,7 +86,7 @@ static int save_state(struct egr_registry *r, const struct egr_sb *sb, const jso
 	if (sb->netns)
 		json_object_set_new(o, "netns", json_string(sb->netns));
 	state_path(r, sb->id, path, sizeof(path));
-	err = write_file_atomic(path, o);
+	err = egr_replace_file_json(path, o, JSON_COMPACT, 0600);
 	json_decref(o);
 	if (err)
 		log_error("write state %s: %s", path, strerror(-err));
@@ -193,7 +144,7 @@ static int tenants_save(struct egr_registry *r)
 		json_array_append_new(arr, json_string(r->tenants[i]));
 	json_object_set_new(o, "tenants", arr);
 	tenants_path(r, path, sizeof(path));
-	err = write_file_atomic(path, o);
+	err = egr_replace_file_json(path, o, JSON_COMPACT, 0600);
 	json_decref(o);
 	if (err)
 		log_error("write %s: %s", path, strerror(-err));

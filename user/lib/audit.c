@@ -32,6 +32,7 @@
 #include <zlib.h>
 
 #include "audit.h"
+#include "fileio.h"
 #include "log.h"
 
 #define ALG_SHA256 "sha256"
@@ -139,49 +140,7 @@ static char *strdup_printf(const char *fmt, ...)
 	return s;
 }
 
-/* fsync the directory holding @path so a create/rename/unlink is durable. */
-static int fsync_parent(const char *path)
-{
-	const char *slash = strrchr(path, '/');
-	char *dir;
-	int fd, ret = 0;
 
-	if (!slash)
-		dir = strdup(".");
-	else if (slash == path)
-		dir = strdup("/");
-	else
-		dir = strndup(path, (size_t)(slash - path));
-	if (!dir)
-		return -ENOMEM;
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || fsync(fd))
-		ret = -errno;
-	if (fd >= 0)
-		close(fd);
-	free(dir);
-	return ret;
-}
-
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -EIO;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
 
 /* --- buffered line reader over plain or gzip files --------------------------- */
 
@@ -438,32 +397,13 @@ static int state_read(const char *path, uint64_t *seq, char hash[EGR_AUDIT_HASH_
 
 static int state_write(const char *path, uint64_t seq, const char *hash)
 {
-	char buf[160], *tmp;
-	int fd, len, ret;
+	char buf[160];
+	int len, ret;
 
 	len = snprintf(buf, sizeof(buf), "{\"seq\":%" PRIu64 ",\"hash\":\"%s\"}\n", seq, hash);
-	tmp = strdup_printf("%s.tmp", path);
-	if (!tmp)
-		return -ENOMEM;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		ret = -errno;
-		goto out;
-	}
-	ret = write_all(fd, buf, (size_t)len);
-	if (!ret && fsync(fd))
-		ret = -errno;
-	close(fd);
-	if (!ret && rename(tmp, path))
-		ret = -errno;
-	if (!ret)
-		ret = fsync_parent(path);
-	else
-		unlink(tmp);
-out:
+	ret = egr_replace_file(path, buf, (size_t)len, 0600);
 	if (ret)
 		log_error("audit: cannot write state file %s: %s", path, strerror(-ret));
-	free(tmp);
 	return ret;
 }
 
@@ -600,11 +540,11 @@ static int compress_file(const char *src, const char *dst)
 	if (!ret && rename(tmp, dst))
 		ret = -errno;
 	if (!ret)
-		ret = fsync_parent(dst);
+		ret = egr_fsync_parent(dst);
 	if (!ret && unlink(src))
 		ret = -errno;
 	if (!ret)
-		ret = fsync_parent(src);
+		ret = egr_fsync_parent(src);
 out:
 	if (gz)
 		gzclose(gz);
@@ -691,7 +631,7 @@ static int rotate(struct egr_audit *a)
 	}
 	close(a->fd);
 	a->fd = nfd;
-	ret = fsync_parent(a->path);
+	ret = egr_fsync_parent(a->path);
 	if (ret)
 		goto out;
 	/* The log goes on in the new file whatever happens to the old one. */
@@ -778,7 +718,7 @@ int egr_audit_append(struct egr_audit *a, json_t *record)
 			goto fail;
 		}
 	}
-	ret = write_all(a->fd, line, len);
+	ret = egr_write_all(a->fd, line, len);
 	if (!ret && fsync(a->fd))
 		ret = -errno;
 	if (ret) {
@@ -997,7 +937,7 @@ int egr_audit_open(struct egr_audit **out, const char *path, const char *state_p
 		log_error("audit: %s is in use by another writer", path);
 		goto fail;
 	}
-	ret = fsync_parent(path);
+	ret = egr_fsync_parent(path);
 	if (ret)
 		goto fail;
 	finish_pending(a);

@@ -20,6 +20,7 @@
  */
 #include <errno.h>
 #include <linux/capability.h>
+#include <stdint.h>
 #include <seccomp.h>
 #include <stdbool.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "confine.h"
 #include "harden.h"
 #include "log.h"
 
@@ -42,44 +44,12 @@ static const char *const denied_syscalls[] = {
 	"move_mount", "open_tree",
 };
 
-static bool kept(int cap)
+static bool kept(int cap, void *ctx)
 {
 	for (size_t i = 0; i < sizeof(kept_caps) / sizeof(kept_caps[0]); i++)
 		if (kept_caps[i] == cap)
 			return true;
 	return false;
-}
-
-static int drop_caps(struct egr_hardening *h)
-{
-	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
-	struct __user_cap_data_struct data[2];
-	int last = CAP_LAST_CAP;
-
-	/* The bounding set first: dropping from it needs CAP_SETPCAP, which
-	 * goes itself with the capset below. */
-	for (int cap = 0; cap <= last; cap++) {
-		if (kept(cap))
-			continue;
-		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
-			return -errno;
-	}
-	if (syscall(SYS_capget, &hdr, data) < 0)
-		return -errno;
-	for (int cap = 0; cap <= last; cap++) {
-		uint32_t bit = 1u << (cap % 32);
-
-		if (kept(cap))
-			continue;
-		if (data[cap / 32].effective & bit)
-			h->caps_dropped++;
-		data[cap / 32].effective &= ~bit;
-		data[cap / 32].permitted &= ~bit;
-		data[cap / 32].inheritable &= ~bit;
-	}
-	if (syscall(SYS_capset, &hdr, data) < 0)
-		return -errno;
-	return 0;
 }
 
 static int deny_syscalls(struct egr_hardening *h)
@@ -111,7 +81,7 @@ int egr_harden(struct egr_hardening *h)
 	int err;
 
 	memset(h, 0, sizeof(*h));
-	err = drop_caps(h);
+	err = egr_caps_restrict(kept, NULL, &h->caps_dropped);
 	if (err) {
 		log_error("harden: dropping capabilities: %s", strerror(-err));
 		return err;

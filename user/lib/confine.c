@@ -101,22 +101,31 @@ int egr_confine_seccomp(const struct egr_confine *c)
 	return err;
 }
 
-int egr_confine_drop_caps(void)
+int egr_caps_restrict(bool (*keep)(int cap, void *ctx), void *ctx, unsigned int *dropped)
 {
 	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
 	struct __user_cap_data_struct data[2];
 
-	for (size_t i = 0; i < sizeof(caps_to_drop) / sizeof(caps_to_drop[0]); i++) {
+	if (dropped)
+		*dropped = 0;
+	/* The bounding set first: dropping from it needs CAP_SETPCAP, which
+	 * may itself go with the capset below. */
+	for (int cap = 0; cap <= CAP_LAST_CAP; cap++) {
+		if (keep(cap, ctx))
+			continue;
 		/* EINVAL: the running kernel does not know this capability. */
-		if (prctl(PR_CAPBSET_DROP, caps_to_drop[i], 0, 0, 0) < 0 && errno != EINVAL)
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
 			return -errno;
 	}
 	if (syscall(SYS_capget, &hdr, data) < 0)
 		return -errno;
-	for (size_t i = 0; i < sizeof(caps_to_drop) / sizeof(caps_to_drop[0]); i++) {
-		int cap = caps_to_drop[i];
+	for (int cap = 0; cap <= CAP_LAST_CAP; cap++) {
 		uint32_t bit = 1u << (cap % 32);
 
+		if (keep(cap, ctx))
+			continue;
+		if (dropped && (data[cap / 32].effective & bit))
+			(*dropped)++;
 		data[cap / 32].effective &= ~bit;
 		data[cap / 32].permitted &= ~bit;
 		data[cap / 32].inheritable &= ~bit;
@@ -125,6 +134,19 @@ int egr_confine_drop_caps(void)
 		return -errno;
 	/* Ambient capabilities are cleared whenever a permitted bit goes. */
 	return 0;
+}
+
+static bool not_listed(int cap, void *ctx)
+{
+	for (size_t i = 0; i < sizeof(caps_to_drop) / sizeof(caps_to_drop[0]); i++)
+		if (caps_to_drop[i] == cap)
+			return false;
+	return true;
+}
+
+int egr_confine_drop_caps(void)
+{
+	return egr_caps_restrict(not_listed, NULL, NULL);
 }
 
 static json_t *errno_rule(const char *name, json_t *args)

@@ -11,6 +11,7 @@
 #ifndef EGR_CONFINE_H
 #define EGR_CONFINE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <jansson.h>
 
@@ -28,6 +29,11 @@ int egr_confine_seccomp(const struct egr_confine *c);
  * packet sockets, interface and routing changes, BPF, cgroup moves, ptrace
  * of the agent) from the bounding set and the current sets. 0 or -errno. */
 int egr_confine_drop_caps(void);
+
+/* Drop every capability keep() refuses from the bounding, effective,
+ * permitted and inheritable sets (*dropped: effective ones given up).
+ * 0 or -errno. egressd uses it for itself (harden.c). */
+int egr_caps_restrict(bool (*keep)(int cap, void *ctx), void *ctx, unsigned int *dropped);
 
 /* The filter as an OCI runtime-spec "linux.seccomp" object. *out is a new
  * reference. 0 or -ENOMEM. */

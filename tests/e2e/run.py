@@ -2437,6 +2437,10 @@ def adv_ping_sendto(c):
 def adv_raw_socket(c):
     # No sock_addr hook at all on raw sockets: sock_create, then the backstop.
     adv_echo_pair(c, "raw", ["raw"])
+    # A backstop drop means a hook missed something: it raises an alert.
+    check(wait_until(lambda: any(a.get("type") == "backstop_drop"
+                                 for a in obs_jsonl(os.path.join(c.state, "alerts.jsonl"))), 5),
+          "no backstop_drop alert after the backstop dropped a raw packet")
 
 
 @test
@@ -2631,6 +2635,16 @@ def adv_status_layers(c):
               "lsm_cgroup reported active on a host without lsm programs: %r" % layers)
     for k in ("setsockopt_denied", "backstop_dropped", "inbound_dropped"):
         check(k in st.get("counters", {}), "counters lack %s" % k)
+    # The same in /metrics, and the seccomp filter as an OCI profile.
+    _, _, body = scrape(c)
+    for k, v in layers.items():
+        want = 'egressd_layer_active{layer="%s"} %d' % (k, 1 if v else 0)
+        check(want in body, "/metrics lacks %r" % want)
+    with open(os.path.join(c.state, "oci-seccomp.json")) as f:
+        prof = json.load(f)
+    check(prof.get("defaultAction") == "SCMP_ACT_ALLOW" and
+          any(r.get("names") == ["io_uring_setup"] for r in prof.get("syscalls", [])),
+          "oci-seccomp.json: %r" % str(prof)[:300])
 
 
 @test

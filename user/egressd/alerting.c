@@ -122,6 +122,27 @@ void egr_alerting_event(struct egr_alerting *al, const json_t *ev)
 		egr_alerting_raise(al, &in);
 		return;
 	}
+	if (strcmp(type, "backstop") == 0) {
+		/* The skb backstop stopped what no earlier hook did: a path
+		 * around the sock_addr hooks is in use (docs/security.md). */
+		const char *d = json_string_value(json_object_get(ev, "dst"));
+		struct egr_alert_in in = {
+			.type = "backstop_drop",
+			.severity = EGR_SEV_CRITICAL,
+			.tenant = tenant,
+			.sandbox = sandbox,
+			.execution_id = exec,
+			.summary = summary,
+			.evidence = json_deep_copy(ev),
+		};
+
+		snprintf(summary, sizeof(summary),
+			 "sandbox %" PRIu32 " (tenant %s) sent a packet to %s that no socket hook "
+			 "judged; the backstop dropped it",
+			 sandbox, tenant ?: "?", d ?: "?");
+		egr_alerting_raise(al, &in);
+		return;
+	}
 	if (strcmp(type, "dns") == 0 && strcmp(verdict, "exfil") == 0) {
 		const char *q = json_string_value(json_object_get(ev, "qname"));
 		struct egr_alert_in in = {

@@ -20,6 +20,8 @@
 #include "auditlog.h"
 #include "bpfstate.h"
 #include "cgroup.h"
+#include "confine.h"
+#include "fileio.h"
 #include "dnsproxy.h"
 #include "events.h"
 #include "harden.h"
@@ -360,6 +362,53 @@ static void on_reclaim(struct egr_loop *loop, int fd, uint32_t events, void *ctx
 		log_debug("dns: reclaimed %u expired learned address(es)", n);
 }
 
+/* /metrics: which enforcement layers this host gives a sandbox. */
+static void layers_source(void *ctx, struct egr_mbuf *mb)
+{
+	const struct egr_features *f = ctx;
+	const struct {
+		const char *name;
+		bool on;
+	} layers[] = {
+		{ "sock_addr", f->cgroup_sock_addr }, { "sock_create", f->cgroup_sock },
+		{ "setsockopt", f->setsockopt },      { "skb_backstop", f->skb },
+		{ "seccomp", f->seccomp },            { "lsm_cgroup", f->lsm_cgroup },
+	};
+
+	egr_mbuf_family(mb, "egressd_layer_active", "gauge",
+			"Enforcement layers this host supports (1) or lacks (0); docs/security.md.");
+	for (size_t i = 0; i < sizeof(layers) / sizeof(layers[0]); i++)
+		egr_mbuf_printf(mb, "egressd_layer_active{layer=\"%s\"} %d\n", layers[i].name,
+				layers[i].on ? 1 : 0);
+}
+
+/* Say at start what confines sandboxes on this host, and write the seccomp
+ * filter egressctl run applies as an OCI profile for container runtimes. */
+static void announce_layers(const struct egr_features *f, const char *state_dir)
+{
+	struct egr_confine conf = { 0 };
+	char path[4096];
+	json_t *prof = NULL;
+	int err;
+
+	log_info("layers: sock_addr=%s sock_create=%s setsockopt=%s skb_backstop=%s seccomp=%s "
+		 "lsm_cgroup=%s%s",
+		 f->cgroup_sock_addr ? "yes" : "no", f->cgroup_sock ? "yes" : "no",
+		 f->setsockopt ? "yes" : "no", f->skb ? "yes" : "no", f->seccomp ? "yes" : "no",
+		 f->lsm_cgroup ? "yes" : "no",
+		 f->lsm_cgroup ? "" : " (no BPF trampolines: AF_PACKET, AF_XDP and AF_VSOCK are "
+				      "closed by seccomp only; trust \"strict\" policies are refused)");
+	snprintf(path, sizeof(path), "%s/oci-seccomp.json", state_dir);
+	err = egr_confine_oci_profile(&conf, &prof);
+	if (!err)
+		err = egr_replace_file_json(path, prof, JSON_INDENT(2), 0644);
+	json_decref(prof);
+	if (err)
+		log_warn("write %s: %s", path, strerror(-err));
+	else
+		log_info("OCI seccomp profile for container runtimes: %s", path);
+}
+
 int main(int argc, char **argv)
 {
 	struct egr_features feat = { 0 };
@@ -471,8 +520,10 @@ int main(int argc, char **argv)
 	srv.audit = audit;
 	/* Metering export: /metrics and the billing lines (docs/metering.md). */
 	err = egr_metrics_new(&metrics, &reg, o.metrics_max_sandboxes);
-	if (!err)
+	if (!err) {
 		dctx.metrics = metrics;
+		err = egr_metrics_add_source(metrics, layers_source, &feat);
+	}
 	if (err) {
 		log_error("metrics: %s", strerror(-err));
 		rc = 1;
@@ -503,6 +554,7 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out_sock;
 	}
+	announce_layers(&feat, o.state_dir);
 	/* Everything is loaded, mounted and bound: give up the rest. */
 	if (!o.no_harden && egr_harden(&srv.hardening)) {
 		rc = 1;

@@ -3112,6 +3112,15 @@ def dns_wildcard_case_cname_txt(c):
         dns_refused(c, sb, "api.test", "TXT")
         dns_refused(c, sb, "api.test", "TXT", mode="tcp")
         dns_refused(c, sb, "api.test", "ANY")
+    # A policy that lists TXT in dns_types gets it (and keeps A), still only
+    # for its names; ANY stays refused.
+    with c.sandbox(["api.test:%d" % a.port],
+                   extra_network={"dns_types": ["A", "TXT"]}) as sb:
+        rc, addrs, _, line = dns_query("udp", "127.0.0.2", 53, "api.test", "TXT", cg=sb.cg)
+        check(rc == "NOERROR" and addrs == ["txt"], "TXT with dns_types: %r" % line)
+        dns_ok(c, sb, "api.test", want=DNS_ZONE["api.test"])
+        dns_refused(c, sb, "api.test", "AAAA")
+        dns_refused(c, sb, "denied.test", "TXT")
 
 
 @test

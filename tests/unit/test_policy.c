@@ -913,9 +913,34 @@ static void test_fuzz_regressions(void **state)
 			 -EINVAL);
 }
 
+static void test_dns_types(void **state)
+{
+	const char *ok = "{\"tenant\":\"t\",\"network\":{\"default\":\"deny\","
+			 "\"outbound_allow\":[],\"dns_types\":[\"A\",\"txt\",\"HTTPS\"]}}";
+	const char *bad = "{\"tenant\":\"t\",\"network\":{\"default\":\"deny\","
+			  "\"outbound_allow\":[],\"dns_types\":[\"A\",\"BOGUS\"]}}";
+	const char *empty = "{\"tenant\":\"t\",\"network\":{\"default\":\"deny\","
+			    "\"outbound_allow\":[],\"dns_types\":[]}}";
+	struct egr_policy p;
+	struct egr_error e;
+
+	assert_int_equal(egr_policy_parse(ok, strlen(ok), &p, &e), 0);
+	assert_int_equal(p.ndns_types, 3);
+	assert_int_equal(p.dns_types[0], 1);
+	assert_int_equal(p.dns_types[1], 16);
+	assert_int_equal(p.dns_types[2], 65);
+	egr_policy_free(&p);
+	assert_int_equal(egr_policy_parse(bad, strlen(bad), &p, &e), -EINVAL);
+	assert_string_equal(e.field, "network.dns_types[1]");
+	assert_non_null(strstr(e.message, "BOGUS"));
+	assert_int_equal(egr_policy_parse(empty, strlen(empty), &p, &e), -EINVAL);
+	assert_string_equal(e.field, "network.dns_types");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_dns_types),
 		cmocka_unit_test(test_example),
 		cmocka_unit_test(test_sha256),
 		cmocka_unit_test(test_optional_fields),

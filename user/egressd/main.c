@@ -66,6 +66,11 @@ enum {
 	OPT_EVENTS_KEEP,
 	OPT_NO_SYSLOG,
 	OPT_NO_HARDEN,
+	OPT_EXFIL_LABEL,
+	OPT_EXFIL_NAME,
+	OPT_EXFIL_ENTROPY,
+	OPT_EXFIL_SUBDOMAINS,
+	OPT_EXFIL_NXDOMAIN,
 };
 
 static void usage(FILE *out)
@@ -82,6 +87,9 @@ static void usage(FILE *out)
 		"                     default: the nameservers of /etc/resolv.conf)\n"
 		"  --dns-min-ttl SEC  learned addresses live at least this long (default 5)\n"
 		"  --dns-max-learned N  learned addresses per sandbox (default 4096)\n"
+		"  --dns-exfil-max-label N, --dns-exfil-max-name N, --dns-exfil-max-entropy BITS,\n"
+		"  --dns-exfil-max-subdomains N (per allowed domain and minute),\n"
+		"  --dns-exfil-max-nxdomain N (per minute): exfiltration limits; 0 turns one off\n"
 		"  --audit-log PATH   audit log (default <state-dir>/audit.log; its chain\n"
 		"                     state is <state-dir>/audit.state)\n"
 		"  --audit-key FILE   HMAC-SHA-256 key for the audit chain (mode 0600)\n"
@@ -128,6 +136,11 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "events-keep", required_argument, NULL, OPT_EVENTS_KEEP },
 		{ "no-syslog", no_argument, NULL, OPT_NO_SYSLOG },
 		{ "no-harden", no_argument, NULL, OPT_NO_HARDEN },
+		{ "dns-exfil-max-label", required_argument, NULL, OPT_EXFIL_LABEL },
+		{ "dns-exfil-max-name", required_argument, NULL, OPT_EXFIL_NAME },
+		{ "dns-exfil-max-entropy", required_argument, NULL, OPT_EXFIL_ENTROPY },
+		{ "dns-exfil-max-subdomains", required_argument, NULL, OPT_EXFIL_SUBDOMAINS },
+		{ "dns-exfil-max-nxdomain", required_argument, NULL, OPT_EXFIL_NXDOMAIN },
 		{ "metrics-addr", required_argument, NULL, OPT_METRICS_ADDR },
 		{ "metrics-max-sandboxes", required_argument, NULL, OPT_METRICS_MAX },
 		{ "billing-interval", required_argument, NULL, OPT_BILLING_INTERVAL },
@@ -148,6 +161,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 	o->metrics_max_sandboxes = EGR_METRICS_DEFAULT_MAX_SANDBOXES;
 	o->billing_interval_s = EGR_BILLING_DEFAULT_INTERVAL_S;
 	o->dns.min_ttl_s = 5;
+	egr_exfil_limits_default(&o->dns.exfil);
 	o->dns_max_learned = 4096;
 	o->audit_rotate_bytes = 64ull << 20;
 	o->events_keep = EGR_EVENTS_KEEP_DEFAULT;
@@ -193,6 +207,32 @@ static int parse_args(int argc, char **argv, struct options *o)
 		case OPT_NO_HARDEN:
 			o->no_harden = true;
 			break;
+		case OPT_EXFIL_LABEL:
+		case OPT_EXFIL_NAME:
+		case OPT_EXFIL_ENTROPY:
+		case OPT_EXFIL_SUBDOMAINS:
+		case OPT_EXFIL_NXDOMAIN: {
+			/* 0 turns a check off (docs/dns.md). */
+			char *end;
+			double v = strtod(optarg, &end);
+
+			if (*end || end == optarg || v < 0 || v > 100000) {
+				fprintf(stderr, "egressd: --dns-exfil-*: expected a number >= 0, got "
+						"%s\n", optarg);
+				return 2;
+			}
+			if (c == OPT_EXFIL_LABEL)
+				o->dns.exfil.max_label_len = (uint32_t)v;
+			else if (c == OPT_EXFIL_NAME)
+				o->dns.exfil.max_name_len = (uint32_t)v;
+			else if (c == OPT_EXFIL_ENTROPY)
+				o->dns.exfil.max_entropy = v;
+			else if (c == OPT_EXFIL_SUBDOMAINS)
+				o->dns.exfil.max_subdomains = (uint32_t)v;
+			else
+				o->dns.exfil.max_nxdomain = (uint32_t)v;
+			break;
+		}
 		case 'u':
 			if (o->dns.nupstreams == EGR_DNSPROXY_MAX_UPSTREAMS ||
 			    egr_dnsproxy_parse_addr(optarg,

@@ -502,7 +502,7 @@ static int start_dns(struct egr_registry *r, struct egr_sb *sb, const struct egr
 
 	if (!r->dns)
 		return 0;
-	err = egr_dnspolicy_new(p, NULL, 0, &dpol, &e);
+	err = egr_dnspolicy_new(p, p->ndns_types ? p->dns_types : NULL, p->ndns_types, &dpol, &e);
 	if (err) {
 		if (err == -EINVAL)
 			fail_policy(f, &e);
@@ -713,7 +713,7 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	if (err)
 		return err;
 	if (r->dns) {
-		err = egr_dnspolicy_new(&p, NULL, 0, &dpol, &e);
+		err = egr_dnspolicy_new(&p, p.ndns_types ? p.dns_types : NULL, p.ndns_types, &dpol, &e);
 		if (err) {
 			if (err == -EINVAL)
 				fail_policy(f, &e);

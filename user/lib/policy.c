@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <openssl/evp.h>
 
@@ -861,12 +862,58 @@ static int parse_sockets(const json_t *arr, uint32_t *flags, uint64_t *families,
 	return 0;
 }
 
+/*
+ * dns_types: the query types the DNS proxy forwards for this sandbox. When
+ * present it replaces the default (A, AAAA, CNAME, HTTPS, SVCB), so a policy
+ * that wants TXT lists the others too (docs/dns.md).
+ */
+static int parse_dns_types(const json_t *arr, struct egr_policy *p, struct egr_error *err)
+{
+	static const struct {
+		const char *name;
+		uint16_t type;
+	} types[] = {
+		{ "A", 1 },	 { "NS", 2 },	  { "CNAME", 5 }, { "SOA", 6 },	  { "NULL", 10 },
+		{ "PTR", 12 },	 { "MX", 15 },	  { "TXT", 16 },  { "AAAA", 28 }, { "SRV", 33 },
+		{ "NAPTR", 35 }, { "DS", 43 },	  { "DNSKEY", 48 }, { "SVCB", 64 }, { "HTTPS", 65 },
+		{ "CAA", 257 },	 { "ANY", 255 },
+	};
+	char q[QUOTE_BUF];
+	const json_t *v;
+	size_t i, k;
+
+	p->ndns_types = 0;
+	if (!arr)
+		return 0;
+	set_field(err, "network.dns_types");
+	if (!json_is_array(arr) || !json_array_size(arr) ||
+	    json_array_size(arr) > EGR_POLICY_MAX_DNS_TYPES) {
+		set_msg(err, "must be an array of 1-%d query type names", EGR_POLICY_MAX_DNS_TYPES);
+		return -EINVAL;
+	}
+	json_array_foreach(arr, i, v) {
+		const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+
+		set_field(err, "network.dns_types[%zu]", i);
+		for (k = 0; s && k < sizeof(types) / sizeof(types[0]); k++)
+			if (!strcasecmp(s, types[k].name))
+				break;
+		if (!s || k == sizeof(types) / sizeof(types[0])) {
+			set_msg(err, "must be a DNS query type such as \"A\", \"AAAA\", \"TXT\" "
+				"(see docs/dns.md)%s%s", s ? ", not " : "", s ? quote(q, s) : "");
+			return -EINVAL;
+		}
+		p->dns_types[p->ndns_types++] = types[k].type;
+	}
+	return 0;
+}
+
 static int parse_network(const json_t *net, struct egr_policy *p, struct allow_vec *av,
 			 struct egr_error *err)
 {
 	static const char *const known[] = { "default",	  "outbound_allow", "dns_allow",
 					     "inbound",	  "allow_sockets",  "trust",
-					     NULL };
+					     "dns_types", NULL };
 	const json_t *def, *in;
 	char q[QUOTE_BUF];
 	int ret;
@@ -935,6 +982,9 @@ static int parse_network(const json_t *net, struct egr_policy *p, struct allow_v
 	}
 	ret = parse_sockets(json_object_get(net, "allow_sockets"), &p->sb_flags, &p->families,
 			    err);
+	if (ret)
+		return ret;
+	ret = parse_dns_types(json_object_get(net, "dns_types"), p, err);
 	if (ret)
 		return ret;
 	ret = parse_outbound(json_object_get(net, "outbound_allow"), av, err);

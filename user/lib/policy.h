@@ -18,6 +18,7 @@
 #define EGR_POLICY_MAX_PORTS    64      /* ports in one object-form entry */
 #define EGR_POLICY_MAX_STR      256     /* tenant, principal, tool, ... */
 #define EGR_DNS_NAME_MAX        253     /* presentation form, no trailing dot */
+#define EGR_POLICY_MAX_DNS_TYPES 16     /* network.dns_types entries */
 #define EGR_POLICY_MAX_WINDOW_S 31622400 /* limits.window_seconds: 366 days */
 #define EGR_POLICY_DEFAULT_WINDOW_S 3600
 #define EGR_POLICY_MAX_QUOTA    (1ULL << 60) /* limits.*egress_bytes */
@@ -51,6 +52,8 @@ struct egr_policy {
 	                        * "netlink", ...): bit n allows AF n in the seccomp
 	                        * family filter (egr_confine.extra_families) */
 	int trust_strict;      /* network.trust: "standard" (0, default) or "strict" (1) */
+	uint16_t dns_types[EGR_POLICY_MAX_DNS_TYPES]; /* network.dns_types; */
+	size_t ndns_types;     /* 0: the proxy's default set */
 	struct egr_allow *allow;
 	size_t nallow;
 	char **dns_allow;      /* lower case, no trailing dot; "*.x" kept as is */

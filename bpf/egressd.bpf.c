@@ -12,6 +12,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
+#include <bpf/bpf_tracing.h>
 
 #include "egressd.h"
 #include "egr_decide.h"
@@ -593,6 +594,33 @@ int egr_setsockopt(struct bpf_sockopt *ctx)
 	egr_count(EGR_CNT_SETSOCKOPT_DENY);
 	egr_report_refusal(EGR_EV_SETSOCKOPT, sandbox_id, sb, 0, 0, 0, level, optname);
 	return 0;
+}
+
+/*
+ * Every socket family, where the host can load it (BPF trampolines): the
+ * layer that sees AF_PACKET, AF_XDP and AF_VSOCK for sandboxes whose
+ * commands were not started by egressctl run (which applies seccomp).
+ * egressd loads it only when its start-up probe says the host can
+ * (bpfstate.c); elsewhere seccomp is the only layer for those families.
+ */
+SEC("lsm_cgroup/socket_create")
+int BPF_PROG(egr_lsm_socket_create, int family, int type, int protocol, int kern)
+{
+	__u32 sandbox_id = 0;
+	const struct egr_sandbox *sb = egr_current_sandbox(&sandbox_id);
+	int verdict;
+
+	if (!sb) {
+		egr_count(EGR_CNT_NO_SANDBOX);
+		return kern ? 1 : 0;
+	}
+	verdict = egr_family_allowed(sb->families, family, kern);
+	if (verdict != EGR_ALLOW) {
+		egr_count(EGR_CNT_SOCK_CREATE_DENY);
+		egr_report_refusal(EGR_EV_SOCK_CREATE, sandbox_id, sb, (__u32)family, (__u32)type,
+				   (__u32)protocol, 0, 0);
+	}
+	return verdict;
 }
 
 /* --- cgroup_skb: metering, quotas, inbound deny, the backstop -------------------- */

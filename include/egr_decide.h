@@ -226,4 +226,23 @@ static __always_inline int egr_quota_verdict(__u64 limit, __u64 before, __u64 le
 	return EGR_DENY;
 }
 
+/*
+ * lsm_cgroup/socket_create: every socket family, not only inet (where the
+ * host can load it). Unix, inet and inet6 always pass here (their kinds and
+ * destinations are judged by the cgroup hooks); any other family only when
+ * the policy names it. Kernel-internal sockets are not the sandbox's.
+ */
+#define EGR_AF_UNIX 1
+
+static __always_inline int egr_family_allowed(__u64 families, int family, int kern)
+{
+	if (kern)
+		return EGR_ALLOW;
+	if (family == EGR_AF_UNIX || family == EGR_AF_INET || family == EGR_AF_INET6)
+		return EGR_ALLOW;
+	if (family < 0 || family >= 64)
+		return EGR_DENY;
+	return (families >> family) & 1 ? EGR_ALLOW : EGR_DENY;
+}
+
 #endif /* EGR_DECIDE_H */

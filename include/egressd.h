@@ -70,6 +70,8 @@ struct egr_rule {
 /* Value of egr_sandboxes, keyed by sandbox id. Replacing this one entry is
  * how a policy change takes effect atomically. */
 struct egr_sandbox {
+	__u64 families;        /* address families beyond unix/inet/inet6 the policy
+				* allows (bit n = AF n), for lsm_cgroup/socket_create */
 	__u64 quota_bytes;     /* limits.egress_bytes per window; 0 = none */
 	__u64 quota_window_ns;
 	__u32 policy_id;

@@ -347,9 +347,28 @@ static void test_sock_create_family(void **state)
 	}
 }
 
+/* lsm_cgroup/socket_create's decision (loaded where the host can). */
+static void test_family_allowed(void **state)
+{
+	uint64_t packet = 1ull << 17; /* AF_PACKET */
+
+	assert_int_equal(egr_family_allowed(0, EGR_AF_UNIX, 0), EGR_ALLOW);
+	assert_int_equal(egr_family_allowed(0, EGR_AF_INET, 0), EGR_ALLOW);
+	assert_int_equal(egr_family_allowed(0, EGR_AF_INET6, 0), EGR_ALLOW);
+	assert_int_equal(egr_family_allowed(0, 17, 0), EGR_DENY);     /* AF_PACKET */
+	assert_int_equal(egr_family_allowed(0, 40, 0), EGR_DENY);     /* AF_VSOCK */
+	assert_int_equal(egr_family_allowed(0, 44, 0), EGR_DENY);     /* AF_XDP */
+	assert_int_equal(egr_family_allowed(packet, 17, 0), EGR_ALLOW);
+	assert_int_equal(egr_family_allowed(packet, 16, 0), EGR_DENY); /* AF_NETLINK */
+	assert_int_equal(egr_family_allowed(0, 17, 1), EGR_ALLOW);    /* kernel socket */
+	assert_int_equal(egr_family_allowed(~0ull, 64, 0), EGR_DENY);
+	assert_int_equal(egr_family_allowed(~0ull, -1, 0), EGR_DENY);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_family_allowed),
 		cmocka_unit_test(test_constants),
 		cmocka_unit_test(test_proto_bit),
 		cmocka_unit_test(test_rule_ports),

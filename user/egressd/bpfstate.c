@@ -176,6 +176,8 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 		log_error("open BPF object: %s", strerror(-err));
 		return err;
 	}
+	/* The every-family layer exists only where the host can load it. */
+	bpf_program__set_autoload(b->skel->progs.egr_lsm_socket_create, feat->lsm_cgroup);
 	err = egressd_bpf__load(b->skel);
 	if (err) {
 		log_error("load BPF programs: %s%s", strerror(-err),
@@ -232,6 +234,8 @@ int egr_bpf_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_pa
 
 	bpf_object__for_each_program(prog, b->skel->obj)
 	{
+		if (!bpf_program__autoload(prog))
+			continue; /* a layer this host cannot load */
 		/* Links attach with multi semantics: a sandbox's own programs
 		 * (or a nested sandbox's) add to these, never replace them, and
 		 * an unprivileged process cannot detach them. */
@@ -317,6 +321,8 @@ bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id)
 		return false;
 	bpf_object__for_each_program(prog, b->skel->obj)
 	{
+		if (!bpf_program__autoload(prog))
+			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, bpf_program__name(prog));
 		if (access(path, F_OK) != 0)
 			return false;

@@ -585,6 +585,7 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 	ksb.policy_id = sb->policy_id;
 	ksb.tenant_id = sb->tenant_id;
 	ksb.flags = sandbox_flags(&p);
+	ksb.families = p.families;
 	quota_fields(&ksb, &p);
 	ksb.dns_port4 = sb->dns_port4;
 	ksb.dns_port6 = sb->dns_port6;
@@ -760,6 +761,7 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	ksb.policy_id = next.policy_id;
 	ksb.tenant_id = next.tenant_id;
 	ksb.flags = sandbox_flags(&p);
+	ksb.families = p.families;
 	quota_fields(&ksb, &p);
 	ksb.dns_port4 = sb->dns_port4;
 	ksb.dns_port6 = sb->dns_port6;
@@ -974,6 +976,7 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 		ksb.policy_id = sb->policy_id;
 		ksb.tenant_id = sb->tenant_id;
 		ksb.flags = sandbox_flags(&p);
+		ksb.families = p.families;
 		quota_fields(&ksb, &p);
 		ksb.dns_port4 = sb->dns_port4;
 		ksb.dns_port6 = sb->dns_port6;

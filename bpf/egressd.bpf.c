@@ -705,6 +705,21 @@ static __always_inline int egr_parse_l3(struct __sk_buff *skb, struct egr_l3 *l3
 	return 0;
 }
 
+/* Was this socket's destination judged by connect4/6? Only TCP (and MPTCP,
+ * TCP on the wire) stream sockets and UDP datagram sockets have the
+ * pre_connect hook; a SOCK_RAW socket with protocol 17 connects without
+ * one, and UDP-Lite has none either. */
+static __always_inline int egr_connect_judged(const struct bpf_sock *sk)
+{
+	__u32 type = sk->type, proto = sk->protocol;
+
+	if (type == EGR_SOCK_STREAM)
+		return proto == EGR_IPPROTO_TCP || proto == EGR_IPPROTO_MPTCP;
+	if (type == EGR_SOCK_DGRAM)
+		return proto == EGR_IPPROTO_UDP;
+	return 0;
+}
+
 static __always_inline int egr_addr_eq(const __u32 a[4], const __u32 b[4], int v6)
 {
 	if (!v6)
@@ -747,7 +762,7 @@ static __always_inline int egr_backstop(struct __sk_buff *skb, const struct egr_
 			/* Only where connect() is hooked: TCP, UDP (and MPTCP,
 			 * TCP on the wire). UDP-Lite has no pre_connect, so a
 			 * connected UDP-Lite socket was never judged. */
-			if (dport && egr_proto_bit(sk->protocol) && fam == l3->family &&
+			if (dport && egr_connect_judged(sk) && fam == l3->family &&
 			    egr_addr_eq(dst, l3->daddr, fam == EGR_AF_INET6) &&
 			    (!l3->has_ports || dport == l3->dport))
 				return EGR_ALLOW;

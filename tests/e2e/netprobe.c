@@ -37,6 +37,8 @@
  *                                       to FIRSTHOP
  *   netprobe ip-options HOST PORT       UDP socket, IP_OPTIONS with a loose source route
  *                                       via HOST, then sendto HOST PORT
+ *   netprobe bpf-obj-get PATH        bpf(BPF_OBJ_GET) of a pinned object
+ *   netprobe raw-udp-connected HOST PORT  connected SOCK_RAW/IPPROTO_UDP send
  *   netprobe legacy-detach CGROUP TYPE  bpf(BPF_PROG_DETACH) of cgroup dir CGROUP with no
  *                                       program fd; TYPE is connect4, connect6, sendmsg4,
  *                                       sendmsg6, sock_create, setsockopt, egress,
@@ -838,6 +840,58 @@ static int do_legacy_detach(const char *cgroup, const char *type)
 	return ok();
 }
 
+/* BPF_OBJ_GET on a pinned object (egressd's maps): refused by the seccomp
+ * filter of egressctl run; the fd is closed at once. */
+static int do_bpf_obj_get(const char *path)
+{
+	union bpf_attr attr;
+	long fd;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.pathname = (__u64)(unsigned long)path;
+	fd = syscall(SYS_bpf, BPF_OBJ_GET, &attr, sizeof(attr));
+	if (fd < 0)
+		return fail("bpf(BPF_OBJ_GET)", errno);
+	close((int)fd);
+	return ok();
+}
+
+/*
+ * A raw socket with protocol UDP, connected: no pre_connect hook judges it,
+ * but it has a destination port like a UDP socket. Sends a UDP datagram
+ * built by hand (checksum 0: allowed for IPv4) to HOST:PORT.
+ */
+static int do_raw_udp_connected(const char *host, const char *port)
+{
+	struct sockaddr_storage ss;
+	unsigned char pkt[8 + 4];
+	socklen_t len;
+	int fd, rc = EXIT_USAGE;
+	uint16_t dport;
+
+	if (make_addr(host, port, 0, 0, &ss, &len) || ss.ss_family != AF_INET)
+		return EXIT_USAGE;
+	fd = open_socket(AF_INET, SOCK_RAW, IPPROTO_UDP, 0, &rc);
+	if (fd < 0)
+		return rc;
+	dport = ((struct sockaddr_in *)&ss)->sin_port;
+	memset(pkt, 0, sizeof(pkt));
+	pkt[0] = 0x30; /* source port 12345 */
+	pkt[1] = 0x39;
+	memcpy(pkt + 2, &dport, 2);
+	pkt[4] = 0;
+	pkt[5] = sizeof(pkt);
+	memcpy(pkt + 8, "ping", 4);
+	if (connect(fd, (struct sockaddr *)&ss, len))
+		rc = fail("connect", errno);
+	else if (send(fd, pkt, sizeof(pkt), 0) < 0)
+		rc = fail("send", errno);
+	else
+		rc = ok();
+	close(fd);
+	return rc;
+}
+
 static int do_io_uring_setup(void)
 {
 	struct io_uring_params p;
@@ -936,6 +990,8 @@ int main(int argc, char **argv)
 			return do_ip_options(argv[2], argv[3]);
 		if (!strcmp(a, "legacy-detach"))
 			return do_legacy_detach(argv[2], argv[3]);
+		if (!strcmp(a, "raw-udp-connected"))
+			return do_raw_udp_connected(argv[2], argv[3]);
 	}
 	if (argc == 5 && !strcmp(a, "cmsg-rthdr"))
 		return do_cmsg_rthdr(argv[2], argv[3], argv[4]);
@@ -956,6 +1012,8 @@ int main(int argc, char **argv)
 	if (argc == 5 && !strcmp(a, "socket"))
 		return do_socket(argv[2], argv[3], argv[4]);
 	if (argc == 3) {
+		if (!strcmp(a, "bpf-obj-get"))
+			return do_bpf_obj_get(argv[2]);
 		if (!strcmp(a, "ping-sendto"))
 			return do_icmp(argv[2], SOCK_DGRAM);
 		if (!strcmp(a, "raw-sendto"))

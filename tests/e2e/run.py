@@ -3368,6 +3368,43 @@ def egressd_runs_with_least_privilege(c):
         sb.denied("tcp", "127.0.0.1", c.tcp("b").port)
 
 
+@test
+def adv_raw_udp_connected(c):
+    # A SOCK_RAW socket with protocol 17 connects with no pre_connect hook
+    # but has a UDP-like destination port: the backstop's connected-socket
+    # shortcut must not take it for a judged UDP socket (found by review).
+    ok_srv, deny_srv = UdpServer("127.0.0.1"), UdpServer("127.0.0.2")
+    CLEANUP.push("udp server", ok_srv.close)
+    CLEANUP.push("udp server", deny_srv.close)
+    n = deny_srv.received
+    c.allowed(None, "raw-udp-connected", deny_srv.host, deny_srv.port)   # twin outside
+    check(deny_srv.wait_for(n + 1), "a raw UDP datagram outside a sandbox never arrived")
+    with c.sandbox(["127.0.0.1:*"], sockets=["raw"]) as sb:
+        n = ok_srv.received
+        sb.allowed("raw-udp-connected", ok_srv.host, ok_srv.port)
+        check(ok_srv.wait_for(n + 1), "the allowed raw UDP datagram never arrived")
+        before = adv_counter(c, "backstop_dropped")
+        n = deny_srv.received
+        # No socket hook refuses it; the backstop drops it (the sender may
+        # see EPERM from the drop, or nothing).
+        r = sb.ctx.probe(sb.cg, "raw-udp-connected", deny_srv.host, deny_srv.port)
+        check(r.rc == 0 or r.errno == "EPERM", "raw-udp-connected: %s" % r)
+        check(not deny_srv.wait_for(n + 1, timeout=1),
+              "a connected raw UDP socket reached a denied address through the backstop")
+        check(adv_counter(c, "backstop_dropped") > before, "backstop_dropped did not count it")
+
+
+@test
+def adv_bpf_syscall_under_run(c):
+    # A uid-0 sandbox needs no capability to BPF_OBJ_GET a pinned map it can
+    # open, and could rewrite its allowlist: egressctl run refuses bpf()
+    # (found by review).
+    path = os.path.join(c.bpffs, "maps", "egr_allow4")
+    c.allowed(None, "bpf-obj-get", path)                               # twin outside
+    r = adv_run_probe(c, c.policy(["127.0.0.1:*"]), "bpf-obj-get", path)
+    check(r.rc == 1 and r.errno == "EPERM", "bpf(BPF_OBJ_GET) under egressctl run: %s" % r)
+
+
 # --- main ---------------------------------------------------------------------------
 
 

@@ -24,8 +24,13 @@ static const int caps_to_drop[] = {
 	CAP_SYS_MODULE,
 };
 
-static const char *const io_uring_calls[] = { "io_uring_setup", "io_uring_enter",
-					       "io_uring_register" };
+/* Refused outright in a sandbox: io_uring ops run where seccomp never looks
+ * (IORING_OP_SOCKET made a raw socket in the bypass matrix); bpf() would let
+ * a uid-0 sandbox open egressd's pinned maps and links and rewrite or
+ * detach them (no capability is needed for BPF_OBJ_GET on a file it can
+ * open); perf_event_open is the other way to attach programs. */
+static const char *const refused_calls[] = { "io_uring_setup", "io_uring_enter",
+					       "io_uring_register", "bpf", "perf_event_open" };
 
 static const struct {
 	const char *name;
@@ -85,10 +90,8 @@ int egr_confine_seccomp(const struct egr_confine *c)
 	if (!err)
 		err = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
 					     cmp_arg0(SCMP_CMP_GE, CONFINE_AF_LIMIT));
-	/* io_uring ops run in kernel context that seccomp never sees
-	 * (IORING_OP_SOCKET made a raw socket in the bypass matrix). */
-	for (size_t i = 0; i < sizeof(io_uring_calls) / sizeof(io_uring_calls[0]) && !err; i++) {
-		int nr = seccomp_syscall_resolve_name(io_uring_calls[i]);
+	for (size_t i = 0; i < sizeof(refused_calls) / sizeof(refused_calls[0]) && !err; i++) {
+		int nr = seccomp_syscall_resolve_name(refused_calls[i]);
 
 		if (nr != __NR_SCMP_ERROR)
 			err = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
@@ -185,8 +188,8 @@ int egr_confine_oci_profile(const struct egr_confine *c, json_t **out)
 					      errno_rule("socketpair", arg0((unsigned)af, "SCMP_CMP_EQ")));
 	}
 	json_array_append_new(rules, errno_rule("socket", arg0(CONFINE_AF_LIMIT, "SCMP_CMP_GE")));
-	for (size_t i = 0; i < sizeof(io_uring_calls) / sizeof(io_uring_calls[0]); i++)
-		json_array_append_new(rules, errno_rule(io_uring_calls[i], NULL));
+	for (size_t i = 0; i < sizeof(refused_calls) / sizeof(refused_calls[0]); i++)
+		json_array_append_new(rules, errno_rule(refused_calls[i], NULL));
 	*out = prof;
 	return 0;
 }

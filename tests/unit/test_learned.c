@@ -82,6 +82,20 @@ static int kernel_allows4(uint32_t policy_id, const char *addr, uint16_t port, u
 	return egr_rule_allows(&r, port, EGR_IPPROTO_TCP, now, &expired);
 }
 
+static int count_keys4(uint32_t policy_id)
+{
+	struct egr_lpm4_key k, prev;
+	int n = 0, first = 1;
+
+	while (bpf_map_get_next_key(B.fd_allow4, first ? NULL : &prev, &k) == 0) {
+		if (k.policy_id == policy_id)
+			n++;
+		prev = k;
+		first = 0;
+	}
+	return n;
+}
+
 static struct egr_dns_learned learned4(const char *addr, const char *qname, uint16_t port,
 				       uint64_t expires)
 {
@@ -122,6 +136,13 @@ static void test_learn_merges_covering_static(void **state)
 	/* After expiry, the kernel's shorter lookup still finds the /16. */
 	assert_int_equal(kernel_allows4(11, "10.9.0.7", 443, now + 61000000000ull), EGR_DENY);
 	assert_int_equal(kernel_allows4(11, "10.9.0.7", 8001, now + 61000000000ull), EGR_ALLOW);
+	/* Reclaim removes the /32 rather than writing the /16's rule back as
+	 * a permanent host key: such keys would pile up in the shared trie
+	 * (found by review). Only the /16 of policy 11 is left. */
+	put_sandbox(1, 11);
+	assert_int_equal(egr_learned_reclaim(l, now + 61000000000ull), 1);
+	assert_int_equal(count_keys4(11), 1);
+	assert_int_equal(kernel_allows4(11, "10.9.0.7", 8001, now + 62000000000ull), EGR_ALLOW);
 	egr_learned_forget(l, 1, 11);
 	egr_learned_free(l);
 }
@@ -171,8 +192,14 @@ static void test_rebase_rejudges_names(void **state)
 	assert_int_equal(kernel_allows4(14, "10.7.0.1", 8443, now), EGR_ALLOW);
 	assert_int_equal(kernel_allows4(14, "10.7.0.1", 443, now), EGR_DENY);
 	assert_int_equal(kernel_allows4(14, "10.7.0.2", 443, now), EGR_DENY);
-	/* Nothing of policy 13 is left. */
+	/* Until the switch, the old policy is whole (found by review: rebase
+	 * used to delete its entries first). */
+	assert_int_equal(kernel_allows4(13, "10.7.0.1", 443, now), EGR_ALLOW);
+	assert_int_equal(kernel_allows4(13, "10.7.0.2", 443, now), EGR_ALLOW);
+	egr_learned_drop_stale(l, 3);
+	/* After it, nothing of policy 13 is left. */
 	assert_int_equal(kernel_allows4(13, "10.7.0.1", 443, now), EGR_DENY);
+	assert_int_equal(kernel_allows4(13, "10.7.0.2", 443, now), EGR_DENY);
 	assert_int_equal(egr_learned_count(l, 3), 1);
 	egr_learned_forget(l, 3, 14);
 	assert_int_equal(kernel_allows4(14, "10.7.0.1", 8443, now), EGR_DENY);

@@ -35,9 +35,15 @@ struct addr {
 	int family;
 	uint8_t addr[16];
 	bool has_base;
+	bool base_exact;  /* the base is a /32 or /128 of the policy itself */
 	struct egr_rule base;
 	struct name *names;
 	size_t nnames;
+};
+
+struct stale {
+	int family;
+	uint8_t addr[16];
 };
 
 struct sbl {
@@ -45,6 +51,10 @@ struct sbl {
 	struct addr *addrs;
 	size_t n, cap;
 	size_t nnames; /* for the cap */
+	/* Keys of the previous policy id, removed once the switch is done. */
+	struct stale *stale;
+	size_t nstale;
+	uint32_t stale_policy_id;
 	struct sbl *next;
 };
 
@@ -79,6 +89,7 @@ static void free_sbl(struct sbl *s)
 	for (size_t i = 0; i < s->n; i++)
 		free(s->addrs[i].names);
 	free(s->addrs);
+	free(s->stale);
 	free(s);
 }
 
@@ -215,7 +226,10 @@ static int sync_addr(struct egr_learned *l, const struct addr *a, uint32_t polic
 			err = add_range(&r, &a->names[i].ports.ranges[j]);
 	}
 	if (!live) {
-		if (a->has_base)
+		/* A static /32 of the policy itself is restored; a base that
+		 * came from a shorter prefix needs no key of its own (the
+		 * prefix answers), so none is left behind to pile up. */
+		if (a->has_base && a->base_exact)
 			return kernel_put(l, a->family, a->addr, policy_id, &a->base);
 		kernel_del(l, a->family, a->addr, policy_id);
 		return 0;
@@ -225,6 +239,20 @@ static int sync_addr(struct egr_learned *l, const struct addr *a, uint32_t polic
 	if (err)
 		return err;
 	return kernel_put(l, a->family, a->addr, policy_id, &r);
+}
+
+/* What the policy says of this address without us (static rules have no
+ * expiry), and whether that is a host entry of the policy itself: if the
+ * trie answers the same one bit shorter, the base is a covering prefix. */
+static void find_base(struct egr_learned *l, struct addr *e, uint32_t policy_id)
+{
+	struct egr_rule shorter;
+
+	e->has_base = kernel_lookup(l, e->family, e->addr, policy_id, 0, &e->base) == 0 &&
+		      !e->base.expires_ns;
+	e->base_exact = e->has_base &&
+			(kernel_lookup(l, e->family, e->addr, policy_id, 1, &shorter) != 0 ||
+			 memcmp(&shorter, &e->base, sizeof(shorter)) != 0);
 }
 
 static struct addr *new_addr(struct egr_learned *l, struct sbl *s, int family, const uint8_t *a,
@@ -245,10 +273,7 @@ static struct addr *new_addr(struct egr_learned *l, struct sbl *s, int family, c
 	memset(e, 0, sizeof(*e));
 	e->family = family;
 	memcpy(e->addr, a, alen(family));
-	/* What the policy says of this address without us: static, so no
-	 * expiry. A learned entry of ours would have been found above. */
-	if (kernel_lookup(l, family, a, policy_id, 0, &e->base) == 0 && !e->base.expires_ns)
-		e->has_base = true;
+	find_base(l, e, policy_id);
 	return e;
 }
 
@@ -328,11 +353,21 @@ int egr_learned_rebase(struct egr_learned *l, uint32_t sandbox_id, uint32_t old_
 
 	if (!s)
 		return 0;
+	/* The old policy stays in force until the caller switches: its keys
+	 * are only noted here and removed by egr_learned_drop_stale(). */
+	free(s->stale);
+	s->stale = calloc(s->n ? s->n : 1, sizeof(*s->stale));
+	s->nstale = 0;
+	s->stale_policy_id = old_policy_id;
 	for (size_t i = 0; i < s->n;) {
 		struct addr *e = &s->addrs[i];
 		size_t keep = 0;
 
-		kernel_del(l, e->family, e->addr, old_policy_id);
+		if (s->stale) {
+			s->stale[s->nstale].family = e->family;
+			memcpy(s->stale[s->nstale].addr, e->addr, sizeof(e->addr));
+			s->nstale++;
+		}
 		for (size_t j = 0; j < e->nnames; j++) {
 			struct egr_dnspolicy_match m;
 
@@ -350,13 +385,25 @@ int egr_learned_rebase(struct egr_learned *l, uint32_t sandbox_id, uint32_t old_
 			continue;
 		}
 		/* The base is the new policy's static rule for the address. */
-		e->has_base = kernel_lookup(l, e->family, e->addr, new_policy_id, 0, &e->base) == 0 &&
-			      !e->base.expires_ns;
+		find_base(l, e, new_policy_id);
 		if (sync_addr(l, e, new_policy_id, now))
 			err = -ENOSPC;
 		i++;
 	}
 	return err;
+}
+
+void egr_learned_drop_stale(struct egr_learned *l, uint32_t sandbox_id)
+{
+	struct sbl *s = find_sbl(l, sandbox_id, false);
+
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->nstale; i++)
+		kernel_del(l, s->stale[i].family, s->stale[i].addr, s->stale_policy_id);
+	free(s->stale);
+	s->stale = NULL;
+	s->nstale = 0;
 }
 
 bool egr_learned_allows(struct egr_learned *l, uint32_t sandbox_id, int family,

@@ -28,11 +28,14 @@ void egr_learned_free(struct egr_learned *l);
 int egr_learned_add(struct egr_learned *l, uint32_t sandbox_id, uint32_t policy_id,
 		    const struct egr_dns_learned *a, size_t n);
 
-/* The sandbox switched from old_policy_id to new_policy_id: re-insert what
- * the new DNS policy still resolves (with its ports) under the new id. The
- * old id's entries are removed. pol NULL drops everything. */
+/* The sandbox is about to switch from old_policy_id to new_policy_id:
+ * insert what the new DNS policy still resolves (with its ports) under the
+ * new id. The old id's entries stay (the old policy is still in force)
+ * until egr_learned_drop_stale(), after the switch. pol NULL drops all. */
 int egr_learned_rebase(struct egr_learned *l, uint32_t sandbox_id, uint32_t old_policy_id,
 		       uint32_t new_policy_id, const struct egr_dnspolicy *pol);
+/* The switch is done: remove the old id's learned entries. */
+void egr_learned_drop_stale(struct egr_learned *l, uint32_t sandbox_id);
 
 /* Does a live learned entry let the sandbox reach addr:port? (network-order
  * address, 4 or 16 bytes by family) */

@@ -530,6 +530,9 @@ static int start_dns(struct egr_registry *r, struct egr_sb *sb, const struct egr
 	return err;
 }
 
+static void close_refused(struct egr_registry *r, const struct egr_sb *sb,
+			  const struct egr_compiled *c, bool inbound_allow, unsigned *closed);
+
 int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns,
 		   const json_t *policy, struct egr_sb **out, struct egr_fail *f)
 {
@@ -618,6 +621,13 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 	quota_apply(r, sb, &p, true);
 	log_info("sandbox %u attached to %s (tenant %s, policy %u: %zu v4, %zu v6 prefixes)",
 		 sb->id, sb->cgroup, sb->tenant, sb->policy_id, sb->n4, sb->n6);
+	{
+		/* Sockets the cgroup already had were never judged (the
+		 * backstop trusts connected ones): judge them now. */
+		unsigned closed;
+
+		close_refused(r, sb, &c, p.inbound_allow, &closed);
+	}
 	if (r->hooks.attached)
 		r->hooks.attached(r->hooks.ctx, sb, policy);
 	egr_compiled_free(&c);
@@ -676,7 +686,7 @@ static bool peer_allowed(void *ctx, int family, const uint8_t *daddr, uint16_t d
 /* End what the sandbox (and the cgroups it made) has open to peers the new
  * policy refuses: the hooks only judged them at connect time. */
 static void close_refused(struct egr_registry *r, const struct egr_sb *sb,
-			  const struct egr_compiled *c, unsigned *closed)
+			  const struct egr_compiled *c, bool inbound_allow, unsigned *closed)
 {
 	struct peer_judge j = { .c = c, .learned = r->learned, .sandbox_id = sb->id };
 	uint64_t *ids = NULL;
@@ -686,7 +696,7 @@ static void close_refused(struct egr_registry *r, const struct egr_sb *sb,
 	*closed = 0;
 	err = egr_cgroup_subtree_ids(sb->cgroup, &ids, &n);
 	if (!err)
-		err = egr_sockdiag_destroy_refused(ids, n, peer_allowed, &j, closed);
+		err = egr_sockdiag_destroy_refused(ids, n, inbound_allow, peer_allowed, &j, closed);
 	if (err)
 		log_error("sandbox %u: tearing down connections the new policy refuses: %s "
 			  "(%u closed)", sb->id, strerror(-err), *closed);
@@ -774,6 +784,8 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 			save_state(r, sb, old_policy);
 		goto out;
 	}
+	if (r->learned)
+		egr_learned_drop_stale(r->learned, sb->id);
 	memcpy(old_sha, sb->sha256, sizeof(old_sha));
 	sb->policy_id = next.policy_id;
 	sb->tenant_id = next.tenant_id;
@@ -786,7 +798,7 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 			log_error("sandbox %u: DNS proxy kept the old DNS policy", sb->id);
 		dpol = NULL;
 	}
-	close_refused(r, sb, &c, closed);
+	close_refused(r, sb, &c, p.inbound_allow, closed);
 	if (r->hooks.updated)
 		r->hooks.updated(r->hooks.ctx, sb, old_sha, policy, *closed);
 	/* Reclaim the old rule set; nothing refers to it any more. */

@@ -193,8 +193,8 @@ static int destroy(int fd, const struct victim *v)
 	return 0;
 }
 
-int egr_sockdiag_destroy_refused(const uint64_t *cgids, size_t ncg, egr_sock_judge_fn judge,
-				 void *ctx, unsigned int *destroyed)
+int egr_sockdiag_destroy_refused(const uint64_t *cgids, size_t ncg, bool keep_accepted,
+				 egr_sock_judge_fn judge, void *ctx, unsigned int *destroyed)
 {
 	static const uint8_t families[] = { AF_INET, AF_INET6 };
 	static const uint8_t protocols[] = { IPPROTO_TCP, IPPROTO_UDP };
@@ -220,8 +220,10 @@ int egr_sockdiag_destroy_refused(const uint64_t *cgids, size_t ncg, egr_sock_jud
 		int rc;
 
 		/* Accepted inbound connections were never judged by connect;
-		 * inbound policy, not the allowlist, governs them. */
-		if (accepted(&s, v))
+		 * with inbound allowed the inbound policy governs them. The
+		 * test is only by local port (a SO_REUSEPORT socket can share
+		 * a listener's), so with inbound denied nothing is exempt. */
+		if (keep_accepted && accepted(&s, v))
 			continue;
 		if (judge(ctx, v->family, dst, ntohs(v->id.idiag_dport), v->protocol))
 			continue;

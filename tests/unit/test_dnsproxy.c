@@ -543,6 +543,55 @@ static void test_tcp(void **state)
 	assert_int_equal(st.tcp_conns, 0);
 }
 
+/*
+ * A client that pipelines many queries on one TCP connection and closes
+ * its side: the proxy answers them a bounded number per wake-up (so one
+ * connection cannot keep the loop to itself) yet answers every one, even
+ * after the client's EOF (found by review).
+ */
+static void test_tcp_pipelined(void **state)
+{
+	enum { N = 100 };
+	static uint8_t out[N * 64], in[N * 600];
+	size_t off = 0, got = 0, answers = 0;
+	int s = tcp_connect4();
+
+	for (int i = 0; i < N; i++) {
+		char name[32];
+		size_t qlen;
+
+		snprintf(name, sizeof(name), "evil%d.test", i);
+		qlen = build_query(out + off + 2, (uint16_t)(0x6000 + i), name, EGR_DNS_T_A, false);
+		out[off] = (uint8_t)(qlen >> 8);
+		out[off + 1] = (uint8_t)qlen;
+		off += 2 + qlen;
+	}
+	assert_int_equal(send(s, out, off, 0), (ssize_t)off);
+	shutdown(s, SHUT_WR);
+	for (int t = 0; t < 500 && answers < N; t++) {
+		ssize_t k;
+
+		egr_loop_run_once(fx.loop, 10);
+		k = recv(s, in + got, sizeof(in) - got, MSG_DONTWAIT);
+		if (k > 0)
+			got += (size_t)k;
+		/* Count the complete length-prefixed answers so far. */
+		answers = 0;
+		for (size_t p = 0; p + 2 <= got;) {
+			size_t mlen = ((size_t)in[p] << 8) | in[p + 1];
+
+			if (p + 2 + mlen > got)
+				break;
+			assert_int_equal(egr_dns_parse_response(in + p + 2, mlen, &resp), 0);
+			assert_int_equal(resp.rcode, EGR_DNS_R_REFUSED);
+			answers++;
+			p += 2 + mlen;
+		}
+	}
+	assert_int_equal(answers, N);
+	close(s);
+}
+
 static void test_large_answer(void **state)
 {
 	int s;
@@ -767,6 +816,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cname_chain, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nxdomain_passes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tcp, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tcp_pipelined, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_large_answer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_learn_failure_servfail, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_in_flight, setup, teardown),

@@ -62,8 +62,14 @@ struct tconn {
 	bool eof;                  /* client shut down its side */
 	bool dead;                 /* close when the current callback returns */
 	bool in_cb;
+	bool more;                 /* stopped at the per-wake-up bound: resume on tick */
 	struct tconn *next;
 };
+
+/* Queries handled per wake-up of one client TCP connection: a client that
+ * pipelines (cheap, refused) queries must not keep the loop to itself. The
+ * socket is edge-triggered, so the rest is resumed on the next tick. */
+#define TCP_QUERIES_PER_WAKEUP 32
 
 struct sb {
 	struct egr_dnsproxy *p;
@@ -370,7 +376,7 @@ static void conn_settle(struct tconn *c)
 {
 	if (c->in_cb)
 		return;
-	if (c->dead || (c->eof && !c->npending && c->woff == c->wlen))
+	if (c->dead || (c->eof && !c->more && !c->npending && c->woff == c->wlen))
 		conn_close(c);
 }
 
@@ -952,28 +958,19 @@ static void conn_close(struct tconn *c)
 static void on_tcp_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
 	struct tconn *c = ctx;
+	unsigned int handled = 0;
 
 	c->in_cb = true;
+	c->more = false;
 	c->last_ns = mono_ns();
 	if (events & EPOLLOUT)
 		conn_flush(c);
-	while (!c->dead && !c->eof && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
-		ssize_t k = recv(fd, c->rbuf + c->rlen, 2 + MSG_MAX - c->rlen, 0);
+	for (;;) {
+		ssize_t k;
 
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				c->dead = true;
-			break;
-		}
-		if (k == 0) {
-			c->eof = true;
-			break;
-		}
-		c->rlen += (size_t)k;
-		/* Every complete length-prefixed message. */
-		while (c->rlen >= 2 && !c->dead) {
+		/* Every complete length-prefixed message already buffered,
+		 * up to this wake-up's share. */
+		while (c->rlen >= 2 && !c->dead && handled < TCP_QUERIES_PER_WAKEUP) {
 			size_t mlen = ((size_t)c->rbuf[0] << 8) | c->rbuf[1];
 			struct client cl = { .transport = IPPROTO_TCP, .lfd = -1, .conn = c };
 
@@ -987,7 +984,31 @@ static void on_tcp_conn(struct egr_loop *loop, int fd, uint32_t events, void *ct
 			handle_query(c->sb, &cl, c->rbuf + 2, mlen);
 			memmove(c->rbuf, c->rbuf + 2 + mlen, c->rlen - 2 - mlen);
 			c->rlen -= 2 + mlen;
+			handled++;
 		}
+		if (c->dead)
+			break;
+		if (handled >= TCP_QUERIES_PER_WAKEUP) {
+			c->more = true; /* even after EOF: what is buffered is still owed */
+			break;
+		}
+		if (c->eof)
+			break;
+		if (!(events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+			break;
+		k = recv(fd, c->rbuf + c->rlen, 2 + MSG_MAX - c->rlen, 0);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				c->dead = true;
+			break;
+		}
+		if (k == 0) {
+			c->eof = true;
+			break;
+		}
+		c->rlen += (size_t)k;
 	}
 	c->in_cb = false;
 	conn_settle(c);
@@ -1066,6 +1087,13 @@ static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 
 		for (; c; c = next) {
 			next = c->next;
+			if (c->more) {
+				/* Its turn again: what it pipelined is still
+				 * buffered, and edge-triggered epoll will not
+				 * say so. */
+				on_tcp_conn(loop, c->fd, EPOLLIN, c);
+				continue;
+			}
 			if (!c->npending && c->last_ns + idle <= now)
 				conn_close(c);
 		}

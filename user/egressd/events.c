@@ -44,7 +44,14 @@ struct gone {
 	char *tenant, *execution_id;
 };
 
+/* Events handled per loop wake-up: a sandbox hammering denied connects
+ * produces them faster than userspace turns them into JSON, and the loop
+ * must still serve DNS and the control socket. The ring's epoll fd is
+ * level-triggered, so the rest is handled on the next turn. */
+#define EVENTS_PER_WAKEUP 1024
+
 struct egr_events {
+	unsigned int batch; /* events handled in the current consume call */
 	struct egr_bpf *bpf;
 	struct egr_registry *reg;
 	struct egr_loop *loop;
@@ -285,11 +292,23 @@ static void on_sub(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 		sub_flush(ev, s);
 }
 
+/* Follow subscribers at once: each may hold up to SUB_MAX_PENDING of
+ * backlog and costs a dump and a send per event. */
+#define EVENTS_MAX_SUBSCRIBERS 32
+
+bool egr_events_subscriber_room(const struct egr_events *ev)
+{
+	return ev->nsubs < EVENTS_MAX_SUBSCRIBERS;
+}
+
 int egr_events_subscribe(struct egr_events *ev, int fd, uint32_t sandbox)
 {
-	struct sub *s = calloc(1, sizeof(*s));
+	struct sub *s;
 	int nfd, err;
 
+	if (!egr_events_subscriber_room(ev))
+		return -EMFILE;
+	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	nfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
@@ -424,15 +443,22 @@ static int on_ring(void *ctx, void *data, size_t size)
 	}
 	publish(ev, o);
 	json_decref(o);
+	/* Returning < 0 stops libbpf's consume loop after this sample (it
+	 * is already consumed): the next wake-up takes the rest. */
+	if (++ev->batch >= EVENTS_PER_WAKEUP)
+		return -EAGAIN;
 	return 0;
 }
 
 static void on_ring_ready(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
 	struct egr_events *ev = ctx;
+	int n;
 
-	if (ring_buffer__consume(ev->rb) < 0)
-		log_debug("events: ring_buffer__consume: %s", strerror(errno));
+	ev->batch = 0;
+	n = ring_buffer__consume(ev->rb);
+	if (n < 0 && n != -EAGAIN)
+		log_debug("events: ring_buffer__consume: %s", strerror(-n));
 }
 
 /* --- userspace events ------------------------------------------------------------- */
@@ -567,6 +593,7 @@ static void check_lost(struct egr_events *ev)
 
 void egr_events_poll(struct egr_events *ev)
 {
+	ev->batch = 0;
 	ring_buffer__consume(ev->rb);
 	check_lost(ev);
 }

@@ -10,6 +10,7 @@
 #ifndef EGR_EVENTS_H
 #define EGR_EVENTS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <jansson.h>
 
@@ -62,5 +63,7 @@ json_t *egr_events_status(struct egr_events *ev);
 
 /* Drain the ring buffer and check the lost counter now (tests, shutdown). */
 void egr_events_poll(struct egr_events *ev);
+/* Is there room for another `events --follow` subscriber? */
+bool egr_events_subscriber_room(const struct egr_events *ev);
 
 #endif /* EGR_EVENTS_H */

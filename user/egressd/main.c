@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -331,8 +332,9 @@ static void on_control(struct egr_loop *loop, int fd, uint32_t events, void *ctx
 	struct egr_server *srv = ctx;
 
 	/* One request per connection, served to completion (bounded by the
-	 * per-client timeouts in server.c). */
-	for (;;) {
+	 * per-client deadline in server.c). At most a few per wake-up, so
+	 * DNS and events get their turn; the listener is level-triggered. */
+	for (int i = 0; i < 8; i++) {
 		int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
 
 		if (cfd < 0)
@@ -400,6 +402,25 @@ static void on_reclaim(struct egr_loop *loop, int fd, uint32_t events, void *ctx
 
 	if (n)
 		log_debug("dns: reclaimed %u expired learned address(es)", n);
+}
+
+/* Every sandbox holds DNS listeners and, under load, TCP upstream sockets:
+ * the usual 1024 soft limit would let one busy sandbox starve the rest. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	if (rl.rlim_max < 65536) {
+		struct rlimit want = { 65536, 65536 };
+
+		if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+			return;
+	}
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		log_warn("raise the file descriptor limit: %m");
 }
 
 /* /metrics: which enforcement layers this host gives a sandbox. */
@@ -475,6 +496,7 @@ int main(int argc, char **argv)
 		return rc;
 	signal(SIGPIPE, SIG_IGN);
 	umask(077);
+	raise_fd_limit();
 
 	err = egr_bpf_open(&bpf, o.bpffs_dir, &feat);
 	if (err) {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #include <errno.h>
+#include <poll.h>
 #include <grp.h>
 #include <limits.h>
 #include <stdio.h>
@@ -19,8 +20,9 @@
 #include "proto.h"
 #include "server.h"
 
-/* A client gets this long per read or write; a stuck one cannot hold up the
- * daemon for longer. */
+/* A client gets this long to send its whole request, and again to take the
+ * whole reply: one that trickles bytes cannot hold up the daemon for longer
+ * (the loop serves one request at a time). */
 #define CLIENT_TIMEOUT_S 10
 
 int egr_server_listen(const char *path, gid_t group, int *out_fd)
@@ -302,8 +304,12 @@ static json_t *do_events(struct egr_server *s, const json_t *req)
 		return error_reply("bad_request", "sandbox", "sandbox must be a sandbox id");
 	if (limit && (!json_is_integer(limit) || json_integer_value(limit) < 0))
 		return error_reply("bad_request", "limit", "limit must be a non-negative integer");
-	if (json_is_true(follow))
+	if (json_is_true(follow)) {
+		if (!egr_events_subscriber_room(s->events))
+			return error_reply("too_many", "follow",
+					   "too many event subscribers; try again later");
 		return json_pack("{s:b}", "ok", 1);
+	}
 	return json_pack("{s:b, s:o}", "ok", 1, "events",
 			 egr_events_query(s->events, (uint32_t)json_integer_value(sb),
 					  (size_t)json_integer_value(limit)));
@@ -354,9 +360,40 @@ static json_t *dispatch(struct egr_server *s, const json_t *req)
 	return error_reply("bad_request", "op", "unknown op");
 }
 
+/*
+ * Answer a refused peer at once. Closing a unix socket with unread data
+ * resets the peer and the refusal would be lost, so stop writing, then read
+ * what it sent for a moment (bounded in time and bytes) before the caller
+ * closes.
+ */
+static void refuse(int cfd, const struct ucred *cred)
+{
+	json_t *reply = error_reply("forbidden", NULL,
+				    "peer is sandboxed, or neither root nor in the control group");
+	struct timespec deadline;
+	struct pollfd pfd = { .fd = cfd, .events = POLLIN };
+	char buf[4096];
+	size_t drained = 0;
+
+	log_warn("control: refused peer pid %d uid %u gid %u", cred->pid, cred->uid, cred->gid);
+	egr_proto_deadline(&deadline, 1000);
+	if (reply)
+		egr_proto_write_by(cfd, reply, &deadline);
+	json_decref(reply);
+	shutdown(cfd, SHUT_WR);
+	while (drained < (64u << 10) && poll(&pfd, 1, 200) == 1) {
+		ssize_t n = recv(cfd, buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (n <= 0)
+			break;
+		drained += (size_t)n;
+	}
+}
+
 void egr_server_handle(struct egr_server *s, int cfd)
 {
 	struct timeval tv = { .tv_sec = CLIENT_TIMEOUT_S };
+	struct timespec deadline;
 	struct ucred cred = { 0 };
 	json_t *req = NULL, *reply;
 	char msg[256];
@@ -364,14 +401,15 @@ void egr_server_handle(struct egr_server *s, int cfd)
 
 	setsockopt(cfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(cfd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	/* Read the request even from a peer about to be refused: closing a
-	 * unix socket with unread data resets it, and the refusal is lost. */
-	err = egr_proto_read(cfd, EGR_PROTO_MAX_REQUEST, &req, msg, sizeof(msg));
+	/* The peer is judged before its request is read: a refused one (a
+	 * sandboxed process, say) gets no time to trickle a request. */
 	if (!peer_allowed(s, cfd, &cred)) {
-		log_warn("control: refused peer pid %d uid %u gid %u", cred.pid, cred.uid, cred.gid);
-		reply = error_reply("forbidden", NULL,
-				    "peer is sandboxed, or neither root nor in the control group");
-	} else if (err == -E2BIG) {
+		refuse(cfd, &cred);
+		return;
+	}
+	egr_proto_deadline(&deadline, CLIENT_TIMEOUT_S * 1000);
+	err = egr_proto_read_by(cfd, EGR_PROTO_MAX_REQUEST, &deadline, &req, msg, sizeof(msg));
+	if (err == -E2BIG) {
 		reply = error_reply("too_large", NULL, "request exceeds 64 MiB");
 	} else if (err == -EBADMSG) {
 		reply = error_reply("bad_request", NULL, msg);
@@ -389,7 +427,8 @@ void egr_server_handle(struct egr_server *s, int cfd)
 	}
 	if (!reply)
 		reply = error_reply("internal", NULL, "out of memory");
-	if (reply && (err = egr_proto_write(cfd, reply)))
+	egr_proto_deadline(&deadline, CLIENT_TIMEOUT_S * 1000);
+	if (reply && (err = egr_proto_write_by(cfd, reply, &deadline)))
 		log_warn("control: write reply to pid %d: %s", cred.pid, strerror(-err));
 	else if (reply && json_is_true(json_object_get(reply, "ok")) && s->events &&
 		 strcmp(json_string_value(json_object_get(req, "op")) ?: "", "events") == 0 &&

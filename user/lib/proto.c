@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #include <errno.h>
+#include <poll.h>
+#include <time.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +12,55 @@
 
 #include "proto.h"
 
+/* Milliseconds left until deadline (CLOCK_MONOTONIC), at least 0; -1 when
+ * there is no deadline. */
+static int remaining_ms(const struct timespec *deadline)
+{
+	struct timespec now;
+	long long ms;
+
+	if (!deadline)
+		return -1;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	ms = (long long)(deadline->tv_sec - now.tv_sec) * 1000 +
+	     (deadline->tv_nsec - now.tv_nsec) / 1000000;
+	return ms < 0 ? 0 : (ms > 3600000 ? 3600000 : (int)ms);
+}
+
+/* Wait until fd is ready for events or the deadline passes. */
+static int wait_ready(int fd, short events, const struct timespec *deadline)
+{
+	struct pollfd pfd = { .fd = fd, .events = events };
+	int n;
+
+	if (!deadline)
+		return 0;
+	do
+		n = poll(&pfd, 1, remaining_ms(deadline));
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	return n == 0 ? -ETIMEDOUT : 0;
+}
+
+void egr_proto_deadline(struct timespec *deadline, int timeout_ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, deadline);
+	deadline->tv_sec += timeout_ms / 1000;
+	deadline->tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+	if (deadline->tv_nsec >= 1000000000) {
+		deadline->tv_sec++;
+		deadline->tv_nsec -= 1000000000;
+	}
+}
+
 int egr_proto_read(int fd, size_t max, json_t **out, char *errmsg, size_t errlen)
+{
+	return egr_proto_read_by(fd, max, NULL, out, errmsg, errlen);
+}
+
+int egr_proto_read_by(int fd, size_t max, const struct timespec *deadline, json_t **out,
+		      char *errmsg, size_t errlen)
 {
 	size_t cap = 4096, len = 0;
 	char *buf = malloc(cap);
@@ -38,6 +88,9 @@ int egr_proto_read(int fd, size_t max, json_t **out, char *errmsg, size_t errlen
 			}
 			buf = nb;
 		}
+		err = wait_ready(fd, POLLIN, deadline);
+		if (err)
+			goto out;
 		n = read(fd, buf + len, cap - len);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -81,6 +134,11 @@ out:
 
 int egr_proto_write(int fd, const json_t *obj)
 {
+	return egr_proto_write_by(fd, obj, NULL);
+}
+
+int egr_proto_write_by(int fd, const json_t *obj, const struct timespec *deadline)
+{
 	char *s = json_dumps(obj, JSON_COMPACT);
 	size_t len, off = 0;
 	int err = 0;
@@ -90,7 +148,12 @@ int egr_proto_write(int fd, const json_t *obj)
 	len = strlen(s);
 	s[len++] = '\n'; /* overwrites the NUL; s is no longer a C string */
 	while (off < len) {
-		ssize_t n = send(fd, s + off, len - off, MSG_NOSIGNAL);
+		ssize_t n;
+
+		err = wait_ready(fd, POLLOUT, deadline);
+		if (err)
+			break;
+		n = send(fd, s + off, len - off, MSG_NOSIGNAL);
 
 		if (n < 0) {
 			if (errno == EINTR)

@@ -5,6 +5,7 @@
 #define EGR_PROTO_H
 
 #include <stddef.h>
+#include <time.h>
 #include <jansson.h>
 
 #define EGR_DEFAULT_SOCKET "/run/egressd/egressd.sock"
@@ -17,6 +18,14 @@ int egr_proto_read(int fd, size_t max, json_t **out, char *errmsg, size_t errlen
 
 /* Write obj compactly plus a newline. 0 or -errno. */
 int egr_proto_write(int fd, const json_t *obj);
+
+/* The same with a deadline for the whole message (CLOCK_MONOTONIC, from
+ * egr_proto_deadline()), not per read or write: a peer that trickles bytes
+ * cannot hold the caller past it. -ETIMEDOUT when it passes. */
+void egr_proto_deadline(struct timespec *deadline, int timeout_ms);
+int egr_proto_read_by(int fd, size_t max, const struct timespec *deadline, json_t **out,
+		      char *errmsg, size_t errlen);
+int egr_proto_write_by(int fd, const json_t *obj, const struct timespec *deadline);
 
 /* Connect to the control socket, send req, read the answer.
  * 0, -ENOENT/-ECONNREFUSED (egressd not running), or -errno. */

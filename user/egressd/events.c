@@ -52,6 +52,7 @@ struct gone {
 
 struct egr_events {
 	unsigned int batch; /* events handled in the current consume call */
+	unsigned int undrained_ticks; /* ticks in a row that left the ring non-empty */
 	struct egr_bpf *bpf;
 	struct egr_registry *reg;
 	struct egr_loop *loop;
@@ -595,7 +596,14 @@ void egr_events_poll(struct egr_events *ev)
 {
 	ev->batch = 0;
 	ring_buffer__consume(ev->rb);
-	check_lost(ev);
+	/* Losses happened when the ring was full, after everything still in
+	 * it: report them once it is drained, so the stream keeps that order
+	 * (and the report is not pushed out of the history by older events). */
+	if (ev->batch < EVENTS_PER_WAKEUP || ++ev->undrained_ticks >= 5) {
+		/* ... but under sustained overload, after 5 ticks anyway. */
+		ev->undrained_ticks = 0;
+		check_lost(ev);
+	}
 }
 
 static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)

@@ -224,6 +224,22 @@ def cgroup_remove_tree(path):
 # --- servers (in this process, outside every sandbox) -------------------------------
 
 
+def join_cgroup_fn(cg):
+    """A preexec_fn that moves the child into cgroup cg before exec (a socket
+    keeps the cgroup it was created in); None when cg is None."""
+    if cg is None:
+        return None
+    procs = os.path.join(cg, "cgroup.procs")
+
+    def join():
+        fd = os.open(procs, os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+    return join
+
+
 class TcpServer:
     """Accepts, reads what comes within 2 s, answers "pong", closes."""
 
@@ -677,20 +693,10 @@ class Ctx:
     def probe(self, cg, *action, timeout=PROBE_TIMEOUT_S):
         """Run netprobe ACTION inside cgroup cg (None: outside every sandbox)."""
         argv = [self.netprobe] + [str(a) for a in action]
-        procs = None if cg is None else os.path.join(cg, "cgroup.procs")
-
-        def join_cgroup():
-            # The child joins before exec: every socket it creates is the cgroup's.
-            fd = os.open(procs, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
-
         try:
             r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, timeout=timeout,
-                               preexec_fn=join_cgroup if procs else None)
+                               preexec_fn=join_cgroup_fn(cg))
         except subprocess.TimeoutExpired:
             raise TestFailure("`%s` did not finish within %d s" % (" ".join(argv), timeout))
         except subprocess.SubprocessError as e:
@@ -1078,12 +1084,7 @@ def nested_cgroup_still_confined(c):
             c.denied(cg, "udp-sendto", "127.0.0.1", b.port)
             c.denied(cg, "socket", "inet", "raw", "icmp")
         # A process started in the sandbox and then moved into the child.
-        procs = os.path.join(sb.cg, "cgroup.procs")
-
-        def join():
-            fd = os.open(procs, os.O_WRONLY)
-            os.write(fd, b"0")
-            os.close(fd)
+        join = join_cgroup_fn(sb.cg)
 
         p = subprocess.Popen(["/bin/sh", "-c", 'read _ && exec "$0" "$@"', c.netprobe, "tcp",
                               "127.0.0.1", str(b.port)], stdin=subprocess.PIPE,
@@ -1180,12 +1181,7 @@ def narrowing_update_tears_down_established(c):
             l.listen(8)  # never accepted: the handshake completes in the backlog
         kp, dp = keep.getsockname()[1], drop.getsockname()[1]
         with c.sandbox(["127.0.0.1:%d" % kp, "127.0.0.1:%d" % dp]) as sb:
-            procs = os.path.join(sb.cg, "cgroup.procs")
-
-            def join():
-                fd = os.open(procs, os.O_WRONLY)
-                os.write(fd, b"0")
-                os.close(fd)
+            join = join_cgroup_fn(sb.cg)
 
             holders = []
             try:
@@ -1738,14 +1734,7 @@ else:
 
 def in_sandbox(cg, script, *args, timeout=30):
     """Run python3 -c script inside cgroup cg; its stdout's words."""
-    procs = os.path.join(cg, "cgroup.procs")
-
-    def join_cgroup():
-        fd = os.open(procs, os.O_WRONLY)
-        try:
-            os.write(fd, b"0")
-        finally:
-            os.close(fd)
+    join_cgroup = join_cgroup_fn(cg)
 
     r = subprocess.run([sys.executable, "-c", script] + [str(a) for a in args],
                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -2140,14 +2129,7 @@ print(acc, dg, rep.decode(errors="replace") or "eof", ur.decode(errors="replace"
 
 
 def run_listener(c, cg, tcp_port, udp_echo_port, seconds=2.0):
-    procs = os.path.join(cg, "cgroup.procs")
-
-    def join_cgroup():
-        fd = os.open(procs, os.O_WRONLY)
-        try:
-            os.write(fd, b"0")
-        finally:
-            os.close(fd)
+    join_cgroup = join_cgroup_fn(cg)
 
     p = subprocess.Popen([sys.executable, "-c", LISTENER, str(seconds), str(tcp_port),
                           str(udp_echo_port)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -2266,15 +2248,11 @@ def adv_counter(c, name):
 def adv_probe_as_nobody(c, cg, *action):
     """netprobe ACTION in cgroup cg as uid/gid 65534, no groups, no capabilities."""
     argv = [c.netprobe] + [str(a) for a in action]
-    procs = os.path.join(cg, "cgroup.procs") if cg else None
+    join = join_cgroup_fn(cg)
 
     def drop():
-        if procs:
-            fd = os.open(procs, os.O_WRONLY)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
+        if join:
+            join()
         os.setgroups([])
         os.setgid(65534)
         os.setuid(65534)  # from root to non-root: every capability set is cleared
@@ -2547,12 +2525,7 @@ def adv_inherited_socket(c):
         # Twin: the vector. A socket made outside and handed to a process in the
         # sandbox cgroup keeps its creator's cgroup: nothing of ours judges it.
         with c.sandbox(["udp/127.0.0.1:%d" % a.port]) as sb:
-            procs = os.path.join(sb.cg, "cgroup.procs")
-
-            def join():
-                fd = os.open(procs, os.O_WRONLY)
-                os.write(fd, b"0")
-                os.close(fd)
+            join = join_cgroup_fn(sb.cg)
 
             n = deny.received
             r = subprocess.run([sys.executable, "-c", SEND_ON_INHERITED,
@@ -2886,19 +2859,10 @@ def run_in_sandbox(cg, argv, netns=None, resolv=None, timeout=PROBE_TIMEOUT_S):
         argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                 'mount --bind "$1" /etc/resolv.conf && mount --bind "$2" /etc/nsswitch.conf '
                 '&& shift 2 && exec "$@"', "sh", resolv, nss] + argv
-    procs = None if cg is None else os.path.join(cg, "cgroup.procs")
-
-    def join_cgroup():
-        fd = os.open(procs, os.O_WRONLY)
-        try:
-            os.write(fd, b"0")
-        finally:
-            os.close(fd)
-
     try:
         r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, timeout=timeout,
-                           preexec_fn=join_cgroup if procs else None)
+                           preexec_fn=join_cgroup_fn(cg))
     except subprocess.TimeoutExpired:
         raise TestFailure("`%s` did not finish within %d s" % (" ".join(argv[:6]), timeout))
     out = r.stdout.strip()
@@ -3271,12 +3235,7 @@ def dns_policy_update(c):
             dns_ok(c, sb, "keep.test", want=kip)
             sb.allowed("tcp", ip, a.port)
             sb.allowed("tcp", kip, k.port)
-            procs = os.path.join(sb.cg, "cgroup.procs")
-
-            def join():
-                fd = os.open(procs, os.O_WRONLY)
-                os.write(fd, b"0")
-                os.close(fd)
+            join = join_cgroup_fn(sb.cg)
 
             holders = []
             try:

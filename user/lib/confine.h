@@ -30,6 +30,20 @@ int egr_confine_seccomp(const struct egr_confine *c);
  * of the agent) from the bounding set and the current sets. 0 or -errno. */
 int egr_confine_drop_caps(void);
 
+/* The identity a command runs as (egressctl run --user). */
+struct egr_run_user {
+	uint32_t uid;
+	uint32_t gid;
+};
+
+/* Give up every capability for good, also as uid 0: an empty bounding set,
+ * no effective, permitted, inheritable or ambient capability, locked
+ * securebits (SECBIT_NOROOT: exec as root grants nothing) and
+ * no_new_privs. With user set, switch to user->uid, user->gid and the
+ * single supplementary group user->gid first. Checks the result: 0 only
+ * when every set reads empty, else -errno (-EPERM: something is left). */
+int egr_confine_drop_all_caps(const struct egr_run_user *user);
+
 /* Drop every capability keep() refuses from the bounding, effective,
  * permitted and inheritable sets (*dropped: effective ones given up).
  * 0 or -errno. egressd uses it for itself (harden.c). */

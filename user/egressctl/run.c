@@ -896,6 +896,16 @@ static int limits_apply(const struct run_opts *o, const char *cg, int cgfd)
 		if (err)
 			fprintf(stderr, "egressctl: run: --memory-max: cannot write %s/memory.max: "
 					"%s\n", cg, strerror(-err));
+		/* The limit is on memory, not on memory plus swap. No file: no
+		 * swap accounting (or no swap), nothing to close. */
+		if (!err) {
+			err = write_file_at(cgfd, "memory.swap.max", "0");
+			if (err == -ENOENT)
+				err = 0;
+			else if (err)
+				fprintf(stderr, "egressctl: run: --memory-max: cannot write "
+						"%s/memory.swap.max: %s\n", cg, strerror(-err));
+		}
 	}
 	return err;
 }

@@ -413,9 +413,15 @@ def hostile_run_root_has_no_capabilities(c):
 
 
 # uid 0 under run looks for egressd. argv: bpffs dir, socket, state dir,
-# cgroup2 mount, the e2e cgroup root, a root-writable sysfs file (or "").
+# cgroup2 mount, the e2e cgroup root, a root-writable sysfs file and a block
+# device of the host (or "").
 HR_LOOK = HR_PRELUDE + r"""
-bpffs, sock, state, mnt, cg_root, sysfile = sys.argv[1:7]
+bpffs, sock, state, mnt, cg_root, sysfile, blockdev = sys.argv[1:8]
+out("dev", ",".join(sorted(os.listdir("/dev"))))
+out("blockdev", err_of(lambda: os.lstat(blockdev)) if blockdev else "none")
+out("dev_create", err_of(lambda: write_file("/dev/hr-new", "x")))
+out("dev_null", err_of(lambda: write_file("/dev/null", "x")))
+out("urandom", len(open("/dev/urandom", "rb").read(16)))
 out("bpf_root", ",".join(sorted(os.listdir("/sys/fs/bpf"))) or "-")
 out("bpffs_dir", "yes" if os.path.exists(bpffs) else "no")
 out("socket", "yes" if os.path.exists(sock) else "no")
@@ -460,6 +466,15 @@ def hr_sysfs_writable_file():
     return ""
 
 
+def hr_block_device():
+    """A block device node of the host (its disk), or ""."""
+    for name in sorted(os.listdir("/sys/block")):
+        p = "/dev/" + name
+        if not name.startswith(("loop", "ram")) and os.path.exists(p):
+            return p
+    return ""
+
+
 @test
 def hostile_run_cannot_reach_egressd(c):
     # uid 0 under run: egressd's pins, state and control socket.
@@ -471,11 +486,22 @@ def hostile_run_cannot_reach_egressd(c):
     if sysfile:  # twin: root outside may open it for writing (nothing is written)
         os.close(os.open(sysfile, os.O_WRONLY))
     os.close(os.open("/proc/sys/net/ipv4/ping_group_range", os.O_WRONLY))
+    blockdev = hr_block_device()
+    # (twin: the node is there outside; it is never opened here)
+    check(not blockdev or os.path.exists(blockdev), "%s vanished" % blockdev)
     cwd = tempfile.mkdtemp(prefix=RUN_ID + ".cwd.", dir="/var/tmp")
     CLEANUP.push("cwd dir", shutil.rmtree, cwd, True)
     r = hr_run(c, pol, [sys.executable, "-c", HR_LOOK, c.bpffs, c.sock, c.state, c.cg_mount,
-                        c.cg_root, sysfile], cwd=cwd)
+                        c.cg_root, sysfile, blockdev], cwd=cwd)
     f = hr_findings(r, "look-around script under run")
+    dev = set(f.get("dev", "").split(","))
+    check(dev <= {"null", "zero", "full", "random", "urandom", "tty", "fd", "stdin", "stdout",
+                  "stderr", "ptmx", "pts", "shm"}, "/dev under run lists %r" % sorted(dev))
+    check(f.get("blockdev") in ("ENOENT", "none"), "the host's disk %s under run: %r" %
+          (blockdev, f.get("blockdev")))
+    check(f.get("dev_create") == "EROFS", "a new file in /dev: %r" % f.get("dev_create"))
+    check(f.get("dev_null") == "ok" and f.get("urandom") == "16",
+          "twin: /dev/null or /dev/urandom do not work under run: %r" % f)
     check(f.get("bpf_root") == "-", "/sys/fs/bpf lists %r under run" % f.get("bpf_root"))
     check(f.get("bpffs_dir") == "no", "egressd's bpffs dir %s is visible" % c.bpffs)
     check(f.get("socket") == "no" and f.get("socket_connect") == "ENOENT",

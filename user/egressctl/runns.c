@@ -17,6 +17,8 @@
  *    the new cgroup namespace it shows only the command's own subtree;
  *  - /sys and every mount under it are made read-only (module parameters and
  *    other root-owned files need no capability to write);
+ *  - /dev is a read-only tmpfs with null, zero, full, random, urandom and
+ *    tty bound from the host's, a devpts and a /dev/shm of its own;
  *  - egressd's state, run and socket directories (and --hide ones) get an
  *    empty read-only tmpfs over them;
  *  - the result is read back from the new /proc/self/mountinfo and checked.
@@ -220,6 +222,64 @@ static int hide_path(const char *path)
 	return 0;
 }
 
+/*
+ * A /dev of a few harmless nodes, bound from the host's: uid 0 needs no
+ * capability to open a root-owned block device or /dev/kmsg, and the
+ * host's /dev/shm and /dev/mqueue are shared with every other sandbox.
+ * A devpts instance and a /dev/shm of its own; read-only afterwards.
+ */
+static int make_dev(void)
+{
+	static const char *const nodes[] = { "null", "zero", "full", "random", "urandom", "tty" };
+	static const char *const links[][2] = {
+		{ "fd", "/proc/self/fd" },	    { "stdin", "/proc/self/fd/0" },
+		{ "stdout", "/proc/self/fd/1" }, { "stderr", "/proc/self/fd/2" },
+		{ "ptmx", "pts/ptmx" },
+	};
+	char src[PATH_MAX], dst[PATH_MAX];
+	int old, fd, err = 0;
+
+	old = open("/dev", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (old < 0)
+		return fail("cannot open", "/dev", -errno);
+	if (mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC,
+		  "size=64k,nr_inodes=64,mode=0755") < 0) {
+		err = fail("cannot mount a /dev of its own on", "/dev", -errno);
+		goto out;
+	}
+	for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]) && !err; i++) {
+		struct stat st;
+
+		/* Through the descriptor: the host's /dev is covered now. */
+		snprintf(src, sizeof(src), "/proc/self/fd/%d/%s", old, nodes[i]);
+		snprintf(dst, sizeof(dst), "/dev/%s", nodes[i]);
+		if (stat(src, &st) < 0 || !S_ISCHR(st.st_mode))
+			continue; /* not on this host */
+		fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+		if (fd < 0 || close(fd) < 0 || mount(src, dst, NULL, MS_BIND, NULL) < 0)
+			err = fail("cannot bind", dst, -errno);
+	}
+	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]) && !err; i++) {
+		snprintf(dst, sizeof(dst), "/dev/%s", links[i][0]);
+		if (symlink(links[i][1], dst) < 0)
+			err = fail("cannot make", dst, -errno);
+	}
+	if (!err && (mkdir("/dev/pts", 0755) < 0 ||
+		     mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+			   "newinstance,ptmxmode=0666,mode=0620") < 0))
+		err = fail("cannot mount a devpts of its own on", "/dev/pts", -errno);
+	if (!err && (mkdir("/dev/shm", 01777) < 0 ||
+		     mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+			   "size=64m,mode=01777") < 0))
+		err = fail("cannot mount a /dev/shm of its own on", "/dev/shm", -errno);
+	if (!err && mount(NULL, "/dev", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID |
+			  MS_NOEXEC, NULL) < 0)
+		err = fail("cannot make read-only:", "/dev", -errno);
+out:
+	close(old);
+	return err;
+}
+
 /* The result, read back: no host procfs, bpffs or cgroup mount is left. */
 static int check_view(const struct run_view *v)
 {
@@ -307,6 +367,9 @@ int run_view_enter(const struct run_view *v)
 		return err;
 	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 		return fail("cannot mount a procfs of its pid namespace on", "/proc", -errno);
+	err = make_dev();
+	if (err)
+		return err;
 	err = bind_ro("/proc/sys");
 	if (err)
 		return fail("cannot make read-only:", "/proc/sys", err);

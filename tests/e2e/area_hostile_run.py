@@ -253,8 +253,9 @@ print("kill0 ok")
 """
 
 
-def hr_host_pid_of(parent, uid, timeout=10):
-    """The host pid of the process of uid under parent/run-*/cmd."""
+def hr_host_pid_of(parent, uid, timeout=10, cmd="python"):
+    """The host pid of the process of uid running cmd under parent/run-*/cmd
+    (not the sandbox's pid 1, whose command line is egressctl's)."""
     found = []
 
     def look():
@@ -265,6 +266,9 @@ def hr_host_pid_of(parent, uid, timeout=10):
                 continue
             for p in pids:
                 try:
+                    with open("/proc/%s/cmdline" % p, "rb") as f:
+                        if cmd.encode() not in f.read().split(b"\0")[0]:
+                            continue
                     for line in open("/proc/%s/status" % p):
                         if line.startswith("Uid:") and int(line.split()[1]) == uid:
                             found.append(int(p))
@@ -529,6 +533,10 @@ def hostile_run_cannot_reach_egressd(c):
     r = hr_run(c, pol, [sys.executable, "-c", HR_CWD], ["--hide", cwd], cwd=cwd)
     check(r.returncode == 0 and "entries -\n" in r.stdout, "--hide %s: %d %r %r" %
           (cwd, r.returncode, r.stdout, r.stderr))
+    # A path that cannot be covered stops the run before the command exists.
+    r = hr_run(c, pol, ["/bin/echo", "started"], ["--hide", "/"])
+    check(r.returncode == 2 and "started" not in r.stdout and "cannot hide /" in r.stderr,
+          "--hide /: %d %r %r" % (r.returncode, r.stdout, r.stderr))
 
 
 # Forks up to argv[1] children that wait (bounded) and counts refusals.
@@ -644,3 +652,49 @@ def hostile_run_status_and_signals(c):
             raise TestFailure("%s to egressctl run did not end the command" % sig.name)
         check(p.returncode == 42, "%s: exit %d, expected the command's 42: %r" %
               (sig.name, p.returncode, p.stderr.read()))
+
+
+@test
+def hostile_run_dies_with_egressctl(c):
+    # The command cannot outlive its launcher: SIGKILL to egressctl (which
+    # cannot forward it) takes the sandbox's pid 1, and the pid namespace
+    # with it. The cgroup stays attached (confined) until detached.
+    pol = c.policy(["127.0.0.1:%d" % c.tcp("a").port])
+    parent = hr_parent(c)
+    p = subprocess.Popen([c.egressctl, "--socket", c.sock, "run", "--policy", pol,
+                          "--cgroup-parent", parent, "--", sys.executable, "-c", HR_VICTIM],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    CLEANUP.push("run", lambda: p.poll() is None and (p.kill(), p.wait(10)))
+    try:
+        check(p.stdout.readline().startswith("ready"), "the command did not start")
+        victim = hr_host_pid_of(parent, 0)
+        check(victim is not None, "no process of the command under %s" % parent)
+        check(os.path.exists("/proc/%d" % victim), "twin: the command is not running")
+        p.kill()
+        p.wait(10)
+        check(wait_until(lambda: not os.path.exists("/proc/%d" % victim), 5),
+              "the command (pid %d) outlived egressctl run" % victim)
+        sbs = [sb for sb in c.list_json()
+               if os.path.realpath(sb.get("cgroup", "")).startswith(parent + "/")]
+        check(len(sbs) == 1, "the sandbox of the killed run is not attached: %r" % sbs)
+    finally:
+        for sb in c.list_json():
+            if os.path.realpath(sb.get("cgroup", "")).startswith(parent + "/"):
+                c.ctl("detach", "--id", str(sb["id"]))
+
+
+@test
+def hostile_run_seccomp_profile_matches(c):
+    # The OCI profile for container runtimes refuses what run's filter does.
+    r = c.ctl_ok("seccomp-profile")
+    prof = json.loads(r.stdout)
+    with open(os.path.join(c.state, "oci-seccomp.json")) as f:
+        written = json.load(f)
+    for p, what in ((prof, "egressctl seccomp-profile"), (written, "oci-seccomp.json")):
+        refused = {r["names"][0] for r in p.get("syscalls", [])
+                   if r.get("action") == "SCMP_ACT_ERRNO" and r.get("errnoRet") == errno_mod.EPERM
+                   and not r.get("args")}
+        for name in ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
+                     "bpf", "io_uring_setup"):
+            check(name in refused, "%s does not refuse %s: %r" % (what, name, sorted(refused)))

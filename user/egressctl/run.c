@@ -1127,9 +1127,12 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	child_pid = -1; /* signals from now on are dropped */
 	/* pid 1 passes the command's own wait status on; without it (pid 1
 	 * failed to set up, or was killed) pid 1's status is the answer. */
-	if (pid > 0 && status >= 0 &&
-	    read(spipe[0], &cmd_status, sizeof(cmd_status)) == (ssize_t)sizeof(cmd_status))
-		status = cmd_status;
+	if (pid > 0 && status >= 0) {
+		if (read(spipe[0], &cmd_status, sizeof(cmd_status)) == (ssize_t)sizeof(cmd_status))
+			status = cmd_status;
+		else if (WIFEXITED(status) && WEXITSTATUS(status) == CTL_EXIT_RUN_FAILED)
+			status = -1; /* pid 1 said why; the command never started */
+	}
 	rc = status < 0 ? CTL_EXIT_RUN_FAILED : exit_status(status);
 
 cleanup:

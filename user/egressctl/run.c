@@ -10,10 +10,13 @@
  *
  * The sandbox cgroup S gets a leaf S/cmd, and the command's pid 1 is born
  * there in new cgroup, pid, mount and IPC namespaces: S/cmd is the root of
- * its cgroup namespace, so the kernel refuses any move to a cgroup outside
- * it (and the limits on S are out of its reach); it sees no process
- * outside; its mount namespace (runns.c) has no bpffs, no host cgroup
- * tree, a /proc of its own and egressd's directories covered. That pid 1
+ * its cgroup namespace and the only cgroup2 mount it sees is made in that
+ * namespace, so no path names a cgroup outside it (the kernel checks the
+ * namespace on a move only under nsdelegate; uid 0 owns cgroup.procs and
+ * needs no capability to write it) and the limits on S are out of its
+ * reach; it sees no process outside; its mount namespace (runns.c) has no
+ * bpffs, no host cgroup tree, a /proc of its own and egressd's directories
+ * covered. That pid 1
  * forks the command, forwards SIGINT, SIGTERM and SIGHUP to it and hands
  * its wait status back through a pipe; when it ends, the kernel kills
  * whatever else is left in the pid namespace.
@@ -152,8 +155,8 @@ static int parse_bytes(const char *s, uint64_t *out)
 	if (len == 0 || len >= sizeof(num))
 		return -EINVAL;
 	memcpy(num, s, len + 1);
-	u = strchr(units, num[len - 1]);
-	if (u && num[len - 1]) {
+	u = strchr(units, num[len - 1]); /* never the terminator: len > 0 */
+	if (u) {
 		shift = 10 * (unsigned int)(u - units + 1);
 		num[len - 1] = '\0';
 	}

@@ -1336,18 +1336,22 @@ def egressctl_run(c):
     a, b = c.tcp("a"), c.tcp("b")
     pol = c.policy(["127.0.0.1:%d" % a.port])
     before = c.list_json()
+    parent = c.mkcgroup("runparent")
+    CLEANUP.push("run parent", cgroup_remove_tree, parent)
     for port, want_rc, want_line in ((a.port, 0, "ok"), (b.port, 1, "err EPERM")):
+        # The command is the root of its own cgroup namespace ("0::/"); the
+        # transient cgroup is a child of --cgroup-parent, gone afterwards.
         script = 'cat /proc/self/cgroup; exec "$0" "$@"'
-        r = c.ctl("run", "--policy", pol, "--", "/bin/sh", "-c", script, c.netprobe, "tcp",
-                  "127.0.0.1", str(port))
+        r = c.ctl("run", "--policy", pol, "--cgroup-parent", parent, "--", "/bin/sh", "-c",
+                  script, c.netprobe, "tcp", "127.0.0.1", str(port))
         out = r.stdout
         check(r.returncode == want_rc, "run tcp :%d: exit %d, expected %d: %r %r" %
               (port, r.returncode, want_rc, out, r.stderr))
         check(want_line in out, "run tcp :%d printed %r" % (port, out))
         rel = run_cgroup_of(out)
-        check(rel is not None and rel != "/", "the command ran in no transient cgroup: %r" % out)
-        check(not os.path.exists(c.cg_mount + rel),
-              "transient cgroup %s left behind" % (c.cg_mount + rel))
+        check(rel == "/", "the command is not the root of its cgroup namespace: %r" % out)
+        left = [d for d in os.listdir(parent) if os.path.isdir(os.path.join(parent, d))]
+        check(left == [], "transient cgroup(s) %r left behind in %s" % (left, parent))
     r = c.ctl("run", "--policy", pol, "--", c.netprobe, "socket", "inet", "raw", "icmp")
     check(r.returncode == 1 and "err EPERM" in r.stdout,
           "run raw socket: exit %d %r" % (r.returncode, r.stdout))
@@ -1366,13 +1370,27 @@ def sandboxed_peer_cannot_drive_egressd(c):
     pol = c.policy(["127.0.0.1:%d" % a.port])
     wide = c.policy(["127.0.0.0/8:*"])
     before = c.list_json()
+    # Under `run` the control socket is not even there (its directory is
+    # covered in the command's mount namespace) ...
     r = c.ctl("run", "--policy", pol, "--", c.egressctl, "--socket", c.sock, "status")
-    check(r.returncode == 1 and "forbidden" in r.stderr,
-          "status from inside a sandbox: exit %d %r" % (r.returncode, r.stderr))
+    check(r.returncode == 3 and "No such file" in r.stderr,
+          "status from inside a run sandbox: exit %d %r" % (r.returncode, r.stderr))
     r = c.ctl("run", "--policy", pol, "--", c.egressctl, "--socket", c.sock, "run",
               "--policy", wide, "--", "/bin/true")
     check(r.returncode != 0, "a sandboxed egressctl run created a sandbox: exit %d" % r.returncode)
     check(c.list_json() == before, "sandboxes changed: %r" % c.list_json())
+    # ... and a process of an attached sandbox that reaches it is refused.
+    with c.sandbox(["127.0.0.1:%d" % a.port]) as sb:
+        before = c.list_json()
+        for args in (["status"], ["run", "--policy", wide, "--", "/bin/true"],
+                     ["detach", "--cgroup", sb.cg]):
+            r = subprocess.run([c.egressctl, "--socket", c.sock] + args, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=CTL_TIMEOUT_S,
+                               preexec_fn=join_cgroup_fn(sb.cg))
+            check(r.returncode != 0 and "forbidden" in r.stderr,
+                  "%s from inside an attached sandbox: exit %d %r" %
+                  (args[0], r.returncode, r.stderr))
+        check(c.list_json() == before, "sandboxes changed: %r" % c.list_json())
     # The same command outside any sandbox is served.
     c.ctl_ok("status")
 

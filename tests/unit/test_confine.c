@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * Unit tests of user/lib/confine.c: the OCI profile's rules, and the real
- * filter and capability drop, each applied in a forked child (they cannot be
+ * filter (families, io_uring, the calls that reach into another process)
+ * and capability drops, each applied in a forked child (they cannot be
  * undone) that reports its first failed check to the parent through a pipe
  * and its exit status.
  *
@@ -21,6 +22,8 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -103,6 +106,13 @@ static void test_oci_profile_default(void **state)
 	assert_true(has_rule(prof, "io_uring_setup", -1, NULL));
 	assert_true(has_rule(prof, "io_uring_enter", -1, NULL));
 	assert_true(has_rule(prof, "io_uring_register", -1, NULL));
+	/* Reaching into another process of the same uid (issue 8, row 6). */
+	assert_true(has_rule(prof, "ptrace", -1, NULL));
+	assert_true(has_rule(prof, "process_vm_readv", -1, NULL));
+	assert_true(has_rule(prof, "process_vm_writev", -1, NULL));
+	assert_true(has_rule(prof, "pidfd_getfd", -1, NULL));
+	assert_true(has_rule(prof, "kcmp", -1, NULL));
+	assert_true(has_rule(prof, "bpf", -1, NULL));
 	json_decref(prof);
 }
 
@@ -252,6 +262,96 @@ static void child_default_filter(void)
 	close(sv[1]);
 }
 
+/* The calls that reach into another process, tried on our own parent (the
+ * test runner: same uid) and on ourselves. */
+static long try_ptrace_seize(pid_t pid)
+{
+	return syscall(SYS_ptrace, 0x4206 /* PTRACE_SEIZE */, pid, 0, 0);
+}
+
+static long try_vm_readv(pid_t pid, int write)
+{
+	char src[8] = "egressd", dst[8];
+	struct iovec local = { .iov_base = dst, .iov_len = sizeof(dst) };
+	struct iovec remote = { .iov_base = src, .iov_len = sizeof(src) };
+
+	return syscall(write ? SYS_process_vm_writev : SYS_process_vm_readv, pid, &local, 1,
+		       &remote, 1, 0);
+}
+
+static long try_pidfd_getfd(void)
+{
+	long pidfd = syscall(SYS_pidfd_open, getpid(), 0), fd;
+
+	if (pidfd < 0)
+		return -2; /* pidfd_open itself is not refused: a test error */
+	fd = syscall(SYS_pidfd_getfd, (int)pidfd, 0, 0);
+	if (fd >= 0)
+		close((int)fd);
+	close((int)pidfd);
+	return fd;
+}
+
+static long try_kcmp(void)
+{
+	return syscall(SYS_kcmp, getpid(), getpid(), 0 /* KCMP_FILE */, 0, 0);
+}
+
+static void expect_eperm(long ret, const char *what)
+{
+	if (ret >= 0)
+		child_fail("%s succeeded under the filter", what);
+	if (ret == -2)
+		child_fail("%s: pidfd_open failed: %s", what, strerror(errno));
+	if (errno != EPERM)
+		child_fail("%s failed with %s, expected EPERM", what, strerror(errno));
+}
+
+static void child_process_calls_refused(void)
+{
+	struct egr_confine c = { 0 };
+	int err;
+
+	err = egr_confine_seccomp(&c);
+	if (err)
+		child_fail("egr_confine_seccomp: %s", strerror(-err));
+	expect_eperm(try_ptrace_seize(getppid()), "ptrace(PTRACE_SEIZE, parent)");
+	expect_eperm(try_vm_readv(getpid(), 0), "process_vm_readv(self)");
+	expect_eperm(try_vm_readv(getpid(), 1), "process_vm_writev(self)");
+	expect_eperm(try_pidfd_getfd(), "pidfd_getfd(self, 0)");
+	expect_eperm(try_kcmp(), "kcmp(self, self)");
+	/* Still allowed: seeing and signalling a process is the pid
+	 * namespace's business, not the filter's. */
+	if (syscall(SYS_pidfd_open, getpid(), 0) < 0)
+		child_fail("pidfd_open(self) refused: %s", strerror(errno));
+	if (kill(getppid(), 0) < 0)
+		child_fail("kill(parent, 0) refused: %s", strerror(errno));
+}
+
+static void test_seccomp_process_calls(void **state)
+{
+	in_child(child_process_calls_refused, "process calls");
+}
+
+/* Sanity twin: the same calls without the filter are not refused (kcmp may
+ * be compiled out: ENOSYS; ptrace of the parent may meet Yama: EPERM). */
+static void child_process_calls_unfiltered(void)
+{
+	if (try_vm_readv(getpid(), 0) != 8)
+		child_fail("process_vm_readv(self) without a filter: %s", strerror(errno));
+	if (try_vm_readv(getpid(), 1) != 8)
+		child_fail("process_vm_writev(self) without a filter: %s", strerror(errno));
+	if (try_pidfd_getfd() < 0)
+		child_fail("pidfd_getfd(self, 0) without a filter: %s", strerror(errno));
+	if (try_kcmp() < 0 && errno != ENOSYS)
+		child_fail("kcmp(self, self) without a filter: %s", strerror(errno));
+}
+
+static void test_process_calls_unfiltered(void **state)
+{
+	in_child(child_process_calls_unfiltered, "process calls, no filter");
+}
+
 static void test_seccomp_filter(void **state)
 {
 	in_child(child_default_filter, "default filter");
@@ -341,6 +441,83 @@ static void test_drop_caps(void **state)
 	in_child(child_drop_caps, "drop caps");
 }
 
+/* egr_confine_drop_all_caps: nothing is left, for uid 0 too, and exec of
+ * a root-owned binary gives nothing back. */
+static void child_drop_all_caps(void)
+{
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct data[2];
+	int err;
+
+	err = egr_confine_drop_all_caps(NULL);
+	if (err)
+		child_fail("egr_confine_drop_all_caps: %s", strerror(-err));
+	if (geteuid() != 0)
+		child_fail("the uid changed without --user");
+	if (syscall(SYS_capget, &hdr, data))
+		child_fail("capget: %s", strerror(errno));
+	for (int i = 0; i < 2; i++)
+		if (data[i].effective || data[i].permitted || data[i].inheritable)
+			child_fail("capabilities left: eff %#x prm %#x inh %#x (word %d)",
+				   data[i].effective, data[i].permitted, data[i].inheritable, i);
+	for (int cap = 0; cap <= CAP_LAST_CAP; cap++)
+		if (capbset_has(cap))
+			child_fail("capability %d is still in the bounding set", cap);
+	if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1)
+		child_fail("no_new_privs is not set");
+	/* What uid 0 could do with them. */
+	if (setuid(65534) == 0)
+		child_fail("setuid(65534) succeeded without CAP_SETUID");
+	if (chown("/", 65534, 65534) == 0)
+		child_fail("chown(/) succeeded without CAP_CHOWN");
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_NET_RAW, 0, 0) == 0)
+		child_fail("an ambient capability could be raised");
+	expect_socket_eperm(AF_INET, SOCK_RAW, IPPROTO_ICMP, "raw inet without capabilities");
+}
+
+static void test_drop_all_caps(void **state)
+{
+	if (geteuid() != 0) {
+		if (getenv("CI") && !strcmp(getenv("CI"), "true"))
+			fail_msg("test_drop_all_caps needs root (CI=true: not skipped)");
+		skip();
+	}
+	in_child(child_drop_all_caps, "drop all caps");
+}
+
+/* --user: the identity changes, and still nothing is left. */
+static void child_drop_all_caps_user(void)
+{
+	struct egr_run_user u = { .uid = 65534, .gid = 65533 };
+	gid_t groups[4];
+	int err, n;
+
+	err = egr_confine_drop_all_caps(&u);
+	if (err)
+		child_fail("egr_confine_drop_all_caps(65534:65533): %s", strerror(-err));
+	if (getuid() != 65534 || geteuid() != 65534 || getgid() != 65533 || getegid() != 65533)
+		child_fail("uid %d/%d gid %d/%d, expected 65534 and 65533", (int)getuid(),
+			   (int)geteuid(), (int)getgid(), (int)getegid());
+	n = getgroups(4, groups);
+	if (n != 1 || groups[0] != 65533)
+		child_fail("supplementary groups: %d of them, expected just 65533", n);
+	if (setuid(0) == 0)
+		child_fail("setuid(0) succeeded after the drop");
+	for (int cap = 0; cap <= CAP_LAST_CAP; cap++)
+		if (capbset_has(cap))
+			child_fail("capability %d is still in the bounding set", cap);
+}
+
+static void test_drop_all_caps_user(void **state)
+{
+	if (geteuid() != 0) {
+		if (getenv("CI") && !strcmp(getenv("CI"), "true"))
+			fail_msg("test_drop_all_caps_user needs root (CI=true: not skipped)");
+		skip();
+	}
+	in_child(child_drop_all_caps_user, "drop all caps, --user");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -351,6 +528,10 @@ int main(void)
 		cmocka_unit_test(test_seccomp_filter),
 		cmocka_unit_test(test_seccomp_extra_family),
 		cmocka_unit_test(test_drop_caps),
+		cmocka_unit_test(test_process_calls_unfiltered),
+		cmocka_unit_test(test_seccomp_process_calls),
+		cmocka_unit_test(test_drop_all_caps),
+		cmocka_unit_test(test_drop_all_caps_user),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,6 +3,7 @@
 #ifndef EGR_CTL_H
 #define EGR_CTL_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <jansson.h>
@@ -60,6 +61,28 @@ void ctl_print_list(const json_t *sandboxes);
 /* --- run.c ---------------------------------------------------------------------- */
 
 int ctl_cmd_run(struct ctl *c, int argc, char **argv);
+
+/* --- runns.c: the command's view of the file system -------------------------------- */
+
+#define RUN_HIDE_MAX 16
+
+struct run_view {
+	char cgroup2[PATH_MAX]; /* the cgroup2 mount point, outside and inside */
+	char cwd[PATH_MAX];     /* the caller's working directory ("" unknown) */
+	char hide[RUN_HIDE_MAX][PATH_MAX]; /* absolute paths to cover */
+	size_t nhide;
+};
+
+/* Add path (made absolute) to the paths to hide. 0, -EINVAL for "/",
+ * -E2BIG when full, -errno. */
+int run_view_add_hide(struct run_view *v, const char *path);
+
+/* In the command's pid 1, in new mount, pid and cgroup namespaces and with
+ * every capability: private propagation, no procfs, bpffs or cgroup mount
+ * of the host, a fresh /proc and cgroup2, a minimal read-only /dev,
+ * read-only /sys and /proc/sys, v->hide covered, checked, and the working
+ * directory looked up again. 0 or -errno after printing why. */
+int run_view_enter(const struct run_view *v);
 
 /* --- events.c: events and audit verify -------------------------------------------- */
 

@@ -8,18 +8,36 @@
  * unconfined. Afterwards everything left in the cgroup is killed
  * (cgroup.kill), the sandbox detached and the cgroup tree removed.
  *
- * Before exec the child also drops the capabilities that go around egressd
- * and installs the seccomp family filter (user/lib/confine.c), so the
- * families no cgroup hook sees (AF_PACKET, AF_XDP, AF_VSOCK, ...) and
- * io_uring are closed too. If either fails the command is not run.
+ * The sandbox cgroup S gets a leaf S/cmd, and the command's pid 1 is born
+ * there in new cgroup, pid, mount and IPC namespaces: S/cmd is the root of
+ * its cgroup namespace and the only cgroup2 mount it sees is made in that
+ * namespace, so no path names a cgroup outside it (the kernel checks the
+ * namespace on a move only under nsdelegate; uid 0 owns cgroup.procs and
+ * needs no capability to write it) and the limits on S are out of its
+ * reach; it sees no process outside; its mount namespace (runns.c) has no
+ * bpffs, no host cgroup tree, a /proc of its own and egressd's directories
+ * covered. That pid 1
+ * forks the command, forwards SIGINT, SIGTERM and SIGHUP to it and hands
+ * its wait status back through a pipe; when it ends, the kernel kills
+ * whatever else is left in the pid namespace.
+ *
+ * Before exec the command gives up every capability (also as uid 0), may
+ * switch to --user, and installs the seccomp filter (user/lib/confine.c),
+ * so the families no cgroup hook sees (AF_PACKET, AF_XDP, AF_VSOCK, ...),
+ * io_uring, bpf() and ptrace-like calls are closed too. If any step fails
+ * the command is not run.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <linux/capability.h>
 #include <linux/sched.h>
+#include <sched.h>
+#include <pwd.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +59,7 @@
 #define POLL_MS      10
 
 static const char run_help[] =
-	"Usage: egressctl run --policy FILE [--tenant T] [--cgroup-parent DIR] -- CMD [ARGS...]\n"
+	"Usage: egressctl run --policy FILE [OPTIONS] -- CMD [ARGS...]\n"
 	"Run CMD in a new cgroup confined by the policy in FILE (\"-\" is stdin), then\n"
 	"kill whatever it left behind, detach the sandbox and remove the cgroup.\n"
 	"\n"
@@ -49,21 +67,43 @@ static const char run_help[] =
 	"  --tenant T           use tenant T instead of the policy's\n"
 	"  --cgroup-parent DIR  where to create the cgroup (default: egressd/ under the\n"
 	"                       cgroup2 mount, created when missing)\n"
+	"  --user UID[:GID]     run CMD as this numeric uid and gid (default gid: the\n"
+	"                       uid's primary group, else UID); supplementary groups: GID\n"
+	"  --pids-max N         at most N tasks in the sandbox (cgroup2 pids.max)\n"
+	"  --memory-max BYTES   memory limit of the sandbox (cgroup2 memory.max; K, M, G\n"
+	"                       and T suffixes, 1024-based; at least 1M)\n"
+	"  --hide PATH          also cover PATH in CMD's mount namespace (repeatable)\n"
 	"\n"
 	"A policy without execution_id gets \"run-\" and 16 random hex digits. SIGINT,\n"
-	"SIGTERM and SIGHUP are forwarded to CMD. CMD gets only descriptors 0, 1 and 2,\n"
-	"runs without CAP_NET_RAW, CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_BPF (and a few\n"
-	"more) and under a seccomp filter that refuses sockets of families other than\n"
-	"inet, inet6 and unix (plus those the policy's allow_sockets names) and\n"
-	"io_uring; see `egressctl seccomp-profile`. Exit status: CMD's, 128+N when it\n"
-	"was killed by signal N; 125 when it could not be started (3 when egressd is\n"
-	"not reachable, 4 for an invalid policy); 126/127 when CMD cannot be executed\n"
-	"or is not found.\n";
+	"SIGTERM and SIGHUP are forwarded to CMD. CMD runs in its own cgroup, pid,\n"
+	"mount and IPC namespaces: it cannot move out of its cgroup, sees and signals\n"
+	"no process outside, sees no bpffs, a cgroup2 tree of only its own cgroup, a\n"
+	"/proc of its own, a minimal read-only /dev, read-only /sys and /proc/sys, and\n"
+	"egressd's state, run and socket directories empty. It gets only descriptors\n"
+	"0, 1 and 2, no capability at all (also as uid 0; no_new_privs) and a seccomp\n"
+	"filter that refuses sockets of families other than inet, inet6 and unix (plus\n"
+	"those the policy's allow_sockets names), io_uring, bpf, perf_event_open,\n"
+	"ptrace, process_vm_readv/writev, pidfd_getfd and kcmp; see `egressctl\n"
+	"seccomp-profile`. It dies with egressctl.\n"
+	"A limit whose controller cgroup2 does not offer is refused, never ignored.\n"
+	"Exit status: CMD's, 128+N when it was killed by signal N; 125 when it could not\n"
+	"be started (2 for a bad option, 3 when egressd is not reachable, 4 for an\n"
+	"invalid policy); 126/127 when CMD cannot be executed or is not found.\n";
+
+#define PIDS_MAX_LIMIT  4194304ULL /* the kernel's PID_MAX_LIMIT */
+#define MEMORY_MAX_MIN  (1ULL << 20)
+#define MEMORY_MAX_MAX  (1ULL << 62)
 
 struct run_opts {
 	const char *policy;
 	const char *tenant;
 	const char *parent;
+	bool has_user;
+	struct egr_run_user user;
+	uint64_t pids_max;   /* 0: no limit asked for */
+	uint64_t memory_max; /* 0: no limit asked for */
+	const char *hide[RUN_HIDE_MAX];
+	size_t nhide;
 	char **cmd;
 };
 
@@ -86,9 +126,78 @@ static void forward_signal(int sig)
 
 static const int forwarded[] = { SIGINT, SIGTERM, SIGHUP };
 
+/* A decimal number without sign, spaces or suffix. 0 or -EINVAL. */
+static int parse_u64(const char *s, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (s[0] < '0' || s[0] > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* BYTES with an optional K, M, G or T (1024-based) suffix. 0 or -EINVAL. */
+static int parse_bytes(const char *s, uint64_t *out)
+{
+	static const char units[] = "KMGT";
+	char num[32];
+	size_t len = strlen(s);
+	const char *u;
+	unsigned int shift = 0;
+	uint64_t v;
+
+	if (len == 0 || len >= sizeof(num))
+		return -EINVAL;
+	memcpy(num, s, len + 1);
+	u = strchr(units, num[len - 1]); /* never the terminator: len > 0 */
+	if (u) {
+		shift = 10 * (unsigned int)(u - units + 1);
+		num[len - 1] = '\0';
+	}
+	if (parse_u64(num, &v) || (shift && v > (UINT64_MAX >> shift)))
+		return -EINVAL;
+	*out = v << shift;
+	return 0;
+}
+
+/* UID[:GID], numeric; GID defaults to the uid's primary group, else UID. */
+static int parse_user(const char *s, struct egr_run_user *u)
+{
+	char buf[32], *colon;
+	uint64_t uid, gid;
+	struct passwd *pw;
+
+	if (strlen(s) >= sizeof(buf))
+		return -EINVAL;
+	strcpy(buf, s);
+	colon = strchr(buf, ':');
+	if (colon)
+		*colon = '\0';
+	/* (uid_t)-1 means "unchanged" to setresuid: not a uid. */
+	if (parse_u64(buf, &uid) || uid >= UINT32_MAX)
+		return -EINVAL;
+	if (colon) {
+		if (parse_u64(colon + 1, &gid) || gid >= UINT32_MAX)
+			return -EINVAL;
+	} else {
+		pw = getpwuid((uid_t)uid);
+		gid = pw ? pw->pw_gid : uid;
+	}
+	u->uid = (uint32_t)uid;
+	u->gid = (uint32_t)gid;
+	return 0;
+}
+
 static int parse_run(struct ctl *c, int argc, char **argv, struct run_opts *o)
 {
-	enum { O_SOCKET = 256, O_TIMEOUT, O_HELP, O_POLICY, O_TENANT, O_PARENT };
+	enum { O_SOCKET = 256, O_TIMEOUT, O_HELP, O_POLICY, O_TENANT, O_PARENT, O_USER,
+	       O_PIDS_MAX, O_MEMORY_MAX, O_HIDE };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "timeout", required_argument, NULL, O_TIMEOUT },
@@ -96,6 +205,10 @@ static int parse_run(struct ctl *c, int argc, char **argv, struct run_opts *o)
 		{ "policy", required_argument, NULL, O_POLICY },
 		{ "tenant", required_argument, NULL, O_TENANT },
 		{ "cgroup-parent", required_argument, NULL, O_PARENT },
+		{ "user", required_argument, NULL, O_USER },
+		{ "pids-max", required_argument, NULL, O_PIDS_MAX },
+		{ "memory-max", required_argument, NULL, O_MEMORY_MAX },
+		{ "hide", required_argument, NULL, O_HIDE },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt;
@@ -130,6 +243,30 @@ static int parse_run(struct ctl *c, int argc, char **argv, struct run_opts *o)
 			break;
 		case O_PARENT:
 			o->parent = optarg;
+			break;
+		case O_USER:
+			if (parse_user(optarg, &o->user))
+				return ctl_usage_error("run", "--user: expected UID or UID:GID (numbers "
+						       "below 4294967295), got '%s'", optarg);
+			o->has_user = true;
+			break;
+		case O_PIDS_MAX:
+			if (parse_u64(optarg, &o->pids_max) || o->pids_max < 1 ||
+			    o->pids_max > PIDS_MAX_LIMIT)
+				return ctl_usage_error("run", "--pids-max: expected a number of tasks "
+						       "(1-%llu), got '%s'", PIDS_MAX_LIMIT, optarg);
+			break;
+		case O_MEMORY_MAX:
+			if (parse_bytes(optarg, &o->memory_max) || o->memory_max < MEMORY_MAX_MIN ||
+			    o->memory_max > MEMORY_MAX_MAX)
+				return ctl_usage_error("run", "--memory-max: expected bytes, at least "
+						       "1M (e.g. 268435456 or 256M), got '%s'", optarg);
+			break;
+		case O_HIDE:
+			if (!optarg[0] || o->nhide >= RUN_HIDE_MAX - 8)
+				return ctl_usage_error("run", "--hide: expected a path (at most %d)%s",
+						       RUN_HIDE_MAX - 8, optarg[0] ? "" : ", got ''");
+			o->hide[o->nhide++] = optarg;
 			break;
 		default:
 			fputs("Try 'egressctl run --help'.\n", stderr);
@@ -346,71 +483,152 @@ static void reset_signals(void)
 	sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
-/* In the child: never returns, and never runs CMD outside the cgroup or
- * without its capability drop and seccomp filter. */
-static void __attribute__((noreturn)) child_exec(char **cmd, int cgfd, bool join,
-						 const struct egr_confine *conf)
+/* What the clone child needs; set up by the caller before spawn(). */
+struct run_child {
+	char **cmd;
+	int leaffd;     /* the command's cgroup (S/cmd) */
+	int status_fd;  /* write end: pid 1 reports the command's wait status */
+	const struct egr_confine *conf;
+	const struct egr_run_user *user; /* NULL: keep the caller's uid */
+	const struct run_view *view;
+};
+
+static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	dprintf(STDERR_FILENO, "egressctl: %s; not running the command\n", buf);
+	_exit(CTL_EXIT_RUN_FAILED);
+}
+
+/* The command itself, forked by pid 1: never returns, and never runs CMD
+ * with a capability or without its seccomp filter. */
+static void __attribute__((noreturn)) command_exec(const struct run_child *rc)
 {
 	int err;
 
-	if (join) {
-		/* fork fallback: move ourselves in before anything else. */
-		err = write_file_at(cgfd, "cgroup.procs", "0");
-		if (err) {
-			dprintf(STDERR_FILENO, "egressctl: cannot move the command into its "
-					       "cgroup: %s; not running it\n", strerror(-err));
-			_exit(CTL_EXIT_RUN_FAILED);
-		}
-	}
 	reset_signals();
 	close_inherited_fds();
-	/* Capabilities first: the filter sets no_new_privs, and dropping
-	 * needs no syscall the filter refuses, but keep the order obvious. */
-	err = egr_confine_drop_caps();
-	if (err) {
-		dprintf(STDERR_FILENO, "egressctl: cannot drop the command's capabilities: %s; "
-				       "not running it\n", strerror(-err));
-		_exit(CTL_EXIT_RUN_FAILED);
-	}
-	err = egr_confine_seccomp(conf);
-	if (err) {
-		dprintf(STDERR_FILENO, "egressctl: cannot install the seccomp filter: %s; "
-				       "not running it\n", strerror(-err));
-		_exit(CTL_EXIT_RUN_FAILED);
-	}
-	execvp(cmd[0], cmd);
+	err = egr_confine_drop_all_caps(rc->user);
+	if (err)
+		die("cannot drop the command's capabilities%s: %s",
+		    rc->user ? " and switch to --user" : "", strerror(-err));
+	err = egr_confine_seccomp(rc->conf);
+	if (err)
+		die("cannot install the seccomp filter: %s", strerror(-err));
+	execvp(rc->cmd[0], rc->cmd);
 	err = errno;
-	dprintf(STDERR_FILENO, "egressctl: cannot run %s: %s\n", cmd[0], strerror(err));
+	dprintf(STDERR_FILENO, "egressctl: cannot run %s: %s\n", rc->cmd[0], strerror(err));
 	_exit(err == ENOENT ? 127 : 126);
 }
 
+static bool keep_kill(int cap, void *ctx)
+{
+	return cap == CAP_KILL; /* to forward signals to a --user command */
+}
+
 /*
- * Start cmd inside the cgroup open at cgfd. The forwarded signals must be
- * blocked by the caller. Returns the child's pid or -errno.
+ * pid 1 of the command's namespaces: never returns. All signals are blocked
+ * on entry (the caller's mask) and the caller's handlers forward SIGINT,
+ * SIGTERM and SIGHUP to child_pid, which is 0 here until the command exists.
  */
-static pid_t spawn(char **cmd, int cgfd, const struct egr_confine *conf)
+static void __attribute__((noreturn)) run_init(const struct run_child *rc, bool join)
+{
+	sigset_t none;
+	int err, status;
+	pid_t pid, cmd;
+
+	/* The sandbox does not outlive egressctl: when it dies, so does this
+	 * pid 1, and with it every process of the pid namespace. */
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	if (join) {
+		/* fork fallback: we are pid 1 of the new pid namespace already;
+		 * into the cgroup first, then a cgroup namespace rooted there. */
+		err = write_file_at(rc->leaffd, "cgroup.procs", "0");
+		if (err)
+			die("cannot move the command into its cgroup: %s", strerror(-err));
+		if (unshare(CLONE_NEWCGROUP | CLONE_NEWNS | CLONE_NEWIPC) < 0)
+			die("cannot make its namespaces: %s", strerror(errno));
+	}
+	if (run_view_enter(rc->view))
+		_exit(CTL_EXIT_RUN_FAILED);
+	/* Only the status pipe (as 3) stays open in pid 1; the command gets 0-2. */
+	if (dup2(rc->status_fd, 3) < 0)
+		die("dup2: %s", strerror(errno));
+#ifdef SYS_close_range
+	syscall(SYS_close_range, 4U, ~0U, 0U);
+#endif
+	fflush(stderr);
+	cmd = fork();
+	if (cmd < 0)
+		die("cannot fork the command: %s", strerror(errno));
+	if (cmd == 0)
+		command_exec(rc);
+	child_pid = cmd;
+	/* Nothing in the sandbox may reach into pid 1: not dumpable (its /proc
+	 * files are root's and ptrace-protected), no capability but CAP_KILL,
+	 * the same seccomp filter. */
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	err = egr_caps_restrict(keep_kill, NULL, NULL);
+	if (!err)
+		err = egr_confine_seccomp(rc->conf);
+	if (err) {
+		kill(cmd, SIGKILL);
+		die("cannot confine the sandbox's pid 1: %s", strerror(-err));
+	}
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	for (;;) {
+		pid = waitpid(-1, &status, 0);
+		if (pid < 0 && errno == EINTR)
+			continue;
+		if (pid < 0)
+			_exit(CTL_EXIT_RUN_FAILED); /* ECHILD: cannot happen before cmd */
+		if (pid != cmd)
+			continue; /* an orphan reparented to us */
+		if (write(3, &status, sizeof(status)) != (ssize_t)sizeof(status))
+			_exit(CTL_EXIT_RUN_FAILED);
+		_exit(0);
+	}
+}
+
+/*
+ * Start the command's pid 1 in the leaf cgroup in new namespaces. The
+ * caller blocks all signals first. Returns pid 1's pid or -errno.
+ */
+static pid_t spawn(const struct run_child *rc)
 {
 	struct clone_args args = {
-		.flags = CLONE_INTO_CGROUP,
+		.flags = CLONE_INTO_CGROUP | CLONE_NEWCGROUP | CLONE_NEWPID | CLONE_NEWNS |
+			 CLONE_NEWIPC,
 		.exit_signal = SIGCHLD,
-		.cgroup = (uint64_t)cgfd,
+		.cgroup = (uint64_t)rc->leaffd,
 	};
 	long ret;
 	pid_t pid;
 
 	fflush(stdout);
 	fflush(stderr);
+	/* With CLONE_INTO_CGROUP the new cgroup namespace is rooted at the
+	 * target cgroup (cgroup_post_fork). */
 	ret = syscall(SYS_clone3, &args, sizeof(args));
 	if (ret == 0)
-		child_exec(cmd, cgfd, false, conf);
+		run_init(rc, false);
 	if (ret > 0)
 		return (pid_t)ret;
 	if (errno != ENOSYS && errno != EINVAL && errno != E2BIG)
 		return -errno;
-	/* Kernel without clone3 or CLONE_INTO_CGROUP. */
+	/* Kernel without clone3 or CLONE_INTO_CGROUP: our next child is pid 1
+	 * of a new pid namespace (egressctl itself stays where it is). */
+	if (unshare(CLONE_NEWPID) < 0)
+		return -errno;
 	pid = fork();
 	if (pid == 0)
-		child_exec(cmd, cgfd, true, conf);
+		run_init(rc, true);
 	return pid < 0 ? -errno : pid;
 }
 
@@ -567,6 +785,216 @@ static int request_cgroup(struct ctl *c, const char *op, const char *cg, json_t 
 	return rc;
 }
 
+/* --- limits and the command's view ------------------------------------------- */
+
+/* Read a small cgroup file into buf (NUL-terminated, newline stripped). */
+static int read_small(const char *dir, const char *name, char *buf, size_t len)
+{
+	char path[PATH_MAX];
+	ssize_t n;
+	int fd;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path))
+		return -ENAMETOOLONG;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, len - 1);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	buf[strcspn(buf, "\n")] = '\0';
+	return 0;
+}
+
+/* Is word one of the space-separated words of list? */
+static bool has_word(const char *list, const char *word)
+{
+	size_t n = strlen(word);
+
+	for (const char *p = list; (p = strstr(p, word)); p += n)
+		if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
+/*
+ * Make controller ctrl available to the children of parent (its
+ * cgroup.subtree_control), for option opt. 0, or -errno after saying
+ * exactly what is missing: a limit is never silently not applied.
+ */
+static int enable_controller(const char *mnt, const char *parent, const char *ctrl,
+			     const char *opt)
+{
+	char have[512], root[512], add[32];
+	int fd, err;
+
+	err = read_small(parent, "cgroup.controllers", have, sizeof(have));
+	if (err) {
+		fprintf(stderr, "egressctl: run: %s: cannot read %s/cgroup.controllers: %s\n", opt,
+			parent, strerror(-err));
+		return err;
+	}
+	if (!has_word(have, ctrl)) {
+		if (read_small(mnt, "cgroup.controllers", root, sizeof(root)))
+			snprintf(root, sizeof(root), "?");
+		if (!has_word(root, ctrl))
+			fprintf(stderr, "egressctl: run: %s needs the %s controller, which cgroup2 "
+					"does not offer on this host (%s/cgroup.controllers: \"%s\"; "
+					"it may be bound to a cgroup v1 hierarchy); not running the "
+					"command\n", opt, ctrl, mnt, root);
+		else
+			fprintf(stderr, "egressctl: run: %s needs the %s controller, which is not "
+					"enabled for %s (add it to the cgroup.subtree_control of its "
+					"parent); not running the command\n", opt, ctrl, parent);
+		return -EOPNOTSUPP;
+	}
+	err = read_small(parent, "cgroup.subtree_control", have, sizeof(have));
+	if (!err && has_word(have, ctrl))
+		return 0;
+	fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		err = -errno;
+	} else {
+		snprintf(add, sizeof(add), "+%s", ctrl);
+		err = write_file_at(fd, "cgroup.subtree_control", add);
+		close(fd);
+	}
+	if (err)
+		fprintf(stderr, "egressctl: run: %s: cannot enable the %s controller in "
+				"%s/cgroup.subtree_control: %s; not running the command\n", opt, ctrl,
+			parent, strerror(-err));
+	return err;
+}
+
+/* Enable what the limits need in parent. 0 or -errno (printed). */
+static int limits_prepare(const struct run_opts *o, const char *mnt, const char *parent)
+{
+	int err = 0;
+
+	if (o->pids_max)
+		err = enable_controller(mnt, parent, "pids", "--pids-max");
+	if (!err && o->memory_max)
+		err = enable_controller(mnt, parent, "memory", "--memory-max");
+	return err;
+}
+
+/* Write the limits into the sandbox cgroup (above the command's cgroup
+ * namespace root, out of its reach). 0 or -errno (printed). */
+static int limits_apply(const struct run_opts *o, const char *cg, int cgfd)
+{
+	char val[32];
+	int err = 0;
+
+	if (o->pids_max) {
+		snprintf(val, sizeof(val), "%llu", (unsigned long long)o->pids_max);
+		err = write_file_at(cgfd, "pids.max", val);
+		if (err)
+			fprintf(stderr, "egressctl: run: --pids-max: cannot write %s/pids.max: %s\n",
+				cg, strerror(-err));
+	}
+	if (!err && o->memory_max) {
+		snprintf(val, sizeof(val), "%llu", (unsigned long long)o->memory_max);
+		err = write_file_at(cgfd, "memory.max", val);
+		if (err)
+			fprintf(stderr, "egressctl: run: --memory-max: cannot write %s/memory.max: "
+					"%s\n", cg, strerror(-err));
+		/* The limit is on memory, not on memory plus swap. No file: no
+		 * swap accounting (or no swap), nothing to close. */
+		if (!err) {
+			err = write_file_at(cgfd, "memory.swap.max", "0");
+			if (err == -ENOENT)
+				err = 0;
+			else if (err)
+				fprintf(stderr, "egressctl: run: --memory-max: cannot write "
+						"%s/memory.swap.max: %s\n", cg, strerror(-err));
+		}
+	}
+	return err;
+}
+
+/* Shared directories are never covered whole; a socket in one of them is
+ * covered by itself. */
+static bool shared_dir(const char *dir)
+{
+	static const char *const shared[] = { "/", "/tmp", "/var/tmp", "/run", "/var/run",
+					      "/dev", "/dev/shm" };
+
+	for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++)
+		if (strcmp(dir, shared[i]) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * What the command must not see: egressd's bpffs and state directories (it
+ * says where they are), its socket's directory, the default run and state
+ * directories and --hide paths. An exit status.
+ */
+static int view_prepare(struct ctl *c, const struct run_opts *o, struct run_view *v)
+{
+	static const char *const fixed[] = { "/run/egressd", "/var/lib/egressd",
+					     "/sys/fs/bpf" };
+	char sock[PATH_MAX], *slash;
+	json_t *req, *resp = NULL;
+	const char *path = NULL;
+	int rc, err = 0;
+
+	memset(v, 0, sizeof(*v));
+	err = egr_cgroup2_mount(v->cgroup2, sizeof(v->cgroup2));
+	if (err) {
+		fprintf(stderr, "egressctl: cannot find the cgroup2 mount: %s\n",
+			err == -ENOENT ? "cgroup2 is not mounted" : strerror(-err));
+		return CTL_EXIT_RUN_FAILED;
+	}
+	if (!getcwd(v->cwd, sizeof(v->cwd)))
+		v->cwd[0] = '\0';
+	req = json_pack("{s:s}", "op", "status");
+	if (!req) {
+		fprintf(stderr, "egressctl: out of memory\n");
+		return CTL_EXIT_ERROR;
+	}
+	rc = ctl_request(c, req, &resp, NULL, 0);
+	json_decref(req);
+	if (rc) {
+		fprintf(stderr, "egressctl: run: cannot ask egressd where its state is; the "
+				"command was not started\n");
+		return rc;
+	}
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]) && !err; i++)
+		err = run_view_add_hide(v, path = fixed[i]);
+	if (!err)
+		err = run_view_add_hide(v, path = json_string_value(json_object_get(resp,
+										     "state_dir")));
+	if (!err)
+		err = run_view_add_hide(v, path = json_string_value(json_object_get(resp,
+										     "bpffs_dir")));
+	if (!err) {
+		/* The socket's directory, or the socket alone in a shared one. */
+		path = c->socket;
+		err = ctl_abs_path(c->socket, sock, sizeof(sock));
+		slash = err ? NULL : strrchr(sock, '/');
+		if (slash && slash != sock) {
+			*slash = '\0';
+			if (shared_dir(sock))
+				*slash = '/';
+		}
+		if (!err)
+			err = run_view_add_hide(v, sock);
+	}
+	for (size_t i = 0; i < o->nhide && !err; i++)
+		err = run_view_add_hide(v, path = o->hide[i]);
+	json_decref(resp);
+	if (err) {
+		fprintf(stderr, "egressctl: run: cannot hide %s: %s; the command was not started\n",
+			path ? path : "?", err == -EINVAL ? "not a path that can be covered" :
+			strerror(-err));
+		return err == -EINVAL ? CTL_EXIT_USAGE : CTL_EXIT_RUN_FAILED;
+	}
+	return CTL_EXIT_OK;
+}
+
 /* --- run -------------------------------------------------------------------------- */
 
 static int exit_status(int status)
@@ -578,16 +1006,21 @@ static int exit_status(int status)
 	return CTL_EXIT_RUN_FAILED;
 }
 
+/* Big (RUN_HIDE_MAX paths); one run per process. */
+static struct run_view view;
+
 int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 {
-	char parent[PATH_MAX], cg[PATH_MAX], code[64];
+	char parent[PATH_MAX], cg[PATH_MAX], leaf[PATH_MAX], code[64];
 	struct sigaction sa = { .sa_handler = forward_signal };
 	sigset_t block, old_mask;
 	bool parent_created, attached = false, default_parent;
 	json_t *policy = NULL;
 	struct egr_confine conf;
+	struct run_child child;
 	struct run_opts o;
-	int rc, err, status = 0, cgfd = -1;
+	int rc, err, status = 0, cgfd = -1, leaffd = -1, spipe[2] = { -1, -1 };
+	int cmd_status;
 	char end[32];
 	pid_t pid;
 
@@ -598,6 +1031,8 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	if (rc)
 		return rc;
 	rc = confine_for(policy, &conf);
+	if (!rc)
+		rc = view_prepare(c, &o, &view);
 	if (rc) {
 		json_decref(policy);
 		return rc;
@@ -612,6 +1047,7 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	parent[0] = '\0';
 	parent_created = false;
 	if (make_parent(o.parent, parent, sizeof(parent), &parent_created) ||
+	    limits_prepare(&o, view.cgroup2, parent) ||
 	    make_cgroup(parent, cg, sizeof(cg), &parent_created)) {
 		rc = CTL_EXIT_RUN_FAILED;
 		goto out_parent;
@@ -619,6 +1055,23 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	cgfd = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (cgfd < 0) {
 		fprintf(stderr, "egressctl: cannot open cgroup %s: %s\n", cg, strerror(errno));
+		rc = CTL_EXIT_RUN_FAILED;
+		goto out_rmdir;
+	}
+	if (limits_apply(&o, cg, cgfd)) {
+		rc = CTL_EXIT_RUN_FAILED;
+		goto out_rmdir;
+	}
+	/* The command's own cgroup, the root of its cgroup namespace. */
+	snprintf(leaf, sizeof(leaf), "%s/cmd", cg);
+	if (mkdirat(cgfd, "cmd", 0755) < 0 ||
+	    (leaffd = openat(cgfd, "cmd", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		fprintf(stderr, "egressctl: cannot create cgroup %s: %s\n", leaf, strerror(errno));
+		rc = CTL_EXIT_RUN_FAILED;
+		goto out_rmdir;
+	}
+	if (pipe2(spipe, O_CLOEXEC) < 0) {
+		fprintf(stderr, "egressctl: pipe: %s\n", strerror(errno));
 		rc = CTL_EXIT_RUN_FAILED;
 		goto out_rmdir;
 	}
@@ -652,7 +1105,12 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	 * in the child before it resets its handlers must not be forwarded. */
 	sigfillset(&block);
 	sigprocmask(SIG_BLOCK, &block, &old_mask);
-	pid = spawn(o.cmd, cgfd, &conf);
+	child = (struct run_child){ .cmd = o.cmd, .leaffd = leaffd, .status_fd = spipe[1],
+				    .conf = &conf, .user = o.has_user ? &o.user : NULL,
+				    .view = &view };
+	pid = spawn(&child);
+	close(spipe[1]);
+	spipe[1] = -1;
 	if (pid < 0) {
 		fprintf(stderr, "egressctl: cannot start %s in %s: %s\n", o.cmd[0], cg,
 			strerror(-pid));
@@ -670,6 +1128,14 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 		}
 	}
 	child_pid = -1; /* signals from now on are dropped */
+	/* pid 1 passes the command's own wait status on; without it (pid 1
+	 * failed to set up, or was killed) pid 1's status is the answer. */
+	if (pid > 0 && status >= 0) {
+		if (read(spipe[0], &cmd_status, sizeof(cmd_status)) == (ssize_t)sizeof(cmd_status))
+			status = cmd_status;
+		else if (WIFEXITED(status) && WEXITSTATUS(status) == CTL_EXIT_RUN_FAILED)
+			status = -1; /* pid 1 said why; the command never started */
+	}
 	rc = status < 0 ? CTL_EXIT_RUN_FAILED : exit_status(status);
 
 cleanup:
@@ -696,6 +1162,14 @@ cleanup:
 			cg);
 
 out_rmdir:
+	for (int i = 0; i < 2; i++)
+		if (spipe[i] >= 0)
+			close(spipe[i]);
+	spipe[0] = spipe[1] = -1;
+	if (leaffd >= 0) {
+		close(leaffd);
+		leaffd = -1;
+	}
 	if (cgfd >= 0) {
 		close(cgfd);
 		cgfd = -1;
@@ -716,6 +1190,11 @@ out_parent:
 		fprintf(stderr, "egressctl: warning: cannot remove %s: %s\n", parent,
 			strerror(errno));
 out_close:
+	for (int i = 0; i < 2; i++)
+		if (spipe[i] >= 0)
+			close(spipe[i]);
+	if (leaffd >= 0)
+		close(leaffd);
 	if (cgfd >= 0)
 		close(cgfd);
 	json_decref(policy);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #include <errno.h>
+#include <grp.h>
 #include <linux/capability.h>
+#include <linux/securebits.h>
 #include <seccomp.h>
 #include <stdbool.h>
 #include <string.h>
@@ -28,9 +30,16 @@ static const int caps_to_drop[] = {
  * (IORING_OP_SOCKET made a raw socket in the bypass matrix); bpf() would let
  * a uid-0 sandbox open egressd's pinned maps and links and rewrite or
  * detach them (no capability is needed for BPF_OBJ_GET on a file it can
- * open); perf_event_open is the other way to attach programs. */
-static const char *const refused_calls[] = { "io_uring_setup", "io_uring_enter",
-					       "io_uring_register", "bpf", "perf_event_open" };
+ * open); perf_event_open is the other way to attach programs. ptrace,
+ * process_vm_readv/writev, pidfd_getfd and kcmp reach into another process
+ * of the same uid (another sandbox's sockets and memory: row 6 of issue 8)
+ * even where no pid namespace hides it (a runtime that applies only the
+ * OCI profile). */
+static const char *const refused_calls[] = {
+	"io_uring_setup", "io_uring_enter",    "io_uring_register", "bpf",
+	"perf_event_open", "ptrace",	       "process_vm_readv",  "process_vm_writev",
+	"pidfd_getfd",	   "kcmp",
+};
 
 static const struct {
 	const char *name;
@@ -150,6 +159,63 @@ static bool not_listed(int cap, void *ctx)
 int egr_confine_drop_caps(void)
 {
 	return egr_caps_restrict(not_listed, NULL, NULL);
+}
+
+static bool keep_none(int cap, void *ctx)
+{
+	return false;
+}
+
+/* 0 when the bounding, effective, permitted, inheritable and ambient sets
+ * are all empty, -EPERM otherwise: what the caller relies on, checked. */
+static int check_no_caps(void)
+{
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct data[2];
+
+	if (syscall(SYS_capget, &hdr, data) < 0)
+		return -errno;
+	for (int i = 0; i < 2; i++)
+		if (data[i].effective || data[i].permitted || data[i].inheritable)
+			return -EPERM;
+	for (int cap = 0; cap <= CAP_LAST_CAP; cap++) {
+		if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) > 0)
+			return -EPERM;
+		if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, cap, 0, 0) > 0)
+			return -EPERM;
+	}
+	return 0;
+}
+
+int egr_confine_drop_all_caps(const struct egr_run_user *user)
+{
+	/* Locked: no later exec of a set-uid-root file or uid change brings a
+	 * capability back (the bounding set is empty too; belt and braces). */
+	const unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED |
+				   SECBIT_NO_SETUID_FIXUP | SECBIT_NO_SETUID_FIXUP_LOCKED |
+				   SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
+				   SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+	int err;
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		return -errno;
+	if (prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) < 0)
+		return -errno;
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+		return -errno;
+	/* The uid change needs CAP_SETUID/CAP_SETGID: before the capset, which
+	 * SECBIT_NO_SETUID_FIXUP leaves to us. */
+	if (user) {
+		gid_t gid = user->gid;
+
+		if (setgroups(1, &gid) < 0 || setresgid(user->gid, user->gid, user->gid) < 0 ||
+		    setresuid(user->uid, user->uid, user->uid) < 0)
+			return -errno;
+	}
+	err = egr_caps_restrict(keep_none, NULL, NULL);
+	if (err)
+		return err;
+	return check_no_caps();
 }
 
 static json_t *errno_rule(const char *name, json_t *args)

@@ -4,8 +4,10 @@
  * hook sees (AF_PACKET, AF_XDP, AF_VSOCK, ...) and for io_uring, whose ops
  * skip seccomp: a libseccomp filter that allows socket() only for AF_INET,
  * AF_INET6 and AF_UNIX (plus families a policy names) and refuses the
- * io_uring syscalls, and a capability drop. `egressctl run` applies both in
- * the child before exec; egressd writes the same filter as an OCI seccomp
+ * io_uring syscalls, bpf, perf_event_open and the calls that reach into
+ * another process (ptrace, process_vm_readv/writev, pidfd_getfd, kcmp), and
+ * capability drops. `egressctl run` applies the filter and the full drop in
+ * the command before exec; egressd writes the same filter as an OCI seccomp
  * profile for container runtimes.
  */
 #ifndef EGR_CONFINE_H
@@ -29,6 +31,20 @@ int egr_confine_seccomp(const struct egr_confine *c);
  * packet sockets, interface and routing changes, BPF, cgroup moves, ptrace
  * of the agent) from the bounding set and the current sets. 0 or -errno. */
 int egr_confine_drop_caps(void);
+
+/* The identity a command runs as (egressctl run --user). */
+struct egr_run_user {
+	uint32_t uid;
+	uint32_t gid;
+};
+
+/* Give up every capability for good, also as uid 0: an empty bounding set,
+ * no effective, permitted, inheritable or ambient capability, locked
+ * securebits (SECBIT_NOROOT: exec as root grants nothing) and
+ * no_new_privs. With user set, switch to user->uid, user->gid and the
+ * single supplementary group user->gid first. Checks the result: 0 only
+ * when every set reads empty, else -errno (-EPERM: something is left). */
+int egr_confine_drop_all_caps(const struct egr_run_user *user);
 
 /* Drop every capability keep() refuses from the bounding, effective,
  * permitted and inheritable sets (*dropped: effective ones given up).

@@ -1,0 +1,411 @@
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+# Upgrade in place across ABI versions (docs/architecture.md "Pins and
+# versions", docs/operations.md "Upgrades"). Run by run.py in its namespace.
+#
+# Each test runs its own egressd instances on their own socket, state and
+# bpffs dirs (never the harness's), with the harness's dnsmasq upstream.
+
+import struct
+import types
+
+UPG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+UPG_ABI = 2                 # EGR_ABI_VERSION of this tree
+UPG_BUILD_S = 300           # building one earlier commit (cached afterwards)
+UPG_REFUSE_S = 15           # a refusing egressd exits within this
+
+
+def upg_commits():
+    with open(os.path.join(UPG_ROOT, "tests", "upgrade-from")) as f:
+        out = [ln.split()[0] for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+    check(out, "tests/upgrade-from names no commit")
+    return out
+
+
+def upg_build_previous(c, commit):
+    """The earlier egressd of commit, built by tools/build-previous (cached)."""
+    out = os.path.join(c.build, "upgrade-from", commit, "out")
+    if not all(os.access(os.path.join(out, b), os.X_OK) for b in ("egressd", "egressctl")):
+        r = run([os.path.join(UPG_ROOT, "tools", "build-previous"), c.build], timeout=UPG_BUILD_S)
+        check(r.returncode == 0, "tools/build-previous %s: exit %d: %s" %
+              (c.build, r.returncode, (r.stderr + r.stdout).strip()[-2000:]))
+    return out
+
+
+def bpftool_json(*args):
+    r = run(["bpftool", "-j"] + list(args))
+    check(r.returncode == 0, "bpftool %s: %s" % (" ".join(args), (r.stderr + r.stdout).strip()))
+    return json.loads(r.stdout)
+
+
+def pinned_link_progs(bpffs):
+    """{link pin path: program id} of every pinned sandbox link."""
+    out = {}
+    for path in glob.glob(os.path.join(bpffs, "links", "*", "*")):
+        out[path] = bpftool_json("link", "show", "pinned", path)["prog_id"]
+    return out
+
+
+def map_entries(path):
+    """{key bytes: value bytes} of a pinned (non per-CPU) map."""
+    out = {}
+    for e in bpftool_json("map", "dump", "pinned", path):
+        k = bytes(int(x, 16) for x in e["key"])
+        out[k] = bytes(int(x, 16) for x in e["value"])
+    return out
+
+
+def quota_of(path, sandbox_id):
+    v = map_entries(path).get(struct.pack("=I", sandbox_id))
+    check(v is not None, "%s has no quota entry for sandbox %d" % (path, sandbox_id))
+    limit, window, start, used, exceeded = struct.unpack("=5Q", v[:40])
+    return {"limit": limit, "window": window, "start": start, "bytes": used}
+
+
+class UpgDaemon:
+    """An egressd of a given build on this test's own dirs."""
+
+    def __init__(self, c, tag):
+        self.c = c
+        self.tag = tag
+        self.bpffs = "/sys/fs/bpf/%s-%s" % (RUN_ID, tag)
+        self.state = os.path.join(c.work, tag + "-state")
+        self.sock = os.path.join(c.work, tag + ".sock")
+        self.logpath = os.path.join(c.work, tag + ".log")
+        self.proc = None
+        self.build = None
+        # Pushed first so it runs last: removing the pins frees what is left.
+        CLEANUP.push("bpffs dir " + tag, shutil.rmtree, self.bpffs, True)
+        CLEANUP.push("egressd " + tag, self.stop)
+
+    def _spawn(self, build):
+        self.build = build
+        logf = open(self.logpath, "ab")
+        logf.write(("--- %s egressd start at %s ---\n" % (build, time.strftime("%T"))).encode())
+        logf.flush()
+        self.mark = os.path.getsize(self.logpath)
+        self.proc = subprocess.Popen(
+            [os.path.join(build, "egressd"), "--socket", self.sock, "--bpffs-dir", self.bpffs,
+             "--state-dir", self.state, "--log-level", "debug",
+             "--metrics-addr", "127.0.0.1:%d" % free_tcp_port(), "--billing-interval", "1"] +
+            list(self.c.dns_args), stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
+        logf.close()
+        log("%s egressd pid %d (%s)" % (self.tag, self.proc.pid, build))
+
+    def log_since(self):
+        with open(self.logpath, "rb") as f:
+            f.seek(self.mark)
+            return f.read().decode(errors="replace")
+
+    def start(self, build):
+        self._spawn(build)
+
+        def ready():
+            return self.proc.poll() is not None or self.ctl("status").returncode == 0
+        ok = wait_until(ready, DAEMON_READY_S, 0.1)
+        check(self.proc.poll() is None, "%s egressd exited with %s at start:\n%s" %
+              (self.tag, self.proc.returncode, self.log_since()[-3000:]))
+        check(ok, "%s egressd did not answer `status`:\n%s" % (self.tag, self.log_since()[-3000:]))
+
+    def start_refused(self, build):
+        """Start it and expect it to refuse: (exit status, what it logged)."""
+        self._spawn(build)
+        try:
+            rc = self.proc.wait(UPG_REFUSE_S)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise TestFailure("%s egressd did not refuse to start:\n%s" %
+                              (self.tag, self.log_since()[-3000:]))
+        return rc, self.log_since()
+
+    def ctl(self, *args):
+        return run([os.path.join(self.build, "egressctl"), "--socket", self.sock] +
+                   [str(a) for a in args], timeout=CTL_TIMEOUT_S)
+
+    def ctl_ok(self, *args):
+        r = self.ctl(*args)
+        check(r.returncode == 0, "%s egressctl %s: exit %d: %s" %
+              (self.tag, " ".join(str(a) for a in args), r.returncode,
+               (r.stderr + r.stdout).strip()))
+        return r
+
+    def attach(self, cg, policy):
+        self.ctl_ok("attach", "--cgroup", cg, "--policy", policy)
+
+    def listed(self):
+        v = json.loads(self.ctl_ok("list", "--json").stdout)
+        if isinstance(v, dict):
+            v = v.get("sandboxes", [])
+        return {os.path.realpath(s["cgroup"]): s for s in v}
+
+    def sb_stats(self, sid):
+        for row in json.loads(self.ctl_ok("stats", "--json").stdout)["sandboxes"]:
+            if row["id"] == sid:
+                return row
+        raise TestFailure("%s: `stats` has no row for sandbox %d" % (self.tag, sid))
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def upg_cgroup(c, name):
+    cg = c.mkcgroup(name)
+    CLEANUP.push("cgroup " + cg, cgroup_remove_tree, cg)
+    return cg
+
+
+# Runs inside a sandbox until the stop file appears (at most LIMIT s): each
+# round connects to the allowed port, to the denied one and sends a datagram
+# to the denied UDP port. Prints one JSON line of counts, and the first
+# failures.
+UPG_LOOP = r"""
+import errno, json, os, socket, sys, time
+host, okp, badp, udpp, stop, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+    int(sys.argv[4]), sys.argv[5], float(sys.argv[6])
+r = {"rounds": 0, "ok": 0, "ok_failed": 0, "bad_eperm": 0, "bad_other": 0,
+     "bad_connected": 0, "udp_eperm": 0, "udp_other": 0, "udp_sent": 0, "failures": []}
+end = time.monotonic() + limit
+while time.monotonic() < end and not os.path.exists(stop):
+    r["rounds"] += 1
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM); s.settimeout(2)
+    try:
+        s.connect((host, okp)); r["ok"] += 1
+    except OSError as e:
+        r["ok_failed"] += 1
+        if len(r["failures"]) < 10: r["failures"].append("%.3f allowed: %s" % (time.time(), e))
+    s.close()
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM); s.settimeout(2)
+    try:
+        s.connect((host, badp)); r["bad_connected"] += 1
+        if len(r["failures"]) < 10: r["failures"].append("%.3f denied connected" % time.time())
+    except OSError as e:
+        r["bad_eperm" if e.errno == errno.EPERM else "bad_other"] += 1
+        if e.errno != errno.EPERM and len(r["failures"]) < 10:
+            r["failures"].append("%.3f denied: %s" % (time.time(), e))
+    s.close()
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        u.sendto(b"x", (host, udpp)); r["udp_sent"] += 1
+    except OSError as e:
+        r["udp_eperm" if e.errno == errno.EPERM else "udp_other"] += 1
+    u.close()
+    time.sleep(0.001)
+print(json.dumps(r), flush=True)
+"""
+
+
+def upg_start_loop(c, cg, ok_port, bad_port, udp_port, limit=120):
+    stop = os.path.join(c.work, "upg-loop-stop-%d" % c.cg_seq)
+    p = subprocess.Popen([sys.executable, "-c", UPG_LOOP, "127.0.0.1", str(ok_port),
+                          str(bad_port), str(udp_port), stop, str(limit)],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=join_cgroup_fn(cg))
+
+    def kill():
+        if p.poll() is None:
+            p.kill()
+            p.wait(5)
+    CLEANUP.push("traffic loop", kill)
+    return p, stop
+
+
+def upg_stop_loop(p, stop):
+    with open(stop, "w"):
+        pass
+    out, err = p.communicate(timeout=30)
+    lines = out.strip().splitlines()
+    check(p.returncode == 0 and lines, "traffic loop: exit %s, %r %r" % (p.returncode, out, err))
+    return json.loads(lines[-1])
+
+
+def upg_from(c, commit):
+    old_build = upg_build_previous(c, commit)
+    new_build = c.build
+    d = UpgDaemon(c, "upg%s" % commit[:7])
+    ok_srv, bad_srv, more_srv = c.tcp("upg-ok"), c.tcp("upg-bad"), c.tcp("upg-more")
+    bad_udp = c.udp("upg-bad")
+    learned_srv = TcpServer(DNS_ZONE["api.test"])
+    CLEANUP.push("tcp server", learned_srv.close)
+    bad_accepted, bad_received = bad_srv.accepted, bad_udp.received
+    loop = None
+
+    d.start(old_build)
+    cg1, cg2 = upg_cgroup(c, "upg-loop"), upg_cgroup(c, "upg-dns")
+    # sb1: the allowed server only, a quota (its window and count must survive).
+    d.attach(cg1, c.policy(None, raw={
+        "tenant": "upg", "execution_id": RUN_ID + "-upg1", "principal": "agent:e2e",
+        "tool": "netprobe", "version": "1.0.0",
+        "network": {"default": "deny", "outbound_allow": ["127.0.0.1:%d" % ok_srv.port]},
+        "limits": {"egress_bytes": 1 << 40, "window_seconds": 3600}}))
+    # sb2: a hostname, learned through DNS before the upgrade.
+    d.attach(cg2, c.policy(["api.test:%d" % learned_srv.port], tenant="upg2"))
+    sb2 = types.SimpleNamespace(cg=cg2)
+    check(c.probe(cg2, "tcp", DNS_ZONE["api.test"], learned_srv.port).errno == "EPERM",
+          "api.test's address is reachable before it was resolved")
+    dns_ok(c, sb2, "api.test", want=DNS_ZONE["api.test"])
+    c.allowed(cg2, "tcp", DNS_ZONE["api.test"], learned_srv.port)
+    before = d.listed()
+    check(set(before) == {os.path.realpath(cg1), os.path.realpath(cg2)},
+          "old egressd lists %r" % sorted(before))
+    id1, id2 = before[os.path.realpath(cg1)]["id"], before[os.path.realpath(cg2)]["id"]
+
+    old_maps = os.path.join(d.bpffs, "maps")
+    new_maps = os.path.join(d.bpffs, "v%d" % UPG_ABI, "maps")
+    check(os.path.isdir(old_maps) and not os.path.exists(os.path.join(d.bpffs, "v%d" % UPG_ABI)),
+          "the old egressd does not pin at %s" % old_maps)
+    try:
+        loop = upg_start_loop(c, cg1, ok_srv.port, bad_srv.port, bad_udp.port)
+        check(wait_until(lambda: ok_srv.accepted > 100, 10), "the loop's allowed connects do "
+              "not arrive before the upgrade")
+        meter_before = d.sb_stats(id1)
+        quota_before = quota_of(os.path.join(old_maps, "egr_quota_sb"), id1)
+        progs_before = pinned_link_progs(d.bpffs)
+        check(len(progs_before) >= 2 * 10, "only %d links pinned" % len(progs_before))
+        storage_id = bpftool_json("map", "show", "pinned",
+                                  os.path.join(old_maps, "egr_cg_storage"))["id"]
+        # Version 1 never pinned egr_dns_orig; its programs hold it.
+        dns_orig_id = None
+        for pid in sorted(set(progs_before.values())):
+            for mid in bpftool_json("prog", "show", "id", str(pid)).get("map_ids", []):
+                if bpftool_json("map", "show", "id", str(mid))["name"] == "egr_dns_orig":
+                    dns_orig_id = mid
+        check(dns_orig_id is not None, "the old programs have no egr_dns_orig")
+        d.stop()
+
+        # 1. A map of an unexpected layout: refused, old enforcement untouched.
+        victim = os.path.join(old_maps, "egr_meter_tenant")
+        victim_id = bpftool_json("map", "show", "pinned", victim)["id"]
+        os.unlink(victim)
+        try:
+            must(["bpftool", "map", "create", victim, "type", "hash", "key", "4", "value", "8",
+                  "entries", "4", "name", "egr_meter_tenant"])
+            rc, text = d.start_refused(new_build)
+            check(rc != 0, "egressd with an unconvertible map exited 0")
+            check("egr_meter_tenant" in text and "cannot convert" in text and "refused" in text,
+                  "the refusal does not name the map:\n%s" % text[-2000:])
+            check(pinned_link_progs(d.bpffs) == progs_before,
+                  "a refused upgrade moved links to other programs")
+            check(not os.path.exists(os.path.join(d.bpffs, "v%d" % UPG_ABI)),
+                  "a refused upgrade left %s/v%d" % (d.bpffs, UPG_ABI))
+        finally:
+            if os.path.exists(victim):
+                os.unlink(victim)
+            must(["bpftool", "map", "pin", "id", str(victim_id), victim])
+
+        # 2. The upgrade itself.
+        accepted_at_switch = ok_srv.accepted
+        d.start(new_build)
+        text = d.log_since()
+        check("upgrade from ABI version 1 to %d done" % UPG_ABI in text,
+              "no upgrade in the new egressd's log:\n%s" % text[-3000:])
+        check(wait_until(lambda: ok_srv.accepted > accepted_at_switch + 100, 10),
+              "allowed connects stopped arriving after the upgrade")
+    finally:
+        if loop:
+            res = upg_stop_loop(*loop)
+            log("traffic loop: %r" % res)
+    check(res["rounds"] >= 200, "the loop ran only %d rounds" % res["rounds"])
+    check(res["bad_connected"] == 0 and bad_srv.accepted == bad_accepted,
+          "the denied destination was connected during the upgrade: %r" % res)
+    check(bad_udp.received == bad_received, "%d datagrams reached the denied UDP port" %
+          (bad_udp.received - bad_received))
+    check(res["bad_other"] == 0 and res["udp_other"] == 0 and res["udp_sent"] == 0,
+          "denied calls failed otherwise than EPERM: %r" % res)
+    # Zero transient failures: each link switches atomically from one
+    # program to the other, both reading the same state.
+    check(res["ok_failed"] == 0, "the allowed destination failed during the upgrade: %r" % res)
+
+    # Pins: version 2 only; links moved, storage shared.
+    check(not os.path.exists(old_maps), "the version 1 pins are still there: %s" % old_maps)
+    check(not os.path.exists(os.path.join(d.bpffs, "v1-retired")), "v1-retired left")
+    check(os.path.isdir(new_maps), "no %s" % new_maps)
+    progs_after = pinned_link_progs(d.bpffs)
+    check(set(progs_after) == set(progs_before), "link pins changed: %r" %
+          sorted(set(progs_after) ^ set(progs_before)))
+    still = [p for p in progs_after if progs_after[p] == progs_before[p]]
+    check(not still, "links still on the old programs: %r" % still)
+    check(bpftool_json("map", "show", "pinned", os.path.join(new_maps, "egr_cg_storage"))["id"]
+          == storage_id, "the new programs do not share the old egr_cg_storage")
+    check(bpftool_json("map", "show", "pinned", os.path.join(new_maps, "egr_dns_orig"))["id"]
+          == dns_orig_id, "the new programs do not share the old egr_dns_orig")
+    # State carried over: meters, quota window, learned entry.
+    meter_after = d.sb_stats(id1)
+    for k in ("bytes_out", "connections_allowed", "connections_denied"):
+        check(meter_after[k] >= meter_before[k], "meter %s went back from %r to %r" %
+              (k, meter_before[k], meter_after[k]))
+    quota_after = quota_of(os.path.join(new_maps, "egr_quota_sb"), id1)
+    check(quota_after["start"] == quota_before["start"] and
+          quota_after["bytes"] >= quota_before["bytes"] and
+          quota_after["limit"] == quota_before["limit"],
+          "quota not carried over: %r then %r" % (quota_before, quota_after))
+    c.allowed(cg2, "tcp", DNS_ZONE["api.test"], learned_srv.port)
+    # DNS goes on through the new egressd's proxy (recvmsg of the new programs
+    # rewrites the reply's source from the shared egr_dns_orig).
+    dns_ok(c, sb2, "api.test", want=DNS_ZONE["api.test"])
+
+    # The new egressd manages them: list, update, detach.
+    after = d.listed()
+    for cg, was in before.items():
+        now = after.get(cg)
+        check(now is not None, "new egressd does not list %s" % cg)
+        for k in ("id", "cgroup_id", "policy_sha256", "tenant"):
+            check(now.get(k) == was.get(k), "%s: %s %r, was %r" % (cg, k, now.get(k), was.get(k)))
+    c.denied(cg1, "tcp", "127.0.0.1", more_srv.port)
+    d.ctl_ok("update", "--cgroup", cg1, "--policy",
+             c.policy(["127.0.0.1:%d" % ok_srv.port, "127.0.0.1:%d" % more_srv.port]))
+    c.allowed(cg1, "tcp", "127.0.0.1", more_srv.port)
+    c.denied(cg1, "tcp", "127.0.0.1", bad_srv.port)
+    d.ctl_ok("detach", "--cgroup", cg2)
+    c.allowed(cg2, "tcp", "127.0.0.1", bad_srv.port)
+    d.ctl_ok("detach", "--cgroup", cg1)
+    check(d.listed() == {}, "sandboxes left after detach: %r" % d.listed())
+    c.allowed(cg1, "tcp", "127.0.0.1", bad_srv.port)
+    d.stop()
+
+
+@test
+def upgrade_in_place_from_previous(c):
+    # Every commit in tests/upgrade-from is replaced in place by this build
+    # while a sandboxed process keeps trying a denied and an allowed
+    # destination; a layout it cannot convert is refused first.
+    for commit in upg_commits():
+        upg_from(c, commit)
+
+
+@test
+def upgrade_refuses_newer_pins(c):
+    # Pins of a newer ABI version (a downgrade, or a foreign egressd): this
+    # egressd refuses to start and the sandboxes stay enforced as they are;
+    # with the newer pins gone it adopts them again (the sanity twin).
+    d = UpgDaemon(c, "upgv99")
+    ok_srv, bad_srv = c.tcp("upg99-ok"), c.tcp("upg99-bad")
+    d.start(c.build)
+    cg = upg_cgroup(c, "upg99")
+    d.attach(cg, c.policy(["127.0.0.1:%d" % ok_srv.port]))
+    c.allowed(cg, "tcp", "127.0.0.1", ok_srv.port)
+    c.denied(cg, "tcp", "127.0.0.1", bad_srv.port)
+    progs = pinned_link_progs(d.bpffs)
+    d.stop()
+    fake = os.path.join(d.bpffs, "v99")
+    os.makedirs(os.path.join(fake, "maps"))
+    try:
+        rc, text = d.start_refused(c.build)
+        check(rc != 0, "egressd with v99 pins exited 0")
+        check("ABI version 99" in text and "refusing" in text,
+              "the refusal does not say why:\n%s" % text[-2000:])
+        check(pinned_link_progs(d.bpffs) == progs, "a refused start changed the links")
+        c.allowed(cg, "tcp", "127.0.0.1", ok_srv.port)
+        c.denied(cg, "tcp", "127.0.0.1", bad_srv.port)
+    finally:
+        shutil.rmtree(fake, True)
+    d.start(c.build)
+    check(os.path.realpath(cg) in d.listed(), "not adopted once v99 is gone")
+    c.denied(cg, "tcp", "127.0.0.1", bad_srv.port)
+    d.ctl_ok("detach", "--cgroup", cg)
+    c.allowed(cg, "tcp", "127.0.0.1", bad_srv.port)
+    d.stop()

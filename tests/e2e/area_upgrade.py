@@ -5,6 +5,7 @@
 # Each test runs its own egressd instances on their own socket, state and
 # bpffs dirs (never the harness's), with the harness's dnsmasq upstream.
 
+import re
 import struct
 import types
 
@@ -275,6 +276,7 @@ def upg_from(c, commit):
                 if bpftool_json("map", "show", "id", str(mid))["name"] == "egr_dns_orig":
                     dns_orig_id = mid
         check(dns_orig_id is not None, "the old programs have no egr_dns_orig")
+        lost_before = json.loads(d.ctl_ok("status", "--json").stdout)["counters"]["events_lost"]
         d.stop()
 
         # 1. A map of an unexpected layout: refused, old enforcement untouched.
@@ -297,12 +299,38 @@ def upg_from(c, commit):
                 os.unlink(victim)
             must(["bpftool", "map", "pin", "id", str(victim_id), victim])
 
-        # 2. The upgrade itself.
+        # 2. A link pin renamed by hand (connect6's link named egr_connect4):
+        # the kernel would accept any program of the same type on it.
+        ldir = os.path.join(d.bpffs, "links", str(id1))
+        l4, l6, tmp = (os.path.join(ldir, n) for n in ("egr_connect4", "egr_connect6", "swap"))
+        os.rename(l4, tmp)
+        os.rename(l6, l4)
+        os.rename(tmp, l6)
+        try:
+            rc, text = d.start_refused(new_build)
+            check(rc != 0 and "does not name its program" in text and (l4 in text or l6 in text),
+                  "a renamed link pin was not refused (exit %s):\n%s" % (rc, text[-2000:]))
+            check(not os.path.exists(os.path.join(d.bpffs, "v%d" % UPG_ABI)),
+                  "a refused upgrade left %s/v%d" % (d.bpffs, UPG_ABI))
+        finally:
+            os.rename(l4, tmp)
+            os.rename(l6, l4)
+            os.rename(tmp, l6)
+        check(pinned_link_progs(d.bpffs) == progs_before,
+              "a refused upgrade moved links to other programs")
+
+        # 3. The upgrade itself.
         accepted_at_switch = ok_srv.accepted
         d.start(new_build)
         text = d.log_since()
         check("upgrade from ABI version 1 to %d done" % UPG_ABI in text,
               "no upgrade in the new egressd's log:\n%s" % text[-3000:])
+        # What the old ring still held is counted as lost, not dropped silently.
+        m = re.search(r"upgrade: (\d+) events the previous egressd left unread", text)
+        dropped = int(m.group(1)) if m else 0
+        lost_after = json.loads(d.ctl_ok("status", "--json").stdout)["counters"]["events_lost"]
+        check(lost_after >= lost_before + dropped, "events_lost %d, was %d, %d dropped" %
+              (lost_after, lost_before, dropped))
         check(wait_until(lambda: ok_srv.accepted > accepted_at_switch + 100, 10),
               "allowed connects stopped arriving after the upgrade")
     finally:

@@ -10,7 +10,8 @@
  * The order, so that no instant is unenforced:
  *  1. prepare: every pinned map of the old version has a row in the table
  *     below with the layout it must have; every link is a cgroup link.
- *     Anything else refuses, before anything is loaded.
+ *     Anything else refuses, before anything is loaded. After the load, every
+ *     link must have a new program of its name attached at its hook.
  *  2. reuse: egr_cg_storage is shared, never copied. Its storage belongs to
  *     the attachment: bpf_link_update (cgroup_bpf_replace) swaps the program
  *     and keeps the storage, so the new programs must be built against the
@@ -290,6 +291,7 @@ struct mig_link {
 	char path[PATH_MAX];
 	char prog[64];      /* the pin's name: the program's full name */
 	uint32_t sandbox_id;
+	__u32 attach_type;  /* the hook, as the kernel says */
 	int link_fd;
 	int old_prog_fd;    /* held: it keeps the old program alive for a rollback */
 	int new_prog_fd;    /* borrowed from the object */
@@ -498,6 +500,7 @@ static int add_link(struct egr_mig *m, uint32_t sandbox_id, const char *path, co
 	snprintf(l->path, sizeof(l->path), "%s", path);
 	snprintf(l->prog, sizeof(l->prog), "%s", prog);
 	l->sandbox_id = sandbox_id;
+	l->attach_type = info.cgroup.attach_type;
 	l->link_fd = fd;
 	l->old_prog_fd = pfd;
 	l->new_prog_fd = -1;
@@ -783,6 +786,16 @@ static int plan_switch(struct egr_mig *m, struct bpf_object *obj)
 			log_error("upgrade: link %s runs program %s, which ABI version %d %s", l->path,
 				  l->prog, EGR_ABI_VERSION, prog ? "cannot load on this host" :
 				  "does not have");
+			return -EPROTO;
+		}
+		/* The kernel checks only the program type: a pin renamed by hand
+		 * (egr_connect6's link under the name egr_connect4) would put a
+		 * program on a hook it was not verified for. */
+		if (bpf_program__expected_attach_type(prog) != l->attach_type) {
+			log_error("upgrade: link %s is attached at hook %u, but %s attaches at %u: "
+				  "the pin does not name its program",
+				  l->path, l->attach_type, l->prog,
+				  bpf_program__expected_attach_type(prog));
 			return -EPROTO;
 		}
 		l->new_prog_fd = bpf_program__fd(prog);

@@ -279,25 +279,31 @@ def upg_from(c, commit):
         lost_before = json.loads(d.ctl_ok("status", "--json").stdout)["counters"]["events_lost"]
         d.stop()
 
-        # 1. A map of an unexpected layout: refused, old enforcement untouched.
-        victim = os.path.join(old_maps, "egr_meter_tenant")
-        victim_id = bpftool_json("map", "show", "pinned", victim)["id"]
-        os.unlink(victim)
-        try:
-            must(["bpftool", "map", "create", victim, "type", "hash", "key", "4", "value", "8",
-                  "entries", "4", "name", "egr_meter_tenant"])
-            rc, text = d.start_refused(new_build)
-            check(rc != 0, "egressd with an unconvertible map exited 0")
-            check("egr_meter_tenant" in text and "cannot convert" in text and "refused" in text,
-                  "the refusal does not name the map:\n%s" % text[-2000:])
-            check(pinned_link_progs(d.bpffs) == progs_before,
-                  "a refused upgrade moved links to other programs")
-            check(not os.path.exists(os.path.join(d.bpffs, "v%d" % UPG_ABI)),
-                  "a refused upgrade left %s/v%d" % (d.bpffs, UPG_ABI))
-        finally:
-            if os.path.exists(victim):
-                os.unlink(victim)
-            must(["bpftool", "map", "pin", "id", str(victim_id), victim])
+        # 1. Pins it cannot take over, each refused with the old enforcement
+        # untouched: a map of another layout, and a look-alike cgroup storage
+        # (right layout, but not the map the attachments' storage lives in).
+        fakes = [("egr_meter_tenant", ["hash", "key", "4", "value", "8", "entries", "4"],
+                  "cannot convert"),
+                 ("egr_cg_storage", ["cgroup_storage", "key", "8", "value", "8", "entries", "0"],
+                  "is not the cgroup storage of the sandboxes")]
+        for name, spec, why in fakes:
+            victim = os.path.join(old_maps, name)
+            victim_id = bpftool_json("map", "show", "pinned", victim)["id"]
+            os.unlink(victim)
+            try:
+                must(["bpftool", "map", "create", victim, "type"] + spec + ["name", name])
+                rc, text = d.start_refused(new_build)
+                check(rc != 0, "egressd with a foreign %s exited 0" % name)
+                check(name in text and why in text and "refused" in text,
+                      "the refusal does not say %r about %s:\n%s" % (why, name, text[-2000:]))
+                check(pinned_link_progs(d.bpffs) == progs_before,
+                      "a refused upgrade moved links to other programs")
+                check(not os.path.exists(os.path.join(d.bpffs, "v%d" % UPG_ABI)),
+                      "a refused upgrade left %s/v%d" % (d.bpffs, UPG_ABI))
+            finally:
+                if os.path.exists(victim):
+                    os.unlink(victim)
+                must(["bpftool", "map", "pin", "id", str(victim_id), victim])
 
         # 2. A link pin renamed by hand (connect6's link named egr_connect4):
         # the kernel would accept any program of the same type on it.
@@ -359,6 +365,14 @@ def upg_from(c, commit):
     check(not still, "links still on the old programs: %r" % still)
     check(bpftool_json("map", "show", "pinned", os.path.join(new_maps, "egr_cg_storage"))["id"]
           == storage_id, "the new programs do not share the old egr_cg_storage")
+    # The attachment's storage survived bpf_link_update and still names the
+    # sandbox (the new egressd wrote nothing else there: no warning).
+    cgid = before[os.path.realpath(cg1)]["cgroup_id"]
+    ref = map_entries(os.path.join(new_maps, "egr_cg_storage")).get(struct.pack("=Q", cgid))
+    check(ref is not None and struct.unpack("=I", ref[:4])[0] == id1,
+          "egr_cg_storage of cgroup %d after the upgrade: %r" % (cgid, ref))
+    check("rewrite cgroup storage" not in d.log_since(),
+          "the new egressd could not write the shared cgroup storage")
     check(bpftool_json("map", "show", "pinned", os.path.join(new_maps, "egr_dns_orig"))["id"]
           == dns_orig_id, "the new programs do not share the old egr_dns_orig")
     # State carried over: meters, quota window, learned entry.

@@ -381,8 +381,9 @@ static int scan_versions(const char *dir, int *older, int *newer, int *n_older)
 		} else if (de->d_name[0] == 'v' && de->d_name[1] >= '1' && de->d_name[1] <= '9') {
 			long l = strtol(de->d_name + 1, &end, 10);
 
-			if (*end || l > INT_MAX)
-				continue; /* v1-retired and the like */
+			/* v1-retired and the like; version 1 never had a v1/ */
+			if (*end || l > INT_MAX || l == 1)
+				continue;
 			v = (int)l;
 		} else {
 			continue;
@@ -415,8 +416,10 @@ static int check_map(struct egr_mig *m, const char *name)
 	snprintf(path, sizeof(path), "%s/%s", m->old_maps, name);
 	fd = bpf_obj_get(path);
 	if (fd < 0) {
-		log_error("upgrade: open %s: %s", path, strerror(errno));
-		return -errno;
+		int err = -errno;
+
+		log_error("upgrade: open %s: %s", path, strerror(-err));
+		return err;
 	}
 	if (bpf_obj_get_info_by_fd(fd, &info, &len) < 0) {
 		int err = -errno;
@@ -444,8 +447,11 @@ static int check_maps(struct egr_mig *m)
 	DIR *d = opendir(m->old_maps);
 	int err = 0;
 
-	if (!d)
-		return -errno;
+	if (!d) {
+		err = -errno;
+		log_error("upgrade: read %s: %s", m->old_maps, strerror(-err));
+		return err;
+	}
 	while (!err && (de = readdir(d)))
 		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
 			err = check_map(m, de->d_name);
@@ -462,8 +468,10 @@ static int add_link(struct egr_mig *m, uint32_t sandbox_id, const char *path, co
 
 	fd = bpf_obj_get(path);
 	if (fd < 0) {
-		log_error("upgrade: open link %s: %s", path, strerror(errno));
-		return -errno;
+		int err = -errno;
+
+		log_error("upgrade: open link %s: %s", path, strerror(-err));
+		return err;
 	}
 	if (bpf_obj_get_info_by_fd(fd, &info, &len) < 0 || info.type != BPF_LINK_TYPE_CGROUP) {
 		log_error("upgrade: %s is not a cgroup link", path);
@@ -479,9 +487,11 @@ static int add_link(struct egr_mig *m, uint32_t sandbox_id, const char *path, co
 	}
 	pfd = bpf_prog_get_fd_by_id(info.prog_id);
 	if (pfd < 0) {
-		log_error("upgrade: program %u of link %s: %s", info.prog_id, path, strerror(errno));
+		int err = -errno;
+
+		log_error("upgrade: program %u of link %s: %s", info.prog_id, path, strerror(-err));
 		close(fd);
-		return -errno;
+		return err;
 	}
 	if (m->nlinks == m->cap) {
 		size_t cap = m->cap ? m->cap * 2 : 64;
@@ -541,41 +551,71 @@ static int collect_links(struct egr_mig *m)
 	return err;
 }
 
-/* Find the old version's egr_dns_orig: version 1 never pinned it, but its
- * programs hold it. */
-static int find_dns_orig(struct egr_mig *m)
+static __u32 map_id_of(int fd)
 {
-	int idx = spec_index("egr_dns_orig");
+	struct bpf_map_info info = { 0 };
+	__u32 len = sizeof(info);
 
-	for (size_t i = 0; i < m->nlinks && m->fd[idx] < 0; i++) {
+	return bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.id : 0;
+}
+
+/* Look at the maps the running programs use: the pinned egr_cg_storage
+ * must be theirs (the attachments' storage lives in it, a look-alike pinned
+ * in its place would share nothing), and egr_dns_orig, which version 1
+ * never pinned, is taken from them. */
+static int check_programs(struct egr_mig *m)
+{
+	int sidx = spec_index("egr_cg_storage"), didx = spec_index("egr_dns_orig");
+	__u32 storage_id = m->fd[sidx] >= 0 ? map_id_of(m->fd[sidx]) : 0;
+
+	for (size_t i = 0; i < m->nlinks; i++) {
 		struct bpf_prog_info info = { 0 };
 		__u32 ids[64], len = sizeof(info);
+		bool uses_storage = false;
+		int err;
 
 		info.nr_map_ids = 64;
 		info.map_ids = (__u64)(unsigned long)ids;
-		if (bpf_obj_get_info_by_fd(m->links[i].old_prog_fd, &info, &len) < 0)
-			continue;
+		if (bpf_obj_get_info_by_fd(m->links[i].old_prog_fd, &info, &len) < 0) {
+			err = -errno;
+			log_error("upgrade: program of %s: %s", m->links[i].path, strerror(-err));
+			return err;
+		}
 		for (__u32 k = 0; k < info.nr_map_ids && k < 64; k++) {
 			struct bpf_map_info mi = { 0 };
 			__u32 mlen = sizeof(mi);
-			int fd = bpf_map_get_fd_by_id(ids[k]);
+			int fd;
 
+			if (ids[k] == storage_id) {
+				uses_storage = true;
+				continue;
+			}
+			if (m->fd[didx] >= 0)
+				continue;
+			fd = bpf_map_get_fd_by_id(ids[k]);
 			if (fd < 0)
 				continue;
 			if (bpf_obj_get_info_by_fd(fd, &mi, &mlen) == 0 &&
 			    strcmp(mi.name, "egr_dns_orig") == 0) {
-				if (mi.type != v1_maps[idx].type ||
-				    mi.value_size != v1_maps[idx].value_size) {
-					log_error("upgrade: egr_dns_orig of the running programs "
-						  "has type %u, value %u bytes: cannot share it",
+				if (mi.type != v1_maps[didx].type ||
+				    mi.key_size != v1_maps[didx].key_size ||
+				    mi.value_size != v1_maps[didx].value_size) {
+					log_error("upgrade: egr_dns_orig of the running programs has "
+						  "type %u, value %u bytes: cannot share it",
 						  mi.type, mi.value_size);
 					close(fd);
 					return -EPROTO;
 				}
-				m->fd[idx] = fd;
-				break;
+				m->fd[didx] = fd;
+				continue;
 			}
 			close(fd);
+		}
+		if (!uses_storage) {
+			log_error("upgrade: the program of link %s does not use %s/egr_cg_storage: "
+				  "that pin is not the cgroup storage of the sandboxes",
+				  m->links[i].path, m->old_maps);
+			return -EPROTO;
 		}
 	}
 	return 0;
@@ -628,13 +668,13 @@ int egr_mig_prepare(const char *dir, struct egr_mig **out)
 	err = check_maps(m);
 	if (!err)
 		err = collect_links(m);
-	if (!err)
-		err = find_dns_orig(m);
 	if (!err && m->nlinks && m->fd[spec_index("egr_cg_storage")] < 0) {
 		log_error("upgrade: sandboxes are attached but %s/egr_cg_storage is missing: the "
 			  "new programs could not tell them apart", m->old_maps);
 		err = -EPROTO;
 	}
+	if (!err)
+		err = check_programs(m);
 	if (err) {
 		log_error("upgrade from ABI version %d refused; the version %d programs keep "
 			  "enforcing every sandbox", m->from, m->from);

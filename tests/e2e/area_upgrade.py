@@ -79,18 +79,19 @@ class UpgDaemon:
         CLEANUP.push("egressd " + tag, self.stop)
 
     def _spawn(self, build):
-        self.build = build
+        """Start egressd of build; the Popen (self.proc is the caller's)."""
         logf = open(self.logpath, "ab")
         logf.write(("--- %s egressd start at %s ---\n" % (build, time.strftime("%T"))).encode())
         logf.flush()
         self.mark = os.path.getsize(self.logpath)
-        self.proc = subprocess.Popen(
+        proc = subprocess.Popen(
             [os.path.join(build, "egressd"), "--socket", self.sock, "--bpffs-dir", self.bpffs,
              "--state-dir", self.state, "--log-level", "debug",
              "--metrics-addr", "127.0.0.1:%d" % free_tcp_port(), "--billing-interval", "1"] +
             list(self.c.dns_args), stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
         logf.close()
-        log("%s egressd pid %d (%s)" % (self.tag, self.proc.pid, build))
+        log("%s egressd pid %d (%s)" % (self.tag, proc.pid, build))
+        return proc
 
     def log_since(self):
         with open(self.logpath, "rb") as f:
@@ -98,7 +99,8 @@ class UpgDaemon:
             return f.read().decode(errors="replace")
 
     def start(self, build):
-        self._spawn(build)
+        self.proc = self._spawn(build)
+        self.build = build
 
         def ready():
             return self.proc.poll() is not None or self.ctl("status").returncode == 0
@@ -108,12 +110,14 @@ class UpgDaemon:
         check(ok, "%s egressd did not answer `status`:\n%s" % (self.tag, self.log_since()[-3000:]))
 
     def start_refused(self, build):
-        """Start it and expect it to refuse: (exit status, what it logged)."""
-        self._spawn(build)
+        """Start another egressd of build and expect it to refuse: (exit
+        status, what it logged). A running one (self.proc) stays."""
+        proc = self._spawn(build)
         try:
-            rc = self.proc.wait(UPG_REFUSE_S)
+            rc = proc.wait(UPG_REFUSE_S)
         except subprocess.TimeoutExpired:
-            self.stop()
+            proc.kill()
+            proc.wait(5)
             raise TestFailure("%s egressd did not refuse to start:\n%s" %
                               (self.tag, self.log_since()[-3000:]))
         return rc, self.log_since()
@@ -277,6 +281,15 @@ def upg_from(c, commit):
                     dns_orig_id = mid
         check(dns_orig_id is not None, "the old programs have no egr_dns_orig")
         lost_before = json.loads(d.ctl_ok("status", "--json").stdout)["counters"]["events_lost"]
+
+        # 0. Not under a running old egressd: it would go on writing into
+        # maps nothing reads any more. Refused, naming it; it keeps working.
+        rc, text = d.start_refused(new_build)
+        check(rc != 0 and ("process %d holds the version 1 maps open" % d.proc.pid) in text,
+              "an upgrade under the running old egressd was not refused (exit %s):\n%s" %
+              (rc, text[-2000:]))
+        check(pinned_link_progs(d.bpffs) == progs_before and d.proc.poll() is None and
+              set(d.listed()) == set(before), "a refused upgrade disturbed the old egressd")
         d.stop()
 
         # 1. Pins it cannot take over, each refused with the old enforcement

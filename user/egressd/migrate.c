@@ -621,6 +621,63 @@ static int check_programs(struct egr_mig *m)
 	return 0;
 }
 
+/* The pid of another process holding the map of id map_id open, or 0. The
+ * old egressd keeps every map of its version open while it runs: upgrading
+ * under it would leave it writing policies into maps nothing reads. */
+static pid_t map_holder(__u32 map_id)
+{
+	char path[PATH_MAX], target[64], line[128];
+	pid_t self = getpid(), found = 0;
+	struct dirent *pe, *fe;
+	DIR *proc = opendir("/proc");
+
+	if (!proc)
+		return 0;
+	while (!found && (pe = readdir(proc))) {
+		char *end;
+		long pid = strtol(pe->d_name, &end, 10);
+		DIR *fds;
+
+		if (*end || pid <= 0 || pid == self)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/fd", pid);
+		fds = opendir(path);
+		if (!fds)
+			continue; /* gone, or a kernel thread */
+		while (!found && (fe = readdir(fds))) {
+			ssize_t n;
+			FILE *f;
+
+			if (fe->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof(path), "/proc/%ld/fd/%s", pid, fe->d_name);
+			n = readlink(path, target, sizeof(target) - 1);
+			if (n <= 0)
+				continue;
+			target[n] = '\0';
+			if (strcmp(target, "anon_inode:bpf-map") != 0)
+				continue;
+			snprintf(path, sizeof(path), "/proc/%ld/fdinfo/%s", pid, fe->d_name);
+			f = fopen(path, "r");
+			if (!f)
+				continue;
+			while (fgets(line, sizeof(line), f)) {
+				unsigned int id;
+
+				if (sscanf(line, "map_id: %u", &id) == 1) {
+					if (id == map_id)
+						found = (pid_t)pid;
+					break;
+				}
+			}
+			fclose(f);
+		}
+		closedir(fds);
+	}
+	closedir(proc);
+	return found;
+}
+
 int egr_mig_prepare(const char *dir, struct egr_mig **out)
 {
 	char retired[PATH_MAX];
@@ -675,6 +732,16 @@ int egr_mig_prepare(const char *dir, struct egr_mig **out)
 	}
 	if (!err)
 		err = check_programs(m);
+	if (!err && m->fd[spec_index("egr_sandboxes")] >= 0) {
+		pid_t pid = map_holder(map_id_of(m->fd[spec_index("egr_sandboxes")]));
+
+		if (pid) {
+			log_error("upgrade: process %d holds the version %d maps open (the old "
+				  "egressd still running?): stop it first",
+				  (int)pid, m->from);
+			err = -EBUSY;
+		}
+	}
 	if (err) {
 		log_error("upgrade from ABI version %d refused; the version %d programs keep "
 			  "enforcing every sandbox", m->from, m->from);

@@ -464,3 +464,112 @@ def upgrade_refuses_newer_pins(c):
     d.ctl_ok("detach", "--cgroup", cg)
     c.allowed(cg, "tcp", "127.0.0.1", bad_srv.port)
     d.stop()
+
+
+@test
+def upgrade_redone_over_stale_pins(c):
+    # An upgrade interrupted before its commit point leaves the new version's
+    # pins beside the old ones; the next start redoes it over them. The stale
+    # v2 pins here come from a new egressd that ran on the dir before the old
+    # one attached: their egr_cg_storage is another map than the one the
+    # attachments use, and must not win over it.
+    commit = upg_commits()[-1]
+    old_build = upg_build_previous(c, commit)
+    d = UpgDaemon(c, "upgredo")
+    ok_srv, bad_srv = c.tcp("upgredo-ok"), c.tcp("upgredo-bad")
+    d.start(c.build)
+    d.stop()
+    new_maps = os.path.join(d.bpffs, "v%d" % UPG_ABI, "maps")
+    stale_storage = bpftool_json("map", "show", "pinned",
+                                 os.path.join(new_maps, "egr_cg_storage"))["id"]
+    d.start(old_build)
+    cg = upg_cgroup(c, "upgredo")
+    d.attach(cg, c.policy(["127.0.0.1:%d" % ok_srv.port]))
+    c.allowed(cg, "tcp", "127.0.0.1", ok_srv.port)
+    c.denied(cg, "tcp", "127.0.0.1", bad_srv.port)
+    storage = bpftool_json("map", "show", "pinned",
+                           os.path.join(d.bpffs, "maps", "egr_cg_storage"))["id"]
+    check(storage != stale_storage, "the old egressd reused the new version's storage")
+    d.stop()
+    d.start(c.build)
+    check("upgrade from ABI version 1 to %d done" % UPG_ABI in d.log_since(),
+          "no upgrade over the stale pins:\n%s" % d.log_since()[-3000:])
+    check(bpftool_json("map", "show", "pinned", os.path.join(new_maps, "egr_cg_storage"))["id"]
+          == storage, "the stale egr_cg_storage pin won over the attachments' one")
+    check(not os.path.exists(os.path.join(d.bpffs, "maps")), "version 1 pins left")
+    check(os.path.realpath(cg) in d.listed(), "sandbox not adopted after the redone upgrade")
+    c.allowed(cg, "tcp", "127.0.0.1", ok_srv.port)
+    c.denied(cg, "tcp", "127.0.0.1", bad_srv.port)
+    d.ctl_ok("detach", "--cgroup", cg)
+    c.allowed(cg, "tcp", "127.0.0.1", bad_srv.port)
+    d.stop()
+
+
+# bpf(2) for what bpftool cannot do: BPF_LINK_UPDATE.
+UPG_BPF_OBJ_GET, UPG_BPF_PROG_GET_FD_BY_ID, UPG_BPF_LINK_UPDATE = 7, 13, 29
+UPG_NR_BPF = 321  # x86_64
+
+
+def upg_bpf(cmd, attr):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(bytes(attr).ljust(128, b"\0"), 128)
+    r = libc.syscall(UPG_NR_BPF, cmd, buf, 128)
+    return (r, 0) if r >= 0 else (-1, ctypes.get_errno())
+
+
+def upg_obj_get(path):
+    import ctypes
+    p = ctypes.create_string_buffer(path.encode())
+    fd, err = upg_bpf(UPG_BPF_OBJ_GET, struct.pack("=QII", ctypes.addressof(p), 0, 0))
+    check(fd >= 0, "BPF_OBJ_GET %s: %s" % (path, os.strerror(err)))
+    return fd
+
+
+def upg_prog_fd(prog_id):
+    fd, err = upg_bpf(UPG_BPF_PROG_GET_FD_BY_ID, struct.pack("=III", prog_id, 0, 0))
+    check(fd >= 0, "BPF_PROG_GET_FD_BY_ID %d: %s" % (prog_id, os.strerror(err)))
+    return fd
+
+
+@test
+def upgrade_kernel_keeps_cgroup_storage(c):
+    # What the upgrade relies on, tried on this kernel: bpf_link_update keeps
+    # the attachment's cgroup storage, so a program built against another
+    # egr_cg_storage map (here: a second egressd's) is refused on a sandbox's
+    # link, and the sandbox stays enforced by its own program; the same
+    # update to the program it already runs (the twin) is accepted.
+    if os.uname().machine != "x86_64":
+        raise TestFailure("the bpf(2) syscall number here is x86_64's")
+    a, b = UpgDaemon(c, "upgsta"), UpgDaemon(c, "upgstb")
+    ok_srv, bad_srv = c.tcp("upgst-ok"), c.tcp("upgst-bad")
+    a.start(c.build)
+    b.start(c.build)
+    cga, cgb = upg_cgroup(c, "upgsta"), upg_cgroup(c, "upgstb")
+    a.attach(cga, c.policy(["127.0.0.1:%d" % ok_srv.port]))
+    b.attach(cgb, c.policy(["127.0.0.1:*"]))
+    link_a = glob.glob(os.path.join(a.bpffs, "links", "*", "egr_connect4"))
+    link_b = glob.glob(os.path.join(b.bpffs, "links", "*", "egr_connect4"))
+    check(len(link_a) == 1 and len(link_b) == 1, "links: %r %r" % (link_a, link_b))
+    prog_a = bpftool_json("link", "show", "pinned", link_a[0])["prog_id"]
+    prog_b = bpftool_json("link", "show", "pinned", link_b[0])["prog_id"]
+    check(prog_a != prog_b, "both egressds run the same program")
+    lfd = upg_obj_get(link_a[0])
+    pa, pb = upg_prog_fd(prog_a), upg_prog_fd(prog_b)
+    try:
+        r, err = upg_bpf(UPG_BPF_LINK_UPDATE, struct.pack("=IIII", lfd, pa, 0, 0))
+        check(r == 0, "updating a link to the program it runs: %s" % os.strerror(err))
+        r, err = upg_bpf(UPG_BPF_LINK_UPDATE, struct.pack("=IIII", lfd, pb, 0, 0))
+        check(r < 0 and err == errno_mod.EINVAL,
+              "a program of another egr_cg_storage was accepted on the link (%s)" %
+              (os.strerror(err) if r < 0 else "no error"))
+    finally:
+        for fd in (lfd, pa, pb):
+            os.close(fd)
+    check(bpftool_json("link", "show", "pinned", link_a[0])["prog_id"] == prog_a,
+          "the link runs another program now")
+    c.allowed(cga, "tcp", "127.0.0.1", ok_srv.port)
+    c.denied(cga, "tcp", "127.0.0.1", bad_srv.port)
+    for d, cg in ((a, cga), (b, cgb)):
+        d.ctl_ok("detach", "--cgroup", cg)
+        d.stop()

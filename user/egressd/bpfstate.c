@@ -142,7 +142,7 @@ static int maps_dir(const char *dir, char *buf, size_t len)
 
 int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 {
-	char path[PATH_MAX], maps[PATH_MAX];
+	char path[PATH_MAX];
 	struct egr_mig *mig = NULL;
 	int err;
 
@@ -163,7 +163,7 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 		log_error("kernel lacks cgroup sock_addr or sock programs");
 		return -ENOTSUP;
 	}
-	if ((err = maps_dir(dir, maps, sizeof(maps))))
+	if ((err = maps_dir(dir, b->maps, sizeof(b->maps))))
 		return err;
 	if ((err = mkdir_p1(dir, 0700))) {
 		log_error("create %s: %s", dir, strerror(-err));
@@ -175,8 +175,8 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 		return err;
 
 	snprintf(path, sizeof(path), "%s/v%d", dir, EGR_ABI_VERSION);
-	if ((err = mkdir_p1(path, 0700)) || (err = mkdir_p1(maps, 0700))) {
-		log_error("create %s: %s", maps, strerror(-err));
+	if ((err = mkdir_p1(path, 0700)) || (err = mkdir_p1(b->maps, 0700))) {
+		log_error("create %s: %s", b->maps, strerror(-err));
 		goto fail;
 	}
 	snprintf(path, sizeof(path), "%s/links", dir);
@@ -185,10 +185,10 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 		goto fail;
 	}
 
-	snprintf(path, sizeof(path), "%s/egr_sandboxes", maps);
+	snprintf(path, sizeof(path), "%s/egr_sandboxes", b->maps);
 	b->reused_maps = access(path, F_OK) == 0 && !mig;
 
-	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = maps);
+	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = b->maps);
 	b->skel = egressd_bpf__open_opts(&opts);
 	if (!b->skel) {
 		err = -errno;
@@ -225,7 +225,7 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	b->fd_events = bpf_map__fd(b->skel->maps.egr_events);
 	b->fd_dests = bpf_map__fd(b->skel->maps.egr_dests);
 	log_info("BPF programs loaded (ABI version %d), maps %s under %s", EGR_ABI_VERSION,
-		 b->migrated_from ? "migrated" : b->reused_maps ? "adopted" : "pinned", maps);
+		 b->migrated_from ? "migrated" : b->reused_maps ? "adopted" : "pinned", b->maps);
 	return 0;
 fail:
 	if (b->skel)
@@ -233,7 +233,7 @@ fail:
 	b->skel = NULL;
 	if (mig) {
 		/* A refused upgrade leaves no empty version directory behind. */
-		rmdir(maps);
+		rmdir(b->maps);
 		snprintf(path, sizeof(path), "%s/v%d", dir, EGR_ABI_VERSION);
 		rmdir(path);
 	}

@@ -23,6 +23,7 @@ struct egressd_bpf;
 struct egr_bpf {
 	struct egressd_bpf *skel;
 	char dir[256];       /* --bpffs-dir */
+	char maps[300];      /* <dir>/v<EGR_ABI_VERSION>/maps: pin maps only here */
 	int fd_storage, fd_sandboxes, fd_allow4, fd_allow6, fd_counters;
 	int fd_meter_sb, fd_meter_tenant, fd_quota_sb, fd_quota_tenant, fd_events, fd_dests;
 	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */

@@ -573,3 +573,106 @@ def upgrade_kernel_keeps_cgroup_storage(c):
     for d, cg in ((a, cga), (b, cgb)):
         d.ctl_ok("detach", "--cgroup", cg)
         d.stop()
+
+
+UPG_BPF_PROG_LOAD = 5
+UPG_PROG_TYPE_CGROUP_SOCK_ADDR, UPG_CGROUP_INET4_CONNECT = 18, 10
+UPG_F_REPLACE = 1 << 2
+
+
+def upg_load_deny_connect4(storage_fd):
+    """A cgroup/connect4 program that denies everything (r0 = 0; exit). It
+    names the sandbox's egr_cg_storage (r1 = map, unused): the kernel accepts
+    on a link only a program of the attachment's cgroup storage."""
+    import ctypes
+    insns = ctypes.create_string_buffer(struct.pack("=BBhi", 0x18, 0x11, 0, storage_fd) +
+                                        struct.pack("=BBhi", 0, 0, 0, 0) +
+                                        struct.pack("=BBhi", 0xb7, 0, 0, 0) +
+                                        struct.pack("=BBhi", 0x95, 0, 0, 0))
+    lic = ctypes.create_string_buffer(b"GPL")
+    attr = struct.pack("=IIQQIIQII16sII", UPG_PROG_TYPE_CGROUP_SOCK_ADDR, 4,
+                       ctypes.addressof(insns), ctypes.addressof(lic), 0, 0, 0, 0, 0,
+                       b"upg_deny4", 0, UPG_CGROUP_INET4_CONNECT)
+    fd, err = upg_bpf(UPG_BPF_PROG_LOAD, attr)
+    check(fd >= 0, "BPF_PROG_LOAD of a deny-all connect4 program: %s" % os.strerror(err))
+    return fd
+
+
+def upg_link_update(link_fd, new_fd, old_fd):
+    return upg_bpf(UPG_BPF_LINK_UPDATE, struct.pack("=IIII", link_fd, new_fd, UPG_F_REPLACE,
+                                                    old_fd))
+
+
+@test
+def upgrade_rolls_back_a_failed_switch(c):
+    # A link update the kernel refuses half-way through the switch: the links
+    # already moved go back to their old programs and egressd refuses.
+    # While the new egressd loads its programs (after its checks, before the
+    # switch), the test replaces the program of the link switched last
+    # (readdir order, as egressd walks it) with a deny-all one, so egressd's
+    # BPF_F_REPLACE update of that link fails.
+    commit = upg_commits()[-1]
+    old_build = upg_build_previous(c, commit)
+    d = UpgDaemon(c, "upgrb")
+    ok_srv, bad_srv = c.tcp("upgrb-ok"), c.tcp("upgrb-bad")
+    d.start(old_build)
+    cgs = [upg_cgroup(c, "upgrb") for _ in range(2)]
+    for cg in cgs:
+        d.attach(cg, c.policy(["127.0.0.1:%d" % ok_srv.port]))
+    progs = pinned_link_progs(d.bpffs)
+    d.stop()
+    ldir = os.path.join(d.bpffs, "links")
+    last_sb = [n for n in os.listdir(ldir) if n.isdigit()][-1]
+    victim = os.path.join(ldir, last_sb, "egr_connect4")
+    storage_fd = upg_obj_get(os.path.join(d.bpffs, "maps", "egr_cg_storage"))
+    deny_fd = upg_load_deny_connect4(storage_fd)
+    os.close(storage_fd)
+    lfd = upg_obj_get(victim)
+    old_fd = upg_prog_fd(progs[victim])
+    tampered = False
+    try:
+        proc = d._spawn(c.build)
+        mark = d.mark
+        seen = wait_until(lambda: "migrating to version" in d.log_since() or
+                          proc.poll() is not None, 10, 0.005)
+        check(seen and proc.poll() is None, "the new egressd never got to its switch:\n%s" %
+              d.log_since()[-2000:])
+        r, err = upg_link_update(lfd, deny_fd, old_fd)
+        tampered = r == 0
+        check(tampered, "could not change %s before the switch: %s (the switch was faster?)" %
+              (victim, os.strerror(err)))
+        try:
+            rc = proc.wait(UPG_REFUSE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+            raise TestFailure("egressd did not refuse the failed switch")
+        d.mark = mark
+        text = d.log_since()
+        m = re.search(r"moving the (\d+) links already moved back", text)
+        check(rc != 0 and m and "refused" in text, "no rollback (exit %s):\n%s" %
+              (rc, text[-2000:]))
+        check(int(m.group(1)) > 0, "the failed link was not the last one switched:\n%s" %
+              text[-2000:])
+        after = pinned_link_progs(d.bpffs)
+        moved = [p for p in progs if p != victim and after[p] != progs[p]]
+        check(not moved, "links left on the new programs after the rollback: %r" % moved)
+        check(not os.path.exists(os.path.join(d.bpffs, "v%d" % UPG_ABI)),
+              "the failed upgrade left its pins")
+    finally:
+        # The test's own change undone: the victim back on its program.
+        r, err = upg_link_update(lfd, old_fd, deny_fd) if tampered else (0, 0)
+        for fd in (lfd, old_fd, deny_fd):
+            os.close(fd)
+        check(r == 0, "restoring %s: %s" % (victim, os.strerror(err)))
+    for cg in cgs:
+        c.allowed(cg, "tcp", "127.0.0.1", ok_srv.port)
+        c.denied(cg, "tcp", "127.0.0.1", bad_srv.port)
+    # The twin: with nothing in its way the same upgrade goes through.
+    d.start(c.build)
+    check("upgrade from ABI version 1 to %d done" % UPG_ABI in d.log_since(), "no upgrade")
+    for cg in cgs:
+        c.allowed(cg, "tcp", "127.0.0.1", ok_srv.port)
+        c.denied(cg, "tcp", "127.0.0.1", bad_srv.port)
+        d.ctl_ok("detach", "--cgroup", cg)
+    d.stop()

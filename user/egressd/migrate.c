@@ -689,8 +689,8 @@ int egr_mig_prepare(const char *dir, struct egr_mig **out)
 	if (access(retired, F_OK) == 0) {
 		log_info("upgrade: removing %s, left by an upgrade that stopped after its "
 			 "commit point", retired);
-		if ((err = remove_pins(retired)))
-			return err;
+		if (remove_pins(retired))
+			log_warn("upgrade: %s is left (it is never read)", retired);
 	}
 	err = scan_versions(dir, &older, &newer, &n_older);
 	if (err) {
@@ -995,7 +995,11 @@ static int retire_old(struct egr_mig *m)
 			  m->old_maps, retired, strerror(-err));
 		return err;
 	}
-	return remove_pins(retired);
+	/* Past the commit point nothing reads v1-retired: what cannot be
+	 * removed now is removed at the next start. */
+	if (remove_pins(retired))
+		log_warn("upgrade: %s is left; the next start removes it", retired);
+	return 0;
 }
 
 int egr_mig_commit(struct egr_mig *m, struct bpf_object *obj)

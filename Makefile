@@ -58,7 +58,7 @@ endif
 
 .DELETE_ON_ERROR:
 .SECONDARY:
-.PHONY: all deps test test-unit test-e2e test-fuzz test-asan demo bench vmlinux clean fmt
+.PHONY: all deps test test-unit test-e2e test-fuzz test-asan demo bench vmlinux clean fmt upgrade-from
 
 all: $(OUT)/egressd $(OUT)/egressctl
 
@@ -139,8 +139,13 @@ test-unit: $(UNIT_BINS)
 test-fuzz: $(FUZZ_BINS)
 	$(Q)tools/run-fuzz $(OUT) $(FUZZ_BINS)
 
-test-e2e: all $(E2E_BINS)
+test-e2e: all $(E2E_BINS) upgrade-from
 	$(Q)python3 tests/e2e/run.py --build $(OUT)
+
+# The earlier egressd builds the upgrade test replaces (tests/upgrade-from),
+# cached under $(OUT)/upgrade-from/.
+upgrade-from:
+	$(Q)tools/build-previous $(OUT)
 
 test-asan: deps
 	$(Q)$(MAKE) --no-print-directory SAN=1 all $(UNIT_BINS) $(E2E_BINS)

@@ -134,6 +134,9 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct egr_dns_orig);
+	/* Pinned so that an upgrade reuses it: a DNS query in flight keeps
+	 * its original destination for the reply (user/egressd/migrate.c). */
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_dns_orig SEC(".maps");
 
 #define EGR_LOOPBACK4 0x7f000001 /* host order */

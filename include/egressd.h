@@ -3,6 +3,18 @@
  * Types shared by the BPF programs and egressd: map keys, map values and the
  * limits both sides agree on. Only fixed-width kernel types, largest fields
  * first, so the layout is the same for clang -target bpf and for gcc.
+ *
+ * This is the kernel/userspace ABI of egressd. The maps outlive egressd (they
+ * are pinned), so a new egressd meets maps an older one created:
+ * - EGR_ABI_VERSION names the layout of every pinned map; the maps live
+ *   under <bpffs-dir>/v<EGR_ABI_VERSION>/maps (docs/architecture.md).
+ * - Any change to a struct below, to a map's key, value or type, or to the
+ *   meaning of a value increments EGR_ABI_VERSION, freezes the previous
+ *   layout in include/egr_abi_v<N>.h and adds its conversion to
+ *   user/egressd/migrate.c. The _Static_asserts at the end catch a size that
+ *   changed by accident, under gcc and under clang -target bpf alike.
+ * - Enum values that reach a map or an event are explicit: never renumber
+ *   one; retire it as unused and append a new one.
  */
 #ifndef EGRESSD_H
 #define EGRESSD_H
@@ -10,6 +22,10 @@
 #ifndef __VMLINUX_H__
 #include <linux/types.h>
 #endif
+
+/* Version 1 was the unversioned layout (<bpffs-dir>/maps) of egressd up to
+ * commit c5034ba; include/egr_abi_v1.h freezes it. */
+#define EGR_ABI_VERSION 2
 
 /* Port ranges one allowlist prefix can carry after ancestor rules are merged
  * into it (see user/compile.c). A policy that needs more is rejected. */
@@ -124,29 +140,34 @@ struct egr_meter {
 	__u64 quota_drops;     /* egress packets dropped past a quota */
 };
 
-/* Value of the per-attachment cgroup storage: which sandbox this cgroup is. */
+/* Value of the per-attachment cgroup storage: which sandbox this cgroup is.
+ * FROZEN FOREVER, like the egr_cg_storage map itself (key: u64 cgroup id):
+ * the storage belongs to the link's attachment, bpf_link_update swaps only
+ * the program, so every future version reuses the pinned map of the
+ * version before it and must read this exact layout. */
 struct egr_cg_ref {
 	__u32 sandbox_id;
 	__u32 pad;
 };
 
-/* Global per-CPU counters, index into egr_counters. */
+/* Global per-CPU counters, index into egr_counters (explicit values: never
+ * renumber; retire as unused, append before EGR_CNT_MAX). */
 enum egr_counter {
 	EGR_CNT_CONNECT_ALLOW = 0,
-	EGR_CNT_CONNECT_DENY,
-	EGR_CNT_SENDMSG_ALLOW,
-	EGR_CNT_SENDMSG_DENY,
-	EGR_CNT_SOCK_CREATE_ALLOW,
-	EGR_CNT_SOCK_CREATE_DENY,
-	EGR_CNT_NO_SANDBOX,     /* managed cgroup without a sandbox entry: denied */
-	EGR_CNT_EXPIRED,        /* matching prefix past its expiry: denied */
-	EGR_CNT_SETSOCKOPT_DENY,
-	EGR_CNT_BACKSTOP_DROP,
-	EGR_CNT_INBOUND_DROP,
-	EGR_CNT_QUOTA_DROP,
-	EGR_CNT_EVENTS_LOST,    /* ring buffer reservation failed */
-	EGR_CNT_METER_FULL,     /* no room for a sandbox or tenant meter */
-	EGR_CNT_MAX,
+	EGR_CNT_CONNECT_DENY = 1,
+	EGR_CNT_SENDMSG_ALLOW = 2,
+	EGR_CNT_SENDMSG_DENY = 3,
+	EGR_CNT_SOCK_CREATE_ALLOW = 4,
+	EGR_CNT_SOCK_CREATE_DENY = 5,
+	EGR_CNT_NO_SANDBOX = 6,     /* managed cgroup without a sandbox entry: denied */
+	EGR_CNT_EXPIRED = 7,        /* matching prefix past its expiry: denied */
+	EGR_CNT_SETSOCKOPT_DENY = 8,
+	EGR_CNT_BACKSTOP_DROP = 9,
+	EGR_CNT_INBOUND_DROP = 10,
+	EGR_CNT_QUOTA_DROP = 11,
+	EGR_CNT_EVENTS_LOST = 12,    /* ring buffer reservation failed */
+	EGR_CNT_METER_FULL = 13,     /* no room for a sandbox or tenant meter */
+	EGR_CNT_MAX = 14,
 };
 
 /* Destinations a sandbox actually sent to (egr_dests, an LRU hash: under
@@ -173,12 +194,12 @@ struct egr_dest_val {
 
 enum egr_event_type {
 	EGR_EV_CONNECT = 1,   /* connect verdict */
-	EGR_EV_SENDMSG,       /* unconnected UDP verdict */
-	EGR_EV_SOCK_CREATE,   /* refused socket() */
-	EGR_EV_SETSOCKOPT,    /* refused routing option */
-	EGR_EV_BACKSTOP,      /* cgroup_skb/egress drop */
-	EGR_EV_INBOUND,       /* cgroup_skb/ingress drop */
-	EGR_EV_QUOTA,         /* first drop of a window past a quota */
+	EGR_EV_SENDMSG = 2,       /* unconnected UDP verdict */
+	EGR_EV_SOCK_CREATE = 3,   /* refused socket() */
+	EGR_EV_SETSOCKOPT = 4,    /* refused routing option */
+	EGR_EV_BACKSTOP = 5,      /* cgroup_skb/egress drop */
+	EGR_EV_INBOUND = 6,       /* cgroup_skb/ingress drop */
+	EGR_EV_QUOTA = 7,         /* first drop of a window past a quota */
 };
 
 struct egr_event {
@@ -201,4 +222,19 @@ struct egr_event {
 	__u8 addr[16];        /* destination; IPv4 in the first 4 bytes */
 	char comm[16];
 };
+
+/* The sizes every map and event depend on (see the top of this file). */
+_Static_assert(sizeof(struct egr_lpm4_key) == 12, "egr_lpm4_key is ABI");
+_Static_assert(sizeof(struct egr_lpm6_key) == 24, "egr_lpm6_key is ABI");
+_Static_assert(sizeof(struct egr_port_range) == 6, "egr_port_range is ABI");
+_Static_assert(sizeof(struct egr_rule) == 64, "egr_rule is ABI");
+_Static_assert(sizeof(struct egr_sandbox) == 40, "egr_sandbox is ABI");
+_Static_assert(sizeof(struct egr_dns_orig) == 24, "egr_dns_orig is ABI");
+_Static_assert(sizeof(struct egr_quota) == 40, "egr_quota is ABI");
+_Static_assert(sizeof(struct egr_meter) == 96, "egr_meter is ABI");
+_Static_assert(sizeof(struct egr_cg_ref) == 8, "egr_cg_ref is frozen forever");
+_Static_assert(sizeof(struct egr_dest_key) == 24, "egr_dest_key is ABI");
+_Static_assert(sizeof(struct egr_dest_val) == 32, "egr_dest_val is ABI");
+_Static_assert(sizeof(struct egr_event) == 104, "egr_event is ABI");
+_Static_assert(EGR_CNT_MAX == 14, "egr_counters' size is ABI: a new counter bumps EGR_ABI_VERSION");
 #endif /* EGRESSD_H */

@@ -3377,7 +3377,7 @@ def adv_bpf_syscall_under_run(c):
     # A uid-0 sandbox needs no capability to BPF_OBJ_GET a pinned map it can
     # open, and could rewrite its allowlist: egressctl run refuses bpf()
     # (found by review).
-    path = os.path.join(c.bpffs, "maps", "egr_allow4")
+    path = os.path.join(c.bpffs, "v2", "maps", "egr_allow4")
     c.allowed(None, "bpf-obj-get", path)                               # twin outside
     r = adv_run_probe(c, c.policy(["127.0.0.1:*"]), "bpf-obj-get", path)
     check(r.rc == 1 and r.errno == "EPERM", "bpf(BPF_OBJ_GET) under egressctl run: %s" % r)

@@ -22,6 +22,7 @@
 #include "cgroup.h"
 #include "egressd.skel.h"
 #include "log.h"
+#include "migrate.h"
 
 #define BPFFS_ROOT "/sys/fs/bpf"
 
@@ -131,9 +132,18 @@ json_t *egr_features_layers(const struct egr_features *f)
 			 f->skb, "seccomp", f->seccomp, "lsm_cgroup", f->lsm_cgroup);
 }
 
+/* Pins of this ABI version: <dir>/v<EGR_ABI_VERSION>/maps. */
+static int maps_dir(const char *dir, char *buf, size_t len)
+{
+	if (snprintf(buf, len, "%s/v%d/maps", dir, EGR_ABI_VERSION) >= (int)len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
 int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 {
 	char path[PATH_MAX];
+	struct egr_mig *mig = NULL;
 	int err;
 
 	memset(b, 0, sizeof(*b));
@@ -153,38 +163,55 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 		log_error("kernel lacks cgroup sock_addr or sock programs");
 		return -ENOTSUP;
 	}
-
-	snprintf(path, sizeof(path), "%s/maps", dir);
-	if ((err = mkdir_p1(dir, 0700)) || (err = mkdir_p1(path, 0700))) {
-		log_error("create %s: %s", path, strerror(-err));
+	if ((err = maps_dir(dir, b->maps, sizeof(b->maps))))
 		return err;
+	if ((err = mkdir_p1(dir, 0700))) {
+		log_error("create %s: %s", dir, strerror(-err));
+		return err;
+	}
+	/* Pins of another ABI version: convert them or refuse (migrate.h). */
+	err = egr_mig_prepare(dir, &mig);
+	if (err)
+		return err;
+
+	snprintf(path, sizeof(path), "%s/v%d", dir, EGR_ABI_VERSION);
+	if ((err = mkdir_p1(path, 0700)) || (err = mkdir_p1(b->maps, 0700))) {
+		log_error("create %s: %s", b->maps, strerror(-err));
+		goto fail;
 	}
 	snprintf(path, sizeof(path), "%s/links", dir);
 	if ((err = mkdir_p1(path, 0700))) {
 		log_error("create %s: %s", path, strerror(-err));
-		return err;
+		goto fail;
 	}
 
-	snprintf(path, sizeof(path), "%s/maps/egr_sandboxes", dir);
-	b->reused_maps = access(path, F_OK) == 0;
+	snprintf(path, sizeof(path), "%s/egr_sandboxes", b->maps);
+	b->reused_maps = access(path, F_OK) == 0 && !mig;
 
-	snprintf(path, sizeof(path), "%s/maps", dir);
-	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = path);
+	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = b->maps);
 	b->skel = egressd_bpf__open_opts(&opts);
 	if (!b->skel) {
 		err = -errno;
 		log_error("open BPF object: %s", strerror(-err));
-		return err;
+		goto fail;
 	}
 	/* The every-family layer exists only where the host can load it. */
 	bpf_program__set_autoload(b->skel->progs.egr_lsm_socket_create, feat->lsm_cgroup);
+	if (mig && (err = egr_mig_reuse_maps(mig, b->skel->obj)))
+		goto fail;
 	err = egressd_bpf__load(b->skel);
 	if (err) {
 		log_error("load BPF programs: %s%s", strerror(-err),
 			  b->reused_maps ? " (pinned maps incompatible with this egressd?)" : "");
-		egressd_bpf__destroy(b->skel);
-		b->skel = NULL;
-		return err;
+		goto fail;
+	}
+	if (mig) {
+		err = egr_mig_commit(mig, b->skel->obj);
+		if (err)
+			goto fail;
+		b->migrated_from = egr_mig_from_version(mig);
+		egr_mig_free(mig);
+		mig = NULL;
 	}
 	b->fd_storage = bpf_map__fd(b->skel->maps.egr_cg_storage);
 	b->fd_sandboxes = bpf_map__fd(b->skel->maps.egr_sandboxes);
@@ -197,9 +224,21 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	b->fd_quota_tenant = bpf_map__fd(b->skel->maps.egr_quota_tenant);
 	b->fd_events = bpf_map__fd(b->skel->maps.egr_events);
 	b->fd_dests = bpf_map__fd(b->skel->maps.egr_dests);
-	log_info("BPF programs loaded, maps %s under %s/maps", b->reused_maps ? "adopted" : "pinned",
-		 dir);
+	log_info("BPF programs loaded (ABI version %d), maps %s under %s", EGR_ABI_VERSION,
+		 b->migrated_from ? "migrated" : b->reused_maps ? "adopted" : "pinned", b->maps);
 	return 0;
+fail:
+	if (b->skel)
+		egressd_bpf__destroy(b->skel);
+	b->skel = NULL;
+	if (mig) {
+		/* A refused upgrade leaves no empty version directory behind. */
+		rmdir(b->maps);
+		snprintf(path, sizeof(path), "%s/v%d", dir, EGR_ABI_VERSION);
+		rmdir(path);
+	}
+	egr_mig_free(mig);
+	return err;
 }
 
 void egr_bpf_close(struct egr_bpf *b)

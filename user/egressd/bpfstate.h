@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * The kernel side of egressd: the BPF object loaded once, its maps pinned
- * under <bpffs-dir>/maps (reused by the next egressd), and the per-sandbox
- * links pinned under <bpffs-dir>/links/<sandbox-id>/<program>. Destroying
+ * under <bpffs-dir>/v<EGR_ABI_VERSION>/maps (reused by the next egressd,
+ * converted by user/egressd/migrate.c when they are of an older version),
+ * and the per-sandbox links pinned under <bpffs-dir>/links/<sandbox-id>/
+ * <program> (not versioned: an upgrade moves a link to the new program). Destroying
  * this state never detaches a sandbox: only egr_bpf_detach() does.
  */
 #ifndef EGR_BPFSTATE_H
@@ -21,9 +23,11 @@ struct egressd_bpf;
 struct egr_bpf {
 	struct egressd_bpf *skel;
 	char dir[256];       /* --bpffs-dir */
+	char maps[300];      /* <dir>/v<EGR_ABI_VERSION>/maps: pin maps only here */
 	int fd_storage, fd_sandboxes, fd_allow4, fd_allow6, fd_counters;
 	int fd_meter_sb, fd_meter_tenant, fd_quota_sb, fd_quota_tenant, fd_events, fd_dests;
 	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */
+	int migrated_from;   /* ABI version upgraded from at start, 0 = none */
 };
 
 /* What the host can do, probed once at start (egressctl status shows it). */
@@ -45,7 +49,8 @@ struct egr_features {
 json_t *egr_features_layers(const struct egr_features *f);
 
 /* Mount bpffs at /sys/fs/bpf if nothing is there, create dir, load the
- * programs (reusing pinned maps) and pin the maps. 0 or -errno. */
+ * programs (reusing pinned maps, or upgrading an older ABI version's pins
+ * in place) and pin the maps. 0 or -errno. */
 int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat);
 void egr_bpf_close(struct egr_bpf *b);
 

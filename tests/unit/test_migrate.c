@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * The version 1 -> current conversions of user/egressd/migrate.c: every
+ * field of every struct reaches the new layout (a field forgotten in a
+ * conversion function is the likeliest bug of the next ABI change), and
+ * carry_map() copies real BPF maps of each kind (hash, per-CPU hash, LPM
+ * trie, per-CPU array) created by the test (root), every CPU's value too.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../../user/egressd/migrate.c"
+
+/* Distinct non-zero bytes, so a field copied to the wrong place or not at
+ * all differs. */
+static void pattern(void *p, size_t n, uint8_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		((uint8_t *)p)[i] = (uint8_t)(seed + i * 7 + 1) ? (uint8_t)(seed + i * 7 + 1) : 0x5a;
+}
+
+static const struct map_spec *spec(const char *name)
+{
+	int i = spec_index(name);
+
+	assert_true(i >= 0);
+	return &v1_maps[i];
+}
+
+/* Version 2 has the layouts of version 1: every conversion is the identity
+ * (save explicit padding, which stays zero, and nranges, which is clamped). */
+static void test_conversions_keep_every_field(void **state)
+{
+	for (size_t i = 0; i < NMAPS; i++) {
+		const struct map_spec *s = &v1_maps[i];
+		uint8_t okey[64], nkey[64], oval[128], nval[128];
+
+		if (s->kind != CARRY_COPY)
+			continue;
+		assert_true(s->key_size <= sizeof(okey) && s->value_size <= sizeof(oval));
+		assert_int_equal(s->key_size, s->new_key_size);
+		assert_int_equal(s->value_size, s->new_value_size);
+		pattern(okey, s->key_size, (uint8_t)i);
+		pattern(oval, s->value_size, (uint8_t)(i + 100));
+		if (s->key == conv_counter_idx)
+			memset(okey, 0, 4), okey[0] = EGR_V1_CNT_EVENTS_LOST;
+		if (s->val == conv_rule) {
+			struct egr_v1_rule *r = (void *)oval;
+
+			r->nranges = EGR_V1_MAX_PORT_RANGES;
+			r->pad = r->pad2 = 0;
+		}
+		memset(nkey, 0xee, sizeof(nkey));
+		memset(nval, 0xee, sizeof(nval));
+		assert_true(s->key(okey, nkey));
+		assert_true(s->val(oval, nval));
+		if (memcmp(okey, nkey, s->key_size) || memcmp(oval, nval, s->value_size))
+			fail_msg("%s: the conversion loses or moves a field", s->name);
+	}
+}
+
+static void test_rule_ranges_clamped(void **state)
+{
+	struct egr_v1_rule o = { .expires_ns = 42, .nranges = 1000 };
+	struct egr_rule n;
+
+	conv_rule(&o, &n);
+	assert_int_equal(n.nranges, EGR_V1_MAX_PORT_RANGES);
+	assert_int_equal(n.expires_ns, 42);
+}
+
+static void test_counter_map_complete(void **state)
+{
+	/* Every version 1 counter lands on a distinct current one. */
+	for (__u32 i = 0; i < EGR_V1_CNT_MAX; i++) {
+		__u32 n = 0;
+
+		assert_true(conv_counter_idx(&i, &n));
+		for (__u32 j = 0; j < i; j++)
+			assert_int_not_equal(v1_counter_map[j], n);
+	}
+	__u32 out = EGR_V1_CNT_MAX, n;
+	assert_false(conv_counter_idx(&out, &n));
+}
+
+static int make_map(const struct map_spec *s, bool new_side, __u32 max)
+{
+	LIBBPF_OPTS(bpf_map_create_opts, o);
+	int fd;
+
+	if (s->type == BPF_MAP_TYPE_LPM_TRIE)
+		o.map_flags = BPF_F_NO_PREALLOC;
+	fd = bpf_map_create(s->type, "t_mig", new_side ? s->new_key_size : s->key_size,
+			    new_side ? s->new_value_size : s->value_size, max, &o);
+	if (fd < 0)
+		fail_msg("creating a %s map needs root: %s", s->name, strerror(errno));
+	return fd;
+}
+
+/* Fill an old map with n entries, carry it, and read every one back. */
+static void carry_and_compare(const char *name, int n, __u32 new_max, int want)
+{
+	const struct map_spec *s = spec(name);
+	bool percpu = s->type == BPF_MAP_TYPE_PERCPU_HASH || s->type == BPF_MAP_TYPE_PERCPU_ARRAY;
+	int ncpu = percpu ? libbpf_num_possible_cpus() : 1;
+	size_t stride = percpu ? (s->value_size + 7) / 8 * 8 : s->value_size;
+	int ofd = make_map(s, false, 64), nfd = make_map(s, true, new_max);
+	uint8_t key[64], val[64 * 128], got[64 * 128];
+
+	assert_true(ncpu > 0 && (size_t)ncpu * stride <= sizeof(val));
+	for (int k = 0; k < n; k++) {
+		memset(key, 0, sizeof(key));
+		if (s->type == BPF_MAP_TYPE_LPM_TRIE) {
+			struct egr_v1_lpm4_key *lk = (void *)key;
+
+			lk->prefixlen = 32 + 24;
+			lk->policy_id = (__u32)k + 1;
+			lk->addr[0] = 10;
+		} else {
+			memcpy(key, &k, sizeof(k));
+		}
+		memset(val, 0, sizeof(val));
+		for (int c = 0; c < ncpu; c++)
+			pattern(val + (size_t)c * stride, s->value_size, (uint8_t)(k * 13 + c));
+		if (s->val == conv_rule) {
+			struct egr_v1_rule *r = (void *)val;
+
+			r->nranges = EGR_V1_MAX_PORT_RANGES;
+			r->pad = r->pad2 = 0;
+		}
+		assert_int_equal(bpf_map_update_elem(ofd, key, val, BPF_ANY), 0);
+		if (k == 0) /* remembered to compare below */
+			memcpy(got, val, sizeof(got));
+	}
+	assert_int_equal(carry_map(s, ofd, nfd), want);
+	if (want == 0) {
+		uint8_t back[64 * 128];
+		int seen = 0;
+		uint8_t cur[64], prev[64];
+		bool first = true;
+
+		while (bpf_map_get_next_key(nfd, first ? NULL : prev, cur) == 0) {
+			first = false;
+			memcpy(prev, cur, s->new_key_size);
+			seen++;
+		}
+		if (s->type != BPF_MAP_TYPE_PERCPU_ARRAY)
+			assert_int_equal(seen, n);
+		memset(key, 0, sizeof(key));
+		if (s->type == BPF_MAP_TYPE_LPM_TRIE) {
+			struct egr_lpm4_key *lk = (void *)key;
+
+			lk->prefixlen = 32 + 24;
+			lk->policy_id = 1;
+			lk->addr[0] = 10;
+		}
+		assert_int_equal(bpf_map_lookup_elem(nfd, key, back), 0);
+		for (int c = 0; c < ncpu; c++)
+			if (memcmp(back + (size_t)c * stride, got + (size_t)c * stride, s->value_size))
+				fail_msg("%s: CPU %d's value not carried", s->name, c);
+	}
+	close(ofd);
+	close(nfd);
+}
+
+static void test_carry_hash(void **state)
+{
+	carry_and_compare("egr_sandboxes", 20, 64, 0);
+	carry_and_compare("egr_quota_sb", 5, 64, 0);
+}
+
+static void test_carry_percpu(void **state)
+{
+	carry_and_compare("egr_meter_sb", 7, 64, 0);
+	carry_and_compare("egr_counters", EGR_V1_CNT_MAX, EGR_CNT_MAX, 0);
+}
+
+static void test_carry_lpm(void **state)
+{
+	carry_and_compare("egr_allow4", 30, 64, 0);
+}
+
+static void test_carry_into_smaller_map_fails(void **state)
+{
+	/* Refused with -ENOSPC, never half a map silently. */
+	carry_and_compare("egr_sandboxes", 20, 8, -ENOSPC);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_conversions_keep_every_field),
+		cmocka_unit_test(test_rule_ranges_clamped),
+		cmocka_unit_test(test_counter_map_complete),
+		cmocka_unit_test(test_carry_hash),
+		cmocka_unit_test(test_carry_percpu),
+		cmocka_unit_test(test_carry_lpm),
+		cmocka_unit_test(test_carry_into_smaller_map_fails),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

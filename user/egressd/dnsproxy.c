@@ -575,8 +575,11 @@ static void emit_rebind(struct sb *sb, const struct pending *q, uint16_t rcode,
 
 	ev.nstripped_listed = rc->n < EGR_DNSPROXY_EVENT_ADDRS ? rc->n : EGR_DNSPROXY_EVENT_ADDRS;
 	memcpy(ev.stripped, rc->listed, ev.nstripped_listed * sizeof(rc->listed[0]));
-	log_info("dns: sandbox %u: %zu answer address(es) of %s in loopback/private/link-local "
-		 "ranges stripped (DNS rebinding)", sb->id, rc->n, q->qname);
+	/* Per answer, like every other DNS verdict: the event and the
+	 * (de-duplicated) alert carry it; a log line each would let a
+	 * sandbox flood the log. */
+	log_debug("dns: sandbox %u: %zu answer address(es) of %s in loopback/private/link-local "
+		  "ranges stripped (DNS rebinding)", sb->id, rc->n, q->qname);
 	if (p->cfg.event)
 		p->cfg.event(p->cfg.ctx, &ev);
 }

@@ -681,8 +681,7 @@ int egr_dns_filter_addrs(const uint8_t *pkt, size_t len, egr_dns_addr_drop_fn dr
 	uint8_t dropbits[(MAX_RRS + 7) / 8];
 	uint16_t hdr[6], qtype, qclass, counts[3] = { 0 };
 	char qname[EGR_DNS_NAME_BUF];
-	struct enc *e = NULL;
-	static struct enc enc; /* 16 KiB; single-threaded callers */
+	struct enc enc, *e = &enc; /* 16 KiB: fixed, whatever the input */
 	size_t qend, pos, nrr = 0, ndrop = 0;
 	struct rr rr;
 	int err;
@@ -735,7 +734,6 @@ pass2:
 		return 0;
 
 	/* Pass 2: header, the question as it is, the records kept. */
-	e = &enc;
 	memset(e, 0, offsetof(struct enc, suffix));
 	e->out = out;
 	e->cap = outlen;

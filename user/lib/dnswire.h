@@ -227,13 +227,13 @@ typedef bool (*egr_dns_addr_drop_fn)(void *ctx, int family, const uint8_t *addr)
  * and the RFC 1035 types only) against names written before; any other rdata
  * is copied as it is. Case is kept. A response with TC set may end early at
  * a record boundary, as egr_dns_parse_response() allows; trailing bytes are
- * dropped. Fixed memory, two linear passes.
+ * dropped. Fixed memory (about 17 KiB of stack), two linear passes; each
+ * name written is compared with at most 64 earlier name suffixes.
  *
  * Returns 0 (*ndropped records removed, *olen bytes in out), -EBADMSG /
  * -EINVAL / -EOPNOTSUPP for a response egr_dns_parse_response() would refuse
  * or a known type whose rdata does not hold its names, -EMSGSIZE if the
- * result does not fit outlen (or len > 65535). Not thread-safe (one static
- * 16 KiB encoder table).
+ * result does not fit outlen (or len > 65535). out must not overlap pkt.
  */
 int egr_dns_filter_addrs(const uint8_t *pkt, size_t len, egr_dns_addr_drop_fn drop, void *ctx,
 			 uint8_t *out, size_t outlen, size_t *olen, size_t *ndropped);

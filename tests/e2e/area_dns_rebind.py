@@ -237,3 +237,49 @@ def rebind_allow_invalid_rejected(c):
         sb.update(c.policy(["%s:%d" % (names["upd"], lo.port)], extra_network=DNS_REBIND_LO))
         dns_ok(c, sb, names["upd"], want="127.0.0.1")
         sb.allowed("tcp", "127.0.0.1", lo.port)
+
+
+@test
+def rebind_allow_removed_drops_learned(c):
+    # A learned loopback address lives only as long as the policy expects it:
+    # an update without the exception drops it and cuts what uses it.
+    names = rebind_names(c, {"narrow": ["127.0.0.1"]})
+    hold = socket.socket()
+    try:
+        hold.bind(("127.0.0.1", 0))
+        hold.listen(8)  # never accepted: the handshake completes in the backlog
+        port = hold.getsockname()[1]
+        allow = ["tcp/%s:%d" % (names["narrow"], port)]
+        with c.sandbox(allow, extra_network=DNS_REBIND_LO) as sb:
+            dns_ok(c, sb, names["narrow"], want="127.0.0.1")
+            sb.allowed("tcp", "127.0.0.1", port)
+            join = join_cgroup_fn(sb.cg)
+
+            def holder():
+                p = subprocess.Popen([sys.executable, "-c", HOLD_CONNECTION, "127.0.0.1",
+                                      str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, preexec_fn=join)
+                CLEANUP.push("rebind holder", lambda: p.poll() is None and p.kill())
+                line = p.stdout.readline().strip()
+                check(line == "connected", "holder: %r" % line)
+                return p
+
+            # Sanity twin: an update that keeps the exception keeps both.
+            p = holder()
+            sb.update(c.policy(allow, extra_network=DNS_REBIND_LO))
+            out, _ = p.communicate("go\n", timeout=PROBE_TIMEOUT_S)
+            check(out.strip() == "alive", "an update that keeps dns_rebind_allow cut the "
+                  "connection: %r" % out)
+            sb.allowed("tcp", "127.0.0.1", port)
+            # Without it: the learned 127.0.0.1 goes, with the connection.
+            p = holder()
+            sb.update(c.policy(allow))
+            out, _ = p.communicate("go\n", timeout=PROBE_TIMEOUT_S)
+            check(out.strip().startswith("dead"), "a connection to a learned address the new "
+                  "policy no longer expects survived: %r" % out)
+            sb.denied("tcp", "127.0.0.1", port)
+            rc, addrs, _, line = dns_query("udp", "127.0.0.2", 53, names["narrow"], "A",
+                                           cg=sb.cg)
+            check(rc == "NOERROR" and addrs == [], "after the update: %r" % line)
+    finally:
+        hold.close()

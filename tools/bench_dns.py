@@ -212,8 +212,12 @@ class BenchDns:
                 raise RuntimeError("egressd not ready after 30 s")
             time.sleep(0.1)
         names = [f"h{i}.bench.test" for i in range(NAMES)]
-        self.cgroup = self.sandbox("learn", {"outbound_allow": [f"{n}:443" for n in names]})
-        self.cgroup_nl = self.sandbox("nolearn", {"outbound_allow": [], "dns_allow": names})
+        # The zone answers 127.0.0.31: expected here, not a rebinding attempt.
+        lo = ["127.0.0.0/8"]
+        self.cgroup = self.sandbox("learn", {"outbound_allow": [f"{n}:443" for n in names],
+                                             "dns_rebind_allow": lo})
+        self.cgroup_nl = self.sandbox("nolearn", {"outbound_allow": [], "dns_allow": names,
+                                                  "dns_rebind_allow": lo})
         log(f"dnsmasq on 127.0.0.1:{self.port}")
 
     def sandbox(self, name, net):

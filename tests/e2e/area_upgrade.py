@@ -401,8 +401,6 @@ def upg_from(c, commit):
     c.allowed(cg2, "tcp", DNS_ZONE["api.test"], learned_srv.port)
     # DNS goes on through the new egressd's proxy (recvmsg of the new programs
     # rewrites the reply's source from the shared egr_dns_orig).
-    dns_ok(c, sb2, "api.test", want=DNS_ZONE["api.test"])
-
     # The new egressd manages them: list, update, detach.
     after = d.listed()
     for cg, was in before.items():
@@ -410,6 +408,15 @@ def upg_from(c, commit):
         check(now is not None, "new egressd does not list %s" % cg)
         for k in ("id", "cgroup_id", "policy_sha256", "tenant"):
             check(now.get(k) == was.get(k), "%s: %s %r, was %r" % (cg, k, now.get(k), was.get(k)))
+    # The policy the old egressd stored has no dns_rebind_allow, so the new
+    # proxy strips api.test's loopback address as DNS rebinding (docs/dns.md);
+    # with the exception added by an update it answers it again.
+    check(DNS_ZONE["api.test"] not in dns_ok(c, sb2, "api.test"),
+          "the new proxy released a loopback answer without dns_rebind_allow")
+    d.ctl_ok("update", "--cgroup", cg2, "--policy",
+             c.policy(["api.test:%d" % learned_srv.port], tenant="upg2",
+                      extra_network={"dns_rebind_allow": ["127.0.0.0/8"]}))
+    dns_ok(c, sb2, "api.test", want=DNS_ZONE["api.test"])
     c.denied(cg1, "tcp", "127.0.0.1", more_srv.port)
     d.ctl_ok("update", "--cgroup", cg1, "--policy",
              c.policy(["127.0.0.1:%d" % ok_srv.port, "127.0.0.1:%d" % more_srv.port]))

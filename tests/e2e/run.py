@@ -2681,6 +2681,9 @@ DNS_ZONE = {
 }
 DNS_WILDCARD_ADDR = "127.0.0.23"   # example.test and everything below it
 DNS_ZONE6 = {"api6.test": "::1"}
+# The zone answers with loopback addresses, which the proxy strips as DNS
+# rebinding unless the policy expects them (docs/dns.md, "Rebinding").
+DNS_REBIND_LO = {"dns_rebind_allow": ["127.0.0.0/8", "::1/128"]}
 
 
 class Dnsmasq:
@@ -2997,7 +3000,8 @@ def dns_resolve_then_connect(c):
     a = srv(c, "dns-api", "api.test")
     a6 = srv(c, "dns-api6", "api6.test")
     other = c.tcp("dns-api-other", DNS_ZONE["api.test"])
-    with c.sandbox(["api.test:%d" % a.port, "tcp/api6.test:%d" % a6.port]) as sb:
+    with c.sandbox(["api.test:%d" % a.port, "tcp/api6.test:%d" % a6.port],
+                   extra_network=DNS_REBIND_LO) as sb:
         s = c.find_sandbox(sb.cg)
         dns = (s or {}).get("dns") or {}
         check(dns.get("port4") and dns.get("port6"), "`list --json` shows no DNS listener "
@@ -3036,7 +3040,7 @@ def dns_refused_not_forwarded(c):
         f.write("nameserver 127.0.0.53\noptions timeout:2 attempts:1\n")
     marker = "mark-%s.example.test" % tag
     with c.sandbox(["api.test:%d" % a.port],
-                   extra_network={"dns_allow": ["*.example.test"]}) as sb:
+                   extra_network=dict(DNS_REBIND_LO, dns_allow=["*.example.test"])) as sb:
         # (a) the resolver of resolv.conf, through the C library.
         r, addrs, _, line = dns_query("gai", None, None, "api.test", None, cg=sb.cg,
                                       resolv=resolv)
@@ -3068,7 +3072,7 @@ def dns_wildcard_case_cname_txt(c):
     t = srv(c, "dns-target", "target.test")
     a = srv(c, "dns-api", "api.test")
     with c.sandbox(["alias.test:%d" % t.port, "api.test:%d" % a.port],
-                   extra_network={"dns_allow": ["*.example.test"]}) as sb:
+                   extra_network=dict(DNS_REBIND_LO, dns_allow=["*.example.test"])) as sb:
         # Wildcards: any depth below, not the apex itself.
         dns_ok(c, sb, "a.example.test", want=DNS_WILDCARD_ADDR)
         dns_ok(c, sb, "a.b.example.test", want=DNS_WILDCARD_ADDR)
@@ -3098,7 +3102,7 @@ def dns_wildcard_case_cname_txt(c):
     # A policy that lists TXT in dns_types gets it (and keeps A), still only
     # for its names; ANY stays refused.
     with c.sandbox(["api.test:%d" % a.port],
-                   extra_network={"dns_types": ["A", "TXT"]}) as sb:
+                   extra_network=dict(DNS_REBIND_LO, dns_types=["A", "TXT"])) as sb:
         rc, addrs, _, line = dns_query("udp", "127.0.0.2", 53, "api.test", "TXT", cg=sb.cg)
         check(rc == "NOERROR" and addrs == ["txt"], "TXT with dns_types: %r" % line)
         dns_ok(c, sb, "api.test", want=DNS_ZONE["api.test"])
@@ -3112,9 +3116,10 @@ def dns_learned_is_per_sandbox(c):
     a = srv(c, "dns-api", "api.test")
     ip = DNS_ZONE["api.test"]
     pol = ["api.test:%d" % a.port]
-    with c.sandbox(pol, name="first", tenant="t1") as s1, \
-         c.sandbox(pol, name="same-tenant", tenant="t1") as s2, \
-         c.sandbox(pol, name="other-tenant", tenant="t2") as s3:
+    lo = DNS_REBIND_LO
+    with c.sandbox(pol, name="first", tenant="t1", extra_network=lo) as s1, \
+         c.sandbox(pol, name="same-tenant", tenant="t1", extra_network=lo) as s2, \
+         c.sandbox(pol, name="other-tenant", tenant="t2", extra_network=lo) as s3:
         p1 = (c.find_sandbox(s1.cg) or {}).get("dns", {})
         p2 = (c.find_sandbox(s2.cg) or {}).get("dns", {})
         check(p1.get("port4") != p2.get("port4"),
@@ -3144,7 +3149,7 @@ def dns_ttl_expiry(c):
     need_dnsmasq(c)
     s = srv(c, "dns-short", "short.test")
     ip = DNS_ZONE["short.test"]
-    with c.sandbox(["short.test:%d" % s.port]) as sb:
+    with c.sandbox(["short.test:%d" % s.port], extra_network=DNS_REBIND_LO) as sb:
         sb.denied("tcp", ip, s.port)
         t0 = time.monotonic()
         dns_ok(c, sb, "short.test", want=ip)
@@ -3169,7 +3174,9 @@ def dns_in_netns(c):
     hs = c.tcp("dns-nshost", ns.host4)
     name = "nshost-%s.test" % RAND
     z.add_host(name, ns.host4)
-    pol = c.policy(["%s:%d" % (name, hs.port)])
+    # ns.host4 is private (10.254.X.1): the policy expects its name there.
+    pol = c.policy(["%s:%d" % (name, hs.port)],
+                   extra_network={"dns_rebind_allow": [ns.host4]})
     with NsSandbox(c, pol, nspath) as sb:
         s = c.find_sandbox(sb.cg) or {}
         check(s.get("netns") == nspath, "`list --json` netns: %r" % s.get("netns"))
@@ -3200,7 +3207,8 @@ def dns_daemon_down_and_restart(c):
     a = srv(c, "dns-api", "api.test")
     s = srv(c, "dns-short", "short.test")
     ip, sip = DNS_ZONE["api.test"], DNS_ZONE["short.test"]
-    sb = Sandbox(c, c.policy(["api.test:%d" % a.port, "short.test:%d" % s.port]), "dnsdown")
+    sb = Sandbox(c, c.policy(["api.test:%d" % a.port, "short.test:%d" % s.port],
+                             extra_network=DNS_REBIND_LO), "dnsdown")
     try:
         sb.attach()
         before = (c.find_sandbox(sb.cg) or {}).get("dns", {})
@@ -3249,7 +3257,8 @@ def dns_policy_update(c):
             l.listen(8)  # never accepted: the handshake completes in the backlog
         hap, hkp = hold_a.getsockname()[1], hold_k.getsockname()[1]
         keep = {"host": "keep.test", "ports": [k.port, hkp], "protocol": "tcp"}
-        with c.sandbox([{"host": "api.test", "ports": [a.port, hap]}, keep]) as sb:
+        with c.sandbox([{"host": "api.test", "ports": [a.port, hap]}, keep],
+                       extra_network=DNS_REBIND_LO) as sb:
             dns_ok(c, sb, "api.test", want=ip)
             dns_ok(c, sb, "keep.test", want=kip)
             sb.allowed("tcp", ip, a.port)
@@ -3266,7 +3275,7 @@ def dns_policy_update(c):
                     line = p.stdout.readline().strip()
                     check(line == "connected", "holder to %s:%d: %r" % (addr, port, line))
                 # Keeps keep.test (same ports), drops api.test.
-                sb.update(c.policy([keep]))
+                sb.update(c.policy([keep], extra_network=DNS_REBIND_LO))
                 outs = []
                 for p in holders:
                     out, err = p.communicate("go\n", timeout=PROBE_TIMEOUT_S)
@@ -3287,7 +3296,8 @@ def dns_policy_update(c):
             sb.allowed("tcp", kip, k.port)
             sb.denied("udp-sendto", kip, k.port)
             # An update that adds api.test back: it must be resolved again.
-            sb.update(c.policy([{"host": "api.test", "ports": [a.port]}, keep]))
+            sb.update(c.policy([{"host": "api.test", "ports": [a.port]}, keep],
+                               extra_network=DNS_REBIND_LO))
             sb.denied("tcp", ip, a.port)
             sb.allowed("tcp", kip, k.port)
             dns_ok(c, sb, "api.test", want=ip)
@@ -3306,7 +3316,7 @@ def dns_exfil_label_refused(c):
     # 40 characters, letters and digits densely mixed (base36-like)
     shorter = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") + rng.choice("0123456789")
                       for _ in range(20))
-    with c.sandbox([], extra_network={"dns_allow": ["*.example.test"]}) as sb:
+    with c.sandbox([], extra_network=dict(DNS_REBIND_LO, dns_allow=["*.example.test"])) as sb:
         marker = "mark-%s.example.test" % RAND
         dns_ok(c, sb, marker, want=DNS_WILDCARD_ADDR)
         for name in (blob + ".example.test", "x." + blob + ".example.test",

@@ -6,7 +6,11 @@
  *   - names are at most 253 characters, lower-case, no empty label;
  *   - answer_addrs never reports more than asked, and only A/AAAA;
  *   - a REFUSED / SERVFAIL reply built from an accepted query parses back
- *     as a response with that rcode, id and question.
+ *     as a response with that rcode, id and question;
+ *   - egr_dns_filter_addrs() (dropping what egr_rebind_classify() calls a
+ *     rebinding target) either fails with a documented error or writes a
+ *     response that parses, answers the same question, and in which the
+ *     same filter finds nothing left to drop.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -14,6 +18,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "dnspolicy.h"
 #include "dnswire.h"
 
 static void check_name(const char *n)
@@ -44,6 +49,41 @@ static void check_reply(const struct egr_dns_query *q, const uint8_t *out, size_
 	if (r.rcode != rcode || !egr_dns_response_matches(q, &r) || r.edns != q->edns)
 		abort();
 	if (r.ancount || r.nscount || r.naddrs)
+		abort();
+}
+
+static bool drop_rebind(void *ctx, int family, const uint8_t *addr)
+{
+	return egr_rebind_classify(family, addr, NULL) != EGR_REBIND_NONE;
+}
+
+static void check_filter(const uint8_t *data, size_t size, const struct egr_dns_response *in)
+{
+	static uint8_t out[65536], again[65536];
+	static struct egr_dns_response r;
+	size_t olen, nd, olen2, nd2;
+	int err;
+
+	err = egr_dns_filter_addrs(data, size, drop_rebind, NULL, out, sizeof(out), &olen, &nd);
+	if (err) {
+		if (err != -EBADMSG && err != -EMSGSIZE)
+			abort();
+		return;
+	}
+	if (!nd) {
+		if (olen)
+			abort();
+		return;
+	}
+	if (olen > sizeof(out) || egr_dns_parse_response(out, olen, &r))
+		abort();
+	if (r.id != in->id || r.qtype != in->qtype || strcmp(r.qname, in->qname))
+		abort();
+	if (r.ancount > in->ancount || r.nscount > in->nscount || r.arcount > in->arcount)
+		abort();
+	err = egr_dns_filter_addrs(out, olen, drop_rebind, NULL, again, sizeof(again), &olen2,
+				   &nd2);
+	if (err || nd2 || olen2)
 		abort();
 }
 
@@ -91,6 +131,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		err = egr_dns_answer_addrs(&r, r.qname, out, 2, &n);
 		if ((err && err != -ENOSPC) || n > 2)
 			abort();
+		check_filter(data, size, &r);
 	}
 	return 0;
 }

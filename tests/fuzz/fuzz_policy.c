@@ -55,6 +55,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check(a->kind != EGR_HOST_V4 || a->prefixlen <= 32);
 		check(a->kind != EGR_HOST_V6 || a->prefixlen <= 128);
 	}
+	for (i = 0; i < p.nrebind; i++) {
+		const struct egr_cidr *r = &p.rebind_allow[i];
+
+		check(r->kind == EGR_HOST_V4 || r->kind == EGR_HOST_V6);
+		check(r->prefixlen <= (r->kind == EGR_HOST_V4 ? 32 : 128));
+	}
+	check(!p.nrebind == !p.rebind_allow);
 	ret = egr_policy_compile(&p, &c, &e);
 	if (ret == 0) {
 		check(egr_policy_compile(&p, &c2, &e) == 0);

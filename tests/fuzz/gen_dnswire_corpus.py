@@ -105,6 +105,35 @@ seeds["r_https_txt"] = (hdr(19, QR | RD | RA, an=2) + q("svc.example", HTTPS)
                         + rr(ptr(12), HTTPS, 300, struct.pack(">H", 1) + b"\0" + struct.pack(">HH", 1, 3) + b"\x02h2")
                         + rr(ptr(12), TXT, 300, b"\x05hello"))
 
+# Rebinding (egr_dns_filter_addrs): local addresses mixed with public ones,
+# later names pointing into the owners of records that get dropped.
+lo4, lo6 = bytes([127, 0, 0, 1]), bytes(15) + b"\x01"
+m = hdr(20, QR | RD | RA | 0x20, an=4, ns=1, ar=3) + q("www.x.test", A)  # x.test at 16
+m += rr(ptr(12), CNAME, 300, b"\x01c" + ptr(16))                          # c.x.test at 40
+m += rr(name("C.x.TEST"), A, 60, lo4)                                      # C.x.TEST at 44
+m += rr(ptr(44), A, 60, bytes([198, 51, 100, 7]))
+m += rr(ptr(40), AAAA, 60, lo6)
+m += rr(ptr(16), NS, 300, b"\x02ns" + ptr(46))
+ns_at = len(m) - 5
+m += rr(ptr(ns_at), A, 300, bytes([10, 0, 0, 1]))
+m += rr(ptr(46), SRV, 300, struct.pack(">HHH", 1, 2, 443) + ptr(44)) + opt()
+seeds["r_rebind_mixed"] = m
+seeds["r_rebind_all"] = (hdr(21, QR | RD | RA, an=3) + q("meta.test", A)
+                         + rr(ptr(12), A, 60, bytes([169, 254, 169, 254]))
+                         + rr(ptr(12), A, 60, bytes([0, 0, 0, 0]))
+                         + rr(ptr(12), A, 60, bytes([255, 255, 255, 255])))
+seeds["r_rebind_v6_forms"] = (hdr(22, QR | RD | RA, an=5) + q("v6.test", AAAA)
+                              + rr(ptr(12), AAAA, 60, bytes(10) + b"\xff\xff" + lo4)
+                              + rr(ptr(12), AAAA, 60, bytes.fromhex("0064ff9b0000000000000000") + lo4)
+                              + rr(ptr(12), AAAA, 60, bytes.fromhex("20027f000001") + bytes(10))
+                              + rr(ptr(12), AAAA, 60, bytes.fromhex("fe800000000000000000000000000001"))
+                              + rr(ptr(12), AAAA, 60, v6))
+seeds["r_rebind_soa_mx"] = (hdr(23, QR | RD | RA, an=2, ns=1) + q("x.test", A)
+                            + rr(name("x.test"), A, 60, bytes([10, 9, 8, 7]))
+                            + rr(ptr(24), MX, 60, struct.pack(">H", 5) + b"\x02mx" + ptr(24))
+                            + rr(ptr(24), SOA, 60, b"\x02ns" + ptr(24) + b"\x02hm" + ptr(24)
+                                 + struct.pack(">IIIII", 1, 2, 3, 4, 5)))
+
 os.makedirs(OUT, exist_ok=True)
 for k, v in seeds.items():
     with open(os.path.join(OUT, k), "wb") as f:

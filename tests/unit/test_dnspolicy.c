@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* DNS policy matching and exfiltration scoring: user/lib/dnspolicy.c. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <cmocka.h>
 
@@ -323,6 +325,156 @@ static void test_nxdomain_rate(void **state)
 	egr_exfil_free(t);
 }
 
+/* --- rebinding -------------------------------------------------------------- */
+
+struct rebind_case {
+	const char *addr;
+	enum egr_rebind_class cls;
+	enum egr_rebind_form form;
+};
+
+static void classify_text(const char *text, struct egr_rebind_verdict *v)
+{
+	uint8_t a[16] = { 0 };
+	int fam = strchr(text, ':') ? AF_INET6 : AF_INET;
+
+	assert_int_equal(inet_pton(fam, text, a), 1);
+	egr_rebind_classify(fam, a, v);
+}
+
+static void test_rebind_classify(void **state)
+{
+	static const struct rebind_case cases[] = {
+		{ "127.0.0.1", EGR_REBIND_LOOPBACK, EGR_REBIND_NATIVE },
+		{ "127.255.255.254", EGR_REBIND_LOOPBACK, EGR_REBIND_NATIVE },
+		{ "0.0.0.0", EGR_REBIND_UNSPECIFIED, EGR_REBIND_NATIVE },
+		{ "0.1.2.3", EGR_REBIND_UNSPECIFIED, EGR_REBIND_NATIVE },
+		{ "169.254.169.254", EGR_REBIND_LINK_LOCAL, EGR_REBIND_NATIVE },
+		{ "224.0.0.1", EGR_REBIND_MULTICAST, EGR_REBIND_NATIVE },
+		{ "239.255.255.250", EGR_REBIND_MULTICAST, EGR_REBIND_NATIVE },
+		{ "255.255.255.255", EGR_REBIND_BROADCAST, EGR_REBIND_NATIVE },
+		{ "10.1.2.3", EGR_REBIND_PRIVATE, EGR_REBIND_NATIVE },
+		{ "172.16.0.1", EGR_REBIND_PRIVATE, EGR_REBIND_NATIVE },
+		{ "172.31.255.255", EGR_REBIND_PRIVATE, EGR_REBIND_NATIVE },
+		{ "192.168.1.1", EGR_REBIND_PRIVATE, EGR_REBIND_NATIVE },
+		{ "100.64.0.1", EGR_REBIND_PRIVATE, EGR_REBIND_NATIVE },
+		{ "100.127.255.255", EGR_REBIND_PRIVATE, EGR_REBIND_NATIVE },
+		/* just outside */
+		{ "172.15.255.255", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "172.32.0.0", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "100.63.255.255", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "100.128.0.0", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "169.253.255.255", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "192.169.0.1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "11.0.0.1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "126.255.255.255", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "128.0.0.0", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "223.255.255.255", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "255.255.255.254", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "198.51.100.7", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "203.0.113.9", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		/* IPv6 */
+		{ "::", EGR_REBIND_UNSPECIFIED, EGR_REBIND_NATIVE },
+		{ "::1", EGR_REBIND_LOOPBACK, EGR_REBIND_NATIVE },
+		{ "fe80::1", EGR_REBIND_LINK_LOCAL, EGR_REBIND_NATIVE },
+		{ "febf::1", EGR_REBIND_LINK_LOCAL, EGR_REBIND_NATIVE },
+		{ "fec0::1", EGR_REBIND_PRIVATE, EGR_REBIND_NATIVE },
+		{ "ff02::1", EGR_REBIND_MULTICAST, EGR_REBIND_NATIVE },
+		{ "fc00::1", EGR_REBIND_PRIVATE, EGR_REBIND_NATIVE },
+		{ "fd12:3456::1", EGR_REBIND_PRIVATE, EGR_REBIND_NATIVE },
+		{ "64:ff9b:1::a", EGR_REBIND_PRIVATE, EGR_REBIND_NATIVE },
+		{ "fe00::1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "fbff::1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "2001:db8::1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "2606:4700::1111", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		/* embedded IPv4 */
+		{ "::ffff:127.0.0.1", EGR_REBIND_LOOPBACK, EGR_REBIND_V4MAPPED },
+		{ "::ffff:0.0.0.0", EGR_REBIND_UNSPECIFIED, EGR_REBIND_V4MAPPED },
+		{ "::ffff:169.254.169.254", EGR_REBIND_LINK_LOCAL, EGR_REBIND_V4MAPPED },
+		{ "::ffff:10.0.0.1", EGR_REBIND_PRIVATE, EGR_REBIND_V4MAPPED },
+		{ "::ffff:198.51.100.7", EGR_REBIND_NONE, EGR_REBIND_V4MAPPED },
+		{ "::127.0.0.1", EGR_REBIND_LOOPBACK, EGR_REBIND_V4COMPAT },
+		{ "::2", EGR_REBIND_UNSPECIFIED, EGR_REBIND_V4COMPAT },
+		{ "::198.51.100.7", EGR_REBIND_NONE, EGR_REBIND_V4COMPAT },
+		{ "::ffff:0:192.168.0.1", EGR_REBIND_PRIVATE, EGR_REBIND_V4TRANSLATED },
+		{ "64:ff9b::127.0.0.1", EGR_REBIND_LOOPBACK, EGR_REBIND_NAT64 },
+		{ "64:ff9b::a9fe:a9fe", EGR_REBIND_LINK_LOCAL, EGR_REBIND_NAT64 },
+		{ "64:ff9b::198.51.100.7", EGR_REBIND_NONE, EGR_REBIND_NAT64 },
+		{ "2002:7f00:1::", EGR_REBIND_LOOPBACK, EGR_REBIND_6TO4 },
+		{ "2002:a00:1:5::1", EGR_REBIND_PRIVATE, EGR_REBIND_6TO4 },
+		{ "2002:c633:6407::1", EGR_REBIND_NONE, EGR_REBIND_6TO4 },
+		/* Teredo: client 127.0.0.1 stored as ~ = 80ff:fffe */
+		{ "2001:0:4136:e378:8000:63bf:80ff:fffe", EGR_REBIND_LOOPBACK, EGR_REBIND_TEREDO },
+		{ "2001:0:4136:e378:8000:63bf:39cc:9bf8", EGR_REBIND_NONE, EGR_REBIND_TEREDO },
+	};
+	struct egr_rebind_verdict v;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		classify_text(cases[i].addr, &v);
+		if (v.cls != cases[i].cls || v.form != cases[i].form)
+			fail_msg("%s: class %s form %s, want %s %s", cases[i].addr,
+				 egr_rebind_class_name(v.cls), egr_rebind_form_name(v.form),
+				 egr_rebind_class_name(cases[i].cls),
+				 egr_rebind_form_name(cases[i].form));
+	}
+	classify_text("::ffff:10.1.2.3", &v);
+	assert_memory_equal(v.v4, "\x0a\x01\x02\x03", 4);
+	assert_int_equal(egr_rebind_classify(AF_UNIX, (const uint8_t *)"\x7f\0\0\1", NULL),
+			 EGR_REBIND_NONE);
+	assert_int_equal(egr_rebind_classify(AF_INET, NULL, NULL), EGR_REBIND_NONE);
+	assert_string_equal(egr_rebind_class_name(EGR_REBIND_LINK_LOCAL), "link-local");
+	assert_string_equal(egr_rebind_form_name(EGR_REBIND_V4MAPPED), "ipv4-mapped");
+}
+
+static bool blocked(const struct egr_dnspolicy *pol, const char *text)
+{
+	uint8_t a[16] = { 0 };
+	int fam = strchr(text, ':') ? AF_INET6 : AF_INET;
+
+	assert_int_equal(inet_pton(fam, text, a), 1);
+	return egr_dnspolicy_rebind_blocked(pol, fam, a, NULL);
+}
+
+static void test_rebind_allow(void **state)
+{
+	struct egr_dnspolicy *none = compile(policy_json, NULL, 0);
+	struct egr_dnspolicy *pol = compile(
+		"{\"tenant\": \"acme\", \"network\": {\"default\": \"deny\", \"outbound_allow\": [],"
+		" \"dns_rebind_allow\": [\"10.0.0.0/8\", \"127.0.0.53\", \"fd00::/8\","
+		" \"[fe80::/64]\", \"2002:7f00::/24\"]}}", NULL, 0);
+
+	assert_int_equal(egr_dnspolicy_nrebind(none), 0);
+	assert_int_equal(egr_dnspolicy_nrebind(pol), 5);
+	/* Without exceptions every such address is blocked, global ones never. */
+	assert_true(blocked(none, "127.0.0.1"));
+	assert_true(blocked(none, "10.1.2.3"));
+	assert_true(blocked(none, "::ffff:127.0.0.1"));
+	assert_true(blocked(NULL, "169.254.169.254"));
+	assert_false(blocked(none, "198.51.100.7"));
+	assert_false(blocked(none, "2001:db8::1"));
+	assert_false(blocked(NULL, "203.0.113.1"));
+	/* Covered ones pass, in every form that embeds them. */
+	assert_false(blocked(pol, "10.1.2.3"));
+	assert_false(blocked(pol, "::ffff:10.1.2.3"));
+	assert_false(blocked(pol, "64:ff9b::10.1.2.3"));
+	assert_false(blocked(pol, "2002:a01:203::1"));
+	assert_false(blocked(pol, "127.0.0.53"));
+	assert_true(blocked(pol, "127.0.0.1"));
+	assert_true(blocked(pol, "::ffff:127.0.0.1"));
+	assert_false(blocked(pol, "fd12::1"));
+	assert_true(blocked(pol, "fc12::1"));
+	assert_false(blocked(pol, "fe80::1"));
+	assert_true(blocked(pol, "fe80:0:0:1::1"));
+	/* an IPv6 CIDR covers the IPv6 form itself (2002:7f00::/24 = 6to4 of 127/8) */
+	assert_false(blocked(pol, "2002:7f00:1::"));
+	assert_true(blocked(pol, "::1"));
+	assert_true(blocked(pol, "192.168.0.1"));
+	/* an IPv4 CIDR never covers a native IPv6 address */
+	assert_true(blocked(pol, "::"));
+	egr_dnspolicy_free(none);
+	egr_dnspolicy_free(pol);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -336,6 +488,8 @@ int main(void)
 		cmocka_unit_test(test_subdomain_burst),
 		cmocka_unit_test(test_domain_lru),
 		cmocka_unit_test(test_nxdomain_rate),
+		cmocka_unit_test(test_rebind_classify),
+		cmocka_unit_test(test_rebind_allow),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

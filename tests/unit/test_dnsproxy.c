@@ -61,8 +61,17 @@ static int on_learn(void *ctx, uint32_t sandbox_id, const struct egr_dns_learned
 	return learn_fail;
 }
 
+static unsigned int nrebind_ev;
+static struct egr_dns_event rebind_ev;
+
 static void on_event(void *ctx, const struct egr_dns_event *ev)
 {
+	if (ev->verdict == EGR_DNS_V_REBIND) {
+		nrebind_ev++;
+		rebind_ev = *ev;
+		rebind_ev.qname = NULL;
+		rebind_ev.tenant = NULL;
+	}
 	nevents++;
 	last_ev = *ev;
 	snprintf(last_ev_qname, sizeof(last_ev_qname), "%s", ev->qname);
@@ -192,7 +201,14 @@ static int stop_dnsmasq_group(void **state)
 static const char policy_json[] =
 	"{\"tenant\": \"acme\", \"network\": {\"default\": \"deny\","
 	" \"outbound_allow\": [\"api.test:443\", \"alias.test:8443\", \"tcp/big.test:80\"],"
-	" \"dns_allow\": [\"*.wild.test\", \"txt.test\", \"nx.test\"]}}";
+	" \"dns_allow\": [\"*.wild.test\", \"txt.test\", \"nx.test\"],"
+	" \"dns_rebind_allow\": [\"127.0.0.0/8\", \"fd00::/8\"]}}";
+
+/* The same names without the rebinding exceptions (test_rebind_*). */
+static const char policy_norebind_json[] =
+	"{\"tenant\": \"acme\", \"network\": {\"default\": \"deny\","
+	" \"outbound_allow\": [\"api.test:443\", \"alias.test:8443\", \"tcp/big.test:80\"],"
+	" \"dns_allow\": [\"*.wild.test\"]%s}}";
 
 struct fx {
 	struct egr_loop *loop;
@@ -212,7 +228,7 @@ static int setup_with(uint16_t upstream_port, uint32_t timeout_ms)
 
 	memset(&cfg, 0, sizeof(cfg));
 	memset(&fx, 0, sizeof(fx));
-	seq = nlearn = nevents = 0;
+	seq = nlearn = nevents = nrebind_ev = 0;
 	learn_fail = 0;
 	snprintf(up, sizeof(up), "127.0.0.1:%u", upstream_port);
 	if (egr_dnsproxy_parse_addr(up, &cfg.upstreams[0]))
@@ -507,6 +523,95 @@ static void test_cname_chain(void **state)
 	assert_int_equal(learns[0].a[0].ttl_s, 30);
 	assert_int_equal(learns[0].a[0].ports.ranges[0].lo, 8443);
 	assert_true(learns[0].a[0].expires_ns > boot_ns());
+}
+
+/* Replace the sandbox's policy by policy_norebind_json with extra network fields. */
+static void use_norebind_policy(const char *extra)
+{
+	char text[1024];
+	struct egr_dnspolicy *pol;
+	struct egr_policy p;
+	struct egr_error e;
+
+	snprintf(text, sizeof(text), policy_norebind_json, extra);
+	assert_int_equal(egr_policy_parse(text, strlen(text), &p, &e), 0);
+	assert_int_equal(egr_dnspolicy_new(&p, NULL, 0, &pol, &e), 0);
+	egr_policy_free(&p);
+	assert_int_equal(egr_dnsproxy_update_sandbox(fx.p, SBID, pol), 0);
+}
+
+static void test_rebind_stripped(void **state)
+{
+	static const uint8_t fd10[16] = { 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10 };
+	struct egr_dnsproxy_stats st;
+	int s;
+
+	use_norebind_policy("");
+	/* 127.0.0.10: the answer arrives without it, nothing is learned. */
+	assert_int_equal(ask_udp(AF_INET, "api.test", EGR_DNS_T_A, false, 0x2001),
+			 EGR_DNS_R_NOERROR);
+	assert_int_equal(resp.ancount, 0);
+	assert_int_equal(resp.naddrs, 0);
+	assert_int_equal(nlearn, 0);
+	assert_int_equal(nrebind_ev, 1);
+	assert_int_equal(rebind_ev.nstripped, 1);
+	assert_int_equal(rebind_ev.stripped[0].family, AF_INET);
+	assert_memory_equal(rebind_ev.stripped[0].addr, "\x7f\x00\x00\x0a", 4);
+	assert_int_equal(rebind_ev.stripped[0].cls, EGR_REBIND_LOOPBACK);
+	assert_int_equal(last_ev.verdict, EGR_DNS_V_ALLOWED);
+	assert_int_equal(last_ev.naddrs, 0);
+	/* fd00::10 (private), over IPv6 with EDNS */
+	assert_int_equal(ask_udp(AF_INET6, "api.test", EGR_DNS_T_AAAA, true, 0x2002),
+			 EGR_DNS_R_NOERROR);
+	assert_int_equal(resp.naddrs, 0);
+	assert_true(resp.edns);
+	assert_int_equal(nrebind_ev, 2);
+	assert_memory_equal(rebind_ev.stripped[0].addr, fd10, 16);
+	assert_int_equal(rebind_ev.stripped[0].cls, EGR_REBIND_PRIVATE);
+	/* Through a CNAME: the CNAME stays, the address goes. */
+	assert_int_equal(ask_udp(AF_INET, "alias.test", EGR_DNS_T_A, false, 0x2003),
+			 EGR_DNS_R_NOERROR);
+	assert_int_equal(resp.ancount, 1);
+	assert_int_equal(resp.ncnames, 1);
+	assert_int_equal(resp.naddrs, 0);
+	/* 40 addresses over TCP, every one stripped */
+	s = tcp_connect4();
+	ask_tcp(s, "big.test", EGR_DNS_T_A, 0x2004, false);
+	close(s);
+	assert_int_equal(resp.rcode, EGR_DNS_R_NOERROR);
+	assert_int_equal(resp.naddrs, 0);
+	assert_int_equal(rebind_ev.nstripped, 40);
+	assert_int_equal(rebind_ev.nstripped_listed, EGR_DNSPROXY_EVENT_ADDRS);
+	/* a dns_allow-only name is stripped too, though it learns nothing anyway */
+	assert_int_equal(ask_udp(AF_INET, "x.wild.test", EGR_DNS_T_A, false, 0x2005),
+			 EGR_DNS_R_NOERROR);
+	assert_int_equal(resp.naddrs, 0);
+	assert_int_equal(nlearn, 0);
+	assert_int_equal(egr_dnsproxy_stats(fx.p, SBID, &st), 0);
+	assert_int_equal(st.rebind, 5);
+	assert_int_equal(st.rebind_addrs, 44);
+	assert_int_equal(st.learned, 0);
+}
+
+static void test_rebind_allow_covers(void **state)
+{
+	/* Only 127.0.0.10/32, given as an IPv4-mapped IPv6 CIDR. */
+	use_norebind_policy(", \"dns_rebind_allow\": [\"::ffff:127.0.0.10/128\"]");
+	assert_int_equal(ask_udp(AF_INET, "api.test", EGR_DNS_T_A, false, 0x3001),
+			 EGR_DNS_R_NOERROR);
+	assert_int_equal(resp.naddrs, 1);
+	assert_int_equal(nlearn, 1);
+	assert_int_equal(nrebind_ev, 0);
+	/* 127.0.0.11 is not covered */
+	assert_int_equal(ask_udp(AF_INET, "y.wild.test", EGR_DNS_T_A, false, 0x3002),
+			 EGR_DNS_R_NOERROR);
+	assert_int_equal(resp.naddrs, 0);
+	assert_int_equal(nrebind_ev, 1);
+	/* nor is fd00::10 */
+	assert_int_equal(ask_udp(AF_INET6, "api.test", EGR_DNS_T_AAAA, false, 0x3003),
+			 EGR_DNS_R_NOERROR);
+	assert_int_equal(resp.naddrs, 0);
+	assert_int_equal(nlearn, 1);
 }
 
 static void test_nxdomain_passes(void **state)
@@ -814,6 +919,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_refused_never_upstream, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wildcard_case_resolvable_only, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cname_chain, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rebind_stripped, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rebind_allow_covers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nxdomain_passes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tcp, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tcp_pipelined, setup, teardown),

@@ -928,6 +928,299 @@ static void test_builders(void **state)
 	assert_int_equal(egr_dns_build_refused(p.b, p.n, NULL, 0, &olen), -EINVAL);
 }
 
+/* --- rebinding rewrite ---------------------------------------------------- */
+
+static unsigned int drop_calls;
+
+/* Drops 127/8, 10/8 and ::1, keeps everything else. */
+static bool drop_local(void *ctx, int family, const uint8_t *a)
+{
+	static const uint8_t lo6[16] = { [15] = 1 };
+
+	drop_calls++;
+	if (family == AF_INET)
+		return a[0] == 127 || a[0] == 10;
+	return family == AF_INET6 && !memcmp(a, lo6, 16);
+}
+
+static bool drop_all(void *ctx, int family, const uint8_t *a)
+{
+	return true;
+}
+
+static bool contains(const uint8_t *hay, size_t n, const void *needle, size_t m)
+{
+	for (size_t i = 0; i + m <= n; i++)
+		if (!memcmp(hay + i, needle, m))
+			return true;
+	return false;
+}
+
+/*
+ * www.x.test: CNAME c.x.test; C.x.TEST A 127.0.0.1 (dropped; later names
+ * point into its owner), A 198.51.100.7, AAAA ::1 (dropped); authority
+ * x.test NS ns.x.TEST; additional ns A 10.0.0.1 (dropped), A 203.0.113.5,
+ * MX and SRV whose names point into the dropped owner, OPT.
+ */
+static void mixed_response(struct pkt *p)
+{
+	static const uint8_t lo6[16] = { [15] = 1 };
+
+	hdr(p, 0x5555, RESP | EGR_DNS_F_AD, 1, 4, 1, 5);
+	question(p, "www.x.test", EGR_DNS_T_A);      /* www@12 x@16 test@18 */
+	assert_int_equal(p->n, 28);
+	ptr(p, 12);
+	rrfix(p, EGR_DNS_T_CNAME, EGR_DNS_C_IN, 300, 4);
+	u8(p, 1);                                    /* c@40 */
+	u8(p, 'c');
+	ptr(p, 16);
+	assert_int_equal(p->n, 44);
+	rr_a(p, "C.x.TEST", 60, 127, 0, 0, 1);       /* C@44 x@46 TEST@48 */
+	assert_int_equal(p->n, 68);
+	ptr(p, 44);
+	rrfix(p, EGR_DNS_T_A, EGR_DNS_C_IN, 120, 4);
+	bytes(p, "\xc6\x33\x64\x07", 4);
+	ptr(p, 40);
+	rrfix(p, EGR_DNS_T_AAAA, EGR_DNS_C_IN, 120, 16);
+	bytes(p, lo6, 16);
+	assert_int_equal(p->n, 112);
+	ptr(p, 16);
+	rrfix(p, EGR_DNS_T_NS, EGR_DNS_C_IN, 300, 5);
+	u8(p, 2);                                    /* ns@124 */
+	bytes(p, "ns", 2);
+	ptr(p, 46);
+	ptr(p, 124);
+	rrfix(p, EGR_DNS_T_A, EGR_DNS_C_IN, 300, 4);
+	bytes(p, "\x0a\0\0\x01", 4);
+	ptr(p, 124);
+	rrfix(p, EGR_DNS_T_A, EGR_DNS_C_IN, 300, 4);
+	bytes(p, "\xcb\x00\x71\x05", 4);
+	ptr(p, 46);
+	rrfix(p, EGR_DNS_T_MX, EGR_DNS_C_IN, 300, 4);
+	u16(p, 10);
+	ptr(p, 44);
+	ptr(p, 46);
+	rrfix(p, EGR_DNS_T_SRV, EGR_DNS_C_IN, 300, 8);
+	u16(p, 1);
+	u16(p, 2);
+	u16(p, 443);
+	ptr(p, 44);
+	opt(p, 1232, 0);
+}
+
+static void test_filter_mixed(void **state)
+{
+	struct egr_dns_response *r = resp_alloc();
+	struct egr_dns_addr addrs[8];
+	uint8_t out[1024], again[1024];
+	size_t olen, nd, n, olen2;
+	struct pkt p;
+
+	mixed_response(&p);
+	assert_int_equal(egr_dns_parse_response(p.b, p.n, r), 0);
+	drop_calls = 0;
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), 0);
+	assert_int_equal(drop_calls, 5); /* once per address record */
+	assert_int_equal(nd, 3);
+	assert_true(olen > 28);
+	assert_int_equal(egr_dns_parse_response(out, olen, r), 0);
+	assert_int_equal(r->id, 0x5555);
+	assert_false(r->flags & EGR_DNS_F_AD);
+	assert_true(r->flags & EGR_DNS_F_RA);
+	assert_int_equal(r->ancount, 2);
+	assert_int_equal(r->nscount, 1);
+	assert_int_equal(r->arcount, 4);
+	assert_true(r->edns);
+	assert_int_equal(r->ncnames, 1);
+	assert_string_equal(r->cnames[0].target, "c.x.test");
+	assert_int_equal(r->cnames[0].ttl, 300);
+	assert_int_equal(r->naddrs, 1);
+	assert_string_equal(r->addrs[0].owner, "c.x.test");
+	assert_memory_equal(r->addrs[0].addr, "\xc6\x33\x64\x07", 4);
+	assert_int_equal(egr_dns_answer_addrs(r, "www.x.test", addrs, 8, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(addrs[0].ttl, 120);
+	/* The question is kept byte for byte; the owner's case survives; the
+	 * SRV target is written uncompressed (RFC 2782). */
+	assert_memory_equal(out + 12, p.b + 12, 16);
+	assert_true(contains(out, olen, "\x01" "C\x01x\x04TEST\x00", 10));
+	/* The result is well-formed to the rdata names: filtering it again
+	 * finds nothing to drop, or drops the rest. */
+	assert_int_equal(egr_dns_filter_addrs(out, olen, drop_local, NULL, again, sizeof(again),
+					      &olen2, &nd), 0);
+	assert_int_equal(nd, 0);
+	assert_int_equal(olen2, 0);
+	assert_int_equal(egr_dns_filter_addrs(out, olen, drop_all, NULL, again, sizeof(again),
+					      &olen2, &nd), 0);
+	assert_int_equal(nd, 2);
+	assert_int_equal(egr_dns_parse_response(again, olen2, r), 0);
+	assert_int_equal(r->ancount, 1);
+	assert_int_equal(r->arcount, 3);
+	free(r);
+}
+
+static void test_filter_none_and_all(void **state)
+{
+	struct egr_dns_response *r = resp_alloc();
+	uint8_t out[1024];
+	size_t olen = 7, nd = 7;
+	struct pkt p;
+
+	/* Nothing to drop: nothing written. */
+	hdr(&p, 1, RESP, 1, 1, 0, 0);
+	question(&p, "a.test", EGR_DNS_T_A);
+	rr_a(&p, "a.test", 60, 198, 51, 100, 1);
+	memset(out, 0xee, sizeof(out));
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), 0);
+	assert_int_equal(nd, 0);
+	assert_int_equal(olen, 0);
+	assert_int_equal(out[0], 0xee);
+	/* Every address dropped: NOERROR, no records (NODATA). */
+	hdr(&p, 2, RESP, 1, 2, 0, 0);
+	question(&p, "a.test", EGR_DNS_T_A);
+	rr_a(&p, "a.test", 60, 127, 0, 0, 1);
+	ptr(&p, 12);
+	rrfix(&p, EGR_DNS_T_A, EGR_DNS_C_IN, 60, 4);
+	bytes(&p, "\x0a\x01\x02\x03", 4);
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), 0);
+	assert_int_equal(nd, 2);
+	assert_int_equal(egr_dns_parse_response(out, olen, r), 0);
+	assert_int_equal(r->rcode, EGR_DNS_R_NOERROR);
+	assert_int_equal(r->ancount, 0);
+	assert_int_equal(olen, 24); /* header + question */
+	/* A class other than IN is not an address record: kept, not asked. */
+	hdr(&p, 3, RESP, 1, 2, 0, 0);
+	question(&p, "a.test", EGR_DNS_T_A);
+	name(&p, "a.test");
+	rrfix(&p, EGR_DNS_T_A, 3 /* CH */, 60, 4);
+	bytes(&p, "\x7f\0\0\1", 4);
+	rr_a(&p, "a.test", 60, 127, 0, 0, 2);
+	drop_calls = 0;
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), 0);
+	assert_int_equal(drop_calls, 1);
+	assert_int_equal(nd, 1);
+	assert_int_equal(egr_dns_parse_response(out, olen, r), 0);
+	assert_int_equal(r->ancount, 1);
+	assert_int_equal(r->naddrs, 0);
+	free(r);
+}
+
+static void test_filter_tc_and_many(void **state)
+{
+	struct egr_dns_response *r = resp_alloc();
+	static uint8_t out[65536];
+	static struct pkt big;
+	size_t olen, nd;
+	struct pkt p;
+
+	/* TC: the counts say 3, the packet ends after 2. */
+	hdr(&p, 4, RESP | EGR_DNS_F_TC, 1, 3, 0, 0);
+	question(&p, "a.test", EGR_DNS_T_A);
+	rr_a(&p, "a.test", 60, 127, 0, 0, 1);
+	rr_a(&p, "a.test", 60, 198, 51, 100, 9);
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), 0);
+	assert_int_equal(nd, 1);
+	assert_int_equal(egr_dns_parse_response(out, olen, r), 0);
+	assert_true(r->tc);
+	assert_int_equal(r->ancount, 1);
+	assert_int_equal(r->naddrs, 1);
+	/* Hundreds of records, all pointer owners: all dropped, bounded work. */
+	hdr(&big, 5, RESP, 1, 500, 0, 0);
+	question(&big, "many.test", EGR_DNS_T_A);
+	for (int i = 0; i < 500; i++) {
+		ptr(&big, 12);
+		rrfix(&big, EGR_DNS_T_A, EGR_DNS_C_IN, 60, 4);
+		bytes(&big, "\x7f\0\0", 3);
+		u8(&big, (uint8_t)i);
+	}
+	assert_int_equal(egr_dns_filter_addrs(big.b, big.n, drop_local, NULL, out, sizeof(out),
+					      &olen, &nd), 0);
+	assert_int_equal(nd, 500);
+	assert_int_equal(olen, 12 + 11 + 4);
+	free(r);
+}
+
+static void test_filter_errors(void **state)
+{
+	uint8_t out[1024];
+	size_t olen, nd;
+	struct pkt p;
+
+	mixed_response(&p);
+	/* Too small for the rewritten message. */
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, 60, &olen, &nd),
+			 -EMSGSIZE);
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, 10, &olen, &nd),
+			 -EMSGSIZE);
+	/* Truncated in the middle of a record. */
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n - 3, drop_local, NULL, out, sizeof(out),
+					      &olen, &nd), -EBADMSG);
+	/* NULL arguments, a query, a bad opcode. */
+	assert_int_equal(egr_dns_filter_addrs(NULL, 0, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), -EINVAL);
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, NULL, NULL, out, sizeof(out), &olen, &nd),
+			 -EINVAL);
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), NULL,
+					      &nd), -EINVAL);
+	hdr(&p, 1, RD, 1, 0, 0, 0);
+	question(&p, "a.test", EGR_DNS_T_A);
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), -EINVAL);
+	/* A/AAAA with a wrong rdlength. */
+	hdr(&p, 1, RESP, 1, 1, 0, 0);
+	question(&p, "a.test", EGR_DNS_T_A);
+	name(&p, "a.test");
+	rrfix(&p, EGR_DNS_T_AAAA, EGR_DNS_C_IN, 60, 4);
+	bytes(&p, "\x7f\0\0\1", 4);
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), -EBADMSG);
+	/* An MX whose rdata does not hold its name, next to a dropped address. */
+	hdr(&p, 1, RESP, 1, 2, 0, 0);
+	question(&p, "a.test", EGR_DNS_T_A);
+	rr_a(&p, "a.test", 60, 127, 0, 0, 1);
+	ptr(&p, 12);
+	rrfix(&p, EGR_DNS_T_MX, EGR_DNS_C_IN, 60, 5);
+	u16(&p, 10);
+	bytes(&p, "\x05x", 2);
+	u8(&p, 0);
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), -EBADMSG);
+	/* An OPT outside the additional section. */
+	hdr(&p, 1, RESP, 1, 2, 0, 0);
+	question(&p, "a.test", EGR_DNS_T_A);
+	rr_a(&p, "a.test", 60, 127, 0, 0, 1);
+	opt(&p, 512, 0);
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), -EBADMSG);
+	assert_int_equal(olen, 0);
+	assert_int_equal(nd, 0);
+}
+
+static void test_build_truncated(void **state)
+{
+	struct egr_dns_response *r = resp_alloc();
+	uint8_t out[512];
+	struct pkt p;
+	size_t olen;
+
+	hdr(&p, 0x77, RD, 1, 0, 0, 1);
+	question(&p, "A.test", EGR_DNS_T_A);
+	opt(&p, 4096, 0);
+	assert_int_equal(egr_dns_build_truncated(p.b, p.n, out, sizeof(out), &olen), 0);
+	assert_int_equal(egr_dns_parse_response(out, olen, r), 0);
+	assert_true(r->tc);
+	assert_int_equal(r->rcode, EGR_DNS_R_NOERROR);
+	assert_int_equal(r->ancount, 0);
+	assert_true(r->edns);
+	assert_int_equal(r->id, 0x77);
+	free(r);
+}
+
 /* --- signals ------------------------------------------------------------ */
 
 static void test_entropy(void **state)
@@ -994,6 +1287,11 @@ int main(void)
 	    cmocka_unit_test(test_cname_loop_and_length),
 	    cmocka_unit_test(test_answer_caps),
 	    cmocka_unit_test(test_builders),
+	    cmocka_unit_test(test_filter_mixed),
+	    cmocka_unit_test(test_filter_none_and_all),
+	    cmocka_unit_test(test_filter_tc_and_many),
+	    cmocka_unit_test(test_filter_errors),
+	    cmocka_unit_test(test_build_truncated),
 	    cmocka_unit_test(test_entropy),
 	    cmocka_unit_test(test_longest_label),
 	    cmocka_unit_test(test_names),

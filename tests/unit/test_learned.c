@@ -172,7 +172,7 @@ static void test_rebase_rejudges_names(void **state)
 {
 	static const char *const pol_json =
 		"{\"tenant\":\"t\",\"network\":{\"default\":\"deny\","
-		"\"outbound_allow\":[\"keep.test:8443\"]}}";
+		"\"outbound_allow\":[\"keep.test:8443\"],\"dns_rebind_allow\":[\"10.7.0.0/16\"]}}";
 	struct egr_learned *l = NULL;
 	struct egr_policy p = { 0 };
 	struct egr_error e;
@@ -208,6 +208,38 @@ static void test_rebase_rejudges_names(void **state)
 	egr_learned_free(l);
 }
 
+static void test_rebase_rebind_narrowed(void **state)
+{
+	/* keep.test still resolves under the new policy, but its 10.7.0.1 is
+	 * no longer an expected rebinding target: it is dropped. */
+	static const char *const pol_json =
+		"{\"tenant\":\"t\",\"network\":{\"default\":\"deny\","
+		"\"outbound_allow\":[\"keep.test:443\"],\"dns_rebind_allow\":[\"10.9.0.0/16\"]}}";
+	struct egr_learned *l = NULL;
+	struct egr_policy p = { 0 };
+	struct egr_error e;
+	struct egr_dnspolicy *dpol;
+	uint64_t now = boot_ns();
+	struct egr_dns_learned a[2] = {
+		learned4("10.7.0.1", "keep.test", 443, now + 60000000000ull),
+		learned4("10.9.0.1", "keep.test", 443, now + 60000000000ull),
+	};
+
+	assert_int_equal(egr_policy_parse(pol_json, strlen(pol_json), &p, &e), 0);
+	assert_int_equal(egr_dnspolicy_new(&p, NULL, 0, &dpol, &e), 0);
+	assert_int_equal(egr_learned_new(&B, 16, &l), 0);
+	assert_int_equal(egr_learned_add(l, 6, 17, a, 2), 0);
+	assert_int_equal(egr_learned_rebase(l, 6, 17, 18, dpol), 0);
+	egr_learned_drop_stale(l, 6);
+	assert_int_equal(kernel_allows4(18, "10.7.0.1", 443, now), EGR_DENY);
+	assert_int_equal(kernel_allows4(18, "10.9.0.1", 443, now), EGR_ALLOW);
+	assert_int_equal(egr_learned_count(l, 6), 1);
+	egr_learned_forget(l, 6, 18);
+	egr_dnspolicy_free(dpol);
+	egr_policy_free(&p);
+	egr_learned_free(l);
+}
+
 static void test_cap(void **state)
 {
 	struct egr_learned *l = NULL;
@@ -236,6 +268,7 @@ int main(void)
 		cmocka_unit_test(test_learn_merges_covering_static),
 		cmocka_unit_test(test_expiry_restores_static_host),
 		cmocka_unit_test(test_rebase_rejudges_names),
+		cmocka_unit_test(test_rebase_rebind_narrowed),
 		cmocka_unit_test(test_cap),
 	};
 

@@ -937,10 +937,87 @@ static void test_dns_types(void **state)
 	assert_string_equal(e.field, "network.dns_types");
 }
 
+/* A policy whose network block has "dns_rebind_allow": LIST (raw JSON). */
+static int parse_rebind(const char *list, struct egr_policy *p, struct egr_error *e)
+{
+	char text[8192];
+
+	snprintf(text, sizeof(text),
+		 "{\"tenant\":\"t\",\"network\":{\"default\":\"deny\","
+		 "\"outbound_allow\":[],\"dns_rebind_allow\":%s}}", list);
+	return egr_policy_parse(text, strlen(text), p, e);
+}
+
+static void test_dns_rebind_allow(void **state)
+{
+	static const uint8_t fc[16] = { 0xfc };
+	struct egr_policy p;
+	struct egr_error e;
+	char big[4096];
+	size_t o = 0;
+
+	assert_int_equal(parse_rebind("[\"10.0.0.0/8\",\"127.0.0.1\",\"fc00::/7\","
+				      "\"[::1/128]\",\"::ffff:192.168.0.0/112\",\"10.1.2.3/8\"]",
+				      &p, &e), 0);
+	assert_int_equal(p.nrebind, 6);
+	assert_int_equal(p.rebind_allow[0].kind, EGR_HOST_V4);
+	assert_int_equal(p.rebind_allow[0].prefixlen, 8);
+	assert_memory_equal(p.rebind_allow[0].addr, "\x0a\0\0\0", 4);
+	assert_int_equal(p.rebind_allow[1].prefixlen, 32);
+	assert_memory_equal(p.rebind_allow[1].addr, "\x7f\0\0\x01", 4);
+	assert_int_equal(p.rebind_allow[2].kind, EGR_HOST_V6);
+	assert_int_equal(p.rebind_allow[2].prefixlen, 7);
+	assert_memory_equal(p.rebind_allow[2].addr, fc, 16);
+	assert_int_equal(p.rebind_allow[3].kind, EGR_HOST_V6);
+	assert_int_equal(p.rebind_allow[3].prefixlen, 128);
+	/* IPv4-mapped: judged (and stored) as IPv4 */
+	assert_int_equal(p.rebind_allow[4].kind, EGR_HOST_V4);
+	assert_int_equal(p.rebind_allow[4].prefixlen, 16);
+	assert_memory_equal(p.rebind_allow[4].addr, "\xc0\xa8\0\0", 4);
+	/* host bits cleared, as in outbound_allow */
+	assert_memory_equal(p.rebind_allow[5].addr, "\x0a\0\0\0", 4);
+	egr_policy_free(&p);
+	assert_int_equal(parse_rebind("[]", &p, &e), 0);
+	assert_int_equal(p.nrebind, 0);
+	assert_null(p.rebind_allow);
+	egr_policy_free(&p);
+
+	/* Errors name the field and the entry. */
+	assert_int_equal(parse_rebind("\"10.0.0.0/8\"", &p, &e), -EINVAL);
+	assert_string_equal(e.field, "network.dns_rebind_allow");
+	assert_int_equal(parse_rebind("[\"10.0.0.0/8\", \"localhost\"]", &p, &e), -EINVAL);
+	assert_string_equal(e.field, "network.dns_rebind_allow[1]");
+	assert_non_null(strstr(e.message, "localhost"));
+	assert_int_equal(parse_rebind("[\"10.0.0.0/33\"]", &p, &e), -EINVAL);
+	assert_string_equal(e.field, "network.dns_rebind_allow[0]");
+	assert_non_null(strstr(e.message, "0-32"));
+	assert_int_equal(parse_rebind("[\"fc00::/129\"]", &p, &e), -EINVAL);
+	assert_string_equal(e.field, "network.dns_rebind_allow[0]");
+	assert_int_equal(parse_rebind("[\"10.0.0.0/8:53\"]", &p, &e), -EINVAL);
+	assert_string_equal(e.field, "network.dns_rebind_allow[0]");
+	assert_int_equal(parse_rebind("[\"*.example.com\"]", &p, &e), -EINVAL);
+	assert_int_equal(parse_rebind("[\"\"]", &p, &e), -EINVAL);
+	assert_int_equal(parse_rebind("[8]", &p, &e), -EINVAL);
+	assert_string_equal(e.field, "network.dns_rebind_allow[0]");
+	assert_int_equal(parse_rebind("[\"10.0.0.0/8\\u0000x\"]", &p, &e), -EINVAL);
+	assert_int_equal(parse_rebind("[\"999.0.0.0/8\"]", &p, &e), -EINVAL);
+	assert_int_equal(parse_rebind("[\"[fc00::/7\"]", &p, &e), -EINVAL);
+	/* at most EGR_POLICY_MAX_REBIND entries */
+	o += (size_t)snprintf(big + o, sizeof(big) - o, "[");
+	for (int i = 0; i <= EGR_POLICY_MAX_REBIND; i++)
+		o += (size_t)snprintf(big + o, sizeof(big) - o, "%s\"10.0.0.%d\"", i ? "," : "",
+				      i % 256);
+	snprintf(big + o, sizeof(big) - o, "]");
+	assert_int_equal(parse_rebind(big, &p, &e), -EINVAL);
+	assert_string_equal(e.field, "network.dns_rebind_allow");
+	assert_non_null(strstr(e.message, "too many"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_dns_types),
+		cmocka_unit_test(test_dns_rebind_allow),
 		cmocka_unit_test(test_example),
 		cmocka_unit_test(test_sha256),
 		cmocka_unit_test(test_optional_fields),

@@ -160,6 +160,31 @@ void egr_alerting_event(struct egr_alerting *al, const json_t *ev)
 			 sandbox, tenant ?: "?", q ?: "?");
 		egr_alerting_raise(al, &in);
 	}
+	if (strcmp(type, "dns") == 0 && strcmp(verdict, "rebind") == 0) {
+		/* An allowed name answered with loopback, private, link-local, ...
+		 * addresses: a rebinding attempt on local services (docs/dns.md). */
+		const char *q = json_string_value(json_object_get(ev, "qname"));
+		const json_t *first = json_array_get(json_object_get(ev, "stripped"), 0);
+		const char *fa = json_string_value(json_object_get(first, "addr"));
+		const char *fc = json_string_value(json_object_get(first, "class"));
+		struct egr_alert_in in = {
+			.type = "dns_rebind",
+			.severity = EGR_SEV_CRITICAL,
+			.tenant = tenant,
+			.sandbox = sandbox,
+			.execution_id = exec,
+			.summary = summary,
+			.evidence = json_deep_copy(ev),
+		};
+
+		snprintf(summary, sizeof(summary),
+			 "sandbox %" PRIu32 " (tenant %s): the answer for %.200s pointed to %s (%s); "
+			 "%" JSON_INTEGER_FORMAT " address(es) stripped, none learned",
+			 sandbox, tenant ?: "?", q ?: "?", fa ?: "?", fc ?: "?",
+			 json_integer_value(json_object_get(ev, "stripped_total")));
+		egr_alerting_raise(al, &in);
+		return;
+	}
 	if (strcmp(verdict, "deny") != 0 && strcmp(verdict, "exfil") != 0)
 		return;
 	if (!sandbox)

@@ -162,6 +162,8 @@ const char *egr_dns_verdict_name(enum egr_dns_verdict v)
 		return "exfil";
 	case EGR_DNS_V_CAP:
 		return "cap";
+	case EGR_DNS_V_REBIND:
+		return "rebind";
 	}
 	return "?";
 }
@@ -528,22 +530,123 @@ static void pend_fail(struct egr_dnsproxy *p, struct pending *q, enum egr_dns_ve
 		conn_settle(conn);
 }
 
+/* What egr_dns_filter_addrs() removed, for the REBIND event. */
+struct rebind_ctx {
+	const struct egr_dnspolicy *pol;
+	size_t n;
+	struct egr_dns_stripped listed[EGR_DNSPROXY_EVENT_ADDRS];
+};
+
+static bool rebind_drop(void *ctx, int family, const uint8_t *addr)
+{
+	struct rebind_ctx *rc = ctx;
+	struct egr_rebind_verdict v;
+
+	if (!egr_dnspolicy_rebind_blocked(rc->pol, family, addr, &v))
+		return false;
+	if (rc->n < EGR_DNSPROXY_EVENT_ADDRS) {
+		struct egr_dns_stripped *st = &rc->listed[rc->n];
+
+		memset(st, 0, sizeof(*st));
+		st->family = family;
+		memcpy(st->addr, addr, family == AF_INET ? 4 : 16);
+		st->cls = v.cls;
+		st->form = v.form;
+	}
+	rc->n++;
+	return true;
+}
+
+static void emit_rebind(struct sb *sb, const struct pending *q, uint16_t rcode,
+			const struct rebind_ctx *rc, const char *reason)
+{
+	struct egr_dnsproxy *p = sb->p;
+	struct egr_dns_event ev = {
+		.sandbox_id = sb->id,
+		.tenant = sb->tenant,
+		.qname = q->qname,
+		.qtype = q->qtype,
+		.transport = q->transport,
+		.verdict = EGR_DNS_V_REBIND,
+		.reason = reason,
+		.rcode = rcode,
+		.nstripped = rc->n,
+	};
+
+	ev.nstripped_listed = rc->n < EGR_DNSPROXY_EVENT_ADDRS ? rc->n : EGR_DNSPROXY_EVENT_ADDRS;
+	memcpy(ev.stripped, rc->listed, ev.nstripped_listed * sizeof(rc->listed[0]));
+	/* Per answer, like every other DNS verdict: the event and the
+	 * (de-duplicated) alert carry it; a log line each would let a
+	 * sandbox flood the log. */
+	log_debug("dns: sandbox %u: %zu answer address(es) of %s in loopback/private/link-local "
+		  "ranges stripped (DNS rebinding)", sb->id, rc->n, q->qname);
+	if (p->cfg.event)
+		p->cfg.event(p->cfg.ctx, &ev);
+}
+
+/* The client's UDP limit (RFC 6891 6.2.5): 512, or its EDNS size. */
+static size_t udp_limit(const struct pending *q)
+{
+	struct egr_dns_query cq;
+
+	if (egr_dns_parse_query(q->query, q->qlen, &cq) || !cq.edns || cq.edns_udp_size < 512)
+		return 512;
+	return cq.edns_udp_size;
+}
+
 /*
- * An upstream answer that matched q (id, question, source): learn, then
- * release it with the client's id restored.
+ * An upstream answer that matched q (id, question, source): strip rebinding
+ * addresses, learn, then release it with the client's id restored.
  */
 static void pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt, size_t len,
 			const struct egr_dns_response *r)
 {
+	static struct egr_dns_response filtered; /* large; single-threaded */
 	struct egr_dns_addr addrs[EGR_DNSPROXY_MAX_LEARN];
 	struct egr_dns_learned learned[EGR_DNSPROXY_MAX_LEARN];
+	struct rebind_ctx rc = { .pol = q->sb->pol };
 	struct sb *sb = q->sb;
 	struct tconn *conn = q->conn;
 	struct client cl;
-	size_t n = 0;
+	size_t n = 0, olen = 0, nstripped = 0;
 	int err;
 
 	egr_exfil_note_rcode(sb->exfil, q->qname, r->rcode, mono_ns());
+	/* Rebinding: what is learned and released is the answer without the
+	 * addresses the policy does not let a name point to. */
+	err = egr_dns_filter_addrs(pkt, len, rebind_drop, &rc, p->obuf, sizeof(p->obuf), &olen,
+				   &nstripped);
+	if (!err && nstripped)
+		err = egr_dns_parse_response(p->obuf, olen, &filtered);
+	if (err) {
+		if (rc.n)
+			emit_rebind(sb, q, EGR_DNS_R_SERVFAIL, &rc, "cannot strip the answer");
+		pend_fail(p, q, EGR_DNS_V_SERVFAIL, "cannot strip rebinding addresses", err, NULL,
+			  0);
+		return;
+	}
+	if (nstripped) {
+		sb->st.rebind++;
+		sb->st.rebind_addrs += nstripped;
+		if (q->transport == IPPROTO_UDP && olen > udp_limit(q)) {
+			/* Decompressed names made it longer than the client
+			 * takes: nothing learned, the client asks over TCP. */
+			emit_rebind(sb, q, r->rcode, &rc, "stripped; too long for udp, sent TC");
+			pend_client(q, &cl);
+			if (!egr_dns_build_truncated(q->query, q->qlen, p->obuf, sizeof(p->obuf),
+						     &olen))
+				reply(sb, &cl, p->obuf, olen);
+			sb->st.allowed++;
+			emit(sb, q->qname, q->qtype, q->transport, EGR_DNS_V_ALLOWED,
+			     "truncated", 0, r->rcode, NULL, 0);
+			pend_free(p, q);
+			return;
+		}
+		emit_rebind(sb, q, r->rcode, &rc, "stripped");
+		pkt = p->obuf;
+		len = olen;
+		r = &filtered;
+	}
 	err = egr_dns_answer_addrs(r, q->qname, addrs, EGR_DNSPROXY_MAX_LEARN, &n);
 	if (q->ports.nranges) {
 		if (err == -ENOSPC || r->dropped) {
@@ -559,6 +662,14 @@ static void pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt,
 			for (size_t i = 0; i < n; i++) {
 				uint32_t ttl = addrs[i].ttl;
 
+				/* The filter removed them all; never learn one. */
+				if (egr_dnspolicy_rebind_blocked(sb->pol, addrs[i].family,
+								 addrs[i].addr, NULL)) {
+					pend_fail(p, q, EGR_DNS_V_SERVFAIL,
+						  "rebinding address left in the answer", -EFAULT,
+						  addrs, n);
+					return;
+				}
 				if (ttl < p->cfg.min_ttl_s)
 					ttl = p->cfg.min_ttl_s;
 				memset(&learned[i], 0, sizeof(learned[i]));

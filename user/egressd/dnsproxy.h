@@ -20,6 +20,14 @@
  * for the id (EDNS0, >512 bytes and the TC bit pass through; a client that
  * sees TC retries over TCP).
  *
+ * Rebinding: before anything is learned, every A/AAAA record of the answer
+ * whose address egr_dnspolicy_rebind_blocked() refuses (loopback, private,
+ * link-local, ... not covered by network.dns_rebind_allow) is removed from
+ * the message (egr_dns_filter_addrs()), and the rewritten message is what is
+ * learned from and released; a REBIND event lists what was removed. A
+ * rewrite that fails gets SERVFAIL; one too large for the client's UDP size
+ * gets an empty TC reply (the client retries over TCP).
+ *
  * Every verdict is reported through event(). Single-threaded: everything
  * runs on the egr_loop given at creation.
  */
@@ -56,6 +64,15 @@ enum egr_dns_verdict {
 	EGR_DNS_V_SERVFAIL,     /* timeout, upstream error, in-flight table full */
 	EGR_DNS_V_EXFIL,        /* exfiltration signal past a limit: REFUSED */
 	EGR_DNS_V_CAP,          /* learn() failed (cap hit, map full): SERVFAIL */
+	EGR_DNS_V_REBIND,       /* answer addresses stripped (then an ALLOWED event) */
+};
+
+/* An answer address removed as a rebinding target. */
+struct egr_dns_stripped {
+	int family;
+	uint8_t addr[16];
+	enum egr_rebind_class cls;
+	enum egr_rebind_form form;
 };
 
 struct egr_dns_event {
@@ -72,6 +89,9 @@ struct egr_dns_event {
 	uint64_t latency_ns;    /* forwarded answers: query in to answer out; else 0 */
 	size_t naddrs_listed;   /* how many are in addrs[] */
 	struct egr_dns_addr addrs[EGR_DNSPROXY_EVENT_ADDRS];
+	size_t nstripped;       /* REBIND: records removed (all of them) */
+	size_t nstripped_listed; /* how many are in stripped[] */
+	struct egr_dns_stripped stripped[EGR_DNSPROXY_EVENT_ADDRS];
 };
 
 /* 0 or -errno; -ENOSPC means a cap was hit / the map is full. */
@@ -105,6 +125,8 @@ struct egr_dnsproxy_stats {
 	uint64_t cap;           /* learn() failures (also counted in servfail) */
 	uint64_t malformed;     /* dropped: not a parseable query */
 	uint64_t learned;       /* addresses handed to learn() successfully */
+	uint64_t rebind;        /* answers with rebinding addresses stripped */
+	uint64_t rebind_addrs;  /* address records stripped */
 	uint32_t tcp_conns;     /* client TCP connections open now */
 	uint32_t inflight;      /* queries upstream now */
 };

@@ -509,9 +509,10 @@ void egr_events_dns(struct egr_events *ev, const struct egr_dns_event *d)
 	static const char *const verdicts[] = {
 		[EGR_DNS_V_ALLOWED] = "allow", [EGR_DNS_V_REFUSED] = "deny",
 		[EGR_DNS_V_SERVFAIL] = "servfail", [EGR_DNS_V_EXFIL] = "exfil",
-		[EGR_DNS_V_CAP] = "servfail",
+		[EGR_DNS_V_CAP] = "servfail", [EGR_DNS_V_REBIND] = "rebind",
 	};
-	json_t *o;
+	char a[INET6_ADDRSTRLEN];
+	json_t *o, *arr;
 
 	if (!ev || !d)
 		return;
@@ -525,6 +526,27 @@ void egr_events_dns(struct egr_events *ev, const struct egr_dns_event *d)
 		      (json_int_t)d->naddrs);
 	if (o && d->tenant)
 		json_object_set_new(o, "tenant", json_string(d->tenant));
+	/* The answer's addresses (learned ones for reason "learned"), at most
+	 * EGR_DNSPROXY_EVENT_ADDRS; "answers" counts all of them. */
+	if (o && d->naddrs_listed && (arr = json_array())) {
+		for (size_t i = 0; i < d->naddrs_listed; i++)
+			if (inet_ntop(d->addrs[i].family, d->addrs[i].addr, a, sizeof(a)))
+				json_array_append_new(arr, json_string(a));
+		json_object_set_new(o, "addrs", arr);
+	}
+	if (o && d->verdict == EGR_DNS_V_REBIND && (arr = json_array())) {
+		for (size_t i = 0; i < d->nstripped_listed; i++) {
+			const struct egr_dns_stripped *st = &d->stripped[i];
+
+			if (!inet_ntop(st->family, st->addr, a, sizeof(a)))
+				continue;
+			json_array_append_new(arr, json_pack("{s:s, s:s, s:s}", "addr", a, "class",
+							     egr_rebind_class_name(st->cls), "form",
+							     egr_rebind_form_name(st->form)));
+		}
+		json_object_set_new(o, "stripped", arr);
+		json_object_set_new(o, "stripped_total", json_integer((json_int_t)d->nstripped));
+	}
 	egr_events_emit(ev, o);
 	json_decref(o);
 }

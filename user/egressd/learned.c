@@ -368,10 +368,15 @@ int egr_learned_rebase(struct egr_learned *l, uint32_t sandbox_id, uint32_t old_
 			memcpy(s->stale[s->nstale].addr, e->addr, sizeof(e->addr));
 			s->nstale++;
 		}
+		/* An address the new policy's dns_rebind_allow no longer
+		 * covers would not be learned now: it goes, whatever names
+		 * resolved to it. */
+		bool rebind = pol && egr_dnspolicy_rebind_blocked(pol, e->family, e->addr, NULL);
+
 		for (size_t j = 0; j < e->nnames; j++) {
 			struct egr_dnspolicy_match m;
 
-			if (e->names[j].expires_ns <= now || !pol ||
+			if (rebind || e->names[j].expires_ns <= now || !pol ||
 			    egr_dnspolicy_match(pol, e->names[j].qname, &m) != 1 ||
 			    !m.ports.nranges)
 				continue;

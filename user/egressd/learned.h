@@ -29,8 +29,8 @@ int egr_learned_add(struct egr_learned *l, uint32_t sandbox_id, uint32_t policy_
 		    const struct egr_dns_learned *a, size_t n);
 
 /* The sandbox is about to switch from old_policy_id to new_policy_id:
- * insert what the new DNS policy still resolves (with its ports) under the
- * new id. The old id's entries stay (the old policy is still in force)
+ * insert what the new DNS policy still resolves (with its ports) and, for a
+ * rebinding address, its dns_rebind_allow still covers, under the new id. The old id's entries stay (the old policy is still in force)
  * until egr_learned_drop_stale(), after the switch. pol NULL drops all. */
 int egr_learned_rebase(struct egr_learned *l, uint32_t sandbox_id, uint32_t old_policy_id,
 		       uint32_t new_policy_id, const struct egr_dnspolicy *pol);

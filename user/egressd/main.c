@@ -374,7 +374,9 @@ static void on_dns_event(void *ctx, const struct egr_dns_event *ev)
 		egr_events_dns(d->events, ev);
 	/* Counts for /metrics, stats and billing; refusals are counted with
 	 * everything the proxy did not forward. */
-	if (d->metrics && sb) {
+	/* A REBIND event accompanies the ALLOWED or SERVFAIL verdict of the
+	 * same answer: counted there. */
+	if (d->metrics && sb && ev->verdict != EGR_DNS_V_REBIND) {
 		egr_metrics_count_dns(d->metrics, ev->sandbox_id, sb->tenant_id,
 				      ev->verdict == EGR_DNS_V_ALLOWED);
 		if (ev->latency_ns)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "dnspolicy.h"
 #include "dnswire.h"
@@ -25,6 +26,8 @@ struct egr_dnspolicy {
 	size_t nwild;
 	uint16_t qtypes[EGR_DNSPOL_MAX_QTYPES];
 	size_t nqtypes;
+	struct egr_cidr *rebind; /* network.dns_rebind_allow */
+	size_t nrebind;
 };
 
 static const uint16_t default_qtypes[] = {
@@ -157,6 +160,7 @@ void egr_dnspolicy_free(struct egr_dnspolicy *pol)
 		free(pol->wild[i]);
 	free(pol->exact);
 	free(pol->wild);
+	free(pol->rebind);
 	free(pol);
 }
 
@@ -191,6 +195,13 @@ int egr_dnspolicy_new(const struct egr_policy *p, const uint16_t *qtypes, size_t
 	}
 	memcpy(pol->qtypes, qtypes, nqtypes * sizeof(*qtypes));
 	pol->nqtypes = nqtypes;
+	if (p->nrebind) {
+		pol->rebind = calloc(p->nrebind, sizeof(*pol->rebind));
+		if (!pol->rebind)
+			goto fail;
+		memcpy(pol->rebind, p->rebind_allow, p->nrebind * sizeof(*pol->rebind));
+		pol->nrebind = p->nrebind;
+	}
 
 	maxn = p->ndns + p->nallow;
 	pol->exact = calloc(maxn ? maxn : 1, sizeof(*pol->exact));
@@ -349,6 +360,187 @@ size_t egr_dnspolicy_nexact(const struct egr_dnspolicy *pol)
 size_t egr_dnspolicy_nwild(const struct egr_dnspolicy *pol)
 {
 	return pol ? pol->nwild : 0;
+}
+
+/* --- rebinding ------------------------------------------------------------- */
+
+static enum egr_rebind_class v4_class(const uint8_t *a)
+{
+	if (a[0] == 0)
+		return EGR_REBIND_UNSPECIFIED;
+	if (a[0] == 127)
+		return EGR_REBIND_LOOPBACK;
+	if (a[0] == 169 && a[1] == 254)
+		return EGR_REBIND_LINK_LOCAL;
+	if ((a[0] & 0xf0) == 224)
+		return EGR_REBIND_MULTICAST;
+	if (a[0] == 255 && a[1] == 255 && a[2] == 255 && a[3] == 255)
+		return EGR_REBIND_BROADCAST;
+	if (a[0] == 10 || (a[0] == 172 && (a[1] & 0xf0) == 16) || (a[0] == 192 && a[1] == 168) ||
+	    (a[0] == 100 && (a[1] & 0xc0) == 64))
+		return EGR_REBIND_PRIVATE;
+	return EGR_REBIND_NONE;
+}
+
+static bool all_zero(const uint8_t *a, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (a[i])
+			return false;
+	return true;
+}
+
+enum egr_rebind_class egr_rebind_classify(int family, const uint8_t *a,
+					  struct egr_rebind_verdict *v)
+{
+	static const uint8_t nat64[12] = { 0, 0x64, 0xff, 0x9b };
+	struct egr_rebind_verdict r = { 0 };
+	const uint8_t *v4 = NULL;
+
+	if (!a)
+		goto out;
+	if (family == AF_INET) {
+		v4 = a;
+		goto judge_v4;
+	}
+	if (family != AF_INET6)
+		goto out;
+	if (all_zero(a, 16)) {
+		r.cls = EGR_REBIND_UNSPECIFIED;
+		goto out;
+	}
+	if (all_zero(a, 15) && a[15] == 1) {
+		r.cls = EGR_REBIND_LOOPBACK;
+		goto out;
+	}
+	if (a[0] == 0xff) {
+		r.cls = EGR_REBIND_MULTICAST;
+		goto out;
+	}
+	if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80) {
+		r.cls = EGR_REBIND_LINK_LOCAL;
+		goto out;
+	}
+	if ((a[0] == 0xfe && (a[1] & 0xc0) == 0xc0) || (a[0] & 0xfe) == 0xfc ||
+	    (!memcmp(a, nat64, 4) && a[4] == 0 && a[5] == 1)) {
+		r.cls = EGR_REBIND_PRIVATE;
+		goto out;
+	}
+	/* IPv6 forms that deliver to (or via) the IPv4 address they embed. */
+	if (all_zero(a, 10) && a[10] == 0xff && a[11] == 0xff) {
+		r.form = EGR_REBIND_V4MAPPED;
+		v4 = a + 12;
+	} else if (all_zero(a, 12)) {
+		r.form = EGR_REBIND_V4COMPAT;
+		v4 = a + 12;
+	} else if (all_zero(a, 8) && a[8] == 0xff && a[9] == 0xff && !a[10] && !a[11]) {
+		r.form = EGR_REBIND_V4TRANSLATED;
+		v4 = a + 12;
+	} else if (!memcmp(a, nat64, 12)) {
+		r.form = EGR_REBIND_NAT64;
+		v4 = a + 12;
+	} else if (a[0] == 0x20 && a[1] == 0x02) {
+		r.form = EGR_REBIND_6TO4;
+		v4 = a + 2;
+	} else if (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0 && a[3] == 0) {
+		/* Teredo's client address is stored inverted. */
+		for (int i = 0; i < 4; i++)
+			r.v4[i] = (uint8_t)~a[12 + i];
+		r.form = EGR_REBIND_TEREDO;
+		r.cls = v4_class(r.v4);
+		goto out;
+	}
+	if (!v4)
+		goto out;
+judge_v4:
+	memcpy(r.v4, v4, 4);
+	r.cls = v4_class(r.v4);
+out:
+	if (v)
+		*v = r;
+	return r.cls;
+}
+
+const char *egr_rebind_class_name(enum egr_rebind_class c)
+{
+	switch (c) {
+	case EGR_REBIND_NONE:
+		return "";
+	case EGR_REBIND_LOOPBACK:
+		return "loopback";
+	case EGR_REBIND_UNSPECIFIED:
+		return "unspecified";
+	case EGR_REBIND_LINK_LOCAL:
+		return "link-local";
+	case EGR_REBIND_MULTICAST:
+		return "multicast";
+	case EGR_REBIND_BROADCAST:
+		return "broadcast";
+	case EGR_REBIND_PRIVATE:
+		return "private";
+	}
+	return "?";
+}
+
+const char *egr_rebind_form_name(enum egr_rebind_form f)
+{
+	switch (f) {
+	case EGR_REBIND_NATIVE:
+		return "native";
+	case EGR_REBIND_V4MAPPED:
+		return "ipv4-mapped";
+	case EGR_REBIND_V4COMPAT:
+		return "ipv4-compatible";
+	case EGR_REBIND_V4TRANSLATED:
+		return "ipv4-translated";
+	case EGR_REBIND_NAT64:
+		return "nat64";
+	case EGR_REBIND_6TO4:
+		return "6to4";
+	case EGR_REBIND_TEREDO:
+		return "teredo";
+	}
+	return "?";
+}
+
+static bool prefix_covers(const uint8_t *net, unsigned int plen, const uint8_t *a)
+{
+	unsigned int full = plen / 8, rest = plen % 8;
+
+	if (memcmp(net, a, full))
+		return false;
+	return !rest || ((net[full] ^ a[full]) & (uint8_t)(0xff << (8 - rest))) == 0;
+}
+
+bool egr_dnspolicy_rebind_blocked(const struct egr_dnspolicy *pol, int family,
+				  const uint8_t *addr, struct egr_rebind_verdict *v)
+{
+	struct egr_rebind_verdict r;
+
+	if (egr_rebind_classify(family, addr, &r) == EGR_REBIND_NONE) {
+		if (v)
+			*v = r;
+		return false;
+	}
+	if (v)
+		*v = r;
+	for (size_t i = 0; pol && i < pol->nrebind; i++) {
+		const struct egr_cidr *c = &pol->rebind[i];
+
+		if (c->kind == EGR_HOST_V6 && family == AF_INET6 &&
+		    prefix_covers(c->addr, c->prefixlen, addr))
+			return false;
+		/* An IPv4 address, or the IPv4 address an IPv6 form embeds. */
+		if (c->kind == EGR_HOST_V4 && (family == AF_INET || r.form != EGR_REBIND_NATIVE) &&
+		    prefix_covers(c->addr, c->prefixlen, r.v4))
+			return false;
+	}
+	return true;
+}
+
+size_t egr_dnspolicy_nrebind(const struct egr_dnspolicy *pol)
+{
+	return pol ? pol->nrebind : 0;
 }
 
 /* --- exfiltration tracker --------------------------------------------------- */

@@ -19,6 +19,13 @@
  * answer opens no egress (the proxy does not call learn() for it); reaching
  * its addresses needs an address/CIDR entry in outbound_allow.
  *
+ * Rebinding (docs/dns.md): an answer address in loopback, unspecified,
+ * link-local, multicast, broadcast or private space, directly or in an IPv6
+ * form that embeds such an IPv4 address, is neither learned nor released,
+ * unless a network.dns_rebind_allow CIDR covers it. egr_rebind_classify()
+ * says which range an address is in; egr_dnspolicy_rebind_blocked() applies
+ * the policy's exceptions.
+ *
  * Query types: by default A, AAAA, CNAME, HTTPS and SVCB; anything else
  * (TXT, NULL, ANY, MX, ...) is refused unless the compiled policy was given
  * an explicit qtype list.
@@ -74,6 +81,57 @@ bool egr_dnspolicy_qtype_allowed(const struct egr_dnspolicy *pol, uint16_t qtype
 /* Number of exact names / wildcards compiled (for logs and tests). */
 size_t egr_dnspolicy_nexact(const struct egr_dnspolicy *pol);
 size_t egr_dnspolicy_nwild(const struct egr_dnspolicy *pol);
+
+/* The range that makes an answer address a rebinding target. */
+enum egr_rebind_class {
+	EGR_REBIND_NONE = 0,     /* a global address: learned as usual */
+	EGR_REBIND_LOOPBACK,     /* 127.0.0.0/8, ::1 */
+	EGR_REBIND_UNSPECIFIED,  /* 0.0.0.0/8, :: */
+	EGR_REBIND_LINK_LOCAL,   /* 169.254.0.0/16, fe80::/10 */
+	EGR_REBIND_MULTICAST,    /* 224.0.0.0/4, ff00::/8 */
+	EGR_REBIND_BROADCAST,    /* 255.255.255.255 */
+	EGR_REBIND_PRIVATE,      /* 10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7,
+				  * fec0::/10 (site-local), 64:ff9b:1::/48 (local NAT64) */
+};
+
+/* How an IPv6 address carries the IPv4 address it was judged by. */
+enum egr_rebind_form {
+	EGR_REBIND_NATIVE = 0,   /* judged as it is */
+	EGR_REBIND_V4MAPPED,     /* ::ffff:a.b.c.d */
+	EGR_REBIND_V4COMPAT,     /* ::a.b.c.d (deprecated; sit tunnels it to a.b.c.d) */
+	EGR_REBIND_V4TRANSLATED, /* ::ffff:0:a.b.c.d (SIIT, RFC 2765) */
+	EGR_REBIND_NAT64,        /* 64:ff9b::a.b.c.d (RFC 6052 well-known prefix) */
+	EGR_REBIND_6TO4,         /* 2002:AABB:CCDD::/48 (RFC 3056) */
+	EGR_REBIND_TEREDO,       /* 2001:0::/32, client address inverted in the last 32 bits */
+};
+
+struct egr_rebind_verdict {
+	enum egr_rebind_class cls;
+	enum egr_rebind_form form;
+	uint8_t v4[4];           /* the embedded IPv4 address judged (form != NATIVE,
+				  * or an AF_INET address) */
+};
+
+/* Classify an answer address (AF_INET: addr[0..3]; AF_INET6: addr[0..15]).
+ * Returns v->cls (EGR_REBIND_NONE for a global address or a bad family). */
+enum egr_rebind_class egr_rebind_classify(int family, const uint8_t *addr,
+					  struct egr_rebind_verdict *v);
+/* "loopback", "unspecified", "link-local", "multicast", "broadcast", "private",
+ * "" for NONE. */
+const char *egr_rebind_class_name(enum egr_rebind_class c);
+/* "native", "ipv4-mapped", "ipv4-compatible", "ipv4-translated", "nat64",
+ * "6to4", "teredo". */
+const char *egr_rebind_form_name(enum egr_rebind_form f);
+
+/*
+ * True when an answer address must be stripped: it is in one of the ranges
+ * above and no dns_rebind_allow CIDR of pol covers it (an IPv6 CIDR covering
+ * the address itself, or an IPv4 CIDR covering the IPv4 address it embeds).
+ * A NULL pol blocks every such address. v (may be NULL) gets the class.
+ */
+bool egr_dnspolicy_rebind_blocked(const struct egr_dnspolicy *pol, int family,
+				  const uint8_t *addr, struct egr_rebind_verdict *v);
+size_t egr_dnspolicy_nrebind(const struct egr_dnspolicy *pol);
 
 /* ------------------------------------------------------------------------
  * Exfiltration tracker, one per sandbox.

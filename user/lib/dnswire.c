@@ -7,6 +7,7 @@
  * length, or EGR_DNS_MAX_JUMPS. No libm: the entropy uses its own log2.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -62,7 +63,8 @@ static bool label_byte_ok(uint8_t b)
  * seg, so segment starts strictly decrease and no offset is read twice by
  * the same segment chain: no loops, even without the jump bound.
  */
-static int name_decode(const uint8_t *pkt, size_t len, size_t off, char *out, size_t *next)
+static int name_decode_case(const uint8_t *pkt, size_t len, size_t off, char *out, size_t *next,
+			    bool fold)
 {
 	size_t pos = off, seg = off, end = 0, wire = 0, o = 0;
 	unsigned int jumps = 0;
@@ -112,7 +114,7 @@ static int name_decode(const uint8_t *pkt, size_t len, size_t off, char *out, si
 
 			if (!label_byte_ok(b))
 				return -EBADMSG;
-			if (b >= 'A' && b <= 'Z')
+			if (fold && b >= 'A' && b <= 'Z')
 				b = (uint8_t)(b - 'A' + 'a');
 			out[o++] = (char)b;
 		}
@@ -123,13 +125,19 @@ static int name_decode(const uint8_t *pkt, size_t len, size_t off, char *out, si
 	return 0;
 }
 
-/* Read the record at *pos: owner, fixed fields, rdata bounds. */
-static int rr_read(const uint8_t *pkt, size_t len, size_t *pos, struct rr *rr)
+static int name_decode(const uint8_t *pkt, size_t len, size_t off, char *out, size_t *next)
+{
+	return name_decode_case(pkt, len, off, out, next, true);
+}
+
+/* Read the record at *pos: owner (lower-cased if fold), fixed fields, rdata
+ * bounds. */
+static int rr_read_case(const uint8_t *pkt, size_t len, size_t *pos, struct rr *rr, bool fold)
 {
 	size_t p;
 	int err;
 
-	err = name_decode(pkt, len, *pos, rr->owner, &p);
+	err = name_decode_case(pkt, len, *pos, rr->owner, &p, fold);
 	if (err)
 		return err;
 	if (len - p < 10)
@@ -144,6 +152,11 @@ static int rr_read(const uint8_t *pkt, size_t len, size_t *pos, struct rr *rr)
 	rr->rdata = p;
 	*pos = p + rr->rdlen;
 	return 0;
+}
+
+static int rr_read(const uint8_t *pkt, size_t len, size_t *pos, struct rr *rr)
+{
+	return rr_read_case(pkt, len, pos, rr, true);
 }
 
 /* An OPT RR: root owner, options that tile its rdata exactly. */
@@ -469,10 +482,317 @@ bool egr_dns_response_matches(const struct egr_dns_query *q, const struct egr_dn
 	       name_eq(q->qname, r->qname);
 }
 
+/* --- answer rewriting (egr_dns_filter_addrs) ---------------------------------- */
+
+/* Names the encoder can point back to: label starts it wrote, each with the
+ * (presentation) suffix that starts there. Bounded; past the bound names are
+ * still written, just less compressed. */
+#define ENC_TAB 64
+
+struct enc {
+	uint8_t *out;
+	size_t cap, o;
+	size_t n;
+	uint16_t off[ENC_TAB];
+	char suffix[ENC_TAB][EGR_DNS_NAME_BUF];
+};
+
+static int enc_bytes(struct enc *e, const void *b, size_t n)
+{
+	if (n > e->cap - e->o)
+		return -EMSGSIZE;
+	memcpy(e->out + e->o, b, n);
+	e->o += n;
+	return 0;
+}
+
+static int enc_16(struct enc *e, uint16_t v)
+{
+	uint8_t b[2];
+
+	put16(b, v);
+	return enc_bytes(e, b, 2);
+}
+
+/*
+ * Write the presentation name pres (labels cannot contain '.', see
+ * label_byte_ok) in wire form. With compress, its longest suffix the table
+ * knows becomes a pointer (every table entry is a label start this encoder
+ * wrote before, so the pointer goes backwards to the same name).
+ */
+static int enc_name(struct enc *e, const char *pres, bool compress)
+{
+	size_t start[EGR_DNS_NAME_BUF / 2 + 1], nl = 0, len = strlen(pres);
+	int err;
+
+	for (size_t i = 0; i < len; i++)
+		if (i == 0 || pres[i - 1] == '.')
+			start[nl++] = i;
+	for (size_t l = 0; l < nl; l++) {
+		const char *suf = pres + start[l];
+		size_t llen = (l + 1 < nl ? start[l + 1] - 1 : len) - start[l];
+		uint8_t c = (uint8_t)llen;
+
+		if (compress) {
+			for (size_t t = 0; t < e->n; t++) {
+				if (!name_eq(e->suffix[t], suf))
+					continue;
+				return enc_16(e, (uint16_t)(0xc000 | e->off[t]));
+			}
+		}
+		if (e->o <= 0x3fff && e->n < ENC_TAB) {
+			e->off[e->n] = (uint16_t)e->o;
+			memcpy(e->suffix[e->n], suf, len - start[l] + 1);
+			e->n++;
+		}
+		err = enc_bytes(e, &c, 1);
+		if (!err)
+			err = enc_bytes(e, suf, llen);
+		if (err)
+			return err;
+	}
+	return enc_bytes(e, "", 1);
+}
+
+/*
+ * Layout of the rdata of the types whose rdata holds domain names (RFC 3597
+ * 4 lists the ones a receiver must decompress): `pre` fixed bytes, `names`
+ * names, then exactly `post` fixed bytes. Names of the RFC 1035 types may be
+ * compressed again; the others are written uncompressed (RFC 2782, 3597).
+ * NAPTR is special: its pre part is 4 bytes and three character-strings.
+ */
+struct rdata_layout {
+	uint16_t pre, post;
+	uint8_t names;
+	bool compress;
+	bool naptr;
+};
+
+static bool rdata_layout_of(uint16_t type, struct rdata_layout *l)
+{
+	memset(l, 0, sizeof(*l));
+	switch (type) {
+	case 2: case 3: case 4: case 5: case 7: case 8: case 9: case 12: /* NS MD MF CNAME MB MG MR PTR */
+		l->names = 1;
+		l->compress = true;
+		return true;
+	case 6: /* SOA */
+		l->names = 2;
+		l->post = 20;
+		l->compress = true;
+		return true;
+	case 14: /* MINFO */
+		l->names = 2;
+		l->compress = true;
+		return true;
+	case 15: /* MX */
+		l->pre = 2;
+		l->names = 1;
+		l->compress = true;
+		return true;
+	case 17: /* RP */
+		l->names = 2;
+		return true;
+	case 18: case 21: case 36: /* AFSDB RT KX */
+		l->pre = 2;
+		l->names = 1;
+		return true;
+	case 26: /* PX */
+		l->pre = 2;
+		l->names = 2;
+		return true;
+	case 33: /* SRV */
+		l->pre = 6;
+		l->names = 1;
+		return true;
+	case 35: /* NAPTR */
+		l->naptr = true;
+		l->names = 1;
+		return true;
+	case 39: /* DNAME */
+		l->names = 1;
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* Write rr's rdata (its rdlength first): names decoded and re-encoded,
+ * everything else copied. */
+static int enc_rdata(struct enc *e, const uint8_t *pkt, const struct rr *rr)
+{
+	size_t end = rr->rdata + rr->rdlen, pos = rr->rdata, lenpos = e->o, pre;
+	struct rdata_layout l;
+	int err;
+
+	err = enc_16(e, 0);
+	if (err)
+		return err;
+	if (!rdata_layout_of(rr->type, &l)) {
+		err = enc_bytes(e, pkt + rr->rdata, rr->rdlen);
+		goto done;
+	}
+	pre = l.pre;
+	if (l.naptr) {
+		pre = 4;
+		for (int i = 0; i < 3; i++) {
+			if (pre >= rr->rdlen)
+				return -EBADMSG;
+			pre += 1 + (size_t)pkt[rr->rdata + pre];
+		}
+	}
+	if (pre > rr->rdlen)
+		return -EBADMSG;
+	err = enc_bytes(e, pkt + pos, pre);
+	if (err)
+		return err;
+	pos += pre;
+	for (unsigned int i = 0; i < l.names; i++) {
+		char name[EGR_DNS_NAME_BUF];
+		size_t next;
+
+		err = name_decode_case(pkt, end, pos, name, &next, false);
+		if (err)
+			return err;
+		err = enc_name(e, name, l.compress);
+		if (err)
+			return err;
+		pos = next;
+	}
+	if (end - pos != l.post)
+		return -EBADMSG;
+	err = enc_bytes(e, pkt + pos, l.post);
+done:
+	if (err)
+		return err;
+	if (e->o - lenpos - 2 > 0xffff)
+		return -EMSGSIZE;
+	put16(e->out + lenpos, (uint16_t)(e->o - lenpos - 2));
+	return 0;
+}
+
+/* At most this many records fit in a 65535-byte message (each takes at
+ * least 11 bytes after the 12-byte header and a 5-byte question). */
+#define MAX_RRS ((65535 - EGR_DNS_HDR_LEN - 5) / 11 + 1)
+
+int egr_dns_filter_addrs(const uint8_t *pkt, size_t len, egr_dns_addr_drop_fn drop, void *ctx,
+			 uint8_t *out, size_t outlen, size_t *olen, size_t *ndropped)
+{
+	uint8_t dropbits[(MAX_RRS + 7) / 8];
+	uint16_t hdr[6], qtype, qclass, counts[3] = { 0 };
+	char qname[EGR_DNS_NAME_BUF];
+	struct enc enc, *e = &enc; /* 16 KiB: fixed, whatever the input */
+	size_t qend, pos, nrr = 0, ndrop = 0;
+	struct rr rr;
+	int err;
+
+	if (olen)
+		*olen = 0;
+	if (ndropped)
+		*ndropped = 0;
+	if (!pkt || !drop || !olen || !ndropped || (!out && outlen))
+		return -EINVAL;
+	if (len > 65535)
+		return -EMSGSIZE;
+	err = parse_head(pkt, len, true, hdr, qname, &qtype, &qclass, &qend);
+	if (err)
+		return err;
+
+	/* Pass 1: validate every record, ask about each address once. */
+	memset(dropbits, 0, sizeof(dropbits));
+	pos = qend;
+	for (int sec = 0; sec < 3; sec++) {
+		for (unsigned int i = 0; i < hdr[3 + sec]; i++, nrr++) {
+			if (pos == len && (hdr[1] & EGR_DNS_F_TC))
+				goto pass2;
+			err = rr_read(pkt, len, &pos, &rr);
+			if (err)
+				return err;
+			if (nrr >= MAX_RRS)
+				return -EBADMSG; /* cannot happen: each record is >= 11 bytes */
+			if (rr.type == EGR_DNS_T_OPT) {
+				if (sec != 2)
+					return -EBADMSG;
+				err = opt_check(pkt, &rr);
+				if (err)
+					return err;
+				continue;
+			}
+			if (rr.cls != EGR_DNS_C_IN ||
+			    (rr.type != EGR_DNS_T_A && rr.type != EGR_DNS_T_AAAA))
+				continue;
+			if (rr.rdlen != (rr.type == EGR_DNS_T_A ? 4 : 16))
+				return -EBADMSG;
+			if (drop(ctx, rr.type == EGR_DNS_T_A ? AF_INET : AF_INET6, pkt + rr.rdata)) {
+				dropbits[nrr / 8] |= (uint8_t)(1u << (nrr % 8));
+				ndrop++;
+			}
+		}
+	}
+pass2:
+	if (!ndrop)
+		return 0;
+
+	/* Pass 2: header, the question as it is, the records kept. */
+	memset(e, 0, offsetof(struct enc, suffix));
+	e->out = out;
+	e->cap = outlen;
+	if (qend > outlen)
+		return -EMSGSIZE;
+	/* No compression pointer can be in the question (name_decode() wants
+	 * one to point after the header and before the name), so its bytes
+	 * are all in place. */
+	memmove(out + EGR_DNS_HDR_LEN, pkt + EGR_DNS_HDR_LEN, qend - EGR_DNS_HDR_LEN);
+	e->o = EGR_DNS_HDR_LEN;
+	err = enc_name(e, qname, false); /* fills the table; rewritten below */
+	if (err)
+		return err;
+	memmove(out + EGR_DNS_HDR_LEN, pkt + EGR_DNS_HDR_LEN, qend - EGR_DNS_HDR_LEN);
+	e->o = qend;
+	pos = qend;
+	nrr = 0;
+	for (int sec = 0; sec < 3; sec++) {
+		for (unsigned int i = 0; i < hdr[3 + sec]; i++, nrr++) {
+			uint8_t fixed[8];
+
+			if (pos == len && (hdr[1] & EGR_DNS_F_TC))
+				goto done;
+			err = rr_read_case(pkt, len, &pos, &rr, false);
+			if (err)
+				return err;
+			if (dropbits[nrr / 8] & (1u << (nrr % 8)))
+				continue;
+			err = enc_name(e, rr.owner, rr.type != EGR_DNS_T_OPT);
+			if (err)
+				return err;
+			put16(fixed, rr.type);
+			put16(fixed + 2, rr.cls);
+			put32(fixed + 4, rr.ttl);
+			err = enc_bytes(e, fixed, sizeof(fixed));
+			if (!err)
+				err = enc_rdata(e, pkt, &rr);
+			if (err)
+				return err;
+			counts[sec]++;
+		}
+	}
+done:
+	put16(out, hdr[0]);
+	/* The data changed: nothing in it is authenticated any more. */
+	put16(out + 2, (uint16_t)(hdr[1] & ~EGR_DNS_F_AD));
+	put16(out + 4, 1);
+	put16(out + 6, counts[0]);
+	put16(out + 8, counts[1]);
+	put16(out + 10, counts[2]);
+	*olen = e->o;
+	*ndropped = ndrop;
+	return 0;
+}
+
 #define OPT_RR_LEN 11
 
-static int build_rcode(const uint8_t *query, size_t qlen, uint16_t rcode, uint8_t *out,
-		       size_t outlen, size_t *olen)
+static int build_rcode(const uint8_t *query, size_t qlen, uint16_t rcode, uint16_t flags,
+		       uint8_t *out, size_t outlen, size_t *olen)
 {
 	struct egr_dns_query q;
 	size_t need;
@@ -493,7 +813,7 @@ static int build_rcode(const uint8_t *query, size_t qlen, uint16_t rcode, uint8_
 		return -ENOSPC;
 	put16(out, q.id);
 	put16(out + 2, (uint16_t)(EGR_DNS_F_QR | (q.flags & (EGR_DNS_F_RD | EGR_DNS_F_CD)) |
-				  EGR_DNS_F_RA | rcode));
+				  EGR_DNS_F_RA | flags | rcode));
 	put16(out + 4, 1);
 	put16(out + 6, 0);
 	put16(out + 8, 0);
@@ -517,13 +837,19 @@ static int build_rcode(const uint8_t *query, size_t qlen, uint16_t rcode, uint8_
 int egr_dns_build_refused(const uint8_t *query, size_t qlen, uint8_t *out, size_t outlen,
 			  size_t *olen)
 {
-	return build_rcode(query, qlen, EGR_DNS_R_REFUSED, out, outlen, olen);
+	return build_rcode(query, qlen, EGR_DNS_R_REFUSED, 0, out, outlen, olen);
 }
 
 int egr_dns_build_servfail(const uint8_t *query, size_t qlen, uint8_t *out, size_t outlen,
 			   size_t *olen)
 {
-	return build_rcode(query, qlen, EGR_DNS_R_SERVFAIL, out, outlen, olen);
+	return build_rcode(query, qlen, EGR_DNS_R_SERVFAIL, 0, out, outlen, olen);
+}
+
+int egr_dns_build_truncated(const uint8_t *query, size_t qlen, uint8_t *out, size_t outlen,
+			    size_t *olen)
+{
+	return build_rcode(query, qlen, EGR_DNS_R_NOERROR, EGR_DNS_F_TC, out, outlen, olen);
 }
 
 /* log2(x) for x >= 1 without libm: x = m * 2^e, m in [1, 2), and

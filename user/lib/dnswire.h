@@ -205,6 +205,39 @@ int egr_dns_build_refused(const uint8_t *query, size_t qlen, uint8_t *out, size_
 int egr_dns_build_servfail(const uint8_t *query, size_t qlen, uint8_t *out, size_t outlen,
 			   size_t *olen);
 
+/* A NOERROR reply with TC set and no records, built like the above: it
+ * sends the client to TCP. */
+int egr_dns_build_truncated(const uint8_t *query, size_t qlen, uint8_t *out, size_t outlen,
+			    size_t *olen);
+
+/* Should the A/AAAA record with this address (AF_INET: 4 bytes, AF_INET6: 16)
+ * be removed? */
+typedef bool (*egr_dns_addr_drop_fn)(void *ctx, int family, const uint8_t *addr);
+
+/*
+ * Remove address records from a response (DNS rebinding, docs/dns.md).
+ * drop() is asked once about every class IN A and AAAA record of every
+ * section, in packet order. If it says no to all of them nothing is written,
+ * *olen = 0 and pkt can be relayed as it is. Otherwise out gets the response
+ * without those records: the same id and flags except AD (cleared: the data
+ * changed), the question bytes verbatim, every other record in its order
+ * with ANCOUNT/NSCOUNT/ARCOUNT recounted; owner names and the domain names
+ * in the rdata of the types RFC 3597 4 lists (NS, CNAME, SOA, PTR, MX, SRV,
+ * NAPTR, ..., and DNAME) are decoded and encoded again, compressed (owners
+ * and the RFC 1035 types only) against names written before; any other rdata
+ * is copied as it is. Case is kept. A response with TC set may end early at
+ * a record boundary, as egr_dns_parse_response() allows; trailing bytes are
+ * dropped. Fixed memory (about 17 KiB of stack), two linear passes; each
+ * name written is compared with at most 64 earlier name suffixes.
+ *
+ * Returns 0 (*ndropped records removed, *olen bytes in out), -EBADMSG /
+ * -EINVAL / -EOPNOTSUPP for a response egr_dns_parse_response() would refuse
+ * or a known type whose rdata does not hold its names, -EMSGSIZE if the
+ * result does not fit outlen (or len > 65535). out must not overlap pkt.
+ */
+int egr_dns_filter_addrs(const uint8_t *pkt, size_t len, egr_dns_addr_drop_fn drop, void *ctx,
+			 uint8_t *out, size_t outlen, size_t *olen, size_t *ndropped);
+
 /*
  * Exfiltration signals; pure functions of their arguments.
  * egr_dns_label_entropy: Shannon entropy of the bytes label[0..len) in bits

@@ -511,6 +511,7 @@ void egr_policy_free(struct egr_policy *p)
 	for (i = 0; p->dns_allow && i < p->ndns; i++)
 		free(p->dns_allow[i]);
 	free(p->dns_allow);
+	free(p->rebind_allow);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -807,6 +808,77 @@ static int parse_dns(const json_t *arr, struct egr_policy *p, struct egr_error *
 }
 
 /*
+ * dns_rebind_allow: address ranges DNS answers may point into although they
+ * are loopback, private, link-local, ... (docs/dns.md). Each entry is an IPv4
+ * or IPv6 address or CIDR; IPv6 bare ("fc00::/7") or in brackets as in
+ * outbound_allow ("[fc00::/7]"). Host bits are cleared, as for outbound_allow.
+ */
+static int parse_rebind(const json_t *arr, struct egr_policy *p, struct egr_error *err)
+{
+	char buf[ALLOW_TEXT_MAX + 3], q[QUOTE_BUF];
+	const json_t *v;
+	size_t i;
+
+	if (!arr)
+		return 0;
+	set_field(err, "network.dns_rebind_allow");
+	if (!json_is_array(arr)) {
+		set_msg(err, "must be an array of IP addresses or CIDRs such as \"10.0.0.0/8\"");
+		return -EINVAL;
+	}
+	if (json_array_size(arr) > EGR_POLICY_MAX_REBIND) {
+		set_msg(err, "too many entries: %zu, max %d", json_array_size(arr),
+			EGR_POLICY_MAX_REBIND);
+		return -EINVAL;
+	}
+	if (json_array_size(arr) == 0)
+		return 0;
+	p->rebind_allow = calloc(json_array_size(arr), sizeof(*p->rebind_allow));
+	if (!p->rebind_allow)
+		return -ENOMEM;
+	json_array_foreach(arr, i, v) {
+		struct egr_allow a = { 0 };
+		const char *s;
+		size_t len;
+		int ret;
+
+		set_field(err, "network.dns_rebind_allow[%zu]", i);
+		if (!json_is_string(v)) {
+			set_msg(err, "must be a string: an IP address or CIDR");
+			return -EINVAL;
+		}
+		s = json_string_value(v);
+		len = json_string_length(v);
+		if (len != strlen(s) || len == 0 || len > ALLOW_TEXT_MAX) {
+			set_msg(err, "must be an IP address or CIDR such as \"10.0.0.0/8\" or "
+				"\"fc00::/7\"");
+			return -EINVAL;
+		}
+		/* parse_host() takes IPv6 in brackets only. */
+		if (s[0] != '[' && strchr(s, ':'))
+			snprintf(buf, sizeof(buf), "[%s]", s);
+		else
+			snprintf(buf, sizeof(buf), "%s", s);
+		ret = parse_host(buf, strlen(buf), &a, err);
+		if (ret == -ENOMEM)
+			return ret;
+		if (ret && (isdigit((unsigned char)s[0]) || buf[0] == '['))
+			return ret; /* parse_host() said what is wrong with the address */
+		if (ret || a.kind == EGR_HOST_NAME) {
+			free(a.name);
+			set_msg(err, "must be an IP address or CIDR such as \"10.0.0.0/8\" or "
+				"\"fc00::/7\", not %s", quote_n(q, s, len));
+			return -EINVAL;
+		}
+		p->rebind_allow[i].kind = a.kind;
+		p->rebind_allow[i].prefixlen = a.prefixlen;
+		memcpy(p->rebind_allow[i].addr, a.addr, sizeof(a.addr));
+		p->nrebind = i + 1;
+	}
+	return 0;
+}
+
+/*
  * allow_sockets: inet socket kinds (EGR_SB_ALLOW_* for cgroup/sock_create)
  * and other address families (bit n = AF n, for the seccomp family filter;
  * the names of egr_confine_family()).
@@ -913,7 +985,7 @@ static int parse_network(const json_t *net, struct egr_policy *p, struct allow_v
 {
 	static const char *const known[] = { "default",	  "outbound_allow", "dns_allow",
 					     "inbound",	  "allow_sockets",  "trust",
-					     "dns_types", NULL };
+					     "dns_types", "dns_rebind_allow", NULL };
 	const json_t *def, *in;
 	char q[QUOTE_BUF];
 	int ret;
@@ -985,6 +1057,9 @@ static int parse_network(const json_t *net, struct egr_policy *p, struct allow_v
 	if (ret)
 		return ret;
 	ret = parse_dns_types(json_object_get(net, "dns_types"), p, err);
+	if (ret)
+		return ret;
+	ret = parse_rebind(json_object_get(net, "dns_rebind_allow"), p, err);
 	if (ret)
 		return ret;
 	ret = parse_outbound(json_object_get(net, "outbound_allow"), av, err);

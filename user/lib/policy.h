@@ -19,6 +19,7 @@
 #define EGR_POLICY_MAX_STR      256     /* tenant, principal, tool, ... */
 #define EGR_DNS_NAME_MAX        253     /* presentation form, no trailing dot */
 #define EGR_POLICY_MAX_DNS_TYPES 16     /* network.dns_types entries */
+#define EGR_POLICY_MAX_REBIND   256     /* network.dns_rebind_allow entries */
 #define EGR_POLICY_MAX_WINDOW_S 31622400 /* limits.window_seconds: 366 days */
 #define EGR_POLICY_DEFAULT_WINDOW_S 3600
 #define EGR_POLICY_MAX_QUOTA    (1ULL << 60) /* limits.*egress_bytes */
@@ -40,6 +41,13 @@ struct egr_allow {
 	uint32_t index;        /* position in network.outbound_allow, for errors */
 };
 
+/* An address range: network.dns_rebind_allow entries. */
+struct egr_cidr {
+	enum egr_host_kind kind; /* EGR_HOST_V4 or EGR_HOST_V6 */
+	uint8_t addr[16];        /* network byte order, host bits cleared */
+	uint8_t prefixlen;
+};
+
 struct egr_policy {
 	char *tenant;          /* required */
 	char *execution_id;    /* optional, NULL when absent */
@@ -58,6 +66,11 @@ struct egr_policy {
 	size_t nallow;
 	char **dns_allow;      /* lower case, no trailing dot; "*.x" kept as is */
 	size_t ndns;
+	/* network.dns_rebind_allow: DNS answers in loopback, private, link-local,
+	 * ... ranges that these CIDRs cover are learned and released anyway
+	 * (docs/dns.md "Rebinding"). IPv4-mapped IPv6 CIDRs are stored as IPv4. */
+	struct egr_cidr *rebind_allow;
+	size_t nrebind;
 	/* limits (docs/policy.md, docs/metering.md); 0 = no limit */
 	uint64_t quota_bytes;        /* limits.egress_bytes per window, this sandbox */
 	uint64_t tenant_quota_bytes; /* limits.tenant_egress_bytes per window, the tenant */

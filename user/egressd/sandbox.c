@@ -967,6 +967,10 @@ json_t *egr_sb_json(const struct egr_sb *sb)
 		json_object_set_new(o, "netns", str_or_null(sb->netns));
 		json_object_set_new(o, "dns", json_pack("{s:i, s:i}", "port4", sb->dns_port4,
 							 "port6", sb->dns_port6));
+		if (sb->inspect_port4 || sb->inspect_port6)
+			json_object_set_new(o, "inspect",
+					    json_pack("{s:i, s:i}", "port4", sb->inspect_port4,
+						      "port6", sb->inspect_port6));
 	}
 	return o;
 }

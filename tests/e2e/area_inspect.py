@@ -387,3 +387,65 @@ def inspect_literal_entry_needs_an_allowed_name(c):
         check(rc != 0 and "s_server" not in out, "SNI evil.test to the literal got through")
         ins_events(c, sid, {"verdict": "deny", "name": "evil.test",
                             "reason": "name_not_allowed"})
+
+
+class CountServer:
+    """Reads until EOF (slowly at first: back-pressure), then answers with the
+    byte count and SHA-256 of what it read, and closes."""
+
+    def __init__(self, host):
+        self.sock = socket.socket()
+        self.sock.bind((host, 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+        CLEANUP.push("count server", self.sock.close)
+
+    def loop(self):
+        import hashlib
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            with c:
+                c.settimeout(20)
+                time.sleep(0.5)  # let every buffer on the way fill up
+                h, n = hashlib.sha256(), 0
+                try:
+                    while True:
+                        d = c.recv(1 << 16)
+                        if not d:
+                            break
+                        h.update(d)
+                        n += len(d)
+                    c.sendall(("%d %s\n" % (n, h.hexdigest())).encode())
+                except OSError:
+                    pass
+
+
+INS_BULK = ("import hashlib,os,socket,sys\n"
+            "s=socket.create_connection((sys.argv[1],int(sys.argv[2])),timeout=20)\n"
+            "head=b'POST /up HTTP/1.1\\r\\nHost: api.test\\r\\n\\r\\n'\n"
+            "body=os.urandom(8<<20)\n"
+            "s.sendall(head+body)\n"
+            "s.shutdown(socket.SHUT_WR)\n"
+            "r=b''\n"
+            "while True:\n"
+            "    d=s.recv(4096)\n"
+            "    if not d: break\n"
+            "    r+=d\n"
+            "print(r.decode().strip(), len(head+body), hashlib.sha256(head+body).hexdigest())\n")
+
+
+@test
+def inspect_relay_bulk_half_close(c):
+    need_dnsmasq(c)
+    srv_ = CountServer(INS_ADDR)
+    with Sandbox(c, ins_policy(c, [srv_.port])) as sb:
+        ins_resolve(c, sb)
+        words = in_sandbox(sb.cg, INS_BULK, INS_ADDR, srv_.port, timeout=60)
+        check(len(words) == 4 and words[0] == words[2] and words[1] == words[3],
+              "8 MiB then SHUT_WR through the proxy: server saw %r, client sent %r" %
+              (words[:2], words[2:]))

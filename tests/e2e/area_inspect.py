@@ -449,3 +449,49 @@ def inspect_relay_bulk_half_close(c):
         check(len(words) == 4 and words[0] == words[2] and words[1] == words[3],
               "8 MiB then SHUT_WR through the proxy: server saw %r, client sent %r" %
               (words[:2], words[2:]))
+
+
+INS_HOLD = ("import socket,sys\n"
+            "s=socket.create_connection((sys.argv[1],int(sys.argv[2])),timeout=float(sys.argv[3]))\n"
+            "s.sendall(b'POST /hold HTTP/1.1\\r\\nHost: api.test\\r\\n\\r\\n')\n"
+            "print('up', flush=True)\n"
+            "try:\n"
+            "    d=s.recv(100)\n"
+            "    print('eof' if not d else 'data')\n"
+            "except ConnectionResetError:\n"
+            "    print('reset')\n"
+            "except socket.timeout:\n"
+            "    print('open')\n")
+
+
+def ins_hold(sb, port, secs):
+    p = subprocess.Popen([sys.executable, "-c", INS_HOLD, INS_ADDR, str(port), str(secs)],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=join_cgroup_fn(sb.cg))
+    CLEANUP.push("hold client", lambda: p.poll() is None and p.kill())
+    if p.stdout.readline().strip() != "up":
+        raise TestFailure("the holding client did not connect: %r" % p.stderr.read()[-300:])
+    return p
+
+
+@test
+def inspect_update_closes_refused_connections(c):
+    need_dnsmasq(c)
+    srv_ = CountServer(INS_ADDR)
+    with Sandbox(c, ins_policy(c, [srv_.port])) as sb:
+        ins_resolve(c, sb)
+        # Sanity twin: an update that still allows api.test keeps it open.
+        p = ins_hold(sb, srv_.port, 3)
+        sb.update(ins_policy(c, [srv_.port]))
+        out = p.communicate(timeout=20)[0].strip()
+        check(out == "open", "an update that still allows api.test ended its connection: "
+              "%r" % out)
+        # Narrowing: api.test is no longer a name of the policy.
+        p = ins_hold(sb, srv_.port, 10)
+        net = {"dns_allow": [INS_OTHER], "inspect": True}
+        if b"dns_rebind_allow" in open(c.egressd, "rb").read():
+            net["dns_rebind_allow"] = ["127.0.0.0/8"]
+        sb.update(c.policy(["tcp/%s:%d" % (INS_OTHER, srv_.port)], extra_network=net))
+        out = p.communicate(timeout=20)[0].strip()
+        check(out in ("reset", "eof"), "a connection to api.test survived the update that "
+              "removed it: %r" % out)

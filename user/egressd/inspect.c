@@ -297,6 +297,9 @@ static void conn_free(struct conn *c, bool reset)
 		setsockopt(c->cl.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 	}
 	if (c->state != S_HELLO) {
+		log_debug("inspect: sandbox %u: %s closed (%s), %llu bytes out, %llu in",
+			  c->sb->id, c->name, reset ? "reset" : "both ends done",
+			  (unsigned long long)c->bytes_out, (unsigned long long)c->bytes_in);
 		note_dest(c);
 		emit(c, true, true, "closed");
 	}
@@ -571,6 +574,7 @@ static bool decide(struct conn *c)
 		return false;
 	}
 	c->p->st.allowed++;
+	log_debug("inspect: sandbox %u: %s %s allowed", c->sb->id, c->proto, c->name);
 	if (allow_sample(c->p))
 		emit(c, true, false, "allowed");
 	c->state = S_CONNECTING;
@@ -1069,6 +1073,19 @@ int egr_inspect_update_sandbox(struct egr_inspect *p, uint32_t sandbox_id,
 	free(old_lits);
 	egr_dnspolicy_free(sb->dpol);
 	sb->dpol = dpol;
+	/* Open connections the new policy refuses end now, as the kernel's
+	 * teardown ends uninspected ones (which cannot see through us). */
+	log_debug("inspect: sandbox %u: new policy, %u open connection(s)", sb->id, sb->nconns);
+	for (struct conn *c = p->conns, *next; c; c = next) {
+		const char *why;
+
+		next = c->next;
+		if (c->sb != sb || c->state == S_HELLO || !(why = judge(c)))
+			continue;
+		log_info("inspect: sandbox %u: closing %s to a destination the new policy "
+			 "refuses (%s)", sb->id, c->name, why);
+		conn_free(c, true);
+	}
 	return 0;
 }
 

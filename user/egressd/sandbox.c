@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -722,6 +723,7 @@ struct peer_judge {
 	const struct egr_compiled *c;
 	struct egr_learned *learned;
 	uint32_t sandbox_id;
+	uint16_t inspect_port4, inspect_port6; /* its proxy re-judges those itself */
 };
 
 /* Would the new policy let a connected socket keep its peer: a static
@@ -733,7 +735,15 @@ static bool peer_allowed(void *ctx, int family, const uint8_t *daddr, uint16_t d
 	const uint8_t *a = daddr;
 	uint32_t w[4], v4;
 	int expired, v6 = family == AF_INET6;
+	static const uint8_t lo4[4] = { 127, 0, 0, 1 }, lo6[16] = { [15] = 1 };
 
+	/* A connection to the sandbox's inspecting proxy: the proxy knows its
+	 * real destination and closes it if the new policy refuses it
+	 * (egr_inspect_update_sandbox). */
+	if (protocol == IPPROTO_TCP && dport &&
+	    ((!v6 && dport == j->inspect_port4 && !memcmp(daddr, lo4, 4)) ||
+	     (v6 && dport == j->inspect_port6 && !memcmp(daddr, lo6, 16))))
+		return true;
 	if (v6) {
 		memcpy(w, daddr, sizeof(w));
 		if (egr_ip6_is_v4mapped(w, &v4)) {
@@ -753,7 +763,9 @@ static bool peer_allowed(void *ctx, int family, const uint8_t *daddr, uint16_t d
 static void close_refused(struct egr_registry *r, const struct egr_sb *sb,
 			  const struct egr_compiled *c, bool inbound_allow, unsigned *closed)
 {
-	struct peer_judge j = { .c = c, .learned = r->learned, .sandbox_id = sb->id };
+	struct peer_judge j = { .c = c, .learned = r->learned, .sandbox_id = sb->id,
+				.inspect_port4 = sb->inspect_port4,
+				.inspect_port6 = sb->inspect_port6 };
 	uint64_t *ids = NULL;
 	size_t n = 0;
 	int err;

@@ -447,8 +447,12 @@ const char *egr_learned_name_of(struct egr_learned *l, uint32_t sandbox_id, int 
 {
 	struct sbl *s = l ? find_sbl(l, sandbox_id, false) : NULL;
 	struct addr *e = s ? find_addr(s, family, addr) : NULL;
+	uint64_t now = boot_ns();
 
-	return e && e->nnames ? e->names[0].qname : NULL;
+	for (size_t i = 0; e && i < e->nnames; i++)
+		if (e->names[i].expires_ns > now)
+			return e->names[i].qname;
+	return NULL;
 }
 
 unsigned int egr_learned_reclaim(struct egr_learned *l, uint64_t now_boot_ns)

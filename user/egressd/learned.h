@@ -48,8 +48,8 @@ bool egr_learned_allows(struct egr_learned *l, uint32_t sandbox_id, int family,
  * for. */
 bool egr_learned_has_name(struct egr_learned *l, uint32_t sandbox_id, int family,
 			  const uint8_t *addr, const char *name);
-/* The first live name addr was learned for, or NULL (valid until the next
- * call that changes the table). */
+/* The first live (unexpired) name addr was learned for, or NULL (valid
+ * until the next call that changes the table). */
 const char *egr_learned_name_of(struct egr_learned *l, uint32_t sandbox_id, int family,
 				const uint8_t *addr);
 

@@ -495,3 +495,26 @@ def inspect_update_closes_refused_connections(c):
         out = p.communicate(timeout=20)[0].strip()
         check(out in ("reset", "eof"), "a connection to api.test survived the update that "
               "removed it: %r" % out)
+
+
+@test
+def inspect_ipv6(c):
+    need_dnsmasq(c)
+    a6 = DNS_ZONE6["api6.test"]  # ::1
+    srv6 = c.tcp("ins-v6", a6)
+    net = {"dns_allow": ["api6.test"], "inspect": True}
+    if b"dns_rebind_allow" in open(c.egressd, "rb").read():
+        net["dns_rebind_allow"] = ["127.0.0.0/8", "::1/128"]
+    with Sandbox(c, c.policy(["tcp/api6.test:%d" % srv6.port], extra_network=net)) as sb:
+        sid = sandbox_id(c, sb)
+        check((c.find_sandbox(sb.cg).get("inspect") or {}).get("port6"),
+              "no IPv6 inspect listener")
+        dns_ok(c, sb, "api6.test", "AAAA", server="::1", want=a6)
+        before = srv6.accepted
+        words = in_sandbox(sb.cg, INS_SEND, a6, srv6.port, ins_client_hello("api6.test").hex())
+        check(words == ["data"] and srv6.accepted > before, "IPv6 hello naming api6.test "
+              "through the proxy: %r" % words)
+        words = in_sandbox(sb.cg, INS_SEND, a6, srv6.port, ins_client_hello("evil.test").hex())
+        check(words in (["reset"], ["eof"]), "IPv6 hello naming evil.test: %r" % words)
+        ins_events(c, sid, {"verdict": "deny", "name": "evil.test", "addr": a6,
+                            "reason": "name_not_allowed"})

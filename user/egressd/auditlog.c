@@ -317,12 +317,11 @@ static json_t *egress_json(struct egr_auditlog *al, const struct egr_sb *sb, boo
 	for (size_t i = 0; i < n; i++) {
 		char addr[INET6_ADDRSTRLEN], dest[INET6_ADDRSTRLEN + 16], pbuf[8];
 		int v6 = d[i].key.family == EGR_AF_INET6;
-
-		if (!inet_ntop(v6 ? AF_INET6 : AF_INET, d[i].key.addr, addr, sizeof(addr)))
-			continue;
 		const char *host;
 		json_t *e;
 
+		if (!inet_ntop(v6 ? AF_INET6 : AF_INET, d[i].key.addr, addr, sizeof(addr)))
+			continue;
 		snprintf(dest, sizeof(dest), v6 ? "[%s]:%u" : "%s:%u", addr, d[i].key.port);
 		e = json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:o, s:o}", "dest", dest, "proto",
 			      proto_name(d[i].key.protocol, pbuf, sizeof(pbuf)), "addr", addr,

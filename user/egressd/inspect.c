@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -476,7 +477,7 @@ static int dial(struct conn *c)
 	struct egr_inspect *p = c->p;
 	struct sockaddr_storage ss = { 0 };
 	socklen_t sl;
-	int fd, err = 0;
+	int fd, one = 1, err = 0;
 
 	if (c->sb->netns_fd >= 0 && setns(c->sb->netns_fd, CLONE_NEWNET) < 0)
 		return -errno;
@@ -508,6 +509,10 @@ static int dial(struct conn *c)
 		sl = sizeof(*s);
 	}
 	c->up.fd = fd;
+	/* Relay segments as they come: Nagle here would add a delay the
+	 * client did not ask for (its own setting is on its own socket). */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(c->cl.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	if (connect(fd, (struct sockaddr *)&ss, sl) < 0 && errno != EINPROGRESS)
 		return -errno;
 	return watch(c, &c->up);

@@ -34,8 +34,11 @@
 #include "tlshello.h"
 
 #define BACKLOG      256
-#define PIPE_SIZE    (1 << 18) /* bytes in flight per direction: fewer, larger splices */
+/* Bytes in flight per direction. 256 KiB and 1 MiB pipes measured slower on
+ * the dev VM than the default 64 KiB (docs/benchmarks.md). */
+#define PIPE_SIZE    (1 << 16)
 #define PIPE_CHUNK   PIPE_SIZE
+#define PIPE_POOL    64 /* empty pipes kept for the next connections */
 #define ALLOW_EVENTS_PER_S 20 /* sampled, like the kernel's allow events; denies all */
 #define PUMP_ROUNDS  64
 #define TICK_MS      200
@@ -122,6 +125,8 @@ struct egr_inspect {
 	struct conn *ready;
 	struct egr_inspect_stats st;
 	uint64_t allow_window, allow_sent;
+	int pool[PIPE_POOL][2]; /* empty pipes, already sized */
+	size_t npool;
 };
 
 static uint64_t mono_ns(void)
@@ -262,6 +267,39 @@ static void side_close(struct egr_inspect *p, struct side *s)
 	s->watched = false;
 }
 
+/* An empty pipe goes back to the pool (saves four syscalls and a resize
+ * per connection); one with bytes left in it is closed. */
+static void pipe_put(struct egr_inspect *p, int fds[2], size_t inpipe)
+{
+	if (fds[0] >= 0 && !inpipe && p->npool < PIPE_POOL) {
+		p->pool[p->npool][0] = fds[0];
+		p->pool[p->npool][1] = fds[1];
+		p->npool++;
+		fds[0] = fds[1] = -1;
+		return;
+	}
+	for (int i = 0; i < 2; i++) {
+		if (fds[i] >= 0)
+			close(fds[i]);
+		fds[i] = -1;
+	}
+}
+
+static int pipe_get(struct egr_inspect *p, int fds[2])
+{
+	if (p->npool) {
+		p->npool--;
+		fds[0] = p->pool[p->npool][0];
+		fds[1] = p->pool[p->npool][1];
+		return 0;
+	}
+	if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) < 0)
+		return -errno;
+	/* Best effort: the default 64 KiB works too, only slower. */
+	fcntl(fds[1], F_SETPIPE_SZ, PIPE_SIZE);
+	return 0;
+}
+
 static void pipe_close(int fds[2])
 {
 	for (int i = 0; i < 2; i++) {
@@ -307,8 +345,8 @@ static void conn_free(struct conn *c, bool reset)
 	unready(c);
 	side_close(p, &c->cl);
 	side_close(p, &c->up);
-	pipe_close(c->pcu);
-	pipe_close(c->puc);
+	pipe_put(p, c->pcu, c->incu);
+	pipe_put(p, c->puc, c->inuc);
 	free(c->hello);
 	if (c->prev)
 		c->prev->next = c->next;
@@ -457,15 +495,11 @@ static void connected(struct conn *c)
 		conn_free(c, true);
 		return;
 	}
-	if (pipe2(c->pcu, O_NONBLOCK | O_CLOEXEC) < 0 ||
-	    pipe2(c->puc, O_NONBLOCK | O_CLOEXEC) < 0) {
+	if (pipe_get(c->p, c->pcu) || pipe_get(c->p, c->puc)) {
 		log_warn("inspect: pipe: %m");
 		conn_free(c, true);
 		return;
 	}
-	/* Best effort: the default 64 KiB works too, only slower. */
-	fcntl(c->pcu[1], F_SETPIPE_SZ, PIPE_SIZE);
-	fcntl(c->puc[1], F_SETPIPE_SZ, PIPE_SIZE);
 	c->state = S_RELAY;
 	c->last_ns = mono_ns();
 	pump(c);
@@ -694,11 +728,10 @@ static int take_orig(struct egr_inspect *p, uint32_t sandbox_id,
 	} else {
 		return -EAFNOSUPPORT;
 	}
-	if (bpf_map_lookup_elem(p->cfg.orig_map_fd, &key, out))
+	/* Taken once: a later connection from the same address and port must
+	 * be published by its own SYN. */
+	if (bpf_map_lookup_and_delete_elem(p->cfg.orig_map_fd, &key, out))
 		return -ENOENT;
-	/* Once: a later connection from the same address and port must be
-	 * published by its own SYN. */
-	bpf_map_delete_elem(p->cfg.orig_map_fd, &key);
 	if ((out->family != AF_INET && out->family != AF_INET6) || !out->port)
 		return -EINVAL;
 	return 0;
@@ -1125,6 +1158,8 @@ void egr_inspect_free(struct egr_inspect *p)
 		p->sbs = sb->next;
 		sb_free(sb);
 	}
+	for (size_t i = 0; i < p->npool; i++)
+		pipe_close(p->pool[i]);
 	egr_loop_del(p->loop, p->wake_fd);
 	close(p->wake_fd);
 	close(p->self_netns);

@@ -518,3 +518,40 @@ def inspect_ipv6(c):
         check(words in (["reset"], ["eof"]), "IPv6 hello naming evil.test: %r" % words)
         ins_events(c, sid, {"verdict": "deny", "name": "evil.test", "addr": a6,
                             "reason": "name_not_allowed"})
+
+
+INS_FLOOD = ("import socket,sys,time\n"
+             "host,port,n,hello=sys.argv[1],int(sys.argv[2]),int(sys.argv[3]),bytes.fromhex(sys.argv[4])\n"
+             "held=[socket.create_connection((host,port),timeout=5) for _ in range(n)]\n"
+             "time.sleep(0.5)\n"
+             "def one():\n"
+             "    try:\n"
+             "        s=socket.create_connection((host,port),timeout=5)\n"
+             "        s.sendall(hello)\n"
+             "        d=s.recv(100)\n"
+             "        return 'data' if d else 'eof'\n"
+             "    except (ConnectionResetError, BrokenPipeError):\n"
+             "        return 'reset'\n"
+             "    except socket.timeout:\n"
+             "        return 'timeout'\n"
+             "full=one()\n"
+             "for s in held: s.close()\n"
+             "time.sleep(0.5)\n"
+             "print(full, one())\n")
+
+
+@test
+def inspect_connection_bound_fails_closed(c):
+    need_dnsmasq(c)
+    raw = c.tcp("ins-raw3", INS_ADDR)
+    with Sandbox(c, ins_policy(c, [raw.port])) as sb:
+        sid = sandbox_id(c, sb)
+        ins_resolve(c, sb)
+        # 256 connections that never say anything fill the sandbox's bound
+        # (they wait in the proxy for their first bytes); the next one is
+        # refused, and once they are gone the same hello is served.
+        words = in_sandbox(sb.cg, INS_FLOOD, INS_ADDR, raw.port, 256,
+                           ins_client_hello("api.test").hex(), timeout=60)
+        check(words == ["reset", "data"], "past the per-sandbox bound: %r (want the 257th "
+              "refused, then served once the others closed)" % words)
+        ins_events(c, sid, {"verdict": "deny", "reason": "conn_limit", "addr": INS_ADDR})

@@ -207,8 +207,9 @@ int egr_tls_hello_parse(const uint8_t *buf, size_t len, struct egr_tls_hello *ou
 
 		if (len - off < REC_HDR) {
 			/* The record header so far must still look like TLS. */
-			if (len - off >= 2 && buf[off + 1] != 3)
-				return -EPROTO;
+			if ((len - off >= 1 && buf[off] != REC_HANDSHAKE) ||
+			    (len - off >= 2 && buf[off + 1] != 3))
+				return off ? -EBADMSG : -EPROTO;
 			return -EAGAIN;
 		}
 		if (buf[off] != REC_HANDSHAKE || buf[off + 1] != 3)

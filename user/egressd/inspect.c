@@ -137,7 +137,7 @@ static uint64_t mono_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static size_t alen(int family)
+static size_t addr_len(int family)
 {
 	return family == AF_INET6 ? 16 : 4;
 }
@@ -181,7 +181,7 @@ static const char *judge(struct conn *c)
 
 	if ((inet_pton(AF_INET, c->name, lit) == 1 && fam == AF_INET) ||
 	    (inet_pton(AF_INET6, c->name, lit) == 1 && fam == AF_INET6)) {
-		if (memcmp(lit, c->orig.addr, alen(fam)) == 0 &&
+		if (memcmp(lit, c->orig.addr, addr_len(fam)) == 0 &&
 		    literal_allows(sb, fam, c->orig.addr, c->orig.port))
 			return NULL;
 		return "address_mismatch";

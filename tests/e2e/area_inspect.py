@@ -555,3 +555,38 @@ def inspect_connection_bound_fails_closed(c):
         check(words == ["reset", "data"], "past the per-sandbox bound: %r (want the 257th "
               "refused, then served once the others closed)" % words)
         ins_events(c, sid, {"verdict": "deny", "reason": "conn_limit", "addr": INS_ADDR})
+
+
+@test
+def inspect_survives_restart_closed_while_down(c):
+    need_dnsmasq(c)
+    ins_tools()
+    tls, _ = ins_get_servers(c)
+    sb = Sandbox(c, ins_policy(c, [tls.port]), "insadopt")
+    try:
+        sb.attach()
+        ins_resolve(c, sb)
+        rc, out = ins_curl_tls(sb, "api.test", tls.port)
+        check(rc == 0, "before the restart: %r" % out)
+        ports = c.find_sandbox(sb.cg).get("inspect")
+        c.daemon.kill9()
+        # No proxy: the kernel still redirects, so TCP fails, never goes
+        # around the inspection.
+        rc, out = ins_curl_tls(sb, "api.test", tls.port)
+        check(rc != 0 and "s_server" not in out, "with egressd down the connection got "
+              "through: %r" % out)
+        c.daemon.start()
+        check(c.find_sandbox(sb.cg).get("inspect") == ports, "the adopted sandbox's inspect "
+              "listeners moved: %r -> %r" % (ports, c.find_sandbox(sb.cg).get("inspect")))
+        # The restarted egressd does not know which names the kernel's
+        # learned entries were for: until the tool resolves again, the
+        # address is not the name's (refused, not opened).
+        rc, out = ins_curl_tls(sb, "api.test", tls.port)
+        check(rc != 0, "a name the new egressd never saw resolved was let through: %r" % out)
+        ins_resolve(c, sb)
+        rc, out = ins_curl_tls(sb, "api.test", tls.port)
+        check(rc == 0 and "s_server" in out, "after resolving again: %r" % out)
+        sb.detach()
+    finally:
+        c.ensure_daemon()
+        sb.remove()

@@ -555,6 +555,9 @@ def inspect_connection_bound_fails_closed(c):
         check(words == ["reset", "data"], "past the per-sandbox bound: %r (want the 257th "
               "refused, then served once the others closed)" % words)
         ins_events(c, sid, {"verdict": "deny", "reason": "conn_limit", "addr": INS_ADDR})
+        st = json.loads(c.ctl_ok("status", "--json").stdout).get("inspect") or {}
+        check(st.get("refused_full", 0) >= 1 and st.get("max_connections") == 1024,
+              "`status --json` does not count the refusal: %r" % st)
 
 
 @test

@@ -109,5 +109,7 @@ bool egr_inspect_has_sandbox(const struct egr_inspect *p, uint32_t sandbox_id);
  * entries with their host names (new reference; NULL if none). */
 json_t *egr_inspect_dests_json(struct egr_inspect *p, uint32_t sandbox_id);
 int egr_inspect_stats(const struct egr_inspect *p, struct egr_inspect_stats *out);
+/* The same as JSON for `egressctl status` (new reference). */
+json_t *egr_inspect_status(const struct egr_inspect *p);
 
 #endif /* EGR_INSPECT_H */

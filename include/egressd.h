@@ -45,6 +45,7 @@
 #define EGR_SB_ALLOW_MPTCP   0x10 /* IPPROTO_MPTCP */
 /* Other sandbox flags. */
 #define EGR_SB_INBOUND_ALLOW 0x100 /* network.inbound = "allow" */
+#define EGR_SB_INSPECT       0x200 /* network.inspect: TCP through the inspecting proxy */
 
 /* Policy id 0 and sandbox id 0 are never allocated: a zeroed cgroup storage
  * (a link attached before egressd wrote the sandbox id) therefore resolves to
@@ -95,7 +96,36 @@ struct egr_sandbox {
 	__u32 flags;     /* EGR_SB_* */
 	__u16 dns_port4; /* the sandbox's DNS proxy on 127.0.0.1; 0 = none (DNS denied) */
 	__u16 dns_port6; /* and on ::1 */
+	__u16 inspect_port4; /* its inspecting proxy on 127.0.0.1 (EGR_SB_INSPECT); 0 = none */
+	__u16 inspect_port6; /* and on ::1 */
+	__u32 pad;
 };
+
+/*
+ * The inspecting proxy (docs/inspect.md). connect4/6 record where an
+ * inspected TCP socket meant to go in socket storage (egr_inspect_sk) and
+ * point it at the sandbox's proxy listener; the SYN leaving that socket
+ * (cgroup_skb/egress, the first moment its source port is known) publishes
+ * the record in egr_inspect_orig under the client's address and port, which
+ * is what the proxy sees as the peer of the connection it accepts.
+ */
+struct egr_inspect_key {
+	__u32 sandbox_id;
+	__u16 port;     /* client's source port, host order */
+	__u8 family;    /* of the connection to the proxy: AF_INET or AF_INET6 */
+	__u8 pad;
+	__u8 addr[16];  /* client's source address; IPv4 in the first 4 bytes */
+};
+
+struct egr_inspect_orig {
+	__u8 addr[16];  /* original destination; IPv4 (also v4-mapped) in the first 4 */
+	__u16 port;     /* host order */
+	__u8 family;    /* AF_INET or AF_INET6 */
+	__u8 published; /* sk storage only: already written to egr_inspect_orig */
+	__u32 pad;
+};
+
+#define EGR_QUIC_PORT 443 /* UDP 443 is refused under inspection: clients fall back to TCP */
 
 /* Where a redirected DNS socket really sent to, so recvmsg can give the
  * reply that source back (egr_dns_orig, socket storage). Network order. */
@@ -228,7 +258,7 @@ _Static_assert(sizeof(struct egr_lpm4_key) == 12, "egr_lpm4_key is ABI");
 _Static_assert(sizeof(struct egr_lpm6_key) == 24, "egr_lpm6_key is ABI");
 _Static_assert(sizeof(struct egr_port_range) == 6, "egr_port_range is ABI");
 _Static_assert(sizeof(struct egr_rule) == 64, "egr_rule is ABI");
-_Static_assert(sizeof(struct egr_sandbox) == 40, "egr_sandbox is ABI");
+_Static_assert(sizeof(struct egr_sandbox) == 48, "egr_sandbox is ABI");
 _Static_assert(sizeof(struct egr_dns_orig) == 24, "egr_dns_orig is ABI");
 _Static_assert(sizeof(struct egr_quota) == 40, "egr_quota is ABI");
 _Static_assert(sizeof(struct egr_meter) == 96, "egr_meter is ABI");

@@ -642,6 +642,9 @@ def main():
     ap.add_argument("--no-dns", action="store_true",
                     help="skip the DNS proxy benchmark (tools/bench_dns.py), which otherwise "
                          "runs after this one with its defaults")
+    ap.add_argument("--no-inspect", action="store_true",
+                    help="skip the inspecting-proxy benchmark (tools/bench_inspect.py), which "
+                         "otherwise runs last with its defaults")
     args = ap.parse_args()
     if not 1 <= args.seconds <= 60 or not 1 <= args.rounds <= 50 \
             or not 1 <= args.attach_cycles <= 10000:
@@ -669,6 +672,9 @@ def main():
         # The DNS proxy benchmark: its own process, egressd and dnsmasq.
         dns = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_dns.py")
         rc = subprocess.call([sys.executable, dns, "--build", args.build]) or rc
+    if not args.no_inspect:
+        ins = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_inspect.py")
+        rc = subprocess.call([sys.executable, ins, "--build", args.build]) or rc
     return rc
 
 

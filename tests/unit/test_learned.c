@@ -262,6 +262,38 @@ static void test_cap(void **state)
 	egr_learned_free(l);
 }
 
+/* The inspecting proxy asks which names an address was learned for. */
+static void test_names_of_addresses(void **state)
+{
+	struct egr_learned *l = NULL;
+	uint64_t now = boot_ns();
+	struct egr_dns_learned a[3] = {
+		learned4("10.5.0.1", "api.test", 443, now + 60000000000ull),
+		learned4("10.5.0.1", "cdn.test", 443, now + 60000000000ull),
+		learned4("10.5.0.2", "gone.test", 443, now + 1000ull),
+	};
+
+	put_sandbox(6, 17);
+	assert_int_equal(egr_learned_new(&B, 16, &l), 0);
+	assert_int_equal(egr_learned_add(l, 6, 17, a, 3), 0);
+	assert_true(egr_learned_has_name(l, 6, AF_INET, a[0].addr, "api.test"));
+	assert_true(egr_learned_has_name(l, 6, AF_INET, a[0].addr, "CDN.test"));
+	assert_false(egr_learned_has_name(l, 6, AF_INET, a[0].addr, "gone.test"));
+	assert_false(egr_learned_has_name(l, 6, AF_INET, a[0].addr, "api.tes"));
+	assert_false(egr_learned_has_name(l, 6, AF_INET, a[0].addr, NULL));
+	/* Another sandbox never sees this one's names. */
+	assert_false(egr_learned_has_name(l, 7, AF_INET, a[0].addr, "api.test"));
+	assert_null(egr_learned_name_of(l, 7, AF_INET, a[0].addr));
+	assert_string_equal(egr_learned_name_of(l, 6, AF_INET, a[0].addr), "api.test");
+	/* Expired: not a name of the address any more. */
+	usleep(10);
+	assert_false(egr_learned_has_name(l, 6, AF_INET, a[2].addr, "gone.test"));
+	assert_null(egr_learned_name_of(l, 6, AF_INET, a[2].addr));
+	assert_false(egr_learned_has_name(NULL, 6, AF_INET, a[0].addr, "api.test"));
+	egr_learned_forget(l, 6, 17);
+	egr_learned_free(l);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -270,6 +302,7 @@ int main(void)
 		cmocka_unit_test(test_rebase_rejudges_names),
 		cmocka_unit_test(test_rebase_rebind_narrowed),
 		cmocka_unit_test(test_cap),
+		cmocka_unit_test(test_names_of_addresses),
 	};
 
 	return cmocka_run_group_tests_name("learned", tests, setup, teardown);

@@ -798,6 +798,40 @@ static void test_limits(void **state)
 		    "unknown field");
 }
 
+/* network.inspect: explicit, or following the trust class. */
+static void test_inspect(void **state)
+{
+	struct egr_policy p;
+	struct egr_error e;
+
+	assert_int_equal(parse(with_net("\"outbound_allow\":[]"), &p, &e), 0);
+	assert_int_equal(p.inspect, 0);
+	egr_policy_free(&p);
+	assert_int_equal(parse(with_net("\"outbound_allow\":[],\"trust\":\"strict\""), &p, &e), 0);
+	assert_int_equal(p.inspect, 1);
+	egr_policy_free(&p);
+	/* Order of the keys does not matter. */
+	assert_int_equal(parse(with_net("\"inspect\":false,\"outbound_allow\":[],"
+					"\"trust\":\"strict\""),
+			       &p, &e),
+			 0);
+	assert_int_equal(p.inspect, 0);
+	assert_int_equal(p.trust_strict, 1);
+	egr_policy_free(&p);
+	assert_int_equal(parse(with_net("\"outbound_allow\":[],\"trust\":\"standard\","
+					"\"inspect\":true"),
+			       &p, &e),
+			 0);
+	assert_int_equal(p.inspect, 1);
+	egr_policy_free(&p);
+	expect_fail(with_net("\"outbound_allow\":[],\"inspect\":\"yes\""), "network.inspect",
+		    "true or false");
+	expect_fail(with_net("\"outbound_allow\":[],\"inspect\":1"), "network.inspect",
+		    "true or false");
+	expect_fail(with_net("\"outbound_allow\":[],\"Inspect\":true"), "network.Inspect",
+		    "unknown field");
+}
+
 /* allow_sockets address families and network.trust. */
 static void test_families_and_trust(void **state)
 {
@@ -1033,6 +1067,7 @@ int main(void)
 		cmocka_unit_test(test_oversized),
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_families_and_trust),
+		cmocka_unit_test(test_inspect),
 		cmocka_unit_test(test_fuzz_regressions),
 	};
 

@@ -16,6 +16,8 @@
 #include "auditlog.h"
 #include "egr_decide.h"
 #include "events.h"
+#include "inspect.h"
+#include "learned.h"
 #include "log.h"
 
 /* Destinations listed per execution record at most. */
@@ -29,6 +31,8 @@ struct egr_auditlog {
 	struct egr_events *events;
 	struct egr_alerting *alerting;
 	struct egr_reg_hooks next;
+	struct egr_learned *learned; /* host names of learned addresses */
+	struct egr_inspect *inspect; /* host names the proxy saw */
 	char path[512];
 	struct ucred actor;
 	bool have_actor;
@@ -94,6 +98,15 @@ void egr_auditlog_close(struct egr_auditlog *al)
 		return;
 	egr_audit_close(al->a);
 	free(al);
+}
+
+void egr_auditlog_set_names(struct egr_auditlog *al, struct egr_learned *learned,
+			    struct egr_inspect *inspect)
+{
+	if (!al)
+		return;
+	al->learned = learned;
+	al->inspect = inspect;
 }
 
 void egr_auditlog_set_sinks(struct egr_auditlog *al, struct egr_events *ev,
@@ -304,21 +317,57 @@ static json_t *egress_json(struct egr_auditlog *al, const struct egr_sb *sb, boo
 	for (size_t i = 0; i < n; i++) {
 		char addr[INET6_ADDRSTRLEN], dest[INET6_ADDRSTRLEN + 16], pbuf[8];
 		int v6 = d[i].key.family == EGR_AF_INET6;
+		const char *host;
+		json_t *e;
 
 		if (!inet_ntop(v6 ? AF_INET6 : AF_INET, d[i].key.addr, addr, sizeof(addr)))
 			continue;
 		snprintf(dest, sizeof(dest), v6 ? "[%s]:%u" : "%s:%u", addr, d[i].key.port);
-		json_array_append_new(
-			arr, json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:o, s:o}", "dest", dest,
-				       "proto", proto_name(d[i].key.protocol, pbuf, sizeof(pbuf)),
-				       "addr", addr, "port", (int)d[i].key.port, "bytes_out",
-				       (json_int_t)d[i].val.bytes_out, "packets_out",
-				       (json_int_t)d[i].val.pkts_out, "first",
-				       time_json(d[i].val.first_ns + boot_off), "last",
-				       time_json(d[i].val.last_ns + boot_off)));
+		e = json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:o, s:o}", "dest", dest, "proto",
+			      proto_name(d[i].key.protocol, pbuf, sizeof(pbuf)), "addr", addr,
+			      "port", (int)d[i].key.port, "bytes_out",
+			      (json_int_t)d[i].val.bytes_out, "packets_out",
+			      (json_int_t)d[i].val.pkts_out, "first",
+			      time_json(d[i].val.first_ns + boot_off), "last",
+			      time_json(d[i].val.last_ns + boot_off));
+		/* Not inspected: the name the address was learned for, if any. */
+		host = egr_learned_name_of(al->learned, sb->id, v6 ? AF_INET6 : AF_INET,
+					   d[i].key.addr);
+		if (e && host && host[0])
+			json_object_set_new(e, "host", json_string(host));
+		json_array_append_new(arr, e);
 	}
 	free(d);
+	/* Inspected connections: the name the client sent, first. */
+	if (al->inspect) {
+		json_t *ins = egr_inspect_dests_json(al->inspect, sb->id);
+
+		if (ins)
+			json_array_extend(arr, ins);
+		json_decref(ins);
+	}
 	return arr;
+}
+
+/* The distinct host names of the egress entries, in order of appearance. */
+static json_t *hosts_json(const json_t *egress)
+{
+	json_t *hosts = json_array(), *e, *h;
+	size_t i, j;
+
+	json_array_foreach(egress, i, e) {
+		const char *name = json_string_value(json_object_get(e, "host"));
+		bool seen = false;
+
+		if (!name || !name[0])
+			continue;
+		json_array_foreach(hosts, j, h)
+			if (!strcmp(json_string_value(h), name))
+				seen = true;
+		if (!seen)
+			json_array_append_new(hosts, json_string(name));
+	}
+	return hosts;
 }
 
 static void h_detaching(void *ctx, const struct egr_sb *sb)
@@ -343,6 +392,7 @@ static void h_detaching(void *ctx, const struct egr_sb *sb)
 			json_object_set_new(rec, "policy_updated",
 					    time_json((uint64_t)sb->updated_at * 1000000000ull));
 			json_object_set_new(rec, "end", time_json(clock_ns(CLOCK_REALTIME)));
+			json_object_set_new(rec, "hosts", hosts_json(egress));
 			json_object_set_new(rec, "egress", egress ? egress : json_null());
 			json_object_set_new(rec, "egress_complete", json_boolean(complete));
 			json_object_set_new(

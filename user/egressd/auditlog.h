@@ -40,6 +40,14 @@ void egr_auditlog_set_sinks(struct egr_auditlog *al, struct egr_events *ev,
 void egr_auditlog_hooks(struct egr_auditlog *al, struct egr_reg_hooks *h,
 			const struct egr_reg_hooks *next);
 
+/* Where execution records find host names (docs/audit.md): the name
+ * each learned address was learned for, and the inspecting proxy's
+ * destinations. Either may be NULL. */
+struct egr_learned;
+struct egr_inspect;
+void egr_auditlog_set_names(struct egr_auditlog *al, struct egr_learned *learned,
+			    struct egr_inspect *inspect);
+
 /* Who is making the current control request (NULL: nobody). */
 void egr_auditlog_set_actor(struct egr_auditlog *al, const struct ucred *cred);
 

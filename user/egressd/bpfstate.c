@@ -224,6 +224,7 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	b->fd_quota_tenant = bpf_map__fd(b->skel->maps.egr_quota_tenant);
 	b->fd_events = bpf_map__fd(b->skel->maps.egr_events);
 	b->fd_dests = bpf_map__fd(b->skel->maps.egr_dests);
+	b->fd_inspect_orig = bpf_map__fd(b->skel->maps.egr_inspect_orig);
 	log_info("BPF programs loaded (ABI version %d), maps %s under %s", EGR_ABI_VERSION,
 		 b->migrated_from ? "migrated" : b->reused_maps ? "adopted" : "pinned", b->maps);
 	return 0;

@@ -26,6 +26,7 @@ struct egr_bpf {
 	char maps[300];      /* <dir>/v<EGR_ABI_VERSION>/maps: pin maps only here */
 	int fd_storage, fd_sandboxes, fd_allow4, fd_allow6, fd_counters;
 	int fd_meter_sb, fd_meter_tenant, fd_quota_sb, fd_quota_tenant, fd_events, fd_dests;
+	int fd_inspect_orig; /* original destinations of inspected connections */
 	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */
 	int migrated_from;   /* ABI version upgraded from at start, 0 = none */
 };

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -431,6 +432,32 @@ bool egr_learned_allows(struct egr_learned *l, uint32_t sandbox_id, int family,
 			return true;
 	}
 	return false;
+}
+
+bool egr_learned_has_name(struct egr_learned *l, uint32_t sandbox_id, int family,
+			  const uint8_t *addr, const char *name)
+{
+	struct sbl *s = l && name ? find_sbl(l, sandbox_id, false) : NULL;
+	struct addr *e = s ? find_addr(s, family, addr) : NULL;
+	uint64_t now = boot_ns();
+
+	for (size_t i = 0; e && i < e->nnames; i++)
+		if (e->names[i].expires_ns > now && strcasecmp(e->names[i].qname, name) == 0)
+			return true;
+	return false;
+}
+
+const char *egr_learned_name_of(struct egr_learned *l, uint32_t sandbox_id, int family,
+				const uint8_t *addr)
+{
+	struct sbl *s = l ? find_sbl(l, sandbox_id, false) : NULL;
+	struct addr *e = s ? find_addr(s, family, addr) : NULL;
+	uint64_t now = boot_ns();
+
+	for (size_t i = 0; e && i < e->nnames; i++)
+		if (e->names[i].expires_ns > now)
+			return e->names[i].qname;
+	return NULL;
 }
 
 unsigned int egr_learned_reclaim(struct egr_learned *l, uint64_t now_boot_ns)

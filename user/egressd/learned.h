@@ -42,6 +42,17 @@ void egr_learned_drop_stale(struct egr_learned *l, uint32_t sandbox_id);
 bool egr_learned_allows(struct egr_learned *l, uint32_t sandbox_id, int family,
 			const uint8_t *addr, uint16_t port, int protocol);
 
+/* Is addr (network order, by family) live in the sandbox's table as an
+ * answer for exactly name (case-insensitive)? For the inspecting proxy:
+ * the host a connection names must be the host its address was learned
+ * for. */
+bool egr_learned_has_name(struct egr_learned *l, uint32_t sandbox_id, int family,
+			  const uint8_t *addr, const char *name);
+/* The first live (unexpired) name addr was learned for, or NULL (valid
+ * until the next call that changes the table). */
+const char *egr_learned_name_of(struct egr_learned *l, uint32_t sandbox_id, int family,
+				const uint8_t *addr);
+
 /* Remove expired entries (kernel and table). Returns how many. */
 unsigned int egr_learned_reclaim(struct egr_learned *l, uint64_t now_boot_ns);
 

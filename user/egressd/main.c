@@ -3,6 +3,7 @@
  * egressd: loads the programs once, adopts what is pinned, serves the
  * control socket. Stopping it (or killing it) leaves every sandbox enforced.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <grp.h>
@@ -24,6 +25,7 @@
 #include "confine.h"
 #include "fileio.h"
 #include "dnsproxy.h"
+#include "inspect.h"
 #include "events.h"
 #include "harden.h"
 #include "learned.h"
@@ -387,6 +389,26 @@ static void on_dns_event(void *ctx, const struct egr_dns_event *ev)
 		 egr_dns_verdict_name(ev->verdict), ev->reason, ev->naddrs);
 }
 
+/* Inspecting proxy verdicts join the event stream (docs/events.md). */
+static void on_inspect_event(void *ctx, const struct egr_inspect_event *ev)
+{
+	struct dns_ctx *d = ctx;
+	char addr[INET6_ADDRSTRLEN] = "";
+	json_t *o;
+
+	if (ev->closed || !d->events)
+		return; /* ends of connections feed the audit record only */
+	if (ev->family)
+		inet_ntop(ev->family, ev->addr, addr, sizeof(addr));
+	o = json_pack("{s:s, s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i}", "type", "inspect",
+		      "sandbox", (json_int_t)ev->sandbox_id, "tenant", ev->tenant ? ev->tenant : "",
+		      "verdict", ev->allowed ? "allow" : "deny", "reason", ev->reason, "proto",
+		      ev->proto, "name", ev->name, "alpn", ev->alpn, "addr", addr, "port",
+		      (int)ev->port);
+	egr_events_emit(d->events, o);
+	json_decref(o);
+}
+
 static uint64_t boot_ns(void)
 {
 	struct timespec ts;
@@ -491,6 +513,7 @@ int main(int argc, char **argv)
 	struct egr_dnsproxy *dns = NULL;
 	struct egr_learned *learned = NULL;
 	struct dns_ctx dctx = { .reg = &reg };
+	struct egr_inspect *inspect = NULL;
 	int lfd = -1, rc, err;
 
 	rc = parse_args(argc, argv, &o);
@@ -528,6 +551,15 @@ int main(int argc, char **argv)
 		err = egr_loop_every(loop, 1000, on_reclaim, &dctx);
 	if (err)
 		log_error("DNS proxy: %s; sandboxes will have no DNS", strerror(-err));
+	/* The inspecting proxy too: adoption reopens its listeners. Without
+	 * it, sandboxes under network.inspect get no TCP (closed). */
+	err = egr_inspect_new(loop, &(struct egr_inspect_config){
+		.orig_map_fd = bpf.fd_inspect_orig, .learned = learned,
+		.event = on_inspect_event, .ctx = &dctx }, &inspect);
+	if (err)
+		log_error("inspecting proxy: %s; inspected sandboxes will have no TCP",
+			  strerror(-err));
+	reg.inspect = inspect;
 	/* The audit log before adoption: its hooks see every sandbox. */
 	if (mkdir(o.state_dir, 0700) < 0 && errno != EEXIST)
 		log_warn("state dir %s: %s", o.state_dir, strerror(errno));
@@ -543,6 +575,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	egr_auditlog_hooks(audit, &hooks, NULL);
+	egr_auditlog_set_names(audit, learned, inspect);
 	err = egr_reg_init(&reg, &bpf, o.state_dir, &hooks, dns, learned);
 	reg.host_lsm_cgroup = feat.lsm_cgroup;
 	if (err) {
@@ -644,6 +677,7 @@ out:
 	egr_alerting_free(alerting);
 	egr_auditlog_close(audit);
 	egr_dnsproxy_free(dns);
+	egr_inspect_free(inspect);
 	egr_learned_free(learned);
 	egr_loop_free(loop);
 	egr_bpf_close(&bpf);

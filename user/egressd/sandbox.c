@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include "dnsproxy.h"
 #include "egr_decide.h"
 #include "fileio.h"
+#include "inspect.h"
 #include "learned.h"
 #include "log.h"
 #include "sandbox.h"
@@ -83,6 +85,8 @@ static int save_state(struct egr_registry *r, const struct egr_sb *sb, const jso
 		return -ENOMEM;
 	json_object_set_new(o, "dns_port4", json_integer(sb->dns_port4));
 	json_object_set_new(o, "dns_port6", json_integer(sb->dns_port6));
+	json_object_set_new(o, "inspect_port4", json_integer(sb->inspect_port4));
+	json_object_set_new(o, "inspect_port6", json_integer(sb->inspect_port6));
 	if (sb->netns)
 		json_object_set_new(o, "netns", json_string(sb->netns));
 	state_path(r, sb->id, path, sizeof(path));
@@ -283,7 +287,8 @@ static void sb_set_meta(struct egr_sb *sb, struct egr_policy *p, const struct eg
 /* The kernel's view of a policy's switches. */
 static uint32_t sandbox_flags(const struct egr_policy *p)
 {
-	return p->sb_flags | (p->inbound_allow ? EGR_SB_INBOUND_ALLOW : 0);
+	return p->sb_flags | (p->inbound_allow ? EGR_SB_INBOUND_ALLOW : 0) |
+	       (p->inspect ? EGR_SB_INSPECT : 0);
 }
 
 /* --- egress quotas (docs/metering.md) ----------------------------------------- */
@@ -530,6 +535,60 @@ static int start_dns(struct egr_registry *r, struct egr_sb *sb, const struct egr
 	return err;
 }
 
+/*
+ * The inspecting proxy's listeners and policy for a sandbox under
+ * network.inspect (docs/inspect.md); removes them when the policy no
+ * longer asks for inspection. Without a proxy the ports stay 0 and the
+ * kernel refuses the sandbox's TCP: closed, not uninspected.
+ */
+static int start_inspect(struct egr_registry *r, struct egr_sb *sb, const struct egr_policy *p,
+			 uint16_t want4, uint16_t want6, struct egr_fail *f)
+{
+	struct egr_dnspolicy *dpol = NULL;
+	struct egr_error e = { { 0 }, { 0 } };
+	int netns_fd = -1, err;
+
+	if (!p->inspect || !r->inspect) {
+		if (r->inspect)
+			egr_inspect_remove_sandbox(r->inspect, sb->id);
+		sb->inspect_port4 = sb->inspect_port6 = 0;
+		if (p->inspect)
+			log_error("sandbox %u: no inspecting proxy: its TCP is denied", sb->id);
+		return 0;
+	}
+	err = egr_dnspolicy_new(p, NULL, 0, &dpol, &e);
+	if (err) {
+		if (err == -EINVAL)
+			fail_policy(f, &e);
+		else
+			fail(f, "internal", NULL, "inspect policy: %s", strerror(-err));
+		return err;
+	}
+	if (egr_inspect_has_sandbox(r->inspect, sb->id)) {
+		err = egr_inspect_update_sandbox(r->inspect, sb->id, p, dpol);
+		if (err)
+			fail(f, "internal", NULL, "inspecting proxy: %s", strerror(-err));
+		return err;
+	}
+	if (sb->netns) {
+		netns_fd = open(sb->netns, O_RDONLY | O_CLOEXEC);
+		if (netns_fd < 0) {
+			err = -errno;
+			egr_dnspolicy_free(dpol);
+			fail(f, "bad_request", "netns", "%s: %s", sb->netns, strerror(-err));
+			return err;
+		}
+	}
+	err = egr_inspect_add_sandbox(r->inspect, sb->id, p->tenant, p, dpol, netns_fd, want4,
+				      want6, &sb->inspect_port4, &sb->inspect_port6);
+	if (netns_fd >= 0)
+		close(netns_fd);
+	if (err)
+		fail(f, "internal", NULL, "inspecting proxy listeners for sandbox %u: %s", sb->id,
+		     strerror(-err));
+	return err;
+}
+
 static void close_refused(struct egr_registry *r, const struct egr_sb *sb,
 			  const struct egr_compiled *c, bool inbound_allow, unsigned *closed);
 
@@ -577,6 +636,9 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 	err = start_dns(r, sb, &p, 0, 0, f);
 	if (err)
 		goto err_free;
+	err = start_inspect(r, sb, &p, 0, 0, f);
+	if (err)
+		goto err_dns;
 
 	/* Rules and the sandbox entry first, links last: the moment a link is
 	 * in place its storage says "no sandbox" (deny) until we name it. */
@@ -592,6 +654,8 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 	quota_fields(&ksb, &p);
 	ksb.dns_port4 = sb->dns_port4;
 	ksb.dns_port6 = sb->dns_port6;
+	ksb.inspect_port4 = sb->inspect_port4;
+	ksb.inspect_port6 = sb->inspect_port6;
 	err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
 	if (err) {
 		fail_rules(f, err);
@@ -646,6 +710,8 @@ err_rules:
 err_dns:
 	if (r->dns)
 		egr_dnsproxy_remove_sandbox(r->dns, sb->id);
+	if (r->inspect)
+		egr_inspect_remove_sandbox(r->inspect, sb->id);
 err_free:
 	sb_free(sb);
 	egr_compiled_free(&c);
@@ -657,6 +723,7 @@ struct peer_judge {
 	const struct egr_compiled *c;
 	struct egr_learned *learned;
 	uint32_t sandbox_id;
+	uint16_t inspect_port4, inspect_port6; /* its proxy re-judges those itself */
 };
 
 /* Would the new policy let a connected socket keep its peer: a static
@@ -668,7 +735,15 @@ static bool peer_allowed(void *ctx, int family, const uint8_t *daddr, uint16_t d
 	const uint8_t *a = daddr;
 	uint32_t w[4], v4;
 	int expired, v6 = family == AF_INET6;
+	static const uint8_t lo4[4] = { 127, 0, 0, 1 }, lo6[16] = { [15] = 1 };
 
+	/* A connection to the sandbox's inspecting proxy: the proxy knows its
+	 * real destination and closes it if the new policy refuses it
+	 * (egr_inspect_update_sandbox). */
+	if (protocol == IPPROTO_TCP && dport &&
+	    ((!v6 && dport == j->inspect_port4 && !memcmp(daddr, lo4, 4)) ||
+	     (v6 && dport == j->inspect_port6 && !memcmp(daddr, lo6, 16))))
+		return true;
 	if (v6) {
 		memcpy(w, daddr, sizeof(w));
 		if (egr_ip6_is_v4mapped(w, &v4)) {
@@ -688,7 +763,9 @@ static bool peer_allowed(void *ctx, int family, const uint8_t *daddr, uint16_t d
 static void close_refused(struct egr_registry *r, const struct egr_sb *sb,
 			  const struct egr_compiled *c, bool inbound_allow, unsigned *closed)
 {
-	struct peer_judge j = { .c = c, .learned = r->learned, .sandbox_id = sb->id };
+	struct peer_judge j = { .c = c, .learned = r->learned, .sandbox_id = sb->id,
+				.inspect_port4 = sb->inspect_port4,
+				.inspect_port6 = sb->inspect_port6 };
 	uint64_t *ids = NULL;
 	size_t n = 0;
 	int err;
@@ -735,6 +812,15 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 			return err;
 		}
 	}
+	/* Before the switch: the listeners must exist when the kernel starts
+	 * redirecting to them (a policy turning inspection on). */
+	err = start_inspect(r, sb, &p, sb->inspect_port4, sb->inspect_port6, f);
+	if (err) {
+		egr_dnspolicy_free(dpol);
+		egr_compiled_free(&c);
+		egr_policy_free(&p);
+		return err;
+	}
 	old_policy = load_state_policy(r, sb->id);
 
 	next = *sb;
@@ -775,6 +861,8 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	quota_fields(&ksb, &p);
 	ksb.dns_port4 = sb->dns_port4;
 	ksb.dns_port6 = sb->dns_port6;
+	ksb.inspect_port4 = sb->inspect_port4;
+	ksb.inspect_port6 = sb->inspect_port6;
 	err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
 	if (err) {
 		fail(f, "internal", NULL, "switch sandbox %u to the new policy: %s", sb->id,
@@ -833,6 +921,8 @@ static int teardown(struct egr_registry *r, uint32_t id, uint32_t policy_id, con
 	egr_bpf_forget_sandbox_stats(r->bpf, id);
 	if (r->dns)
 		egr_dnsproxy_remove_sandbox(r->dns, id);
+	if (r->inspect)
+		egr_inspect_remove_sandbox(r->inspect, id);
 	if (r->learned)
 		egr_learned_forget(r->learned, id, policy_id);
 	if (policy)
@@ -889,6 +979,10 @@ json_t *egr_sb_json(const struct egr_sb *sb)
 		json_object_set_new(o, "netns", str_or_null(sb->netns));
 		json_object_set_new(o, "dns", json_pack("{s:i, s:i}", "port4", sb->dns_port4,
 							 "port6", sb->dns_port6));
+		if (sb->inspect_port4 || sb->inspect_port6)
+			json_object_set_new(o, "inspect",
+					    json_pack("{s:i, s:i}", "port4", sb->inspect_port4,
+						      "port6", sb->inspect_port6));
 	}
 	return o;
 }
@@ -976,6 +1070,11 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 	if (start_dns(r, sb, &p, (uint16_t)json_integer_value(json_object_get(st, "dns_port4")),
 		      (uint16_t)json_integer_value(json_object_get(st, "dns_port6")), &f))
 		log_error("sandbox %u: no DNS proxy (%s); its DNS is denied", id, f.e.message);
+	if (start_inspect(r, sb, &p,
+			  (uint16_t)json_integer_value(json_object_get(st, "inspect_port4")),
+			  (uint16_t)json_integer_value(json_object_get(st, "inspect_port6")), &f))
+		log_error("sandbox %u: no inspecting proxy (%s); its TCP is denied", id,
+			  f.e.message);
 	sb->attached_at = (time_t)json_integer_value(json_object_get(st, "attached_at"));
 	sb->updated_at = (time_t)json_integer_value(json_object_get(st, "updated_at"));
 
@@ -992,6 +1091,8 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 		quota_fields(&ksb, &p);
 		ksb.dns_port4 = sb->dns_port4;
 		ksb.dns_port6 = sb->dns_port6;
+		ksb.inspect_port4 = sb->inspect_port4;
+		ksb.inspect_port6 = sb->inspect_port6;
 		if (egr_bpf_put_rules(r->bpf, sb->policy_id, &c) ||
 		    egr_bpf_put_sandbox(r->bpf, id, &ksb) || save_state(r, sb, policy)) {
 			log_error("sandbox %u: cannot reapply its policy; it stays denied", id);
@@ -999,9 +1100,12 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 		}
 	}
 	if (egr_bpf_get_sandbox(r->bpf, id, &ksb) == 0 &&
-	    (ksb.dns_port4 != sb->dns_port4 || ksb.dns_port6 != sb->dns_port6)) {
+	    (ksb.dns_port4 != sb->dns_port4 || ksb.dns_port6 != sb->dns_port6 ||
+	     ksb.inspect_port4 != sb->inspect_port4 || ksb.inspect_port6 != sb->inspect_port6)) {
 		ksb.dns_port4 = sb->dns_port4;
 		ksb.dns_port6 = sb->dns_port6;
+		ksb.inspect_port4 = sb->inspect_port4;
+		ksb.inspect_port6 = sb->inspect_port6;
 		if (egr_bpf_put_sandbox(r->bpf, id, &ksb) || save_state(r, sb, policy))
 			log_error("sandbox %u: cannot point DNS at the new proxy ports", id);
 	}
@@ -1136,7 +1240,10 @@ int egr_reg_init(struct egr_registry *r, struct egr_bpf *bpf, const char *state_
 {
 	char path[PATH_MAX];
 
+	struct egr_inspect *inspect = r->inspect;
+
 	memset(r, 0, sizeof(*r));
+	r->inspect = inspect;
 	r->bpf = bpf;
 	r->dns = dns;
 	r->learned = learned;

@@ -29,6 +29,7 @@ struct egr_sb {
 	time_t attached_at, updated_at;
 	char *netns;              /* network namespace path, NULL = egressd's own */
 	uint16_t dns_port4, dns_port6; /* its DNS proxy listeners; 0 = none */
+	uint16_t inspect_port4, inspect_port6; /* its inspecting proxy (network.inspect) */
 	/* limits in force (docs/metering.md); 0 = none */
 	uint64_t quota_bytes, tenant_quota_bytes, quota_window_ns;
 	char *end_status;         /* how its command ended, as the detach request said */
@@ -59,12 +60,16 @@ struct egr_reg_hooks {
 };
 
 struct egr_dnsproxy;
+struct egr_inspect;
 struct egr_learned;
 
 struct egr_registry {
 	struct egr_bpf *bpf;
 	struct egr_reg_hooks hooks;
 	struct egr_dnsproxy *dns;     /* NULL: no DNS proxy (DNS denied) */
+	/* NULL: no inspecting proxy (inspected sandboxes get no TCP). Set by
+	 * the caller before egr_reg_init(), which keeps it, for adoption. */
+	struct egr_inspect *inspect;
 	bool host_lsm_cgroup;         /* policies of trust "strict" need it */
 	struct egr_learned *learned;
 	char state_dir[256];

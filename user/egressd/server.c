@@ -15,6 +15,7 @@
 #include "alerting.h"
 #include "auditlog.h"
 #include "events.h"
+#include "inspect.h"
 #include "log.h"
 #include "metrics.h"
 #include "proto.h"
@@ -284,6 +285,8 @@ static json_t *do_status_obs(struct egr_server *s, const json_t *req)
 		json_object_set_new(reply, "alerts", egr_alerting_status(s->alerting));
 	if (s->audit)
 		json_object_set_new(reply, "audit", egr_auditlog_status(s->audit));
+	if (s->reg->inspect)
+		json_object_set_new(reply, "inspect", egr_inspect_status(s->reg->inspect));
 	return reply;
 }
 

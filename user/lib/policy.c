@@ -985,7 +985,7 @@ static int parse_network(const json_t *net, struct egr_policy *p, struct allow_v
 {
 	static const char *const known[] = { "default",	  "outbound_allow", "dns_allow",
 					     "inbound",	  "allow_sockets",  "trust",
-					     "dns_types", "dns_rebind_allow", NULL };
+					     "dns_types", "dns_rebind_allow", "inspect", NULL };
 	const json_t *def, *in;
 	char q[QUOTE_BUF];
 	int ret;
@@ -1051,6 +1051,17 @@ static int parse_network(const json_t *net, struct egr_policy *p, struct allow_v
 				s ? quote(q, s) : "");
 			return -EINVAL;
 		}
+	}
+	/* After trust: its default follows the trust class. */
+	p->inspect = p->trust_strict;
+	in = json_object_get(net, "inspect");
+	if (in) {
+		set_field(err, "network.inspect");
+		if (!json_is_boolean(in)) {
+			set_msg(err, "must be true or false");
+			return -EINVAL;
+		}
+		p->inspect = json_is_true(in);
 	}
 	ret = parse_sockets(json_object_get(net, "allow_sockets"), &p->sb_flags, &p->families,
 			    err);

@@ -60,6 +60,8 @@ struct egr_policy {
 	                        * "netlink", ...): bit n allows AF n in the seccomp
 	                        * family filter (egr_confine.extra_families) */
 	int trust_strict;      /* network.trust: "standard" (0, default) or "strict" (1) */
+	int inspect;           /* network.inspect: TCP goes through the inspecting proxy
+	                        * (docs/inspect.md); default 1 for trust "strict", else 0 */
 	uint16_t dns_types[EGR_POLICY_MAX_DNS_TYPES]; /* network.dns_types; */
 	size_t ndns_types;     /* 0: the proxy's default set */
 	struct egr_allow *allow;

@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * Load for the inspecting-proxy benchmark (tools/bench_inspect.py).
+ *
+ *   inspect_load server HOST PORT        answer "1" once a request head
+ *                                        arrived, then read and discard to EOF
+ *   inspect_load bulk HOST PORT SECONDS  one connection: an HTTP head, then
+ *                                        1 MiB writes for SECONDS; prints
+ *                                        "bytes SECONDS_ELAPSED"
+ *   inspect_load setup HOST PORT N       N connections one after another:
+ *                                        connect, head, wait for "1", close;
+ *                                        prints every setup time in ns
+ *
+ * Every loop is bounded by its count or its clock.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char HEAD[] = "POST /bench HTTP/1.1\r\nHost: bench.test\r\n\r\n";
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int addr_of(const char *host, int port, struct sockaddr_in *sa)
+{
+	memset(sa, 0, sizeof(*sa));
+	sa->sin_family = AF_INET;
+	sa->sin_port = htons((uint16_t)port);
+	return inet_pton(AF_INET, host, &sa->sin_addr) == 1 ? 0 : -EINVAL;
+}
+
+static void *serve(void *arg)
+{
+	int fd = (int)(long)arg, seen = 0;
+	static char buf[1 << 17];
+	ssize_t n;
+
+	while ((n = read(fd, buf, sizeof(buf))) > 0) {
+		if (!seen && memmem(buf, (size_t)n, "\r\n\r\n", 4)) {
+			seen = 1;
+			if (write(fd, "1", 1) != 1)
+				break;
+		}
+	}
+	close(fd);
+	return NULL;
+}
+
+static int server(const char *host, int port)
+{
+	struct sockaddr_in sa;
+	int one = 1, ls = socket(AF_INET, SOCK_STREAM, 0);
+
+	if (ls < 0 || addr_of(host, port, &sa))
+		return 2;
+	setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(ls, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(ls, 512) < 0) {
+		perror("server");
+		return 2;
+	}
+	printf("ready\n");
+	fflush(stdout);
+	for (;;) {
+		pthread_t t;
+		int fd = accept(ls, NULL, NULL);
+
+		if (fd < 0)
+			continue;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		if (pthread_create(&t, NULL, serve, (void *)(long)fd)) {
+			close(fd);
+			continue;
+		}
+		pthread_detach(t);
+	}
+}
+
+static int dial(const struct sockaddr_in *sa)
+{
+	int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	if (fd < 0)
+		return -1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int bulk(const char *host, int port, double secs)
+{
+	static char buf[1 << 20];
+	struct sockaddr_in sa;
+	unsigned long long bytes = 0;
+	double t0, end;
+	int fd;
+
+	if (addr_of(host, port, &sa) || (fd = dial(&sa)) < 0) {
+		perror("bulk connect");
+		return 1;
+	}
+	if (write(fd, HEAD, sizeof(HEAD) - 1) != (ssize_t)(sizeof(HEAD) - 1))
+		return 1;
+	t0 = now_s();
+	end = t0 + secs;
+	while (now_s() < end) {
+		ssize_t n = write(fd, buf, sizeof(buf));
+
+		if (n <= 0) {
+			perror("bulk write");
+			return 1;
+		}
+		bytes += (unsigned long long)n;
+	}
+	printf("%llu %.6f\n", bytes, now_s() - t0);
+	close(fd);
+	return 0;
+}
+
+static int setup(const char *host, int port, int count)
+{
+	struct sockaddr_in sa;
+
+	if (addr_of(host, port, &sa))
+		return 2;
+	for (int i = 0; i < count; i++) {
+		struct timespec a, b;
+		char c;
+		int fd;
+
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		fd = dial(&sa);
+		if (fd < 0 || write(fd, HEAD, sizeof(HEAD) - 1) != (ssize_t)(sizeof(HEAD) - 1) ||
+		    read(fd, &c, 1) != 1) {
+			perror("setup");
+			return 1;
+		}
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		close(fd);
+		printf("%lld\n", (long long)(b.tv_sec - a.tv_sec) * 1000000000LL +
+					 (b.tv_nsec - a.tv_nsec));
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 4 && !strcmp(argv[1], "server"))
+		return server(argv[2], atoi(argv[3]));
+	if (argc == 5 && !strcmp(argv[1], "bulk"))
+		return bulk(argv[2], atoi(argv[3]), atof(argv[4]));
+	if (argc == 5 && !strcmp(argv[1], "setup"))
+		return setup(argv[2], atoi(argv[3]), atoi(argv[4]));
+	fprintf(stderr, "usage: inspect_load server HOST PORT | bulk HOST PORT SECONDS | "
+			"setup HOST PORT N\n");
+	return 2;
+}

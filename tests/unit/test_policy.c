@@ -511,6 +511,15 @@ static void test_string_errors(void **state)
 
 static void test_entry_errors(void **state)
 {
+	/* The unspecified address is loopback to the kernel: say loopback. */
+	expect_entry_fail("0.0.0.0:8080", "0.0.0.0 is not a destination");
+	expect_entry_fail("0.0.0.0/32:*", "allow 127.0.0.1");
+	expect_entry_fail("udp/0.0.0.0:53", "0.0.0.0 is not a destination");
+	expect_entry_fail("[::]:8080", "[::] is not a destination");
+	expect_entry_fail("[::/128]:443", "allow [::1]");
+	expect_entry_fail("[::ffff:0.0.0.0]:80", "0.0.0.0 is not a destination");
+	expect_allow_fail("{\"host\":\"0.0.0.0\",\"ports\":[80]}",
+			  "network.outbound_allow[1].host", "0.0.0.0 is not a destination");
 	expect_entry_fail("1.2.3.256:80", "bad IPv4 address \"1.2.3.256\"");
 	expect_entry_fail("1.2.3:80", "bad IPv4 address");
 	expect_entry_fail("01.2.3.4:80", "bad IPv4 address");

@@ -261,6 +261,30 @@ static int is_v4mapped(const uint8_t *a)
 }
 
 /*
+ * 0.0.0.0, :: and ::ffff:0.0.0.0 as a host: the kernel sends a connection
+ * to them to a local address (127.0.0.1, ::1 or the socket's bound source),
+ * and the hooks judge them as the loopback. An entry for them would read as
+ * "some address" and mean "this host": refused, so that loopback is opened
+ * only by saying so. Prefixes that merely contain them (0.0.0.0/0) are fine.
+ */
+static int refuse_unspecified(const struct egr_allow *a, struct egr_error *err)
+{
+	static const uint8_t zero[16];
+
+	if (a->kind == EGR_HOST_V4 && a->prefixlen == 32 && !memcmp(a->addr, zero, 4)) {
+		set_msg(err, "0.0.0.0 is not a destination: the kernel sends it to this host's "
+			"loopback; allow 127.0.0.1 to reach loopback");
+		return -EINVAL;
+	}
+	if (a->kind == EGR_HOST_V6 && a->prefixlen == 128 && !memcmp(a->addr, zero, 16)) {
+		set_msg(err, "[::] is not a destination: the kernel sends it to this host's "
+			"loopback; allow [::1] to reach loopback");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
  * HOST of an allow entry, without port: an IPv4 address or CIDR, "[IPv6]"
  * or "[IPv6/len]", or a DNS name. Fills kind, addr, prefixlen, name.
  */
@@ -308,12 +332,12 @@ static int parse_host(const char *h, size_t len, struct egr_allow *out, struct e
 			out->kind = EGR_HOST_V4;
 			out->prefixlen = (uint8_t)(plen - 96);
 			mask_addr(out->addr, 4, out->prefixlen);
-			return 0;
+			return refuse_unspecified(out, err);
 		}
 		out->kind = EGR_HOST_V6;
 		out->prefixlen = (uint8_t)plen;
 		mask_addr(out->addr, 16, plen);
-		return 0;
+		return refuse_unspecified(out, err);
 	}
 	for (i = 0; i < len; i++) {
 		if (h[i] == ':') {
@@ -344,7 +368,7 @@ static int parse_host(const char *h, size_t len, struct egr_allow *out, struct e
 		out->kind = EGR_HOST_V4;
 		out->prefixlen = (uint8_t)plen;
 		mask_addr(out->addr, 4, plen);
-		return 0;
+		return refuse_unspecified(out, err);
 	}
 	if (memchr(h, '/', len)) {
 		set_msg(err, "bad host %s: only IP addresses take a /prefix length",

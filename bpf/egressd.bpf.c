@@ -16,13 +16,13 @@
 
 #include "egressd.h"
 #include "egr_decide.h"
+#include "egr_maps.bpf.h"
 
 /* Large enough for two million-entry policies at once: an update builds the
  * new rule set beside the old one before it switches. LPM tries allocate per
  * entry (BPF_F_NO_PREALLOC is mandatory for them), so this costs nothing
  * until used. */
 #define EGR_MAX_RULES (1u << 22)
-#define EGR_MAX_SANDBOXES 65536
 
 #define ETH_P_IP   0x0800
 #define ETH_P_IPV6 0x86DD
@@ -43,14 +43,6 @@ struct {
 } egr_cg_storage SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, EGR_MAX_SANDBOXES);
-	__type(key, __u32);
-	__type(value, struct egr_sandbox);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egr_sandboxes SEC(".maps");
-
-struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, EGR_MAX_RULES);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -67,14 +59,6 @@ struct {
 	__type(value, struct egr_rule);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_allow6 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, EGR_CNT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egr_counters SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -115,12 +99,6 @@ struct {
 	__type(value, struct egr_dest_val);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_dests SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 22);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egr_events SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

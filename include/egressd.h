@@ -29,6 +29,8 @@
 #define EGR_SB_ALLOW_MPTCP   0x10 /* IPPROTO_MPTCP */
 /* Other sandbox flags. */
 #define EGR_SB_INBOUND_ALLOW 0x100 /* network.inbound = "allow" */
+#define EGR_SB_ESCAPE_ALERT  0x200 /* network.on_escape = "alert": a task leaving the
+				    * sandbox cgroup is reported, not killed */
 
 /* Policy id 0 and sandbox id 0 are never allocated: a zeroed cgroup storage
  * (a link attached before egressd wrote the sandbox id) therefore resolves to
@@ -130,6 +132,21 @@ struct egr_cg_ref {
 	__u32 pad;
 };
 
+/* egr_sandbox_cgroups: cgroup id (kernfs id) of a sandbox's own cgroup ->
+ * its sandbox id, for the programs that are not attached to the cgroup
+ * (the cgroup_attach_task guard) and so cannot read egr_cg_storage.
+ * egressd writes it with the cgroup storage and removes it at detach. */
+#define EGR_MAX_CGROUP_LEVELS 128 /* how far up the guard looks for a sandbox */
+
+/* egr_proc_home (tgid -> this): the sandbox a process lives in, for the
+ * guard to know where a task came from once the kernel has moved it. */
+#define EGR_MAX_HOMED_PROCS (1u << 18)
+struct egr_proc_home {
+	__u64 cgroup_id;  /* the sandbox's own cgroup */
+	__u32 sandbox_id; /* 0: none */
+	__u32 level;      /* that cgroup's depth (root = 0) */
+};
+
 /* Global per-CPU counters, index into egr_counters. */
 enum egr_counter {
 	EGR_CNT_CONNECT_ALLOW = 0,
@@ -168,17 +185,28 @@ struct egr_dest_val {
 };
 
 /* Events, kernel to egressd through the egr_events ring buffer. The layout
- * only grows at the end; version says which fields are there. */
-#define EGR_EVENT_VERSION 1
+ * only grows at the end; version says which fields are there (programs of
+ * an older egressd may still be attached and write older, shorter events
+ * into the same ring). Type numbers are fixed: new ones are appended. */
+#define EGR_EVENT_VERSION 2
 
 enum egr_event_type {
-	EGR_EV_CONNECT = 1,   /* connect verdict */
-	EGR_EV_SENDMSG,       /* unconnected UDP verdict */
-	EGR_EV_SOCK_CREATE,   /* refused socket() */
-	EGR_EV_SETSOCKOPT,    /* refused routing option */
-	EGR_EV_BACKSTOP,      /* cgroup_skb/egress drop */
-	EGR_EV_INBOUND,       /* cgroup_skb/ingress drop */
-	EGR_EV_QUOTA,         /* first drop of a window past a quota */
+	EGR_EV_CONNECT = 1,     /* connect verdict */
+	EGR_EV_SENDMSG = 2,     /* unconnected UDP verdict */
+	EGR_EV_SOCK_CREATE = 3, /* refused socket() */
+	EGR_EV_SETSOCKOPT = 4,  /* refused routing option */
+	EGR_EV_BACKSTOP = 5,    /* cgroup_skb/egress drop */
+	EGR_EV_INBOUND = 6,     /* cgroup_skb/ingress drop */
+	EGR_EV_QUOTA = 7,       /* first drop of a window past a quota */
+	EGR_EV_ESCAPE = 8,      /* a task moved out of its sandbox cgroup (version 2) */
+};
+
+/* What the cgroup_attach_task guard did about a move out of a sandbox. */
+enum egr_escape_action {
+	EGR_ESCAPE_KILLED = 1,      /* the mover (in the sandbox) got SIGKILL */
+	EGR_ESCAPE_ALERTED = 2,     /* network.on_escape "alert": reported only */
+	EGR_ESCAPE_BY_OUTSIDER = 3, /* moved by a process outside the sandbox: reported */
+	EGR_ESCAPE_KILL_FAILED = 4, /* bpf_send_signal refused: reported */
 };
 
 struct egr_event {
@@ -200,5 +228,13 @@ struct egr_event {
 	__u16 pad;
 	__u8 addr[16];        /* destination; IPv4 in the first 4 bytes */
 	char comm[16];
+	/* version 2 */
+	__u64 from_cgroup_id; /* escape: the cgroup the task leaves */
+	__u64 to_cgroup_id;   /* escape: the cgroup it is moved to */
+	__u32 target_pid;     /* escape: the moved task (tgid); pid is the mover */
+	__u32 action;         /* escape: enum egr_escape_action */
 };
+
+/* The size of a version 1 event: what older programs still write. */
+#define EGR_EVENT_V1_SIZE __builtin_offsetof(struct egr_event, from_cgroup_id)
 #endif /* EGRESSD_H */

@@ -159,3 +159,240 @@ def connected_udp_cmsg(c):
         check(res.rc == 1 and res.errno == "EPERM",
               "a send to a peer no longer allowed: %s" % res)
         sb.denied("udp-sendto", "127.0.0.1", u.port)
+
+
+# --- row 1 in attach mode: leaving the sandbox cgroup -----------------------------
+#
+# A uid-0 process inside an attached sandbox that can write the cgroup2
+# root's cgroup.procs (this harness runs as root on the host: the sandbox's
+# parent is not protected from it) moves itself out. The guard
+# (bpf/escape.bpf.c) kills it before it runs another instruction.
+
+
+def hk_root_procs(c):
+    return os.path.join(c.cg_mount, "cgroup.procs")
+
+
+def hk_escape_events(c, sid, since_seq=0):
+    return [e for e in obs_events(c, "--sandbox", str(sid))
+            if e.get("type") == "escape" and e.get("seq", 0) > since_seq]
+
+
+def hk_need_guard(c):
+    layers = obs_status(c).get("layers") or {}
+    check(layers.get("escape_guard") is True,
+          "the escape guard is not in force on this host: %r" % layers)
+
+
+def hk_wait_escape(c, sid, pred, what):
+    found = []
+
+    def seen():
+        found[:] = [e for e in hk_escape_events(c, sid) if pred(e)]
+        return bool(found)
+
+    check(wait_until(seen, 5, 0.1), "no escape event (%s) for sandbox %s: %r" %
+          (what, sid, hk_escape_events(c, sid)))
+    return found[-1]
+
+
+def hk_move_probe(c, cg, procs, host, port):
+    """netprobe in cg moves itself into procs, then connects host:port."""
+    argv = [c.netprobe, "cgroup-move", procs, host, str(port)]
+    r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=PROBE_TIMEOUT_S,
+                       preexec_fn=join_cgroup_fn(cg))
+    res = ProbeResult(argv[1:], r.returncode, r.stdout, r.stderr)
+    log(str(res))
+    return res
+
+
+@test
+def escape_guard_layer(c):
+    hk_need_guard(c)
+    _, _, body = scrape(c)
+    check('egressd_layer_active{layer="escape_guard"} 1' in body,
+          "/metrics does not show the escape guard")
+    pins = os.listdir(os.path.join(c.bpffs, "guard"))
+    for p in ("egr_cgroup_attach", "egr_task_fork", "egr_task_exit"):
+        check(p in pins, "guard link %s is not pinned: %r" % (p, pins))
+
+
+@test
+def escape_to_root_killed(c):
+    hk_need_guard(c)
+    t = c.tcp("hk-esc")
+    # Sanity twin: from a cgroup that is no sandbox, the same move works and
+    # the connection is made (the vector is real on this host).
+    plain = c.mkcgroup("esc-plain")
+    CLEANUP.push("cgroup", cgroup_remove_tree, plain)
+    before = t.accepted
+    r = hk_move_probe(c, plain, hk_root_procs(c), "127.0.0.1", t.port)
+    check(r.rc == 0 and r.line == "ok", "move out of a plain cgroup: %s" % r)
+    check(wait_until(lambda: t.accepted > before, 2), "no connection after a plain move")
+    with c.sandbox(["127.0.0.9:1"], name="esc") as sb:
+        sid = sandbox_id(c, sb)
+        sb.denied("tcp", "127.0.0.1", t.port)
+        before = t.accepted
+        r = hk_move_probe(c, sb.cg, hk_root_procs(c), "127.0.0.1", t.port)
+        check(r.rc == -signal.SIGKILL and r.line == "",
+              "a sandboxed process that moved itself to the root cgroup was not killed: %s" % r)
+        time.sleep(0.3)
+        check(t.accepted == before, "the escaped process reached the denied listener")
+        e = hk_wait_escape(c, sid, lambda e: e.get("action") == "killed", "killed")
+        check(e.get("target_pid") == e.get("pid") and e.get("comm") == "netprobe" and
+              e.get("verdict") == "deny" and e.get("tenant") == "e2e" and
+              e.get("from_cgroup_id") == c.find_sandbox(sb.cg).get("cgroup_id"),
+              "escape event: %r" % e)
+        al = [a for a in obs_alerts(c, "sandbox_escape", sid)]
+        check(wait_until(lambda: obs_alerts(c, "sandbox_escape", sid), 3, 0.1),
+              "no sandbox_escape alert for sandbox %d" % sid)
+        al = obs_alerts(c, "sandbox_escape", sid)[-1]
+        check(al.get("severity") == "critical", "sandbox_escape alert: %r" % al)
+        # From a child cgroup of the sandbox to the root: the same.
+        child = c.mkcgroup("esc-child", sb.cg)
+        r = hk_move_probe(c, child, hk_root_procs(c), "127.0.0.1", t.port)
+        check(r.rc == -signal.SIGKILL, "escape from a child cgroup: %s" % r)
+        # To a sibling cgroup outside the sandbox: the same.
+        sib = c.mkcgroup("esc-sibling")
+        CLEANUP.push("cgroup", cgroup_remove_tree, sib)
+        r = hk_move_probe(c, sb.cg, os.path.join(sib, "cgroup.procs"), "127.0.0.1", t.port)
+        check(r.rc == -signal.SIGKILL, "escape to a sibling cgroup: %s" % r)
+        check(t.accepted == before, "an escaped process reached the denied listener")
+
+
+@test
+def escape_within_and_into_not_flagged(c):
+    """Twins: moves within the sandbox stay confined and unflagged; an admin
+    moving a process into a sandbox is not flagged."""
+    hk_need_guard(c)
+    t = c.tcp("hk-esc")
+    with c.sandbox(["127.0.0.9:1"], name="esc-in") as sb:
+        sid = sandbox_id(c, sb)
+        child = c.mkcgroup("esc-in-child", sb.cg)
+        r = hk_move_probe(c, sb.cg, os.path.join(child, "cgroup.procs"), "127.0.0.1", t.port)
+        check(r.rc == 1 and r.errno == "EPERM",
+              "a move into a child cgroup was killed or left confinement: %s" % r)
+        r = hk_move_probe(c, child, os.path.join(sb.cg, "cgroup.procs"), "127.0.0.1", t.port)
+        check(r.rc == 1 and r.errno == "EPERM", "a move back up within the sandbox: %s" % r)
+        # An administrator (this harness, outside) moves a process in.
+        p = subprocess.Popen(["sleep", "30"], stdin=subprocess.DEVNULL)
+        CLEANUP.push("sleep", lambda: p.poll() is None and p.kill())
+        with open(os.path.join(sb.cg, "cgroup.procs"), "w") as f:
+            f.write(str(p.pid))
+        time.sleep(0.5)
+        check(p.poll() is None, "a process an admin moved into the sandbox died")
+        check(hk_escape_events(c, sid) == [], "moves into and within the sandbox were flagged: %r"
+              % hk_escape_events(c, sid))
+        check(obs_alerts(c, "sandbox_escape", sid) == [], "sandbox_escape alert for a move in")
+        # The admin moves it out again: reported, not killed (the writer has
+        # authority over both cgroups).
+        with open(hk_root_procs(c), "w") as f:
+            f.write(str(p.pid))
+        e = hk_wait_escape(c, sid, lambda e: e.get("target_pid") == p.pid, "admin move out")
+        check(e.get("action") == "moved_by_outsider" and p.poll() is None,
+              "an admin's move out: %r, alive=%r" % (e, p.poll() is None))
+        check(wait_until(lambda: obs_alerts(c, "sandbox_escape", sid), 3, 0.1),
+              "no alert for a move out by an outsider")
+        p.kill()
+        p.wait(5)
+
+
+@test
+def escape_on_escape_alert(c):
+    """network.on_escape "alert": the mover is not killed, the alert is raised."""
+    hk_need_guard(c)
+    t = c.tcp("hk-esc")
+    with c.sandbox(["127.0.0.9:1"], name="esc-alert",
+                   extra_network={"on_escape": "alert"}) as sb:
+        sid = sandbox_id(c, sb)
+        before = t.accepted
+        r = hk_move_probe(c, sb.cg, hk_root_procs(c), "127.0.0.1", t.port)
+        check(r.rc == 0 and r.line == "ok", "on_escape alert: the mover should live: %s" % r)
+        check(wait_until(lambda: t.accepted > before, 2), "no connection after the move")
+        e = hk_wait_escape(c, sid, lambda e: e.get("action") == "alerted", "alerted")
+        check(e.get("verdict") == "allow", "escape event: %r" % e)
+        check(wait_until(lambda: obs_alerts(c, "sandbox_escape", sid), 3, 0.1),
+              "no sandbox_escape alert with on_escape alert")
+
+
+@test
+def escape_process_there_before_attach(c):
+    """A process already in the cgroup when it is attached (attach mode: a
+    running container) is just as confined to it."""
+    hk_need_guard(c)
+    cg = c.mkcgroup("esc-pre")
+    CLEANUP.push("cgroup", cgroup_remove_tree, cg)
+    script = "read x; echo $$ > %s; echo moved" % hk_root_procs(c)
+    p = subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=join_cgroup_fn(cg))
+    CLEANUP.push("sh", lambda: p.poll() is None and p.kill())
+    sb = Sandbox(c, c.policy(["127.0.0.9:1"]), "esc-pre")
+    cgroup_remove_tree(sb.cg)
+    sb.cg = cg
+    sb.attach()
+    CLEANUP.push("detach", lambda: sb.attached and c.ctl("detach", "--cgroup", cg))
+    sid = sandbox_id(c, sb)
+    out, err = p.communicate("go\n", timeout=PROBE_TIMEOUT_S)
+    check(p.returncode == -signal.SIGKILL and "moved" not in out,
+          "a process in the cgroup before attach moved out: rc %r out %r err %r" %
+          (p.returncode, out, err))
+    hk_wait_escape(c, sid, lambda e: e.get("action") == "killed", "killed")
+    sb.detach()
+    # After detach, leaving the cgroup is no escape: the twin.
+    p = subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=join_cgroup_fn(cg))
+    out, err = p.communicate("go\n", timeout=PROBE_TIMEOUT_S)
+    check(p.returncode == 0 and "moved" in out, "a move out of a detached cgroup: %r %r" %
+          (p.returncode, err))
+
+
+@test
+def escape_guard_outlives_egressd(c):
+    """The guard's links are pinned: with egressd down the mover still dies,
+    and the restarted egressd replaces them and reports what happened."""
+    hk_need_guard(c)
+    t = c.tcp("hk-esc")
+    with c.sandbox(["127.0.0.9:1"], name="esc-down") as sb:
+        sid = sandbox_id(c, sb)
+        c.daemon.kill9()
+        try:
+            r = hk_move_probe(c, sb.cg, hk_root_procs(c), "127.0.0.1", t.port)
+            check(r.rc == -signal.SIGKILL, "with egressd down, the mover lived: %s" % r)
+        finally:
+            c.daemon.start()
+        hk_need_guard(c)
+        hk_wait_escape(c, sid, lambda e: e.get("action") == "killed", "killed while down")
+        r = hk_move_probe(c, sb.cg, hk_root_procs(c), "127.0.0.1", t.port)
+        check(r.rc == -signal.SIGKILL, "after the restart, the mover lived: %s" % r)
+
+
+@test
+def escape_sibling_moved_out(c):
+    """A sandboxed shell moves another sandboxed process (its child) out: the
+    shell dies in the kernel, the moved process is killed by egressd."""
+    hk_need_guard(c)
+    with c.sandbox(["127.0.0.9:1"], name="esc-sib") as sb:
+        sid = sandbox_id(c, sb)
+        script = "sleep 30 & echo $!; read x; echo $! > %s; echo moved" % hk_root_procs(c)
+        p = subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=join_cgroup_fn(sb.cg))
+        CLEANUP.push("sh", lambda: p.poll() is None and p.kill())
+        child = int(p.stdout.readline())
+        CLEANUP.push("sleep", lambda: os.path.exists("/proc/%d" % child) and
+                     os.kill(child, signal.SIGKILL))
+        out, err = p.communicate("go\n", timeout=PROBE_TIMEOUT_S)
+        check(p.returncode == -signal.SIGKILL and "moved" not in out,
+              "the sandboxed mover lived: rc %r out %r" % (p.returncode, out))
+        e = hk_wait_escape(c, sid, lambda e: e.get("target_pid") == child, "sibling")
+        check(e.get("action") == "killed" and e.get("target_killed") is True and
+              e.get("pid") == p.pid, "escape event for a moved sibling: %r" % e)
+
+        def gone():
+            try:
+                with open("/proc/%d/stat" % child) as f:
+                    return f.read().split(")")[-1].split()[0] in ("Z", "X")
+            except OSError:
+                return True
+        check(wait_until(gone, 3, 0.05), "the moved process %d is still alive" % child)

@@ -509,6 +509,30 @@ static void test_string_errors(void **state)
 	expect_fail(buf, "execution_id", "too long");
 }
 
+static void test_on_escape(void **state)
+{
+	struct egr_policy p;
+	struct egr_error e;
+
+	assert_int_equal(parse(with_net("\"outbound_allow\":[]"), &p, &e), 0);
+	assert_int_equal(p.escape_alert, 0); /* default: kill */
+	egr_policy_free(&p);
+	assert_int_equal(parse(with_net("\"outbound_allow\":[],\"on_escape\":\"kill\""), &p, &e),
+			 0);
+	assert_int_equal(p.escape_alert, 0);
+	egr_policy_free(&p);
+	assert_int_equal(parse(with_net("\"outbound_allow\":[],\"on_escape\":\"alert\""), &p,
+			       &e), 0);
+	assert_int_equal(p.escape_alert, 1);
+	egr_policy_free(&p);
+	expect_fail(with_net("\"outbound_allow\":[],\"on_escape\":\"ignore\""),
+		    "network.on_escape", "must be \"kill\" or \"alert\", not \"ignore\"");
+	expect_fail(with_net("\"outbound_allow\":[],\"on_escape\":true"), "network.on_escape",
+		    "must be \"kill\" or \"alert\"");
+	expect_fail(with_net("\"outbound_allow\":[],\"on_escape\":\"Kill\""), "network.on_escape",
+		    "must be");
+}
+
 static void test_entry_errors(void **state)
 {
 	/* The unspecified address is loopback to the kernel: say loopback. */
@@ -960,6 +984,7 @@ int main(void)
 		cmocka_unit_test(test_structure_errors),
 		cmocka_unit_test(test_string_errors),
 		cmocka_unit_test(test_entry_errors),
+		cmocka_unit_test(test_on_escape),
 		cmocka_unit_test(test_dns_errors),
 		cmocka_unit_test(test_json_errors),
 		cmocka_unit_test(test_oversized),

@@ -126,9 +126,10 @@ static void probe_features(struct egr_features *f)
 
 json_t *egr_features_layers(const struct egr_features *f)
 {
-	return json_pack("{s:b, s:b, s:b, s:b, s:b, s:b}", "sock_addr", f->cgroup_sock_addr,
+	return json_pack("{s:b, s:b, s:b, s:b, s:b, s:b, s:b}", "sock_addr", f->cgroup_sock_addr,
 			 "sock_create", f->cgroup_sock, "setsockopt", f->setsockopt, "skb_backstop",
-			 f->skb, "seccomp", f->seccomp, "lsm_cgroup", f->lsm_cgroup);
+			 f->skb, "seccomp", f->seccomp, "lsm_cgroup", f->lsm_cgroup,
+			 "escape_guard", f->escape_guard);
 }
 
 int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
@@ -197,6 +198,8 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	b->fd_quota_tenant = bpf_map__fd(b->skel->maps.egr_quota_tenant);
 	b->fd_events = bpf_map__fd(b->skel->maps.egr_events);
 	b->fd_dests = bpf_map__fd(b->skel->maps.egr_dests);
+	b->fd_sb_cgroups = bpf_map__fd(b->skel->maps.egr_sandbox_cgroups);
+	b->fd_proc_home = bpf_map__fd(b->skel->maps.egr_proc_home);
 	log_info("BPF programs loaded, maps %s under %s/maps", b->reused_maps ? "adopted" : "pinned",
 		 dir);
 	return 0;
@@ -379,7 +382,107 @@ int egr_bpf_set_cgroup_sandbox(struct egr_bpf *b, uint64_t cgroup_id, uint32_t s
 
 	if (bpf_map_update_elem(b->fd_storage, &cgroup_id, &ref, BPF_ANY) < 0)
 		return -errno;
+	/* For the escape guard, which is not attached to the cgroup. */
+	if (bpf_map_update_elem(b->fd_sb_cgroups, &cgroup_id, &sandbox_id, BPF_ANY) < 0)
+		return errno == E2BIG ? -ENOSPC : -errno;
 	return 0;
+}
+
+int egr_bpf_forget_cgroup(struct egr_bpf *b, uint64_t cgroup_id)
+{
+	if (bpf_map_delete_elem(b->fd_sb_cgroups, &cgroup_id) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
+/* Depth of a cgroup directory below the cgroup2 mount (the root is 0), as
+ * struct cgroup's level counts it. */
+static int cgroup_level(const char *path, int *level)
+{
+	char mnt[PATH_MAX], real[PATH_MAX];
+	size_t n;
+	int err = egr_cgroup2_mount(mnt, sizeof(mnt));
+
+	if (err)
+		return err;
+	if (!realpath(path, real))
+		return -errno;
+	n = strlen(mnt);
+	while (n > 1 && mnt[n - 1] == '/')
+		n--;
+	if (strncmp(real, mnt, n) || (real[n] != '/' && real[n] != '\0'))
+		return -EXDEV;
+	*level = 0;
+	for (const char *p = real + n; *p; p++)
+		if (*p == '/' && p[1] && p[1] != '/')
+			(*level)++;
+	return 0;
+}
+
+static int home_procs_of(struct egr_bpf *b, const char *dir, const struct egr_proc_home *home,
+			 size_t *n, int depth)
+{
+	char path[PATH_MAX];
+	struct dirent *de;
+	FILE *f;
+	DIR *d;
+	int err = 0;
+
+	if (depth > EGR_MAX_CGROUP_LEVELS)
+		return -ELOOP;
+	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	for (unsigned long pid; fscanf(f, "%lu", &pid) == 1;) {
+		uint32_t tgid = (uint32_t)pid;
+		struct egr_proc_home cur;
+
+		/* A live home deeper than this one is a nested sandbox's. */
+		if (bpf_map_lookup_elem(b->fd_proc_home, &tgid, &cur) == 0 &&
+		    cur.level > home->level) {
+			uint32_t id;
+
+			if (bpf_map_lookup_elem(b->fd_sb_cgroups, &cur.cgroup_id, &id) == 0 &&
+			    id == cur.sandbox_id)
+				continue;
+		}
+		if (bpf_map_update_elem(b->fd_proc_home, &tgid, home, BPF_ANY) < 0) {
+			err = errno == E2BIG ? -ENOSPC : -errno;
+			break;
+		}
+		(*n)++;
+	}
+	fclose(f);
+	if (err)
+		return err;
+	d = opendir(dir);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d)) && !err) {
+		if (de->d_type != DT_DIR || de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		err = home_procs_of(b, path, home, n, depth + 1);
+		if (err == -ENOENT)
+			err = 0; /* removed meanwhile */
+	}
+	closedir(d);
+	return err;
+}
+
+int egr_bpf_home_procs(struct egr_bpf *b, const char *cgroup_path, uint64_t cgroup_id,
+		       uint32_t sandbox_id, size_t *n)
+{
+	struct egr_proc_home home = { .cgroup_id = cgroup_id, .sandbox_id = sandbox_id };
+	int level, err;
+
+	*n = 0;
+	err = cgroup_level(cgroup_path, &level);
+	if (err)
+		return err;
+	home.level = (uint32_t)level;
+	return home_procs_of(b, cgroup_path, &home, n, 0);
 }
 
 int egr_bpf_put_sandbox(struct egr_bpf *b, uint32_t sandbox_id, const struct egr_sandbox *sb)

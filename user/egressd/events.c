@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +105,8 @@ static const char *type_name(uint32_t t)
 		return "inbound";
 	case EGR_EV_QUOTA:
 		return "quota";
+	case EGR_EV_ESCAPE:
+		return "escape";
 	default:
 		return NULL;
 	}
@@ -377,10 +380,47 @@ static void publish(struct egr_events *ev, json_t *o)
 
 /* --- kernel events --------------------------------------------------------------- */
 
+static const char *escape_action(uint32_t a)
+{
+	switch (a) {
+	case EGR_ESCAPE_KILLED:
+		return "killed";
+	case EGR_ESCAPE_ALERTED:
+		return "alerted";
+	case EGR_ESCAPE_BY_OUTSIDER:
+		return "moved_by_outsider";
+	case EGR_ESCAPE_KILL_FAILED:
+		return "kill_failed";
+	default:
+		return "unknown";
+	}
+}
+
+/* A task left its sandbox cgroup (bpf/escape.bpf.c). The kernel killed the
+ * mover when it was in the sandbox; a different process it moved out (or
+ * forked out with CLONE_INTO_CGROUP) is killed here, at once: it is outside
+ * every hook. */
+static void put_escape(json_t *o, const struct egr_event *e)
+{
+	json_object_set_new(o, "action", json_string(escape_action(e->action)));
+	json_object_set_new(o, "from_cgroup_id", json_integer((json_int_t)e->from_cgroup_id));
+	json_object_set_new(o, "to_cgroup_id", json_integer((json_int_t)e->to_cgroup_id));
+	json_object_set_new(o, "target_pid", json_integer(e->target_pid));
+	if (e->action == EGR_ESCAPE_KILLED && e->target_pid && e->target_pid != e->pid) {
+		int err = kill((pid_t)e->target_pid, SIGKILL) ? errno : 0;
+
+		json_object_set_new(o, "target_killed", json_boolean(!err || err == ESRCH));
+		if (err && err != ESRCH)
+			log_error("escape from sandbox %u: kill moved process %u: %s", e->sandbox_id,
+				  e->target_pid, strerror(err));
+	}
+}
+
 static int on_ring(void *ctx, void *data, size_t size)
 {
 	struct egr_events *ev = ctx;
-	const struct egr_event *e = data;
+	struct egr_event ebuf;
+	const struct egr_event *e = &ebuf;
 	uint64_t off = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_BOOTTIME);
 	char addr[INET6_ADDRSTRLEN], comm[sizeof(e->comm) + 1];
 	const char *tname;
@@ -388,8 +428,12 @@ static int on_ring(void *ctx, void *data, size_t size)
 	bool inbound;
 
 	ev->received++;
-	if (size < sizeof(*e) || e->version < 1) {
-		/* An older layout than ours is not something we can read. */
+	/* Programs of an older egressd may still be attached and write the
+	 * shorter version 1 layout: read what is there, zero the rest. */
+	memset(&ebuf, 0, sizeof(ebuf));
+	memcpy(&ebuf, data, size < sizeof(ebuf) ? size : sizeof(ebuf));
+	if (size < EGR_EVENT_V1_SIZE || e->version < 1 ||
+	    (e->version >= 2 && size < sizeof(*e)) || (e->type == EGR_EV_ESCAPE && e->version < 2)) {
 		ev->bad_version++;
 		return 0;
 	}
@@ -418,7 +462,7 @@ static int on_ring(void *ctx, void *data, size_t size)
 				    json_string(e->family == EGR_AF_INET ? "ipv4" : "ipv6"));
 	else if (e->family)
 		json_object_set_new(o, "family", json_integer(e->family));
-	if (e->protocol || e->type != EGR_EV_SETSOCKOPT)
+	if (e->protocol || (e->type != EGR_EV_SETSOCKOPT && e->type != EGR_EV_ESCAPE))
 		json_object_set_new(o, "protocol", proto_json(e->protocol));
 	if (e->sock_type)
 		json_object_set_new(o, "sock_type", sock_type_json(e->sock_type));
@@ -438,6 +482,9 @@ static int on_ring(void *ctx, void *data, size_t size)
 	case EGR_EV_SETSOCKOPT:
 		json_object_set_new(o, "level", json_integer(e->level));
 		json_object_set_new(o, "optname", json_integer(e->optname));
+		break;
+	case EGR_EV_ESCAPE:
+		put_escape(o, e);
 		break;
 	default:
 		break;

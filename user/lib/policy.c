@@ -937,7 +937,7 @@ static int parse_network(const json_t *net, struct egr_policy *p, struct allow_v
 {
 	static const char *const known[] = { "default",	  "outbound_allow", "dns_allow",
 					     "inbound",	  "allow_sockets",  "trust",
-					     "dns_types", NULL };
+					     "dns_types", "on_escape",	    NULL };
 	const json_t *def, *in;
 	char q[QUOTE_BUF];
 	int ret;
@@ -1000,6 +1000,23 @@ static int parse_network(const json_t *net, struct egr_policy *p, struct allow_v
 			p->trust_strict = 1;
 		} else {
 			set_msg(err, "must be \"standard\" or \"strict\"%s%s", s ? ", not " : "",
+				s ? quote(q, s) : "");
+			return -EINVAL;
+		}
+	}
+	in = json_object_get(net, "on_escape");
+	if (in) {
+		const char *s = json_is_string(in) ? json_string_value(in) : NULL;
+
+		set_field(err, "network.on_escape");
+		if (s && strlen(s) != json_string_length(in))
+			s = NULL;
+		if (s && !strcmp(s, "kill")) {
+			p->escape_alert = 0;
+		} else if (s && !strcmp(s, "alert")) {
+			p->escape_alert = 1;
+		} else {
+			set_msg(err, "must be \"kill\" or \"alert\"%s%s", s ? ", not " : "",
 				s ? quote(q, s) : "");
 			return -EINVAL;
 		}

@@ -52,6 +52,7 @@ struct egr_policy {
 	                        * "netlink", ...): bit n allows AF n in the seccomp
 	                        * family filter (egr_confine.extra_families) */
 	int trust_strict;      /* network.trust: "standard" (0, default) or "strict" (1) */
+	int escape_alert;      /* network.on_escape: "kill" (0, default) or "alert" (1) */
 	uint16_t dns_types[EGR_POLICY_MAX_DNS_TYPES]; /* network.dns_types; */
 	size_t ndns_types;     /* 0: the proxy's default set */
 	struct egr_allow *allow;

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "escape.h"
+#include "escape.skel.h"
+#include "log.h"
+
+#define GUARD_DIR "guard"
+
+/* Attach prog (its section names the raw tracepoint) and pin the link at
+ * <gdir>/<name>, replacing an older pin. The older link stays attached
+ * until ours is pinned (we hold it open; bpffs cannot rename over a pin),
+ * so for a moment both run and a move is reported twice, never missed.
+ * 1 when the older link is kept because ours failed. */
+static int attach_one(struct bpf_program *prog, const char *gdir, struct bpf_link **out)
+{
+	const char *name = bpf_program__name(prog);
+	struct bpf_link *link, *old = NULL;
+	char pin[PATH_MAX];
+	int err;
+
+	if (snprintf(pin, sizeof(pin), "%s/%s", gdir, name) >= (int)sizeof(pin))
+		return -ENAMETOOLONG;
+	if (access(pin, F_OK) == 0) {
+		old = bpf_link__open(pin);
+		if (!old)
+			log_warn("escape guard: open pinned %s: %s", pin, strerror(errno));
+	}
+	link = bpf_program__attach(prog);
+	if (!link) {
+		err = -errno;
+		log_error("escape guard: attach %s (%s): %s", name, bpf_program__section_name(prog),
+			  strerror(-err));
+		goto keep_old;
+	}
+	if (unlink(pin) < 0 && errno != ENOENT) {
+		err = -errno;
+		log_error("escape guard: replace %s: %s", pin, strerror(-err));
+		bpf_link__destroy(link);
+		goto keep_old;
+	}
+	err = bpf_link__pin(link, pin);
+	if (err) {
+		log_error("escape guard: pin %s: %s", pin, strerror(-err));
+		bpf_link__destroy(link);
+		if (old && bpf_link__pin(old, pin))
+			log_error("escape guard: re-pin the earlier %s: %s", name, strerror(errno));
+		goto keep_old;
+	}
+	/* Opened from its pin, a plain fd: closing it drops the last reference
+	 * now that the pin names ours. */
+	if (old)
+		bpf_link__destroy(old);
+	*out = link;
+	return 0;
+keep_old:
+	if (old) {
+		log_warn("escape guard: keeping the pinned %s of an earlier egressd", name);
+		*out = old;
+		return 1;
+	}
+	return err;
+}
+
+int egr_escape_start(struct egr_escape *g, const char *dir)
+{
+	char maps[PATH_MAX], gdir[PATH_MAX];
+	struct bpf_program *prog;
+	size_t n = 0;
+	int err;
+
+	memset(g, 0, sizeof(*g));
+	if (snprintf(maps, sizeof(maps), "%s/maps", dir) >= (int)sizeof(maps) ||
+	    snprintf(gdir, sizeof(gdir), "%s/" GUARD_DIR, dir) >= (int)sizeof(gdir))
+		return -ENAMETOOLONG;
+	if (mkdir(gdir, 0700) < 0 && errno != EEXIST) {
+		err = -errno;
+		log_error("escape guard: create %s: %s", gdir, strerror(-err));
+		return err;
+	}
+	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = maps);
+	g->skel = escape_bpf__open_opts(&opts);
+	if (!g->skel) {
+		err = -errno;
+		log_error("escape guard: open BPF object: %s", strerror(-err));
+		return err;
+	}
+	err = escape_bpf__load(g->skel);
+	if (err) {
+		log_error("escape guard: load: %s", strerror(-err));
+		escape_bpf__destroy(g->skel);
+		g->skel = NULL;
+		/* Whatever an earlier egressd pinned stays in force. */
+		return err;
+	}
+	bpf_object__for_each_program(prog, g->skel->obj)
+	{
+		if (n >= EGR_ESCAPE_LINKS) {
+			err = -E2BIG;
+			break;
+		}
+		err = attach_one(prog, gdir, &g->links[n]);
+		if (err < 0)
+			break;
+		g->adopted |= err > 0;
+		err = 0;
+		n++;
+	}
+	if (err) {
+		/* Half a guard is none: a fork or exit it does not see leaves
+		 * a process without its home. The pins stay (ours or older). */
+		log_error("escape guard: not in force: %s", strerror(-err));
+		egr_escape_close(g);
+		return err;
+	}
+	log_info("escape guard: cgroup_attach_task, sched_process_fork and sched_process_exit "
+		 "raw tracepoints attached, pinned under %s%s", gdir,
+		 g->adopted ? " (some kept from an earlier egressd)" : "");
+	return 0;
+}
+
+void egr_escape_close(struct egr_escape *g)
+{
+	/* Closing our fds leaves the pinned links in force. */
+	for (size_t i = 0; i < EGR_ESCAPE_LINKS; i++) {
+		if (g->links[i])
+			bpf_link__destroy(g->links[i]);
+		g->links[i] = NULL;
+	}
+	if (g->skel)
+		escape_bpf__destroy(g->skel);
+	g->skel = NULL;
+}

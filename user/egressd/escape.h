@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The host-wide guard against leaving a sandbox cgroup (bpf/escape.bpf.c):
+ * raw tracepoint programs on cgroup_attach_task, sched_process_fork and
+ * sched_process_exit, loaded and attached once, their links pinned under
+ * <bpffs-dir>/guard/ so that they stay in force while egressd is down, and
+ * replaced by the next egressd's own. egressd keeps its own link fds too:
+ * the pins alone could be removed.
+ */
+#ifndef EGR_ESCAPE_H
+#define EGR_ESCAPE_H
+
+#include <stdbool.h>
+
+struct escape_bpf;
+struct bpf_link;
+
+#define EGR_ESCAPE_LINKS 3
+
+struct egr_escape {
+	struct escape_bpf *skel;
+	struct bpf_link *links[EGR_ESCAPE_LINKS];
+	bool adopted; /* some link of an earlier egressd is kept */
+};
+
+/* Load the guard against the pinned maps under <dir>/maps (egr_bpf_open
+ * made them), attach it and pin its links, replacing pinned ones. 0 when
+ * the whole guard is in force afterwards, else -errno: the host lacks the
+ * layer. */
+int egr_escape_start(struct egr_escape *g, const char *dir);
+/* Drop our references; the pinned links stay in force. */
+void egr_escape_close(struct egr_escape *g);
+
+#endif /* EGR_ESCAPE_H */

@@ -380,6 +380,10 @@ static void publish(struct egr_events *ev, json_t *o)
 
 /* --- kernel events --------------------------------------------------------------- */
 
+/* What programs of an older egressd write: the layout never shrinks. */
+_Static_assert(EGR_EVENT_V1_SIZE == 104, "version 1 of struct egr_event is 104 bytes");
+_Static_assert(sizeof(struct egr_event) == 128, "version 2 of struct egr_event is 128 bytes");
+
 static const char *escape_action(uint32_t a)
 {
 	switch (a) {

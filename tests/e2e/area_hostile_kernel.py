@@ -244,7 +244,9 @@ def escape_to_root_killed(c):
               e.get("verdict") == "deny" and e.get("tenant") == "e2e" and
               e.get("from_cgroup_id") == c.find_sandbox(sb.cg).get("cgroup_id"),
               "escape event: %r" % e)
-        al = [a for a in obs_alerts(c, "sandbox_escape", sid)]
+        human = c.ctl_ok("events", "--sandbox", str(sid)).stdout
+        check("escape" in human and "action=killed" in human,
+              "human `events` lacks the escape: %r" % human)
         check(wait_until(lambda: obs_alerts(c, "sandbox_escape", sid), 3, 0.1),
               "no sandbox_escape alert for sandbox %d" % sid)
         al = obs_alerts(c, "sandbox_escape", sid)[-1]

@@ -67,15 +67,28 @@ static __always_inline struct cgroup *egr_cgroup_ancestor(struct cgroup *cg, int
 	return anc;
 }
 
-/* Is cg the cgroup with id cgid at level, or below it? */
-static __always_inline int egr_cgroup_under(struct cgroup *cg, __u64 cgid, __u32 level)
+/* Is cg the cgroup with id cgid, or below it? Walked by id, not by depth:
+ * a depth computed in user space would be relative to egressd's cgroup
+ * namespace, the kernel's is absolute. */
+static __always_inline int egr_cgroup_under(struct cgroup *cg, __u64 cgid)
 {
-	struct cgroup *anc;
+	int level;
 
-	if (!cg || BPF_CORE_READ(cg, level) < (int)level)
+	if (!cg)
 		return 0;
-	anc = egr_cgroup_ancestor(cg, (int)level);
-	return anc && BPF_CORE_READ(anc, kn, id) == cgid;
+	level = BPF_CORE_READ(cg, level);
+	for (int j = 0; j < EGR_MAX_CGROUP_LEVELS; j++) {
+		struct cgroup *anc;
+
+		if (level - j < 0)
+			break;
+		anc = egr_cgroup_ancestor(cg, level - j);
+		if (!anc)
+			break;
+		if (BPF_CORE_READ(anc, kn, id) == cgid)
+			return 1;
+	}
+	return 0;
 }
 
 /* The innermost sandbox cg is in (itself or an ancestor): 1 and *home. */
@@ -102,7 +115,6 @@ static __always_inline int egr_sandbox_of(struct cgroup *cg, struct egr_proc_hom
 		if (id) {
 			home->cgroup_id = cgid;
 			home->sandbox_id = *id;
-			home->level = (__u32)i;
 			return 1;
 		}
 	}
@@ -143,8 +155,7 @@ static __always_inline void egr_escape(const struct egr_proc_home *home, struct 
 	/* The writer is inside if it is the moved process, or still in (or
 	 * at home in) the sandbox. */
 	inside = BPF_CORE_READ(cur, tgid) == BPF_CORE_READ(moved, tgid) ||
-		 egr_cgroup_under(BPF_CORE_READ(cur, cgroups, dfl_cgrp), home->cgroup_id,
-				  home->level);
+		 egr_cgroup_under(BPF_CORE_READ(cur, cgroups, dfl_cgrp), home->cgroup_id);
 	if (!inside) {
 		__u32 cur_tgid = BPF_CORE_READ(cur, tgid);
 
@@ -200,7 +211,7 @@ int egr_cgroup_attach(struct bpf_raw_tracepoint_args *ctx)
 	tgid = BPF_CORE_READ(task, tgid);
 	egr_sandbox_of(dst, &now);
 	h = bpf_map_lookup_elem(&egr_proc_home, &tgid);
-	if (h && egr_home_live(h) && !egr_cgroup_under(dst, h->cgroup_id, h->level)) {
+	if (h && egr_home_live(h) && !egr_cgroup_under(dst, h->cgroup_id)) {
 		home = *h;
 		egr_escape(&home, task, dst);
 	}
@@ -227,7 +238,7 @@ int egr_task_fork(struct bpf_raw_tracepoint_args *ctx)
 		egr_set_home(ctgid, &now);
 	/* clone3(CLONE_INTO_CGROUP) from a sandbox to a cgroup outside it. */
 	h = bpf_map_lookup_elem(&egr_proc_home, &ptgid);
-	if (h && egr_home_live(h) && !egr_cgroup_under(cg, h->cgroup_id, h->level)) {
+	if (h && egr_home_live(h) && !egr_cgroup_under(cg, h->cgroup_id)) {
 		home = *h;
 		egr_set_home(ctgid, &home); /* it is still the sandbox's */
 		egr_escape(&home, child, cg);

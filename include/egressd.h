@@ -144,7 +144,7 @@ struct egr_cg_ref {
 struct egr_proc_home {
 	__u64 cgroup_id;  /* the sandbox's own cgroup */
 	__u32 sandbox_id; /* 0: none */
-	__u32 level;      /* that cgroup's depth (root = 0) */
+	__u32 pad;
 };
 
 /* Global per-CPU counters, index into egr_counters. */

@@ -398,3 +398,26 @@ def escape_sibling_moved_out(c):
             except OSError:
                 return True
         check(wait_until(gone, 3, 0.05), "the moved process %d is still alive" % child)
+
+
+@test
+def escape_nested_sandbox(c):
+    """A nested sandbox is a sandbox too: moving from it up into the outer
+    one (whose policy is looser) is an escape from the nested one; moving
+    from the outer into the nested one is not."""
+    hk_need_guard(c)
+    t = c.tcp("hk-esc")
+    with c.sandbox(["127.0.0.1:%d" % t.port], name="esc-outer") as outer:
+        inner = Sandbox(c, c.policy(["127.0.0.9:1"]), "esc-inner", parent=outer.cg)
+        with inner:
+            oid, iid = sandbox_id(c, outer), sandbox_id(c, inner)
+            r = hk_move_probe(c, outer.cg, os.path.join(inner.cg, "cgroup.procs"),
+                              "127.0.0.1", t.port)
+            check(r.rc == 1 and r.errno == "EPERM",
+                  "outer -> nested: killed, or not confined by the nested policy: %s" % r)
+            r = hk_move_probe(c, inner.cg, os.path.join(outer.cg, "cgroup.procs"),
+                              "127.0.0.1", t.port)
+            check(r.rc == -signal.SIGKILL, "nested -> outer was not stopped: %s" % r)
+            hk_wait_escape(c, iid, lambda e: e.get("action") == "killed", "from nested")
+            check(hk_escape_events(c, oid) == [], "the outer sandbox saw an escape: %r" %
+                  hk_escape_events(c, oid))

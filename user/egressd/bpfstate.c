@@ -395,30 +395,8 @@ int egr_bpf_forget_cgroup(struct egr_bpf *b, uint64_t cgroup_id)
 	return 0;
 }
 
-/* Depth of a cgroup directory below the cgroup2 mount (the root is 0), as
- * struct cgroup's level counts it. */
-static int cgroup_level(const char *path, int *level)
-{
-	char mnt[PATH_MAX], real[PATH_MAX];
-	size_t n;
-	int err = egr_cgroup2_mount(mnt, sizeof(mnt));
-
-	if (err)
-		return err;
-	if (!realpath(path, real))
-		return -errno;
-	n = strlen(mnt);
-	while (n > 1 && mnt[n - 1] == '/')
-		n--;
-	if (strncmp(real, mnt, n) || (real[n] != '/' && real[n] != '\0'))
-		return -EXDEV;
-	*level = 0;
-	for (const char *p = real + n; *p; p++)
-		if (*p == '/' && p[1] && p[1] != '/')
-			(*level)++;
-	return 0;
-}
-
+/* Every process in dir and below gets home, except in the subtree of a
+ * nested sandbox (its own attach gave them its home: the innermost counts). */
 static int home_procs_of(struct egr_bpf *b, const char *dir, const struct egr_proc_home *home,
 			 size_t *n, int depth)
 {
@@ -436,17 +414,7 @@ static int home_procs_of(struct egr_bpf *b, const char *dir, const struct egr_pr
 		return -errno;
 	for (unsigned long pid; fscanf(f, "%lu", &pid) == 1;) {
 		uint32_t tgid = (uint32_t)pid;
-		struct egr_proc_home cur;
 
-		/* A live home deeper than this one is a nested sandbox's. */
-		if (bpf_map_lookup_elem(b->fd_proc_home, &tgid, &cur) == 0 &&
-		    cur.level > home->level) {
-			uint32_t id;
-
-			if (bpf_map_lookup_elem(b->fd_sb_cgroups, &cur.cgroup_id, &id) == 0 &&
-			    id == cur.sandbox_id)
-				continue;
-		}
 		if (bpf_map_update_elem(b->fd_proc_home, &tgid, home, BPF_ANY) < 0) {
 			err = errno == E2BIG ? -ENOSPC : -errno;
 			break;
@@ -460,9 +428,15 @@ static int home_procs_of(struct egr_bpf *b, const char *dir, const struct egr_pr
 	if (!d)
 		return -errno;
 	while ((de = readdir(d)) && !err) {
+		uint64_t cgid;
+		uint32_t id;
+
 		if (de->d_type != DT_DIR || de->d_name[0] == '.')
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		if (egr_cgroup_id(path, &cgid) == 0 &&
+		    bpf_map_lookup_elem(b->fd_sb_cgroups, &cgid, &id) == 0 && id != home->sandbox_id)
+			continue; /* a nested sandbox */
 		err = home_procs_of(b, path, home, n, depth + 1);
 		if (err == -ENOENT)
 			err = 0; /* removed meanwhile */
@@ -475,13 +449,8 @@ int egr_bpf_home_procs(struct egr_bpf *b, const char *cgroup_path, uint64_t cgro
 		       uint32_t sandbox_id, size_t *n)
 {
 	struct egr_proc_home home = { .cgroup_id = cgroup_id, .sandbox_id = sandbox_id };
-	int level, err;
 
 	*n = 0;
-	err = cgroup_level(cgroup_path, &level);
-	if (err)
-		return err;
-	home.level = (uint32_t)level;
 	return home_procs_of(b, cgroup_path, &home, n, 0);
 }
 

@@ -67,7 +67,7 @@ int egr_bpf_set_cgroup_sandbox(struct egr_bpf *b, uint64_t cgroup_id, uint32_t s
 /* The cgroup is no sandbox's any more (detach): leaving it is no escape. */
 int egr_bpf_forget_cgroup(struct egr_bpf *b, uint64_t cgroup_id);
 /* Give every process now in the cgroup (and below) this sandbox as its home
- * (egr_proc_home), unless a live nested sandbox is its home; the guard's
+ * (egr_proc_home), except below a nested sandbox (its own home); the guard's
  * tracepoints keep homes current from then on. *n: processes written. */
 int egr_bpf_home_procs(struct egr_bpf *b, const char *cgroup_path, uint64_t cgroup_id,
 		       uint32_t sandbox_id, size_t *n);

@@ -421,3 +421,28 @@ def escape_nested_sandbox(c):
             hk_wait_escape(c, iid, lambda e: e.get("action") == "killed", "from nested")
             check(hk_escape_events(c, oid) == [], "the outer sandbox saw an escape: %r" %
                   hk_escape_events(c, oid))
+
+
+@test
+def escape_clone_into_cgroup(c):
+    """clone3(CLONE_INTO_CGROUP) from a sandbox into a cgroup outside it: the
+    parent dies in the kernel, the child is killed by egressd (it may run for
+    the event's latency first: docs/security.md)."""
+    hk_need_guard(c)
+    t = c.tcp("hk-esc")
+    # Sanity twin: from a plain cgroup the child is born at the root and connects.
+    plain = c.mkcgroup("esc-clone-plain")
+    CLEANUP.push("cgroup", cgroup_remove_tree, plain)
+    before = t.accepted
+    r = c.probe(plain, "clone-into", c.cg_mount, "127.0.0.1", t.port)
+    check(r.rc == 0 and r.line == "ok", "clone into the root from a plain cgroup: %s" % r)
+    check(wait_until(lambda: t.accepted > before, 2), "the child never connected")
+    with c.sandbox(["127.0.0.9:1"], name="esc-clone") as sb:
+        sid = sandbox_id(c, sb)
+        r = c.probe(sb.cg, "clone-into", c.cg_mount, "127.0.0.1", t.port)
+        check(r.rc == -signal.SIGKILL, "a sandboxed parent that cloned a child out lived: %s" % r)
+        e = hk_wait_escape(c, sid, lambda e: e.get("action") == "killed", "clone3")
+        check(e.get("target_pid") and e.get("target_pid") != e.get("pid") and
+              e.get("target_killed") is True, "escape event for a cloned child: %r" % e)
+        log("child %s connected before it was killed: %s" %
+            (e.get("target_pid"), t.accepted > before + 1))

@@ -57,6 +57,9 @@
  *                                       what is reported
  *   netprobe cgroup-move PROCS HOST PORT  write this process's pid into the cgroup.procs
  *                                       file PROCS (moving itself), then tcp HOST PORT
+ *   netprobe clone-into CGDIR HOST PORT  clone3(CLONE_INTO_CGROUP) a child into cgroup
+ *                                       directory CGDIR; the child tries tcp HOST PORT
+ *                                       and exits; "ok" once the child is reaped
  *   netprobe fds                        the descriptors open in this process besides
  *                                       0, 1 and 2: "ok" when none, else "err OPENFDS N"
  *                                       and the list on stderr
@@ -81,7 +84,10 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <linux/sched.h>
+#include <signal.h>
 
 #ifndef AF_XDP
 #define AF_XDP 44
@@ -206,6 +212,7 @@ static int usage(void)
 		"       netprobe tcp-bound SRC HOST PORT\n"
 		"       netprobe udp-connect-cmsg HOST PORT WAIT\n"
 		"       netprobe cgroup-move PROCS HOST PORT\n"
+		"       netprobe clone-into CGDIR HOST PORT\n"
 		"       netprobe legacy-detach CGROUP TYPE\n"
 		"       netprobe io-uring-setup|packet-socket|xdp-socket|vsock-socket|fds\n");
 	return EXIT_USAGE;
@@ -472,6 +479,38 @@ static int do_cgroup_move(const char *procs, const char *host, const char *port)
 	}
 	close(fd);
 	return do_tcp(host, port, 0, 0);
+}
+
+/* A child born in another cgroup: clone3(CLONE_INTO_CGROUP), which no
+ * cgroup.procs write and no cgroup_attach_task() is involved in. */
+static int do_clone_into(const char *cgdir, const char *host, const char *port)
+{
+	struct clone_args args;
+	int cgfd, status;
+	long child;
+
+	cgfd = open(cgdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (cgfd < 0)
+		return fail("open cgroup", errno);
+	memset(&args, 0, sizeof(args));
+	args.flags = CLONE_INTO_CGROUP;
+	args.exit_signal = SIGCHLD;
+	args.cgroup = (uint64_t)cgfd;
+	child = syscall(SYS_clone3, &args, sizeof(args));
+	if (child < 0) {
+		int e = errno;
+
+		close(cgfd);
+		return fail("clone3(CLONE_INTO_CGROUP)", e);
+	}
+	if (child == 0) {
+		close(cgfd);
+		_exit(do_tcp(host, port, 0, 0));
+	}
+	close(cgfd);
+	if (waitpid((pid_t)child, &status, 0) < 0)
+		return fail("waitpid", errno);
+	return ok();
 }
 
 enum udp_mode { UDP_CONNECT, UDP_SENDTO, UDP_SENDMSG, UDP_SENDMMSG };
@@ -1124,6 +1163,8 @@ int main(int argc, char **argv)
 		return do_udp_connect_cmsg(argv[2], argv[3], argv[4]);
 	if (argc == 5 && !strcmp(a, "cgroup-move"))
 		return do_cgroup_move(argv[2], argv[3], argv[4]);
+	if (argc == 5 && !strcmp(a, "clone-into"))
+		return do_clone_into(argv[2], argv[3], argv[4]);
 	if (argc == 2) {
 		if (!strcmp(a, "io-uring-setup"))
 			return do_io_uring_setup();

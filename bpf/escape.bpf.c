@@ -43,7 +43,6 @@
 
 #define SIGKILL 9
 
-
 static __always_inline void egr_count(enum egr_counter c)
 {
 	__u32 key = c;

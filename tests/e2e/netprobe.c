@@ -74,20 +74,20 @@
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/io_uring.h>
+#include <linux/sched.h>
 #include <netinet/ip6.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h> /* after socket.h: keeps clear of the includes egressctl run's tests added */
 #include <sys/syscall.h>
 #include <sys/time.h>
-#include <sys/wait.h>
 #include <unistd.h>
-#include <linux/sched.h>
-#include <signal.h>
 
 #ifndef AF_XDP
 #define AF_XDP 44

@@ -48,6 +48,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, EGR_MAX_HOMED_PROCS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u32);
 	__type(value, struct egr_proc_home);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);

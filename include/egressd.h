@@ -139,8 +139,10 @@ struct egr_cg_ref {
 #define EGR_MAX_CGROUP_LEVELS 128 /* how far up the guard looks for a sandbox */
 
 /* egr_proc_home (tgid -> this): the sandbox a process lives in, for the
- * guard to know where a task came from once the kernel has moved it. */
-#define EGR_MAX_HOMED_PROCS (1u << 18)
+ * guard to know where a task came from once the kernel has moved it. As
+ * large as the pid space (PID_MAX_LIMIT on 64-bit), so it cannot fill up
+ * before the kernel runs out of pids; allocated per entry. */
+#define EGR_MAX_HOMED_PROCS (4u << 20)
 struct egr_proc_home {
 	__u64 cgroup_id;  /* the sandbox's own cgroup */
 	__u32 sandbox_id; /* 0: none */

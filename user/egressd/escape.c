@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "cgroup.h"
 #include "escape.h"
 #include "escape.skel.h"
 #include "log.h"
@@ -138,4 +141,49 @@ void egr_escape_close(struct egr_escape *g)
 	if (g->skel)
 		escape_bpf__destroy(g->skel);
 	g->skel = NULL;
+}
+
+/* The cgroup v2 id of the process behind /proc/<pid> ("0::/path"). */
+static int proc_cgroup_id(uint32_t pid, uint64_t *id)
+{
+	char path[PATH_MAX], line[PATH_MAX], mnt[PATH_MAX];
+	FILE *f;
+	int err = -ENOENT;
+
+	snprintf(path, sizeof(path), "/proc/%u/cgroup", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "0::", 3) != 0)
+			continue;
+		line[strcspn(line, "\n")] = '\0';
+		err = egr_cgroup2_mount(mnt, sizeof(mnt));
+		if (!err && snprintf(path, sizeof(path), "%s%s", mnt, line + 3) >= (int)sizeof(path))
+			err = -ENAMETOOLONG;
+		if (!err)
+			err = egr_cgroup_id(path, id);
+		break;
+	}
+	fclose(f);
+	return err;
+}
+
+int egr_escape_kill_moved(uint32_t pid, uint64_t to_cgroup_id)
+{
+	uint64_t now;
+	int pfd, err;
+
+	pfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+	if (pfd < 0)
+		return errno == ESRCH ? 0 : -errno;
+	/* The pidfd holds the process: if it died and the pid was reused
+	 * after this check, the signal goes nowhere (ESRCH). */
+	err = proc_cgroup_id(pid, &now);
+	if (!err && now != to_cgroup_id)
+		err = -ESTALE;
+	if (!err && syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
+		err = -errno;
+	close(pfd);
+	return err == -ENOENT ? 0 : err;
 }

@@ -11,6 +11,7 @@
 #define EGR_ESCAPE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct escape_bpf;
 struct bpf_link;
@@ -30,5 +31,12 @@ struct egr_escape {
 int egr_escape_start(struct egr_escape *g, const char *dir);
 /* Drop our references; the pinned links stay in force. */
 void egr_escape_close(struct egr_escape *g);
+
+/* SIGKILL process pid, which the guard saw moved to cgroup to_cgroup_id by
+ * another process, if it is still that process and still there (a pidfd,
+ * and its cgroup checked, so a reused pid or another pid namespace's is
+ * never signalled). 0 (killed, or already gone), -ESTALE (not in that
+ * cgroup any more) or -errno. */
+int egr_escape_kill_moved(uint32_t pid, uint64_t to_cgroup_id);
 
 #endif /* EGR_ESCAPE_H */

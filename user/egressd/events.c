@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +19,7 @@
 #include "auditlog.h"
 #include "dnsproxy.h"
 #include "egr_decide.h"
+#include "escape.h"
 #include "events.h"
 #include "fileio.h"
 #include "log.h"
@@ -411,12 +411,14 @@ static void put_escape(json_t *o, const struct egr_event *e)
 	json_object_set_new(o, "to_cgroup_id", json_integer((json_int_t)e->to_cgroup_id));
 	json_object_set_new(o, "target_pid", json_integer(e->target_pid));
 	if (e->action == EGR_ESCAPE_KILLED && e->target_pid && e->target_pid != e->pid) {
-		int err = kill((pid_t)e->target_pid, SIGKILL) ? errno : 0;
+		int err = egr_escape_kill_moved(e->target_pid, e->to_cgroup_id);
 
-		json_object_set_new(o, "target_killed", json_boolean(!err || err == ESRCH));
-		if (err && err != ESRCH)
+		json_object_set_new(o, "target_killed", json_boolean(!err));
+		if (err)
 			log_error("escape from sandbox %u: kill moved process %u: %s", e->sandbox_id,
-				  e->target_pid, strerror(err));
+				  e->target_pid,
+				  err == -ESTALE ? "no longer in the cgroup it was moved to"
+						 : strerror(-err));
 	}
 }
 

@@ -29,10 +29,9 @@ def hk_put_rule(c, sb, addr, ranges, expires_ns=0):
     else:
         key = _struct.pack("<II", 32 + 32, pid) + socket.inet_pton(socket.AF_INET, addr)
         mp = os.path.join(c.bpffs, "maps", "egr_allow4")
-    hexs = lambda b: ["0x%02x" % x for x in b]
     must(["bpftool", "map", "update", "pinned", mp, "key", "hex"] +
-         [h[2:] for h in hexs(key)] + ["value", "hex"] +
-         [h[2:] for h in hexs(hk_rule_value(ranges, expires_ns))])
+         ["%02x" % x for x in key] + ["value", "hex"] +
+         ["%02x" % x for x in hk_rule_value(ranges, expires_ns)])
 
 
 HK_ANY = 0x3  # EGR_PROTO_TCP | EGR_PROTO_UDP
@@ -194,6 +193,15 @@ def hk_wait_escape(c, sid, pred, what):
     check(wait_until(seen, 5, 0.1), "no escape event (%s) for sandbox %s: %r" %
           (what, sid, hk_escape_events(c, sid)))
     return found[-1]
+
+
+def hk_starttime(pid):
+    """Field 22 of /proc/PID/stat (start time), None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 def hk_move_probe(c, cg, procs, host, port):
@@ -382,7 +390,9 @@ def escape_sibling_moved_out(c):
                              preexec_fn=join_cgroup_fn(sb.cg))
         CLEANUP.push("sh", lambda: p.poll() is None and p.kill())
         child = int(p.stdout.readline())
-        CLEANUP.push("sleep", lambda: os.path.exists("/proc/%d" % child) and
+        started = hk_starttime(child)
+        # Only that very process (same start time), never a reused pid.
+        CLEANUP.push("sleep", lambda: started and hk_starttime(child) == started and
                      os.kill(child, signal.SIGKILL))
         out, err = p.communicate("go\n", timeout=PROBE_TIMEOUT_S)
         check(p.returncode == -signal.SIGKILL and "moved" not in out,

@@ -29,7 +29,7 @@
 #define EGR_SB_ALLOW_MPTCP   0x10 /* IPPROTO_MPTCP */
 /* Other sandbox flags. */
 #define EGR_SB_INBOUND_ALLOW 0x100 /* network.inbound = "allow" */
-#define EGR_SB_ESCAPE_ALERT  0x200 /* network.on_escape = "alert": a task leaving the
+#define EGR_SB_ESCAPE_ALERT  0x400 /* network.on_escape = "alert": a task leaving the
 				    * sandbox cgroup is reported, not killed */
 
 /* Policy id 0 and sandbox id 0 are never allocated: a zeroed cgroup storage

@@ -435,7 +435,8 @@ static int home_procs_of(struct egr_bpf *b, const char *dir, const struct egr_pr
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 		if (egr_cgroup_id(path, &cgid) == 0 &&
-		    bpf_map_lookup_elem(b->fd_sb_cgroups, &cgid, &id) == 0 && id != home->sandbox_id)
+		    bpf_map_lookup_elem(b->fd_sb_cgroups, &cgid, &id) == 0 &&
+		    id != home->sandbox_id)
 			continue; /* a nested sandbox */
 		err = home_procs_of(b, path, home, n, depth + 1);
 		if (err == -ENOENT)

@@ -159,7 +159,8 @@ static int proc_cgroup_id(uint32_t pid, uint64_t *id)
 			continue;
 		line[strcspn(line, "\n")] = '\0';
 		err = egr_cgroup2_mount(mnt, sizeof(mnt));
-		if (!err && snprintf(path, sizeof(path), "%s%s", mnt, line + 3) >= (int)sizeof(path))
+		if (!err &&
+		    snprintf(path, sizeof(path), "%s%s", mnt, line + 3) >= (int)sizeof(path))
 			err = -ENAMETOOLONG;
 		if (!err)
 			err = egr_cgroup_id(path, id);

@@ -415,8 +415,8 @@ static void put_escape(json_t *o, const struct egr_event *e)
 
 		json_object_set_new(o, "target_killed", json_boolean(!err));
 		if (err)
-			log_error("escape from sandbox %u: kill moved process %u: %s", e->sandbox_id,
-				  e->target_pid,
+			log_error("escape from sandbox %u: kill moved process %u: %s",
+				  e->sandbox_id, e->target_pid,
 				  err == -ESTALE ? "no longer in the cgroup it was moved to"
 						 : strerror(-err));
 	}
@@ -438,8 +438,8 @@ static int on_ring(void *ctx, void *data, size_t size)
 	 * shorter version 1 layout: read what is there, zero the rest. */
 	memset(&ebuf, 0, sizeof(ebuf));
 	memcpy(&ebuf, data, size < sizeof(ebuf) ? size : sizeof(ebuf));
-	if (size < EGR_EVENT_V1_SIZE || e->version < 1 ||
-	    (e->version >= 2 && size < sizeof(*e)) || (e->type == EGR_EV_ESCAPE && e->version < 2)) {
+	if (size < EGR_EVENT_V1_SIZE || e->version < 1 || (e->version >= 2 && size < sizeof(*e)) ||
+	    (e->type == EGR_EV_ESCAPE && e->version < 2)) {
 		ev->bad_version++;
 		return 0;
 	}

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * The pinned maps more than one BPF object uses: egressd.bpf.c (the cgroup
- * programs) and escape.bpf.c (the cgroup_attach_task guard) both declare
- * them from here, so libbpf finds the pinned map of the same name, type and
- * size and shares it (LIBBPF_PIN_BY_NAME). Change one only with both.
+ * The maps more than one BPF object uses: egressd.bpf.c (the cgroup
+ * programs) declares and pins them; escape.bpf.c (the migration guard)
+ * declares the same from here and egressd hands it the very fds
+ * (bpf_map__reuse_fd in user/egressd/escape.c), so both always share them.
  */
 #ifndef EGR_MAPS_BPF_H
 #define EGR_MAPS_BPF_H

@@ -147,6 +147,7 @@ static __always_inline void egr_escape(const struct egr_proc_home *home, struct 
 	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
 	__u32 sandbox_id = home->sandbox_id, action;
 	const struct egr_sandbox *sb = bpf_map_lookup_elem(&egr_sandboxes, &sandbox_id);
+	struct egr_escape_event *x;
 	struct egr_proc_home *ch;
 	struct egr_event *e;
 	int inside;
@@ -168,12 +169,13 @@ static __always_inline void egr_escape(const struct egr_proc_home *home, struct 
 	else /* no sandbox entry for a managed cgroup kills too: fail closed */
 		action = bpf_send_signal(SIGKILL) == 0 ? EGR_ESCAPE_KILLED : EGR_ESCAPE_KILL_FAILED;
 
-	e = bpf_ringbuf_reserve(&egr_events, sizeof(*e), 0);
-	if (!e) {
+	x = bpf_ringbuf_reserve(&egr_events, sizeof(*x), 0);
+	if (!x) {
 		egr_count(EGR_CNT_EVENTS_LOST);
 		return;
 	}
-	__builtin_memset(e, 0, sizeof(*e));
+	__builtin_memset(x, 0, sizeof(*x));
+	e = &x->ev;
 	e->ts_ns = bpf_ktime_get_boot_ns();
 	e->version = EGR_EVENT_VERSION;
 	e->type = EGR_EV_ESCAPE;
@@ -186,11 +188,11 @@ static __always_inline void egr_escape(const struct egr_proc_home *home, struct 
 	e->cgroup_id = bpf_get_current_cgroup_id();
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	e->verdict = action == EGR_ESCAPE_KILLED ? EGR_DENY : EGR_ALLOW;
-	e->from_cgroup_id = home->cgroup_id;
-	e->to_cgroup_id = dst ? BPF_CORE_READ(dst, kn, id) : 0;
-	e->target_pid = BPF_CORE_READ(moved, tgid);
-	e->action = action;
-	bpf_ringbuf_submit(e, 0);
+	x->from_cgroup_id = home->cgroup_id;
+	x->to_cgroup_id = dst ? BPF_CORE_READ(dst, kn, id) : 0;
+	x->target_pid = BPF_CORE_READ(moved, tgid);
+	x->action = action;
+	bpf_ringbuf_submit(x, 0);
 }
 
 /* TP_PROTO(struct cgroup *dst_cgrp, const char *path, struct task_struct *task,

@@ -187,10 +187,9 @@ struct egr_dest_val {
 };
 
 /* Events, kernel to egressd through the egr_events ring buffer. The layout
- * only grows at the end; version says which fields are there (programs of
- * an older egressd may still be attached and write older, shorter events
- * into the same ring). Type numbers are fixed: new ones are appended. */
-#define EGR_EVENT_VERSION 2
+ * only grows at the end; version says which fields are there. Type numbers
+ * are fixed: new ones are appended. */
+#define EGR_EVENT_VERSION 1
 
 enum egr_event_type {
 	EGR_EV_CONNECT = 1,     /* connect verdict */
@@ -200,7 +199,7 @@ enum egr_event_type {
 	EGR_EV_BACKSTOP = 5,    /* cgroup_skb/egress drop */
 	EGR_EV_INBOUND = 6,     /* cgroup_skb/ingress drop */
 	EGR_EV_QUOTA = 7,       /* first drop of a window past a quota */
-	EGR_EV_ESCAPE = 8,      /* a task moved out of its sandbox cgroup (version 2) */
+	EGR_EV_ESCAPE = 8,      /* a task moved out of its sandbox cgroup: struct egr_escape_event */
 };
 
 /* What the cgroup_attach_task guard did about a move out of a sandbox. */
@@ -230,13 +229,17 @@ struct egr_event {
 	__u16 pad;
 	__u8 addr[16];        /* destination; IPv4 in the first 4 bytes */
 	char comm[16];
-	/* version 2 */
-	__u64 from_cgroup_id; /* escape: the cgroup the task leaves */
-	__u64 to_cgroup_id;   /* escape: the cgroup it is moved to */
-	__u32 target_pid;     /* escape: the moved task (tgid); pid is the mover */
-	__u32 action;         /* escape: enum egr_escape_action */
 };
 
-/* The size of a version 1 event: what older programs still write. */
-#define EGR_EVENT_V1_SIZE __builtin_offsetof(struct egr_event, from_cgroup_id)
+/* EGR_EV_ESCAPE records are longer: struct egr_event (pid, comm, cgroup_id:
+ * the mover, the writer of cgroup.procs) followed by the move. A record of
+ * its own, so that struct egr_event, which every other program writes,
+ * keeps its layout. */
+struct egr_escape_event {
+	struct egr_event ev;
+	__u64 from_cgroup_id; /* the sandbox's cgroup the task left */
+	__u64 to_cgroup_id;   /* the cgroup it was moved to (or born in) */
+	__u32 target_pid;     /* the moved task (tgid) */
+	__u32 action;         /* enum egr_escape_action */
+};
 #endif /* EGRESSD_H */

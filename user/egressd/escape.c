@@ -11,6 +11,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "bpfstate.h"
 #include "cgroup.h"
 #include "escape.h"
 #include "escape.skel.h"
@@ -73,30 +74,68 @@ keep_old:
 	return err;
 }
 
-int egr_escape_start(struct egr_escape *g, const char *dir)
+/* The guard shares the cgroup programs' maps: the very fds egr_bpf_open()
+ * holds, whatever the pin layout, and pins none of its own. */
+static int share_maps(struct escape_bpf *skel, const struct egr_bpf *b)
 {
-	char maps[PATH_MAX], gdir[PATH_MAX];
+	const struct {
+		const char *name;
+		int fd;
+	} shared[] = {
+		{ "egr_sandboxes", b->fd_sandboxes },	    { "egr_counters", b->fd_counters },
+		{ "egr_events", b->fd_events },		    { "egr_sandbox_cgroups", b->fd_sb_cgroups },
+		{ "egr_proc_home", b->fd_proc_home },
+	};
+	struct bpf_map *map;
+	int err;
+
+	bpf_object__for_each_map(map, skel->obj)
+	{
+		const char *name = bpf_map__name(map);
+		size_t i;
+
+		if (bpf_map__is_internal(map))
+			continue;
+		for (i = 0; i < sizeof(shared) / sizeof(shared[0]); i++)
+			if (!strcmp(name, shared[i].name))
+				break;
+		if (i == sizeof(shared) / sizeof(shared[0])) {
+			log_error("escape guard: map %s is not one egressd shares", name);
+			return -EINVAL;
+		}
+		if ((err = bpf_map__set_pin_path(map, NULL)) ||
+		    (err = bpf_map__reuse_fd(map, shared[i].fd))) {
+			log_error("escape guard: share map %s: %s", name, strerror(-err));
+			return err;
+		}
+	}
+	return 0;
+}
+
+int egr_escape_start(struct egr_escape *g, const struct egr_bpf *b)
+{
+	char gdir[PATH_MAX];
 	struct bpf_program *prog;
 	size_t n = 0;
 	int err;
 
 	memset(g, 0, sizeof(*g));
-	if (snprintf(maps, sizeof(maps), "%s/maps", dir) >= (int)sizeof(maps) ||
-	    snprintf(gdir, sizeof(gdir), "%s/" GUARD_DIR, dir) >= (int)sizeof(gdir))
+	if (snprintf(gdir, sizeof(gdir), "%s/" GUARD_DIR, b->dir) >= (int)sizeof(gdir))
 		return -ENAMETOOLONG;
 	if (mkdir(gdir, 0700) < 0 && errno != EEXIST) {
 		err = -errno;
 		log_error("escape guard: create %s: %s", gdir, strerror(-err));
 		return err;
 	}
-	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = maps);
-	g->skel = escape_bpf__open_opts(&opts);
+	g->skel = escape_bpf__open();
 	if (!g->skel) {
 		err = -errno;
 		log_error("escape guard: open BPF object: %s", strerror(-err));
 		return err;
 	}
-	err = escape_bpf__load(g->skel);
+	err = share_maps(g->skel, b);
+	if (!err)
+		err = escape_bpf__load(g->skel);
 	if (err) {
 		log_error("escape guard: load: %s", strerror(-err));
 		escape_bpf__destroy(g->skel);

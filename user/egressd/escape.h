@@ -15,6 +15,7 @@
 
 struct escape_bpf;
 struct bpf_link;
+struct egr_bpf;
 
 #define EGR_ESCAPE_LINKS 3
 
@@ -24,11 +25,11 @@ struct egr_escape {
 	bool adopted; /* some link of an earlier egressd is kept */
 };
 
-/* Load the guard against the pinned maps under <dir>/maps (egr_bpf_open
- * made them), attach it and pin its links, replacing pinned ones. 0 when
+/* Load the guard on the maps of b (egr_bpf_open() opened them), attach it
+ * and pin its links under <bpffs-dir>/guard, replacing pinned ones. 0 when
  * the whole guard is in force afterwards, else -errno: the host lacks the
  * layer. */
-int egr_escape_start(struct egr_escape *g, const char *dir);
+int egr_escape_start(struct egr_escape *g, const struct egr_bpf *b);
 /* Drop our references; the pinned links stay in force. */
 void egr_escape_close(struct egr_escape *g);
 

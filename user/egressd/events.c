@@ -380,9 +380,8 @@ static void publish(struct egr_events *ev, json_t *o)
 
 /* --- kernel events --------------------------------------------------------------- */
 
-/* What programs of an older egressd write: the layout never shrinks. */
-_Static_assert(EGR_EVENT_V1_SIZE == 104, "version 1 of struct egr_event is 104 bytes");
-_Static_assert(sizeof(struct egr_event) == 128, "version 2 of struct egr_event is 128 bytes");
+_Static_assert(sizeof(struct egr_escape_event) == sizeof(struct egr_event) + 24,
+	       "struct egr_escape_event is struct egr_event and the move");
 
 static const char *escape_action(uint32_t a)
 {
@@ -404,19 +403,19 @@ static const char *escape_action(uint32_t a)
  * mover when it was in the sandbox; a different process it moved out (or
  * forked out with CLONE_INTO_CGROUP) is killed here, at once: it is outside
  * every hook. */
-static void put_escape(json_t *o, const struct egr_event *e)
+static void put_escape(json_t *o, const struct egr_escape_event *x)
 {
-	json_object_set_new(o, "action", json_string(escape_action(e->action)));
-	json_object_set_new(o, "from_cgroup_id", json_integer((json_int_t)e->from_cgroup_id));
-	json_object_set_new(o, "to_cgroup_id", json_integer((json_int_t)e->to_cgroup_id));
-	json_object_set_new(o, "target_pid", json_integer(e->target_pid));
-	if (e->action == EGR_ESCAPE_KILLED && e->target_pid && e->target_pid != e->pid) {
-		int err = egr_escape_kill_moved(e->target_pid, e->to_cgroup_id);
+	json_object_set_new(o, "action", json_string(escape_action(x->action)));
+	json_object_set_new(o, "from_cgroup_id", json_integer((json_int_t)x->from_cgroup_id));
+	json_object_set_new(o, "to_cgroup_id", json_integer((json_int_t)x->to_cgroup_id));
+	json_object_set_new(o, "target_pid", json_integer(x->target_pid));
+	if (x->action == EGR_ESCAPE_KILLED && x->target_pid && x->target_pid != x->ev.pid) {
+		int err = egr_escape_kill_moved(x->target_pid, x->to_cgroup_id);
 
 		json_object_set_new(o, "target_killed", json_boolean(!err));
 		if (err)
 			log_error("escape from sandbox %u: kill moved process %u: %s",
-				  e->sandbox_id, e->target_pid,
+				  x->ev.sandbox_id, x->target_pid,
 				  err == -ESTALE ? "no longer in the cgroup it was moved to"
 						 : strerror(-err));
 	}
@@ -425,8 +424,7 @@ static void put_escape(json_t *o, const struct egr_event *e)
 static int on_ring(void *ctx, void *data, size_t size)
 {
 	struct egr_events *ev = ctx;
-	struct egr_event ebuf;
-	const struct egr_event *e = &ebuf;
+	const struct egr_event *e = data;
 	uint64_t off = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_BOOTTIME);
 	char addr[INET6_ADDRSTRLEN], comm[sizeof(e->comm) + 1];
 	const char *tname;
@@ -434,12 +432,9 @@ static int on_ring(void *ctx, void *data, size_t size)
 	bool inbound;
 
 	ev->received++;
-	/* Programs of an older egressd may still be attached and write the
-	 * shorter version 1 layout: read what is there, zero the rest. */
-	memset(&ebuf, 0, sizeof(ebuf));
-	memcpy(&ebuf, data, size < sizeof(ebuf) ? size : sizeof(ebuf));
-	if (size < EGR_EVENT_V1_SIZE || e->version < 1 || (e->version >= 2 && size < sizeof(*e)) ||
-	    (e->type == EGR_EV_ESCAPE && e->version < 2)) {
+	if (size < sizeof(*e) || e->version < 1 ||
+	    (e->type == EGR_EV_ESCAPE && size < sizeof(struct egr_escape_event))) {
+		/* An older layout than ours is not something we can read. */
 		ev->bad_version++;
 		return 0;
 	}
@@ -490,7 +485,7 @@ static int on_ring(void *ctx, void *data, size_t size)
 		json_object_set_new(o, "optname", json_integer(e->optname));
 		break;
 	case EGR_EV_ESCAPE:
-		put_escape(o, e);
+		put_escape(o, (const struct egr_escape_event *)data);
 		break;
 	default:
 		break;

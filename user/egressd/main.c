@@ -510,7 +510,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/* Before any sandbox is adopted: adoption gives their processes homes. */
-	feat.escape_guard = egr_escape_start(&guard, o.bpffs_dir) == 0;
+	feat.escape_guard = egr_escape_start(&guard, &bpf) == 0;
 	err = egr_loop_new(&loop);
 	if (err) {
 		log_error("event loop: %s", strerror(-err));

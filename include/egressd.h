@@ -132,23 +132,6 @@ struct egr_cg_ref {
 	__u32 pad;
 };
 
-/* egr_sandbox_cgroups: cgroup id (kernfs id) of a sandbox's own cgroup ->
- * its sandbox id, for the programs that are not attached to the cgroup
- * (the cgroup_attach_task guard) and so cannot read egr_cg_storage.
- * egressd writes it with the cgroup storage and removes it at detach. */
-#define EGR_MAX_CGROUP_LEVELS 128 /* how far up the guard looks for a sandbox */
-
-/* egr_proc_home (tgid -> this): the sandbox a process lives in, for the
- * guard to know where a task came from once the kernel has moved it. As
- * large as the pid space (PID_MAX_LIMIT on 64-bit), so it cannot fill up
- * before the kernel runs out of pids; allocated per entry. */
-#define EGR_MAX_HOMED_PROCS (4u << 20)
-struct egr_proc_home {
-	__u64 cgroup_id;  /* the sandbox's own cgroup */
-	__u32 sandbox_id; /* 0: none */
-	__u32 pad;
-};
-
 /* Global per-CPU counters, index into egr_counters. */
 enum egr_counter {
 	EGR_CNT_CONNECT_ALLOW = 0,
@@ -186,20 +169,36 @@ struct egr_dest_val {
 	__u64 last_ns;
 };
 
+/* egr_sandbox_cgroups: cgroup id (kernfs id) of a sandbox's own cgroup ->
+ * its sandbox id, for the programs that are not attached to the cgroup
+ * (the cgroup_attach_task guard) and so cannot read egr_cg_storage.
+ * egressd writes it with the cgroup storage and removes it at detach. */
+#define EGR_MAX_CGROUP_LEVELS 128 /* how far up the guard looks for a sandbox */
+
+/* egr_proc_home (tgid -> this): the sandbox a process lives in, for the
+ * guard to know where a task came from once the kernel has moved it. As
+ * large as the pid space (PID_MAX_LIMIT on 64-bit), so it cannot fill up
+ * before the kernel runs out of pids; allocated per entry. */
+#define EGR_MAX_HOMED_PROCS (4u << 20)
+struct egr_proc_home {
+	__u64 cgroup_id;  /* the sandbox's own cgroup */
+	__u32 sandbox_id; /* 0: none */
+	__u32 pad;
+};
+
 /* Events, kernel to egressd through the egr_events ring buffer. The layout
- * only grows at the end; version says which fields are there. Type numbers
- * are fixed: new ones are appended. */
+ * only grows at the end; version says which fields are there. */
 #define EGR_EVENT_VERSION 1
 
 enum egr_event_type {
-	EGR_EV_CONNECT = 1,     /* connect verdict */
-	EGR_EV_SENDMSG = 2,     /* unconnected UDP verdict */
-	EGR_EV_SOCK_CREATE = 3, /* refused socket() */
-	EGR_EV_SETSOCKOPT = 4,  /* refused routing option */
-	EGR_EV_BACKSTOP = 5,    /* cgroup_skb/egress drop */
-	EGR_EV_INBOUND = 6,     /* cgroup_skb/ingress drop */
-	EGR_EV_QUOTA = 7,       /* first drop of a window past a quota */
-	EGR_EV_ESCAPE = 8,      /* a task moved out of its sandbox cgroup: struct egr_escape_event */
+	EGR_EV_CONNECT = 1,   /* connect verdict */
+	EGR_EV_SENDMSG = 2,       /* unconnected UDP verdict */
+	EGR_EV_SOCK_CREATE = 3,   /* refused socket() */
+	EGR_EV_SETSOCKOPT = 4,    /* refused routing option */
+	EGR_EV_BACKSTOP = 5,      /* cgroup_skb/egress drop */
+	EGR_EV_INBOUND = 6,       /* cgroup_skb/ingress drop */
+	EGR_EV_QUOTA = 7,         /* first drop of a window past a quota */
+	EGR_EV_ESCAPE = 8,        /* a task left its sandbox cgroup: struct egr_escape_event */
 };
 
 /* What the cgroup_attach_task guard did about a move out of a sandbox. */

@@ -25,10 +25,15 @@ def hk_put_rule(c, sb, addr, ranges, expires_ns=0):
     pid = int(s["policy_id"])
     if ":" in addr:
         key = _struct.pack("<II", 32 + 128, pid) + socket.inet_pton(socket.AF_INET6, addr)
-        mp = os.path.join(c.bpffs, "maps", "egr_allow6")
+        name = "egr_allow6"
     else:
         key = _struct.pack("<II", 32 + 32, pid) + socket.inet_pton(socket.AF_INET, addr)
-        mp = os.path.join(c.bpffs, "maps", "egr_allow4")
+        name = "egr_allow4"
+    # <bpffs>/maps/ or, with versioned pins, <bpffs>/v<ABI>/maps/
+    found = sorted(glob.glob(os.path.join(c.bpffs, "maps", name)) +
+                   glob.glob(os.path.join(c.bpffs, "v[0-9]*", "maps", name)))
+    check(len(found) >= 1, "no pinned %s under %s" % (name, c.bpffs))
+    mp = found[-1]
     must(["bpftool", "map", "update", "pinned", mp, "key", "hex"] +
          ["%02x" % x for x in key] + ["value", "hex"] +
          ["%02x" % x for x in hk_rule_value(ranges, expires_ns)])

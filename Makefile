@@ -66,14 +66,16 @@ deps:
 	$(Q)tools/install-deps
 
 # --- BPF ---------------------------------------------------------------------
-$(OUT)/egressd.bpf.o: bpf/egressd.bpf.c $(BPF_HDRS) vmlinux/vmlinux.h | $(OUT)
+# One object per concern: egressd.bpf.c (the cgroup programs, attached per
+# sandbox) and escape.bpf.c (the host-wide cgroup_attach_task guard).
+$(OUT)/%.bpf.o: bpf/%.bpf.c $(BPF_HDRS) vmlinux/vmlinux.h | $(OUT)
 	$(call msg,BPF,$@)
 	$(Q)$(CLANG) $(BPF_CFLAGS) -c $< -o $@.tmp
 	$(Q)$(BPFTOOL) gen object $@ $@.tmp && rm -f $@.tmp
 
-$(OUT)/egressd.skel.h: $(OUT)/egressd.bpf.o
+$(OUT)/%.skel.h: $(OUT)/%.bpf.o
 	$(call msg,GEN-SKEL,$@)
-	$(Q)$(BPFTOOL) gen skeleton $< name egressd_bpf > $@
+	$(Q)$(BPFTOOL) gen skeleton $< name $(subst -,_,$*)_bpf > $@
 
 # --- userspace ---------------------------------------------------------------
 $(OUT)/%.o: %.c $(wildcard include/*.h) $(wildcard user/lib/*.h) $(wildcard user/*/*.h)
@@ -82,7 +84,7 @@ $(OUT)/%.o: %.c $(wildcard include/*.h) $(wildcard user/lib/*.h) $(wildcard user
 	$(Q)$(CC) $(CFLAGS) -Iuser/$(word 2,$(subst /, ,$<)) -c $< -o $@
 
 # Only the daemon includes the skeleton.
-$(D_OBJS): $(OUT)/egressd.skel.h
+$(D_OBJS): $(OUT)/egressd.skel.h $(OUT)/escape.skel.h
 
 $(OUT)/libegr.a: $(LIB_OBJS)
 	$(call msg,AR,$@)

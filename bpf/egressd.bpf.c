@@ -16,13 +16,13 @@
 
 #include "egressd.h"
 #include "egr_decide.h"
+#include "egr_maps.bpf.h"
 
 /* Large enough for two million-entry policies at once: an update builds the
  * new rule set beside the old one before it switches. LPM tries allocate per
  * entry (BPF_F_NO_PREALLOC is mandatory for them), so this costs nothing
  * until used. */
 #define EGR_MAX_RULES (1u << 22)
-#define EGR_MAX_SANDBOXES 65536
 
 #define ETH_P_IP   0x0800
 #define ETH_P_IPV6 0x86DD
@@ -43,14 +43,6 @@ struct {
 } egr_cg_storage SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, EGR_MAX_SANDBOXES);
-	__type(key, __u32);
-	__type(value, struct egr_sandbox);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egr_sandboxes SEC(".maps");
-
-struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, EGR_MAX_RULES);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -67,14 +59,6 @@ struct {
 	__type(value, struct egr_rule);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_allow6 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, EGR_CNT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egr_counters SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -115,12 +99,6 @@ struct {
 	__type(value, struct egr_dest_val);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_dests SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 22);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egr_events SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -303,6 +281,10 @@ static __always_inline int egr_decide4(const struct egr_sandbox *sb, __u32 daddr
 
 	int verdict, expired;
 
+	/* 0.0.0.0 is judged as the loopback the kernel will use (the hooks
+	 * rewrite it first); a rule for 0.0.0.0 itself never allows. */
+	if (egr_ip4_is_unspec(daddr_be))
+		return EGR_DENY;
 	__builtin_memcpy(key.addr, &daddr_be, sizeof(key.addr));
 	verdict = egr_judge_rule(bpf_map_lookup_elem(&egr_allow4, &key), port, protocol, &expired);
 	if (expired) {
@@ -328,6 +310,8 @@ static __always_inline int egr_decide6(const struct egr_sandbox *sb, const __u32
 	/* ::ffff:a.b.c.d goes to an IPv4 host: the IPv4 rules decide. */
 	if (egr_ip6_is_v4mapped(daddr, &v4))
 		return egr_decide4(sb, v4, port, protocol);
+	if (egr_ip6_is_unspec(daddr))
+		return EGR_DENY;
 	__builtin_memcpy(key.addr, daddr, sizeof(key.addr));
 	verdict = egr_judge_rule(bpf_map_lookup_elem(&egr_allow6, &key), port, protocol, &expired);
 	if (expired) {
@@ -465,13 +449,56 @@ static __always_inline int egr_inspect_redirect(struct bpf_sock_addr *ctx,
 
 enum egr_hook { EGR_HOOK_CONNECT, EGR_HOOK_SENDMSG };
 
+/*
+ * The peer of a connected UDP socket. A send with no address but with
+ * ancillary data (IP_TOS, IPV6_TCLASS, IP_PKTINFO, ...) leaves the kernel's
+ * connected fast path and runs the sendmsg hook with 0.0.0.0:0 or [::]:0:
+ * the kernel fills in the connected peer after the hook (and ignores any
+ * rewrite). udp_sendmsg and udpv6_sendmsg refuse an explicit port 0 before
+ * the hook, so port 0 here always means "no address". The datagram goes to
+ * the peer (or, with a routing header cmsg, to a first hop the skb backstop
+ * judges), so the peer is what is judged, now, against the current policy.
+ * -1 when the socket has no peer: denied.
+ */
+static __always_inline int egr_connected_peer(struct bpf_sock_addr *ctx, int v6, __u32 daddr[4],
+					      __u16 *port)
+{
+	struct bpf_sock *sk = ctx->sk;
+	__u32 family, d4;
+
+	if (!sk)
+		return -1;
+	/* Every field read outright, each its own load: the verifier
+	 * refuses a pointer the compiler would compute into the socket. */
+	family = sk->family;
+	*port = bpf_ntohs(sk->dst_port);
+	d4 = sk->dst_ip4;
+	daddr[0] = sk->dst_ip6[0];
+	daddr[1] = sk->dst_ip6[1];
+	daddr[2] = sk->dst_ip6[2];
+	daddr[3] = sk->dst_ip6[3];
+	if (!*port)
+		return -1;
+	if (family == EGR_AF_INET) {
+		if (v6)
+			return -1;
+		daddr[0] = d4;
+		daddr[1] = daddr[2] = daddr[3] = 0;
+		return 0;
+	}
+	/* sendmsg4 on an AF_INET6 socket: it is connected to ::ffff:a.b.c.d. */
+	if (!v6 && !egr_ip6_is_v4mapped(daddr, &daddr[0]))
+		return -1;
+	return 0;
+}
+
 static __always_inline int egr_sock_addr(struct bpf_sock_addr *ctx, int v6, enum egr_hook hook)
 {
 	__u16 port = bpf_ntohs((__u16)ctx->user_port);
 	const struct egr_sandbox *sb;
 	__u32 sandbox_id = 0, daddr[4] = {};
 	struct egr_event *e;
-	int verdict;
+	int verdict, peer = 0, peer_err = 0;
 
 	if (v6) {
 		/* The context only allows 4-byte loads of user_ip6. */
@@ -483,10 +510,36 @@ static __always_inline int egr_sock_addr(struct bpf_sock_addr *ctx, int v6, enum
 		daddr[0] = ctx->user_ip4;
 	}
 
+	if (hook == EGR_HOOK_SENDMSG && port == 0) {
+		peer = 1;
+		peer_err = egr_connected_peer(ctx, v6, daddr, &port);
+	} else if (v6 ? egr_ip6_unspec_to_loopback(daddr) : egr_ip4_unspec_to_loopback(&daddr[0])) {
+		/* 0.0.0.0 / :: : judge, and connect to, the loopback. */
+		if (v6) {
+			ctx->user_ip6[0] = daddr[0];
+			ctx->user_ip6[1] = daddr[1];
+			ctx->user_ip6[2] = daddr[2];
+			ctx->user_ip6[3] = daddr[3];
+		} else {
+			ctx->user_ip4 = daddr[0];
+		}
+	}
+
 	sb = egr_current_sandbox(&sandbox_id);
 	if (!sb) {
 		egr_count(EGR_CNT_NO_SANDBOX);
 		verdict = EGR_DENY;
+	} else if (peer) {
+		/* Never redirected here: the kernel would not take the rewrite.
+		 * A socket redirected at connect() has the proxy as its peer. */
+		if (peer_err)
+			verdict = EGR_DENY;
+		else if (v6 ? egr_is_proxy6(sb, daddr, port) : egr_is_proxy4(sb, daddr[0], port))
+			verdict = EGR_ALLOW;
+		else if (v6)
+			verdict = egr_decide6(sb, daddr, port, ctx->protocol);
+		else
+			verdict = egr_decide4(sb, daddr[0], port, ctx->protocol);
 	} else if (port == EGR_DNS_PORT && egr_proto_bit(ctx->protocol)) {
 		/* All DNS goes to the sandbox's own proxy, whatever resolver
 		 * it named; no proxy (egressd down) means no DNS. */

@@ -118,6 +118,71 @@ static __always_inline int egr_ip6_is_v4mapped(const __u32 w[4], __u32 *v4)
 }
 
 /*
+ * The unspecified address as a destination. The kernel sends a connect() or
+ * a datagram to 0.0.0.0 to a local address it picks after the hooks ran
+ * (the socket's bound source, else 127.0.0.1: ip_route_output_key_hash_rcu),
+ * and one to :: to ::1 (the "BSD'ism" of tcp_v6_connect and udpv6_sendmsg).
+ * Judging 0.0.0.0 itself would let a rule for it (a sinkhole's answer, a
+ * learned 0.0.0.0) open local services. So the hooks make the loopback
+ * explicit: these rewrite the destination to 127.0.0.1, ::1 or
+ * ::ffff:127.0.0.1, the hook judges that and hands it to the kernel, and
+ * what was judged is where it goes, whatever was bound before (or by a
+ * racing thread) and whatever IP_PKTINFO says. Words in network order, as
+ * in bpf_sock_addr. Return 1 when they rewrote the address.
+ */
+static __always_inline void egr_ip4_set_loopback(__u32 *a)
+{
+	__u8 *b = (__u8 *)a;
+
+	b[0] = 127;
+	b[1] = 0;
+	b[2] = 0;
+	b[3] = 1;
+}
+
+static __always_inline int egr_ip4_unspec_to_loopback(__u32 *a)
+{
+	if (*a != 0)
+		return 0;
+	egr_ip4_set_loopback(a);
+	return 1;
+}
+
+static __always_inline int egr_ip6_unspec_to_loopback(__u32 w[4])
+{
+	__u32 v4;
+
+	if (w[0] != 0 || w[1] != 0)
+		return 0;
+	if (w[2] == 0 && w[3] == 0) {
+		((__u8 *)w)[15] = 1; /* :: -> ::1 */
+		return 1;
+	}
+	if (egr_ip6_is_v4mapped(w, &v4) && v4 == 0) {
+		egr_ip4_set_loopback(&w[3]); /* ::ffff:0.0.0.0 -> ::ffff:127.0.0.1 */
+		return 1;
+	}
+	return 0;
+}
+
+/* Is the address unspecified (0.0.0.0, ::, ::ffff:0.0.0.0)? Never a
+ * destination a rule may allow: only a packet from 0.0.0.0 (ingress) or a
+ * rule that should not exist could name it, and both deny. */
+static __always_inline int egr_ip4_is_unspec(__u32 a)
+{
+	return a == 0;
+}
+
+static __always_inline int egr_ip6_is_unspec(const __u32 w[4])
+{
+	__u32 v4;
+
+	if (w[0] == 0 && w[1] == 0 && w[2] == 0 && w[3] == 0)
+		return 1;
+	return egr_ip6_is_v4mapped(w, &v4) && v4 == 0;
+}
+
+/*
  * cgroup/sock_create: which inet sockets may a sandbox create at all?
  * TCP and UDP always (their every destination is judged by connect and
  * sendmsg). The rest either have no sock_addr hooks (raw, UDP-Lite, SCTP) or

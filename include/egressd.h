@@ -46,6 +46,8 @@
 /* Other sandbox flags. */
 #define EGR_SB_INBOUND_ALLOW 0x100 /* network.inbound = "allow" */
 #define EGR_SB_INSPECT       0x200 /* network.inspect: TCP through the inspecting proxy */
+#define EGR_SB_ESCAPE_ALERT  0x400 /* network.on_escape = "alert": a task leaving the
+				    * sandbox cgroup is reported, not killed */
 
 /* Policy id 0 and sandbox id 0 are never allocated: a zeroed cgroup storage
  * (a link attached before egressd wrote the sandbox id) therefore resolves to
@@ -218,6 +220,23 @@ struct egr_dest_val {
 	__u64 last_ns;
 };
 
+/* egr_sandbox_cgroups: cgroup id (kernfs id) of a sandbox's own cgroup ->
+ * its sandbox id, for the programs that are not attached to the cgroup
+ * (the cgroup_attach_task guard) and so cannot read egr_cg_storage.
+ * egressd writes it with the cgroup storage and removes it at detach. */
+#define EGR_MAX_CGROUP_LEVELS 128 /* how far up the guard looks for a sandbox */
+
+/* egr_proc_home (tgid -> this): the sandbox a process lives in, for the
+ * guard to know where a task came from once the kernel has moved it. As
+ * large as the pid space (PID_MAX_LIMIT on 64-bit), so it cannot fill up
+ * before the kernel runs out of pids; allocated per entry. */
+#define EGR_MAX_HOMED_PROCS (4u << 20)
+struct egr_proc_home {
+	__u64 cgroup_id;  /* the sandbox's own cgroup */
+	__u32 sandbox_id; /* 0: none */
+	__u32 pad;
+};
+
 /* Events, kernel to egressd through the egr_events ring buffer. The layout
  * only grows at the end; version says which fields are there. */
 #define EGR_EVENT_VERSION 1
@@ -230,6 +249,15 @@ enum egr_event_type {
 	EGR_EV_BACKSTOP = 5,      /* cgroup_skb/egress drop */
 	EGR_EV_INBOUND = 6,       /* cgroup_skb/ingress drop */
 	EGR_EV_QUOTA = 7,         /* first drop of a window past a quota */
+	EGR_EV_ESCAPE = 8,        /* a task left its sandbox cgroup: struct egr_escape_event */
+};
+
+/* What the cgroup_attach_task guard did about a move out of a sandbox. */
+enum egr_escape_action {
+	EGR_ESCAPE_KILLED = 1,      /* the mover (in the sandbox) got SIGKILL */
+	EGR_ESCAPE_ALERTED = 2,     /* network.on_escape "alert": reported only */
+	EGR_ESCAPE_BY_OUTSIDER = 3, /* moved by a process outside the sandbox: reported */
+	EGR_ESCAPE_KILL_FAILED = 4, /* bpf_send_signal refused: reported */
 };
 
 struct egr_event {
@@ -253,6 +281,18 @@ struct egr_event {
 	char comm[16];
 };
 
+/* EGR_EV_ESCAPE records are longer: struct egr_event (pid, comm, cgroup_id:
+ * the mover, the writer of cgroup.procs) followed by the move. A record of
+ * its own, so that struct egr_event, which every other program writes,
+ * keeps its layout. */
+struct egr_escape_event {
+	struct egr_event ev;
+	__u64 from_cgroup_id; /* the sandbox's cgroup the task left */
+	__u64 to_cgroup_id;   /* the cgroup it was moved to (or born in) */
+	__u32 target_pid;     /* the moved task (tgid) */
+	__u32 action;         /* enum egr_escape_action */
+};
+
 /* The sizes every map and event depend on (see the top of this file). */
 _Static_assert(sizeof(struct egr_lpm4_key) == 12, "egr_lpm4_key is ABI");
 _Static_assert(sizeof(struct egr_lpm6_key) == 24, "egr_lpm6_key is ABI");
@@ -267,4 +307,5 @@ _Static_assert(sizeof(struct egr_dest_key) == 24, "egr_dest_key is ABI");
 _Static_assert(sizeof(struct egr_dest_val) == 32, "egr_dest_val is ABI");
 _Static_assert(sizeof(struct egr_event) == 104, "egr_event is ABI");
 _Static_assert(EGR_CNT_MAX == 14, "egr_counters' size is ABI: a new counter bumps EGR_ABI_VERSION");
+_Static_assert(sizeof(struct egr_escape_event) == 128, "egr_escape_event is ABI");
 #endif /* EGRESSD_H */

@@ -48,6 +48,18 @@
  *   netprobe xdp-socket                 socket(AF_XDP, SOCK_RAW, 0) only
  *   netprobe vsock-socket               socket(AF_VSOCK, SOCK_STREAM, 0) only: NEVER
  *                                       connected (the peer is the VM's host)
+ *   netprobe tcp-bound SRC HOST PORT    bind SRC (port 0) first, then connect HOST PORT
+ *                                       (SRC and HOST of one family)
+ *   netprobe udp-connect-cmsg HOST PORT WAIT  connect, then sendmsg with no address and an
+ *                                       IP_TOS (IPv4) or IPV6_TCLASS (IPv6) control
+ *                                       message; with WAIT > 0 seconds, that first send
+ *                                       must work, then after WAIT s a second one is
+ *                                       what is reported
+ *   netprobe cgroup-move PROCS HOST PORT  write this process's pid into the cgroup.procs
+ *                                       file PROCS (moving itself), then tcp HOST PORT
+ *   netprobe clone-into CGDIR HOST PORT  clone3(CLONE_INTO_CGROUP) a child into cgroup
+ *                                       directory CGDIR; the child tries tcp HOST PORT
+ *                                       and exits; "ok" once the child is reaped
  *   netprobe fds                        the descriptors open in this process besides
  *                                       0, 1 and 2: "ok" when none, else "err OPENFDS N"
  *                                       and the list on stderr
@@ -62,14 +74,17 @@
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/io_uring.h>
+#include <linux/sched.h>
 #include <netinet/ip6.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h> /* after socket.h: keeps clear of the includes egressctl run's tests added */
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/prctl.h>
@@ -195,6 +210,10 @@ static int usage(void)
 		"       netprobe ping-sendto|raw-sendto|ping-echo|raw-echo HOST\n"
 		"       netprobe udplite-sendto|udplite-connect|mptcp|setsockopt-rthdr|ip-options HOST PORT\n"
 		"       netprobe cmsg-rthdr FIRSTHOP FINAL PORT\n"
+		"       netprobe tcp-bound SRC HOST PORT\n"
+		"       netprobe udp-connect-cmsg HOST PORT WAIT\n"
+		"       netprobe cgroup-move PROCS HOST PORT\n"
+		"       netprobe clone-into CGDIR HOST PORT\n"
 		"       netprobe legacy-detach CGROUP TYPE\n"
 		"       netprobe io-uring-setup|packet-socket|xdp-socket|vsock-socket|fds\n");
 	return EXIT_USAGE;
@@ -350,6 +369,149 @@ static int do_tfo(const char *host, const char *port)
 	}
 	close(fd);
 	return rc;
+}
+
+static int do_tcp_bound(const char *src, const char *host, const char *port)
+{
+	struct sockaddr_storage ss, bs;
+	socklen_t len, blen;
+	int fd, rc = EXIT_USAGE;
+
+	if (make_addr(host, port, 0, 0, &ss, &len) || make_addr(src, NULL, 0, 0, &bs, &blen))
+		return EXIT_USAGE;
+	if (ss.ss_family != bs.ss_family) {
+		fprintf(stderr, "netprobe: %s and %s are not of one family\n", src, host);
+		return EXIT_USAGE;
+	}
+	fd = open_socket(ss.ss_family, SOCK_STREAM, IPPROTO_TCP, 0, &rc);
+	if (fd < 0)
+		return rc;
+	if (bind(fd, (struct sockaddr *)&bs, blen)) {
+		fprintf(stderr, "netprobe: bind %s: %s\n", src, strerror(errno));
+		close(fd);
+		return EXIT_USAGE;
+	}
+	if (connect(fd, (struct sockaddr *)&ss, len)) {
+		rc = fail("connect", errno);
+	} else {
+		tcp_exchange(fd);
+		rc = ok();
+	}
+	close(fd);
+	return rc;
+}
+
+/* A send on a connected UDP socket with no address and one control
+ * message: the kernel leaves its connected fast path for it. */
+static ssize_t send_with_tos(int fd, int v6)
+{
+	char payload[] = "ping";
+	struct iovec iov = { .iov_base = payload, .iov_len = 4 };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	struct cmsghdr *cm;
+	int tos = 0x10;
+
+	memset(&u, 0, sizeof(u));
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = v6 ? IPPROTO_IPV6 : IPPROTO_IP;
+	cm->cmsg_type = v6 ? IPV6_TCLASS : IP_TOS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &tos, sizeof(tos));
+	return sendmsg(fd, &mh, 0);
+}
+
+static int do_udp_connect_cmsg(const char *host, const char *port, const char *wait)
+{
+	struct sockaddr_storage ss;
+	unsigned long w;
+	socklen_t len;
+	char *end;
+	int fd, rc = EXIT_USAGE;
+
+	errno = 0;
+	w = strtoul(wait, &end, 10);
+	if (errno || !*wait || *end || w > 30) {
+		fprintf(stderr, "netprobe: bad WAIT %s (0-30 s)\n", wait);
+		return EXIT_USAGE;
+	}
+	if (make_addr(host, port, 0, 0, &ss, &len))
+		return EXIT_USAGE;
+	fd = open_socket(ss.ss_family, SOCK_DGRAM, IPPROTO_UDP, 0, &rc);
+	if (fd < 0)
+		return rc;
+	if (connect(fd, (struct sockaddr *)&ss, len)) {
+		rc = fail("connect", errno);
+	} else if (w && send_with_tos(fd, ss.ss_family == AF_INET6) < 0) {
+		rc = fail("first sendmsg with a control message", errno);
+	} else {
+		if (w)
+			sleep((unsigned int)w);
+		if (send_with_tos(fd, ss.ss_family == AF_INET6) < 0)
+			rc = fail("sendmsg with a control message", errno);
+		else
+			rc = ok();
+	}
+	close(fd);
+	return rc;
+}
+
+/* Move this process by writing its pid to a cgroup.procs file, then try
+ * a connection: a sandbox's guard kills it in between, or it is still
+ * confined (a move within the sandbox). */
+static int do_cgroup_move(const char *procs, const char *host, const char *port)
+{
+	char pid[32];
+	int fd, n;
+
+	fd = open(procs, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return fail("open cgroup.procs", errno);
+	n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (write(fd, pid, (size_t)n) != n) {
+		int e = errno;
+
+		close(fd);
+		return fail("write cgroup.procs", e);
+	}
+	close(fd);
+	return do_tcp(host, port, 0, 0);
+}
+
+/* A child born in another cgroup: clone3(CLONE_INTO_CGROUP), which no
+ * cgroup.procs write and no cgroup_attach_task() is involved in. */
+static int do_clone_into(const char *cgdir, const char *host, const char *port)
+{
+	struct clone_args args;
+	int cgfd, status;
+	long child;
+
+	cgfd = open(cgdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (cgfd < 0)
+		return fail("open cgroup", errno);
+	memset(&args, 0, sizeof(args));
+	args.flags = CLONE_INTO_CGROUP;
+	args.exit_signal = SIGCHLD;
+	args.cgroup = (uint64_t)cgfd;
+	child = syscall(SYS_clone3, &args, sizeof(args));
+	if (child < 0) {
+		int e = errno;
+
+		close(cgfd);
+		return fail("clone3(CLONE_INTO_CGROUP)", e);
+	}
+	if (child == 0) {
+		close(cgfd);
+		_exit(do_tcp(host, port, 0, 0));
+	}
+	close(cgfd);
+	if (waitpid((pid_t)child, &status, 0) < 0)
+		return fail("waitpid", errno);
+	return ok();
 }
 
 enum udp_mode { UDP_CONNECT, UDP_SENDTO, UDP_SENDMSG, UDP_SENDMMSG };
@@ -1006,6 +1168,14 @@ int main(int argc, char **argv)
 	}
 	if (argc == 5 && !strcmp(a, "cmsg-rthdr"))
 		return do_cmsg_rthdr(argv[2], argv[3], argv[4]);
+	if (argc == 5 && !strcmp(a, "tcp-bound"))
+		return do_tcp_bound(argv[2], argv[3], argv[4]);
+	if (argc == 5 && !strcmp(a, "udp-connect-cmsg"))
+		return do_udp_connect_cmsg(argv[2], argv[3], argv[4]);
+	if (argc == 5 && !strcmp(a, "cgroup-move"))
+		return do_cgroup_move(argv[2], argv[3], argv[4]);
+	if (argc == 5 && !strcmp(a, "clone-into"))
+		return do_clone_into(argv[2], argv[3], argv[4]);
 	if (argc == 2) {
 		if (!strcmp(a, "io-uring-setup"))
 			return do_io_uring_setup();

@@ -201,6 +201,66 @@ static int mapped(const char *text, uint32_t *v4)
 	return egr_ip6_is_v4mapped(w, v4);
 }
 
+/* Row 7: the unspecified destination becomes the loopback the kernel uses. */
+static void expect6_loopback(const char *in, const char *want, int changed)
+{
+	struct in6_addr a, w;
+
+	assert_int_equal(inet_pton(AF_INET6, in, &a), 1);
+	assert_int_equal(inet_pton(AF_INET6, want, &w), 1);
+	assert_int_equal(egr_ip6_unspec_to_loopback((__u32 *)a.s6_addr32), changed);
+	assert_memory_equal(&a, &w, sizeof(a));
+}
+
+static void test_unspec_to_loopback(void **state)
+{
+	static const char *const v6_kept[] = {
+		"::1", "::2", "::0.0.0.1", "::ffff:0.0.0.1", "::ffff:127.0.0.1", "::fffe:0.0.0.0",
+		"::1:ffff:0.0.0.0", "1::", "2001:db8::", "fe80::", "::ffff:0:0:0",
+	};
+	uint32_t a4;
+	size_t i;
+
+	a4 = 0;
+	assert_int_equal(egr_ip4_unspec_to_loopback(&a4), 1);
+	assert_int_equal(a4, htonl(INADDR_LOOPBACK));
+	assert_int_equal(egr_ip4_unspec_to_loopback(&a4), 0);
+	assert_int_equal(a4, htonl(INADDR_LOOPBACK));
+	/* Only 0.0.0.0 itself: the kernel routes 0.x.y.z like any address. */
+	a4 = htonl(0x00000001);
+	assert_int_equal(egr_ip4_unspec_to_loopback(&a4), 0);
+	assert_int_equal(a4, htonl(0x00000001));
+	a4 = htonl(0x0a000001);
+	assert_int_equal(egr_ip4_unspec_to_loopback(&a4), 0);
+	assert_int_equal(a4, htonl(0x0a000001));
+
+	expect6_loopback("::", "::1", 1);
+	expect6_loopback("::ffff:0.0.0.0", "::ffff:127.0.0.1", 1);
+	for (i = 0; i < sizeof(v6_kept) / sizeof(v6_kept[0]); i++)
+		expect6_loopback(v6_kept[i], v6_kept[i], 0);
+}
+
+static void test_unspec(void **state)
+{
+	struct in6_addr a;
+
+	assert_true(egr_ip4_is_unspec(0));
+	assert_false(egr_ip4_is_unspec(htonl(INADDR_LOOPBACK)));
+	assert_false(egr_ip4_is_unspec(htonl(1)));
+	assert_int_equal(inet_pton(AF_INET6, "::", &a), 1);
+	assert_true(egr_ip6_is_unspec((__u32 *)a.s6_addr32));
+	assert_int_equal(inet_pton(AF_INET6, "::ffff:0.0.0.0", &a), 1);
+	assert_true(egr_ip6_is_unspec((__u32 *)a.s6_addr32));
+	assert_int_equal(inet_pton(AF_INET6, "::1", &a), 1);
+	assert_false(egr_ip6_is_unspec((__u32 *)a.s6_addr32));
+	assert_int_equal(inet_pton(AF_INET6, "::ffff:0.0.0.1", &a), 1);
+	assert_false(egr_ip6_is_unspec((__u32 *)a.s6_addr32));
+	assert_int_equal(inet_pton(AF_INET6, "::0.0.0.1", &a), 1);
+	assert_false(egr_ip6_is_unspec((__u32 *)a.s6_addr32));
+	assert_int_equal(inet_pton(AF_INET6, "::fffe:0.0.0.0", &a), 1);
+	assert_false(egr_ip6_is_unspec((__u32 *)a.s6_addr32));
+}
+
 static void test_v4mapped(void **state)
 {
 	static const char *const not_mapped[] = {
@@ -376,6 +436,8 @@ int main(void)
 		cmocka_unit_test(test_rule_nranges),
 		cmocka_unit_test(test_rule_expiry_null),
 		cmocka_unit_test(test_v4mapped),
+		cmocka_unit_test(test_unspec_to_loopback),
+		cmocka_unit_test(test_unspec),
 		cmocka_unit_test(test_sock_create_tcp_udp),
 		cmocka_unit_test(test_sock_create_flagged),
 		cmocka_unit_test(test_sock_create_family),

@@ -509,8 +509,41 @@ static void test_string_errors(void **state)
 	expect_fail(buf, "execution_id", "too long");
 }
 
+static void test_on_escape(void **state)
+{
+	struct egr_policy p;
+	struct egr_error e;
+
+	assert_int_equal(parse(with_net("\"outbound_allow\":[]"), &p, &e), 0);
+	assert_int_equal(p.escape_alert, 0); /* default: kill */
+	egr_policy_free(&p);
+	assert_int_equal(parse(with_net("\"outbound_allow\":[],\"on_escape\":\"kill\""), &p, &e),
+			 0);
+	assert_int_equal(p.escape_alert, 0);
+	egr_policy_free(&p);
+	assert_int_equal(parse(with_net("\"outbound_allow\":[],\"on_escape\":\"alert\""), &p,
+			       &e), 0);
+	assert_int_equal(p.escape_alert, 1);
+	egr_policy_free(&p);
+	expect_fail(with_net("\"outbound_allow\":[],\"on_escape\":\"ignore\""),
+		    "network.on_escape", "must be \"kill\" or \"alert\", not \"ignore\"");
+	expect_fail(with_net("\"outbound_allow\":[],\"on_escape\":true"), "network.on_escape",
+		    "must be \"kill\" or \"alert\"");
+	expect_fail(with_net("\"outbound_allow\":[],\"on_escape\":\"Kill\""), "network.on_escape",
+		    "must be");
+}
+
 static void test_entry_errors(void **state)
 {
+	/* The unspecified address is loopback to the kernel: say loopback. */
+	expect_entry_fail("0.0.0.0:8080", "0.0.0.0 is not a destination");
+	expect_entry_fail("0.0.0.0/32:*", "allow 127.0.0.1");
+	expect_entry_fail("udp/0.0.0.0:53", "0.0.0.0 is not a destination");
+	expect_entry_fail("[::]:8080", "[::] is not a destination");
+	expect_entry_fail("[::/128]:443", "allow [::1]");
+	expect_entry_fail("[::ffff:0.0.0.0]:80", "0.0.0.0 is not a destination");
+	expect_allow_fail("{\"host\":\"0.0.0.0\",\"ports\":[80]}",
+			  "network.outbound_allow[1].host", "0.0.0.0 is not a destination");
 	expect_entry_fail("1.2.3.256:80", "bad IPv4 address \"1.2.3.256\"");
 	expect_entry_fail("1.2.3:80", "bad IPv4 address");
 	expect_entry_fail("01.2.3.4:80", "bad IPv4 address");
@@ -1062,6 +1095,7 @@ int main(void)
 		cmocka_unit_test(test_structure_errors),
 		cmocka_unit_test(test_string_errors),
 		cmocka_unit_test(test_entry_errors),
+		cmocka_unit_test(test_on_escape),
 		cmocka_unit_test(test_dns_errors),
 		cmocka_unit_test(test_json_errors),
 		cmocka_unit_test(test_oversized),

@@ -76,6 +76,13 @@ static void print_event(const json_t *e)
 		       json_integer_value(json_object_get(e, "optname")));
 	if (str(e, "qname"))
 		printf(" qname=%s", str(e, "qname"));
+	if (strcmp(t, "escape") == 0)
+		printf(" action=%s target_pid=%" JSON_INTEGER_FORMAT " from_cgroup=%"
+		       JSON_INTEGER_FORMAT " to_cgroup=%" JSON_INTEGER_FORMAT,
+		       str(e, "action") ?: "?",
+		       json_integer_value(json_object_get(e, "target_pid")),
+		       json_integer_value(json_object_get(e, "from_cgroup_id")),
+		       json_integer_value(json_object_get(e, "to_cgroup_id")));
 	if ((x = json_object_get(e, "lost")))
 		printf(" lost=%" JSON_INTEGER_FORMAT, json_integer_value(x));
 	if (str(e, "reason"))

@@ -143,6 +143,29 @@ void egr_alerting_event(struct egr_alerting *al, const json_t *ev)
 		egr_alerting_raise(al, &in);
 		return;
 	}
+	if (strcmp(type, "escape") == 0) {
+		/* A task left its sandbox cgroup: outside every hook now. */
+		const char *action = json_string_value(json_object_get(ev, "action")) ?: "?";
+		const char *comm = json_string_value(json_object_get(ev, "comm")) ?: "?";
+		int64_t target = (int64_t)json_integer_value(json_object_get(ev, "target_pid"));
+		int64_t mover = (int64_t)json_integer_value(json_object_get(ev, "pid"));
+		struct egr_alert_in in = {
+			.type = "sandbox_escape",
+			.severity = EGR_SEV_CRITICAL,
+			.tenant = tenant,
+			.sandbox = sandbox,
+			.execution_id = exec,
+			.summary = summary,
+			.evidence = json_deep_copy(ev),
+		};
+
+		snprintf(summary, sizeof(summary),
+			 "sandbox %" PRIu32 " (tenant %s): process %" PRId64 " was moved out of "
+			 "the sandbox cgroup by %" PRId64 " (%s): %s",
+			 sandbox, tenant ?: "?", target, mover, comm, action);
+		egr_alerting_raise(al, &in);
+		return;
+	}
 	if (strcmp(type, "dns") == 0 && strcmp(verdict, "exfil") == 0) {
 		const char *q = json_string_value(json_object_get(ev, "qname"));
 		struct egr_alert_in in = {

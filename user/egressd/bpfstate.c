@@ -127,9 +127,10 @@ static void probe_features(struct egr_features *f)
 
 json_t *egr_features_layers(const struct egr_features *f)
 {
-	return json_pack("{s:b, s:b, s:b, s:b, s:b, s:b}", "sock_addr", f->cgroup_sock_addr,
+	return json_pack("{s:b, s:b, s:b, s:b, s:b, s:b, s:b}", "sock_addr", f->cgroup_sock_addr,
 			 "sock_create", f->cgroup_sock, "setsockopt", f->setsockopt, "skb_backstop",
-			 f->skb, "seccomp", f->seccomp, "lsm_cgroup", f->lsm_cgroup);
+			 f->skb, "seccomp", f->seccomp, "lsm_cgroup", f->lsm_cgroup,
+			 "escape_guard", f->escape_guard);
 }
 
 /* Pins of this ABI version: <dir>/v<EGR_ABI_VERSION>/maps. */
@@ -225,6 +226,8 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	b->fd_events = bpf_map__fd(b->skel->maps.egr_events);
 	b->fd_dests = bpf_map__fd(b->skel->maps.egr_dests);
 	b->fd_inspect_orig = bpf_map__fd(b->skel->maps.egr_inspect_orig);
+	b->fd_sb_cgroups = bpf_map__fd(b->skel->maps.egr_sandbox_cgroups);
+	b->fd_proc_home = bpf_map__fd(b->skel->maps.egr_proc_home);
 	log_info("BPF programs loaded (ABI version %d), maps %s under %s", EGR_ABI_VERSION,
 		 b->migrated_from ? "migrated" : b->reused_maps ? "adopted" : "pinned", b->maps);
 	return 0;
@@ -419,7 +422,77 @@ int egr_bpf_set_cgroup_sandbox(struct egr_bpf *b, uint64_t cgroup_id, uint32_t s
 
 	if (bpf_map_update_elem(b->fd_storage, &cgroup_id, &ref, BPF_ANY) < 0)
 		return -errno;
+	/* For the escape guard, which is not attached to the cgroup. */
+	if (bpf_map_update_elem(b->fd_sb_cgroups, &cgroup_id, &sandbox_id, BPF_ANY) < 0)
+		return errno == E2BIG ? -ENOSPC : -errno;
 	return 0;
+}
+
+int egr_bpf_forget_cgroup(struct egr_bpf *b, uint64_t cgroup_id)
+{
+	if (bpf_map_delete_elem(b->fd_sb_cgroups, &cgroup_id) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
+/* Every process in dir and below gets home, except in the subtree of a
+ * nested sandbox (its own attach gave them its home: the innermost counts). */
+static int home_procs_of(struct egr_bpf *b, const char *dir, const struct egr_proc_home *home,
+			 size_t *n, int depth)
+{
+	char path[PATH_MAX];
+	struct dirent *de;
+	FILE *f;
+	DIR *d;
+	int err = 0;
+
+	if (depth > EGR_MAX_CGROUP_LEVELS)
+		return -ELOOP;
+	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	for (unsigned long pid; fscanf(f, "%lu", &pid) == 1;) {
+		uint32_t tgid = (uint32_t)pid;
+
+		if (bpf_map_update_elem(b->fd_proc_home, &tgid, home, BPF_ANY) < 0) {
+			err = errno == E2BIG ? -ENOSPC : -errno;
+			break;
+		}
+		(*n)++;
+	}
+	fclose(f);
+	if (err)
+		return err;
+	d = opendir(dir);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d)) && !err) {
+		uint64_t cgid;
+		uint32_t id;
+
+		if (de->d_type != DT_DIR || de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		if (egr_cgroup_id(path, &cgid) == 0 &&
+		    bpf_map_lookup_elem(b->fd_sb_cgroups, &cgid, &id) == 0 &&
+		    id != home->sandbox_id)
+			continue; /* a nested sandbox */
+		err = home_procs_of(b, path, home, n, depth + 1);
+		if (err == -ENOENT)
+			err = 0; /* removed meanwhile */
+	}
+	closedir(d);
+	return err;
+}
+
+int egr_bpf_home_procs(struct egr_bpf *b, const char *cgroup_path, uint64_t cgroup_id,
+		       uint32_t sandbox_id, size_t *n)
+{
+	struct egr_proc_home home = { .cgroup_id = cgroup_id, .sandbox_id = sandbox_id };
+
+	*n = 0;
+	return home_procs_of(b, cgroup_path, &home, n, 0);
 }
 
 int egr_bpf_put_sandbox(struct egr_bpf *b, uint32_t sandbox_id, const struct egr_sandbox *sb)

@@ -27,6 +27,7 @@ struct egr_bpf {
 	int fd_storage, fd_sandboxes, fd_allow4, fd_allow6, fd_counters;
 	int fd_meter_sb, fd_meter_tenant, fd_quota_sb, fd_quota_tenant, fd_events, fd_dests;
 	int fd_inspect_orig; /* original destinations of inspected connections */
+	int fd_sb_cgroups, fd_proc_home; /* for the escape guard (escape.h) */
 	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */
 	int migrated_from;   /* ABI version upgraded from at start, 0 = none */
 };
@@ -44,6 +45,7 @@ struct egr_features {
 	bool skb;         /* cgroup_skb backstop and inbound deny */
 	bool seccomp;     /* the kernel filters syscalls (egressctl run, OCI profile) */
 	bool lsm_cgroup;  /* lsm_cgroup/socket_create would load (needs trampolines) */
+	bool escape_guard; /* the cgroup migration guard is in force (escape.h) */
 };
 
 /* The layers as a JSON object (status, logs): {"sock_addr": true, ...}. */
@@ -65,8 +67,16 @@ bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id);
 /* Sandbox ids with a links/<id> directory. Caller frees *ids. */
 int egr_bpf_pinned_sandboxes(struct egr_bpf *b, uint32_t **ids, size_t *n);
 
-/* Name the sandbox in the cgroup's storage (exists once a link is attached). */
+/* Name the sandbox in the cgroup's storage (exists once a link is attached)
+ * and in egr_sandbox_cgroups (the escape guard's view). */
 int egr_bpf_set_cgroup_sandbox(struct egr_bpf *b, uint64_t cgroup_id, uint32_t sandbox_id);
+/* The cgroup is no sandbox's any more (detach): leaving it is no escape. */
+int egr_bpf_forget_cgroup(struct egr_bpf *b, uint64_t cgroup_id);
+/* Give every process now in the cgroup (and below) this sandbox as its home
+ * (egr_proc_home), except below a nested sandbox (its own home); the guard's
+ * tracepoints keep homes current from then on. *n: processes written. */
+int egr_bpf_home_procs(struct egr_bpf *b, const char *cgroup_path, uint64_t cgroup_id,
+		       uint32_t sandbox_id, size_t *n);
 
 int egr_bpf_put_sandbox(struct egr_bpf *b, uint32_t sandbox_id, const struct egr_sandbox *sb);
 int egr_bpf_get_sandbox(struct egr_bpf *b, uint32_t sandbox_id, struct egr_sandbox *sb);

@@ -19,6 +19,7 @@
 #include "auditlog.h"
 #include "dnsproxy.h"
 #include "egr_decide.h"
+#include "escape.h"
 #include "events.h"
 #include "fileio.h"
 #include "log.h"
@@ -104,6 +105,8 @@ static const char *type_name(uint32_t t)
 		return "inbound";
 	case EGR_EV_QUOTA:
 		return "quota";
+	case EGR_EV_ESCAPE:
+		return "escape";
 	default:
 		return NULL;
 	}
@@ -377,6 +380,47 @@ static void publish(struct egr_events *ev, json_t *o)
 
 /* --- kernel events --------------------------------------------------------------- */
 
+_Static_assert(sizeof(struct egr_escape_event) == sizeof(struct egr_event) + 24,
+	       "struct egr_escape_event is struct egr_event and the move");
+
+static const char *escape_action(uint32_t a)
+{
+	switch (a) {
+	case EGR_ESCAPE_KILLED:
+		return "killed";
+	case EGR_ESCAPE_ALERTED:
+		return "alerted";
+	case EGR_ESCAPE_BY_OUTSIDER:
+		return "moved_by_outsider";
+	case EGR_ESCAPE_KILL_FAILED:
+		return "kill_failed";
+	default:
+		return "unknown";
+	}
+}
+
+/* A task left its sandbox cgroup (bpf/escape.bpf.c). The kernel killed the
+ * mover when it was in the sandbox; a different process it moved out (or
+ * forked out with CLONE_INTO_CGROUP) is killed here, at once: it is outside
+ * every hook. */
+static void put_escape(json_t *o, const struct egr_escape_event *x)
+{
+	json_object_set_new(o, "action", json_string(escape_action(x->action)));
+	json_object_set_new(o, "from_cgroup_id", json_integer((json_int_t)x->from_cgroup_id));
+	json_object_set_new(o, "to_cgroup_id", json_integer((json_int_t)x->to_cgroup_id));
+	json_object_set_new(o, "target_pid", json_integer(x->target_pid));
+	if (x->action == EGR_ESCAPE_KILLED && x->target_pid && x->target_pid != x->ev.pid) {
+		int err = egr_escape_kill_moved(x->target_pid, x->to_cgroup_id);
+
+		json_object_set_new(o, "target_killed", json_boolean(!err));
+		if (err)
+			log_error("escape from sandbox %u: kill moved process %u: %s",
+				  x->ev.sandbox_id, x->target_pid,
+				  err == -ESTALE ? "no longer in the cgroup it was moved to"
+						 : strerror(-err));
+	}
+}
+
 static int on_ring(void *ctx, void *data, size_t size)
 {
 	struct egr_events *ev = ctx;
@@ -388,7 +432,8 @@ static int on_ring(void *ctx, void *data, size_t size)
 	bool inbound;
 
 	ev->received++;
-	if (size < sizeof(*e) || e->version < 1) {
+	if (size < sizeof(*e) || e->version < 1 ||
+	    (e->type == EGR_EV_ESCAPE && size < sizeof(struct egr_escape_event))) {
 		/* An older layout than ours is not something we can read. */
 		ev->bad_version++;
 		return 0;
@@ -418,7 +463,7 @@ static int on_ring(void *ctx, void *data, size_t size)
 				    json_string(e->family == EGR_AF_INET ? "ipv4" : "ipv6"));
 	else if (e->family)
 		json_object_set_new(o, "family", json_integer(e->family));
-	if (e->protocol || e->type != EGR_EV_SETSOCKOPT)
+	if (e->protocol || (e->type != EGR_EV_SETSOCKOPT && e->type != EGR_EV_ESCAPE))
 		json_object_set_new(o, "protocol", proto_json(e->protocol));
 	if (e->sock_type)
 		json_object_set_new(o, "sock_type", sock_type_json(e->sock_type));
@@ -438,6 +483,9 @@ static int on_ring(void *ctx, void *data, size_t size)
 	case EGR_EV_SETSOCKOPT:
 		json_object_set_new(o, "level", json_integer(e->level));
 		json_object_set_new(o, "optname", json_integer(e->optname));
+		break;
+	case EGR_EV_ESCAPE:
+		put_escape(o, (const struct egr_escape_event *)data);
 		break;
 	default:
 		break;

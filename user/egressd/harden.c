@@ -8,7 +8,8 @@
  * Kept: CAP_BPF and CAP_PERFMON (map updates, links), CAP_NET_ADMIN
  * (cgroup program attach, SOCK_DESTROY), CAP_SYS_ADMIN (setns into a
  * sandbox's network namespace for its DNS listeners; BPF on kernels before
- * CAP_BPF). Everything else goes from the effective, permitted, inheritable
+ * CAP_BPF), CAP_KILL (a process moved out of its sandbox by another one,
+ * escape.bpf.c). Everything else goes from the effective, permitted, inheritable
  * and bounding sets.
  *
  * The seccomp filter is a deny list, not an allow list: libbpf, jansson,
@@ -32,7 +33,7 @@
 #include "harden.h"
 #include "log.h"
 
-static const int kept_caps[] = { CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN, CAP_SYS_ADMIN };
+static const int kept_caps[] = { CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_KILL };
 
 static const char *const denied_syscalls[] = {
 	"init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load",

@@ -27,6 +27,7 @@
 #include "dnsproxy.h"
 #include "inspect.h"
 #include "events.h"
+#include "escape.h"
 #include "harden.h"
 #include "learned.h"
 #include "log.h"
@@ -458,6 +459,7 @@ static void layers_source(void *ctx, struct egr_mbuf *mb)
 		{ "sock_addr", f->cgroup_sock_addr }, { "sock_create", f->cgroup_sock },
 		{ "setsockopt", f->setsockopt },      { "skb_backstop", f->skb },
 		{ "seccomp", f->seccomp },            { "lsm_cgroup", f->lsm_cgroup },
+		{ "escape_guard", f->escape_guard },
 	};
 
 	egr_mbuf_family(mb, "egressd_layer_active", "gauge",
@@ -477,12 +479,15 @@ static void announce_layers(const struct egr_features *f, const char *state_dir)
 	int err;
 
 	log_info("layers: sock_addr=%s sock_create=%s setsockopt=%s skb_backstop=%s seccomp=%s "
-		 "lsm_cgroup=%s%s",
+		 "lsm_cgroup=%s escape_guard=%s%s",
 		 f->cgroup_sock_addr ? "yes" : "no", f->cgroup_sock ? "yes" : "no",
 		 f->setsockopt ? "yes" : "no", f->skb ? "yes" : "no", f->seccomp ? "yes" : "no",
-		 f->lsm_cgroup ? "yes" : "no",
+		 f->lsm_cgroup ? "yes" : "no", f->escape_guard ? "yes" : "no",
 		 f->lsm_cgroup ? "" : " (no BPF trampolines: AF_PACKET, AF_XDP and AF_VSOCK are "
 				      "closed by seccomp only; trust \"strict\" policies are refused)");
+	if (!f->escape_guard)
+		log_warn("layers: no escape guard: a sandboxed process that can write a "
+			 "cgroup.procs outside its sandbox leaves it unnoticed (docs/security.md)");
 	snprintf(path, sizeof(path), "%s/oci-seccomp.json", state_dir);
 	err = egr_confine_oci_profile(&conf, &prof);
 	if (!err)
@@ -497,6 +502,7 @@ static void announce_layers(const struct egr_features *f, const char *state_dir)
 int main(int argc, char **argv)
 {
 	struct egr_features feat = { 0 };
+	struct egr_escape guard = { 0 };
 	struct egr_registry reg;
 	struct egr_bpf bpf;
 	struct options o;
@@ -528,9 +534,12 @@ int main(int argc, char **argv)
 		log_error("cannot load the BPF side: %s", strerror(-err));
 		return 1;
 	}
+	/* Before any sandbox is adopted: adoption gives their processes homes. */
+	feat.escape_guard = egr_escape_start(&guard, &bpf) == 0;
 	err = egr_loop_new(&loop);
 	if (err) {
 		log_error("event loop: %s", strerror(-err));
+		egr_escape_close(&guard);
 		egr_bpf_close(&bpf);
 		return 1;
 	}
@@ -680,6 +689,7 @@ out:
 	egr_inspect_free(inspect);
 	egr_learned_free(learned);
 	egr_loop_free(loop);
+	egr_escape_close(&guard);
 	egr_bpf_close(&bpf);
 	return rc;
 }

@@ -288,7 +288,8 @@ static void sb_set_meta(struct egr_sb *sb, struct egr_policy *p, const struct eg
 static uint32_t sandbox_flags(const struct egr_policy *p)
 {
 	return p->sb_flags | (p->inbound_allow ? EGR_SB_INBOUND_ALLOW : 0) |
-	       (p->inspect ? EGR_SB_INSPECT : 0);
+	       (p->inspect ? EGR_SB_INSPECT : 0) |
+	       (p->escape_alert ? EGR_SB_ESCAPE_ALERT : 0);
 }
 
 /* --- egress quotas (docs/metering.md) ----------------------------------------- */
@@ -592,6 +593,22 @@ static int start_inspect(struct egr_registry *r, struct egr_sb *sb, const struct
 static void close_refused(struct egr_registry *r, const struct egr_sb *sb,
 			  const struct egr_compiled *c, bool inbound_allow, unsigned *closed);
 
+/* The processes already in the cgroup get it as their home, for the escape
+ * guard (bpf/escape.bpf.c). Enforcement does not depend on it, so a failure
+ * is logged, not fatal: refusing the attach would leave the cgroup open. */
+static void home_procs(struct egr_registry *r, const struct egr_sb *sb, const char *cgroup)
+{
+	size_t n = 0;
+	int err = egr_bpf_home_procs(r->bpf, cgroup, sb->cgroup_id, sb->id, &n);
+
+	if (err)
+		log_warn("sandbox %u: escape guard: mark the processes in %s: %s (marked %zu)",
+			 sb->id, cgroup, strerror(-err), n);
+	else if (n)
+		log_debug("sandbox %u: escape guard: %zu processes already in %s", sb->id, n,
+			  cgroup);
+}
+
 int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns,
 		   const json_t *policy, struct egr_sb **out, struct egr_fail *f)
 {
@@ -676,6 +693,7 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 		fail(f, "internal", NULL, "name sandbox in cgroup storage: %s", strerror(-err));
 		goto err_links;
 	}
+	home_procs(r, sb, real);
 	err = reg_add(r, sb);
 	if (err) {
 		fail(f, "internal", NULL, "out of memory");
@@ -701,6 +719,7 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 
 err_links:
 	egr_bpf_detach(r->bpf, sb->id);
+	egr_bpf_forget_cgroup(r->bpf, sb->cgroup_id);
 err_state:
 	drop_state(r, sb->id);
 err_sandbox:
@@ -945,6 +964,8 @@ int egr_reg_detach(struct egr_registry *r, struct egr_sb *sb, json_t **snapshot,
 		fail(f, "internal", NULL, "detach sandbox %u: %s", sb->id, strerror(-err));
 		return err;
 	}
+	/* Leaving a detached cgroup is no escape. */
+	egr_bpf_forget_cgroup(r->bpf, sb->cgroup_id);
 	log_info("sandbox %u detached from %s", sb->id, sb->cgroup);
 	if (snapshot)
 		*snapshot = egr_sb_json(sb);
@@ -1112,6 +1133,7 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 	err = egr_bpf_set_cgroup_sandbox(r->bpf, cgid, id);
 	if (err)
 		log_warn("sandbox %u: rewrite cgroup storage: %s", id, strerror(-err));
+	home_procs(r, sb, cgroup);
 	if (reg_add(r, sb))
 		goto oom;
 	sb_set_meta(sb, &p, &c);

@@ -261,6 +261,30 @@ static int is_v4mapped(const uint8_t *a)
 }
 
 /*
+ * 0.0.0.0, :: and ::ffff:0.0.0.0 as a host: the kernel sends a connection
+ * to them to a local address (127.0.0.1, ::1 or the socket's bound source),
+ * and the hooks judge them as the loopback. An entry for them would read as
+ * "some address" and mean "this host": refused, so that loopback is opened
+ * only by saying so. Prefixes that merely contain them (0.0.0.0/0) are fine.
+ */
+static int refuse_unspecified(const struct egr_allow *a, struct egr_error *err)
+{
+	static const uint8_t zero[16];
+
+	if (a->kind == EGR_HOST_V4 && a->prefixlen == 32 && !memcmp(a->addr, zero, 4)) {
+		set_msg(err, "0.0.0.0 is not a destination: the kernel sends it to this host's "
+			"loopback; allow 127.0.0.1 to reach loopback");
+		return -EINVAL;
+	}
+	if (a->kind == EGR_HOST_V6 && a->prefixlen == 128 && !memcmp(a->addr, zero, 16)) {
+		set_msg(err, "[::] is not a destination: the kernel sends it to this host's "
+			"loopback; allow [::1] to reach loopback");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
  * HOST of an allow entry, without port: an IPv4 address or CIDR, "[IPv6]"
  * or "[IPv6/len]", or a DNS name. Fills kind, addr, prefixlen, name.
  */
@@ -308,12 +332,12 @@ static int parse_host(const char *h, size_t len, struct egr_allow *out, struct e
 			out->kind = EGR_HOST_V4;
 			out->prefixlen = (uint8_t)(plen - 96);
 			mask_addr(out->addr, 4, out->prefixlen);
-			return 0;
+			return refuse_unspecified(out, err);
 		}
 		out->kind = EGR_HOST_V6;
 		out->prefixlen = (uint8_t)plen;
 		mask_addr(out->addr, 16, plen);
-		return 0;
+		return refuse_unspecified(out, err);
 	}
 	for (i = 0; i < len; i++) {
 		if (h[i] == ':') {
@@ -344,7 +368,7 @@ static int parse_host(const char *h, size_t len, struct egr_allow *out, struct e
 		out->kind = EGR_HOST_V4;
 		out->prefixlen = (uint8_t)plen;
 		mask_addr(out->addr, 4, plen);
-		return 0;
+		return refuse_unspecified(out, err);
 	}
 	if (memchr(h, '/', len)) {
 		set_msg(err, "bad host %s: only IP addresses take a /prefix length",
@@ -985,7 +1009,7 @@ static int parse_network(const json_t *net, struct egr_policy *p, struct allow_v
 {
 	static const char *const known[] = { "default",	  "outbound_allow", "dns_allow",
 					     "inbound",	  "allow_sockets",  "trust",
-					     "dns_types", "dns_rebind_allow", "inspect", NULL };
+					     "dns_types", "dns_rebind_allow", "inspect", "on_escape", NULL };
 	const json_t *def, *in;
 	char q[QUOTE_BUF];
 	int ret;
@@ -1062,6 +1086,23 @@ static int parse_network(const json_t *net, struct egr_policy *p, struct allow_v
 			return -EINVAL;
 		}
 		p->inspect = json_is_true(in);
+	}
+	in = json_object_get(net, "on_escape");
+	if (in) {
+		const char *s = json_is_string(in) ? json_string_value(in) : NULL;
+
+		set_field(err, "network.on_escape");
+		if (s && strlen(s) != json_string_length(in))
+			s = NULL;
+		if (s && !strcmp(s, "kill")) {
+			p->escape_alert = 0;
+		} else if (s && !strcmp(s, "alert")) {
+			p->escape_alert = 1;
+		} else {
+			set_msg(err, "must be \"kill\" or \"alert\"%s%s", s ? ", not " : "",
+				s ? quote(q, s) : "");
+			return -EINVAL;
+		}
 	}
 	ret = parse_sockets(json_object_get(net, "allow_sockets"), &p->sb_flags, &p->families,
 			    err);

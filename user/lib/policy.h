@@ -62,6 +62,7 @@ struct egr_policy {
 	int trust_strict;      /* network.trust: "standard" (0, default) or "strict" (1) */
 	int inspect;           /* network.inspect: TCP goes through the inspecting proxy
 	                        * (docs/inspect.md); default 1 for trust "strict", else 0 */
+	int escape_alert;      /* network.on_escape: "kill" (0, default) or "alert" (1) */
 	uint16_t dns_types[EGR_POLICY_MAX_DNS_TYPES]; /* network.dns_types; */
 	size_t ndns_types;     /* 0: the proxy's default set */
 	struct egr_allow *allow;

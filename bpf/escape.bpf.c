@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * The cgroup migration guard: a task moved from a sandbox cgroup (or one
+ * below it) to a cgroup outside that sandbox has left every hook egressd
+ * attached; this sees the move, reports it and, unless the sandbox's policy
+ * says "alert" (network.on_escape), kills the mover.
+ *
+ * Loaded once and attached once for the whole host, not per sandbox; its
+ * links are pinned beside the maps so that it outlives egressd like the
+ * sandboxes' links do. Raw tracepoints, because that is what this class of
+ * host loads and attaches: no kprobes (CONFIG_KPROBES is off on the dev
+ * kernel) and no trampolines (fentry, tp_btf).
+ *
+ * The cgroup_attach_task tracepoint fires after cgroup_migrate() finished:
+ * the task's css_set is already the destination's and nothing in the
+ * kernel says where it came from. So each process has its home sandbox in
+ * egr_proc_home, set
+ *   - when a task is moved into a sandbox cgroup (this tracepoint),
+ *   - when a task is forked, from the cgroup it is born in (sched_process_fork:
+ *     children, threads, clone3(CLONE_INTO_CGROUP) as egressctl run does),
+ *   - by egressd at attach, for the processes already in the cgroup.
+ * A move of a task whose home sandbox is still managed (egr_sandbox_cgroups)
+ * to a cgroup outside it is an escape.
+ *
+ * Who is killed: bpf_send_signal() signals the current task, which is the
+ * writer of cgroup.procs. When the writer is inside the sandbox (a task
+ * moving itself, or a sandboxed task moving a sibling), it is the one
+ * escaping or helping: SIGKILL is pending before its write() returns, so it
+ * runs no further instruction in user space. A sibling it moved is killed by
+ * egressd from the event (target_pid). When the writer is outside the
+ * sandbox (an administrator, an orchestrator, a service acting on a
+ * request) it has authority over both cgroups and is not ours to kill: the
+ * move is reported (critical alert) and the moved task lives.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+
+#include "egressd.h"
+#include "egr_decide.h"
+#include "egr_maps.bpf.h"
+
+#define SIGKILL 9
+
+static __always_inline void egr_count(enum egr_counter c)
+{
+	__u32 key = c;
+	__u64 *v = bpf_map_lookup_elem(&egr_counters, &key);
+
+	if (v)
+		*v += 1;
+}
+
+/* ancestors[level] of a cgroup: ancestors[] holds every ancestor and the
+ * cgroup itself (ancestors[cgrp->level] == cgrp), a flexible array whose
+ * offset CO-RE relocates. */
+static __always_inline struct cgroup *egr_cgroup_ancestor(struct cgroup *cg, int level)
+{
+	struct cgroup *anc = NULL;
+	__u64 off = bpf_core_field_offset(struct cgroup, ancestors);
+
+	if (level < 0)
+		return NULL;
+	bpf_probe_read_kernel(&anc, sizeof(anc), (void *)cg + off + (__u64)level * sizeof(anc));
+	return anc;
+}
+
+/* Is cg the cgroup with id cgid, or below it? Walked by id, not by depth:
+ * a depth computed in user space would be relative to egressd's cgroup
+ * namespace, the kernel's is absolute. */
+static __always_inline int egr_cgroup_under(struct cgroup *cg, __u64 cgid)
+{
+	int level;
+
+	if (!cg)
+		return 0;
+	level = BPF_CORE_READ(cg, level);
+	for (int j = 0; j < EGR_MAX_CGROUP_LEVELS; j++) {
+		struct cgroup *anc;
+
+		if (level - j < 0)
+			break;
+		anc = egr_cgroup_ancestor(cg, level - j);
+		if (!anc)
+			break;
+		if (BPF_CORE_READ(anc, kn, id) == cgid)
+			return 1;
+	}
+	return 0;
+}
+
+/* The innermost sandbox cg is in (itself or an ancestor): 1 and *home. */
+static __always_inline int egr_sandbox_of(struct cgroup *cg, struct egr_proc_home *home)
+{
+	int level;
+
+	if (!cg)
+		return 0;
+	level = BPF_CORE_READ(cg, level);
+	for (int j = 0; j < EGR_MAX_CGROUP_LEVELS; j++) {
+		int i = level - j;
+		struct cgroup *anc;
+		__u32 *id;
+		__u64 cgid;
+
+		if (i < 0)
+			break;
+		anc = egr_cgroup_ancestor(cg, i);
+		if (!anc)
+			break;
+		cgid = BPF_CORE_READ(anc, kn, id);
+		id = bpf_map_lookup_elem(&egr_sandbox_cgroups, &cgid);
+		if (id) {
+			home->cgroup_id = cgid;
+			home->sandbox_id = *id;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Is the home still a managed sandbox (not detached since)? */
+static __always_inline int egr_home_live(const struct egr_proc_home *h)
+{
+	__u32 *id;
+
+	if (!h->sandbox_id)
+		return 0;
+	id = bpf_map_lookup_elem(&egr_sandbox_cgroups, &h->cgroup_id);
+	return id && *id == h->sandbox_id;
+}
+
+static __always_inline void egr_set_home(__u32 tgid, const struct egr_proc_home *h)
+{
+	if (h->sandbox_id)
+		bpf_map_update_elem(&egr_proc_home, &tgid, h, BPF_ANY);
+	else
+		bpf_map_delete_elem(&egr_proc_home, &tgid);
+}
+
+/* Report (and unless the policy says "alert", stop) a task leaving home
+ * for cgroup dst. moved is the task that left; the writer is current. */
+static __always_inline void egr_escape(const struct egr_proc_home *home, struct task_struct *moved,
+				       struct cgroup *dst)
+{
+	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
+	__u32 sandbox_id = home->sandbox_id, action;
+	const struct egr_sandbox *sb = bpf_map_lookup_elem(&egr_sandboxes, &sandbox_id);
+	struct egr_escape_event *x;
+	struct egr_proc_home *ch;
+	struct egr_event *e;
+	int inside;
+
+	/* The writer is inside if it is the moved process, or still in (or
+	 * at home in) the sandbox. */
+	inside = BPF_CORE_READ(cur, tgid) == BPF_CORE_READ(moved, tgid) ||
+		 egr_cgroup_under(BPF_CORE_READ(cur, cgroups, dfl_cgrp), home->cgroup_id);
+	if (!inside) {
+		__u32 cur_tgid = BPF_CORE_READ(cur, tgid);
+
+		ch = bpf_map_lookup_elem(&egr_proc_home, &cur_tgid);
+		inside = ch && ch->sandbox_id == sandbox_id && ch->cgroup_id == home->cgroup_id;
+	}
+	if (!inside)
+		action = EGR_ESCAPE_BY_OUTSIDER;
+	else if (sb && (sb->flags & EGR_SB_ESCAPE_ALERT))
+		action = EGR_ESCAPE_ALERTED;
+	else /* no sandbox entry for a managed cgroup kills too: fail closed */
+		action = bpf_send_signal(SIGKILL) == 0 ? EGR_ESCAPE_KILLED : EGR_ESCAPE_KILL_FAILED;
+
+	x = bpf_ringbuf_reserve(&egr_events, sizeof(*x), 0);
+	if (!x) {
+		egr_count(EGR_CNT_EVENTS_LOST);
+		return;
+	}
+	__builtin_memset(x, 0, sizeof(*x));
+	e = &x->ev;
+	e->ts_ns = bpf_ktime_get_boot_ns();
+	e->version = EGR_EVENT_VERSION;
+	e->type = EGR_EV_ESCAPE;
+	e->sandbox_id = sandbox_id;
+	if (sb) {
+		e->tenant_id = sb->tenant_id;
+		e->policy_id = sb->policy_id;
+	}
+	e->pid = bpf_get_current_pid_tgid() >> 32;
+	e->cgroup_id = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	e->verdict = action == EGR_ESCAPE_KILLED ? EGR_DENY : EGR_ALLOW;
+	x->from_cgroup_id = home->cgroup_id;
+	x->to_cgroup_id = dst ? BPF_CORE_READ(dst, kn, id) : 0;
+	x->target_pid = BPF_CORE_READ(moved, tgid);
+	x->action = action;
+	bpf_ringbuf_submit(x, 0);
+}
+
+/* TP_PROTO(struct cgroup *dst_cgrp, const char *path, struct task_struct *task,
+ *	    bool threadgroup), after the move. */
+SEC("raw_tracepoint/cgroup_attach_task")
+int egr_cgroup_attach(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct cgroup *dst = (struct cgroup *)ctx->args[0];
+	struct task_struct *task = (struct task_struct *)ctx->args[2];
+	struct egr_proc_home *h, now = {}, home;
+	__u32 tgid;
+
+	/* Only moves on the cgroup v2 hierarchy, where the hooks are: then
+	 * the task's default cgroup is the destination. */
+	if (!dst || !task || BPF_CORE_READ(task, cgroups, dfl_cgrp) != dst)
+		return 0;
+	tgid = BPF_CORE_READ(task, tgid);
+	egr_sandbox_of(dst, &now);
+	h = bpf_map_lookup_elem(&egr_proc_home, &tgid);
+	if (h && egr_home_live(h) && !egr_cgroup_under(dst, h->cgroup_id)) {
+		home = *h;
+		egr_escape(&home, task, dst);
+	}
+	/* Where it lives now (a sandbox, a nested one, or none). */
+	if (now.sandbox_id || h)
+		egr_set_home(tgid, &now);
+	return 0;
+}
+
+/* TP_PROTO(struct task_struct *parent, struct task_struct *child), once the
+ * child is in its cgroup (cgroup_post_fork ran). */
+SEC("raw_tracepoint/sched_process_fork")
+int egr_task_fork(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *parent = (struct task_struct *)ctx->args[0];
+	struct task_struct *child = (struct task_struct *)ctx->args[1];
+	__u32 ptgid = BPF_CORE_READ(parent, tgid), ctgid = BPF_CORE_READ(child, tgid);
+	struct cgroup *cg = BPF_CORE_READ(child, cgroups, dfl_cgrp);
+	struct egr_proc_home now = {}, home, *h;
+
+	if (ctgid == ptgid)
+		return 0; /* a thread: the process's home already counts */
+	if (egr_sandbox_of(cg, &now))
+		egr_set_home(ctgid, &now);
+	/* clone3(CLONE_INTO_CGROUP) from a sandbox to a cgroup outside it. */
+	h = bpf_map_lookup_elem(&egr_proc_home, &ptgid);
+	if (h && egr_home_live(h) && !egr_cgroup_under(cg, h->cgroup_id)) {
+		home = *h;
+		egr_set_home(ctgid, &home); /* it is still the sandbox's */
+		egr_escape(&home, child, cg);
+	}
+	return 0;
+}
+
+/* TP_PROTO(struct task_struct *p, bool group_dead): the home goes with the
+ * process's last thread, before its pid can be reused. */
+SEC("raw_tracepoint/sched_process_exit")
+int egr_task_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *p = (struct task_struct *)ctx->args[0];
+	__u32 tgid;
+
+	if (!ctx->args[1])
+		return 0;
+	tgid = BPF_CORE_READ(p, tgid);
+	bpf_map_delete_elem(&egr_proc_home, &tgid);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -131,8 +131,27 @@ json_t *egr_features_layers(const struct egr_features *f)
 			 f->skb, "seccomp", f->seccomp, "lsm_cgroup", f->lsm_cgroup);
 }
 
+/* Programs attached per sandbox cgroup (a global tracing program is not). */
+static bool is_cgroup_prog(const struct bpf_program *prog)
+{
+	switch (bpf_program__type(prog)) {
+	case BPF_PROG_TYPE_CGROUP_SKB:
+	case BPF_PROG_TYPE_CGROUP_SOCK:
+	case BPF_PROG_TYPE_CGROUP_SOCK_ADDR:
+	case BPF_PROG_TYPE_CGROUP_SOCKOPT:
+	case BPF_PROG_TYPE_CGROUP_SYSCTL:
+	case BPF_PROG_TYPE_CGROUP_DEVICE:
+		return true;
+	case BPF_PROG_TYPE_LSM:
+		return bpf_program__expected_attach_type(prog) == BPF_LSM_CGROUP;
+	default:
+		return false;
+	}
+}
+
 int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 {
+	struct bpf_program *prog;
 	char path[PATH_MAX];
 	int err;
 
@@ -197,6 +216,18 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	b->fd_quota_tenant = bpf_map__fd(b->skel->maps.egr_quota_tenant);
 	b->fd_events = bpf_map__fd(b->skel->maps.egr_events);
 	b->fd_dests = bpf_map__fd(b->skel->maps.egr_dests);
+	bpf_object__for_each_program(prog, b->skel->obj)
+	{
+		if (!bpf_program__autoload(prog) || !is_cgroup_prog(prog))
+			continue; /* a layer this host cannot load, or a global program */
+		if (b->nprogs == EGR_MAX_CGROUP_PROGS) {
+			log_error("more than %d cgroup programs", EGR_MAX_CGROUP_PROGS);
+			egressd_bpf__destroy(b->skel);
+			b->skel = NULL;
+			return -E2BIG;
+		}
+		b->prog_names[b->nprogs++] = bpf_program__name(prog);
+	}
 	log_info("BPF programs loaded, maps %s under %s/maps", b->reused_maps ? "adopted" : "pinned",
 		 dir);
 	return 0;
@@ -204,10 +235,56 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 
 void egr_bpf_close(struct egr_bpf *b)
 {
-	/* Only the skeleton's own references go: pinned maps and links stay. */
+	/* Only our own references go: pinned maps and links stay. */
+	for (size_t i = 0; i < b->nlinks; i++)
+		for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
+			if (b->links[i].fd[p] >= 0)
+				close(b->links[i].fd[p]);
+	free(b->links);
+	b->links = NULL;
+	b->nlinks = b->caplinks = 0;
 	if (b->skel)
 		egressd_bpf__destroy(b->skel);
 	b->skel = NULL;
+}
+
+static struct egr_link_set *link_set(struct egr_bpf *b, uint32_t sandbox_id, bool create)
+{
+	struct egr_link_set *ls;
+
+	for (size_t i = 0; i < b->nlinks; i++)
+		if (b->links[i].sandbox_id == sandbox_id)
+			return &b->links[i];
+	if (!create)
+		return NULL;
+	if (b->nlinks == b->caplinks) {
+		size_t cap = b->caplinks ? b->caplinks * 2 : 16;
+		struct egr_link_set *n = realloc(b->links, cap * sizeof(*n));
+
+		if (!n)
+			return NULL;
+		b->links = n;
+		b->caplinks = cap;
+	}
+	ls = &b->links[b->nlinks++];
+	ls->sandbox_id = sandbox_id;
+	for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
+		ls->fd[p] = -1;
+	return ls;
+}
+
+/* Close our fds of the sandbox's links (detach: after BPF_LINK_DETACH). */
+static void link_set_drop(struct egr_bpf *b, uint32_t sandbox_id)
+{
+	for (size_t i = 0; i < b->nlinks; i++) {
+		if (b->links[i].sandbox_id != sandbox_id)
+			continue;
+		for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
+			if (b->links[i].fd[p] >= 0)
+				close(b->links[i].fd[p]);
+		b->links[i] = b->links[--b->nlinks];
+		return;
+	}
 }
 
 static int links_dir(struct egr_bpf *b, uint32_t sandbox_id, char *buf, size_t len)
@@ -217,52 +294,94 @@ static int links_dir(struct egr_bpf *b, uint32_t sandbox_id, char *buf, size_t l
 	return 0;
 }
 
-int egr_bpf_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path)
+/* <dir>/links/<id>, and <dir> and <dir>/links too: someone may have
+ * removed them (docs/security.md); later attaches must keep working. */
+static int ensure_links_dir(struct egr_bpf *b, const char *dir)
 {
-	char dir[PATH_MAX], path[PATH_MAX];
-	struct bpf_program *prog;
+	char path[PATH_MAX];
+	int err;
+
+	snprintf(path, sizeof(path), "%s/links", b->dir);
+	if ((err = mkdir_p1(b->dir, 0700)) || (err = mkdir_p1(path, 0700)) ||
+	    (err = mkdir_p1(dir, 0700)))
+		log_error("create %s: %s", dir, strerror(-err));
+	return err;
+}
+
+/* Attach program p to cg_fd, pin the link and keep its fd. */
+static int attach_one(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int cg_fd,
+		      const char *dir, const char *cgroup_path)
+{
+	struct bpf_program *prog = bpf_object__find_program_by_name(b->skel->obj,
+								     b->prog_names[p]);
+	char path[PATH_MAX];
+	struct bpf_link *link;
+	int err, fd;
+
+	if (!prog)
+		return -ENOENT;
+	/* Links attach with multi semantics: a sandbox's own programs (or a
+	 * nested sandbox's) add to these, never replace them, and an
+	 * unprivileged process cannot detach them. */
+	link = bpf_program__attach_cgroup(prog, cg_fd);
+	if (!link) {
+		err = -errno;
+		log_error("attach %s to %s: %s", b->prog_names[p], cgroup_path, strerror(-err));
+		return err;
+	}
+	snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
+	fd = fcntl(bpf_link__fd(link), F_DUPFD_CLOEXEC, 3);
+	err = fd < 0 ? -errno : bpf_obj_pin(fd, path) < 0 ? -errno : 0;
+	if (err) {
+		log_error("pin link %s: %s", path, strerror(-err));
+		bpf_link__detach(link);
+		if (fd >= 0)
+			close(fd);
+	} else {
+		ls->fd[p] = fd; /* our own reference: a removed pin detaches nothing */
+	}
+	bpf_link__destroy(link);
+	return err;
+}
+
+static int attach_programs(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path,
+			   bool only_missing)
+{
+	char dir[PATH_MAX];
+	struct egr_link_set *ls;
 	int cg_fd, err;
 
 	err = links_dir(b, sandbox_id, dir, sizeof(dir));
 	if (err)
 		return err;
+	ls = link_set(b, sandbox_id, true);
+	if (!ls)
+		return -ENOMEM;
 	cg_fd = open(cgroup_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (cg_fd < 0)
 		return -errno;
-	if ((err = mkdir_p1(dir, 0700)))
-		goto out;
-
-	bpf_object__for_each_program(prog, b->skel->obj)
-	{
-		if (!bpf_program__autoload(prog))
-			continue; /* a layer this host cannot load */
-		/* Links attach with multi semantics: a sandbox's own programs
-		 * (or a nested sandbox's) add to these, never replace them, and
-		 * an unprivileged process cannot detach them. */
-		struct bpf_link *link = bpf_program__attach_cgroup(prog, cg_fd);
-
-		if (!link) {
-			err = -errno;
-			log_error("attach %s to %s: %s", bpf_program__name(prog), cgroup_path,
-				  strerror(-err));
-			break;
-		}
-		snprintf(path, sizeof(path), "%s/%s", dir, bpf_program__name(prog));
-		err = bpf_link__pin(link, path);
-		if (err) {
-			log_error("pin link %s: %s", path, strerror(-err));
-			bpf_link__detach(link);
-		}
-		/* The pin holds the link now; our reference can go. */
-		bpf_link__destroy(link);
-		if (err)
-			break;
+	err = ensure_links_dir(b, dir);
+	for (size_t p = 0; !err && p < b->nprogs; p++) {
+		if (only_missing && ls->fd[p] >= 0)
+			continue;
+		err = attach_one(b, ls, p, cg_fd, dir, cgroup_path);
 	}
-	if (err)
-		egr_bpf_detach(b, sandbox_id);
-out:
 	close(cg_fd);
 	return err;
+}
+
+int egr_bpf_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path)
+{
+	int err = attach_programs(b, sandbox_id, cgroup_path, false);
+
+	if (err)
+		egr_bpf_detach(b, sandbox_id);
+	return err;
+}
+
+int egr_bpf_attach_missing(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path)
+{
+	return attach_programs(b, sandbox_id, cgroup_path, true);
 }
 
 int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id)
@@ -275,6 +394,19 @@ int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id)
 	err = links_dir(b, sandbox_id, dir, sizeof(dir));
 	if (err)
 		return err;
+	/* Our own references first: a link whose pin is gone is still attached
+	 * through them. ENOLINK: the cgroup was released, the link with it. */
+	struct egr_link_set *ls = link_set(b, sandbox_id, false);
+
+	for (size_t p = 0; ls && p < EGR_MAX_CGROUP_PROGS; p++)
+		if (ls->fd[p] >= 0 && bpf_link_detach(ls->fd[p]) < 0 && errno != ENOLINK) {
+			ret = -errno;
+			log_warn("detach link %s of sandbox %u: %s", b->prog_names[p], sandbox_id,
+				 strerror(-ret));
+		}
+	if (ret)
+		return ret; /* keep the fds: still enforced, retry possible */
+	link_set_drop(b, sandbox_id);
 	d = opendir(dir);
 	if (!d)
 		return errno == ENOENT ? 0 : -errno;
@@ -315,19 +447,109 @@ int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id)
 bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
-	struct bpf_program *prog;
 
 	if (links_dir(b, sandbox_id, dir, sizeof(dir)))
 		return false;
-	bpf_object__for_each_program(prog, b->skel->obj)
-	{
-		if (!bpf_program__autoload(prog))
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, bpf_program__name(prog));
+	for (size_t p = 0; p < b->nprogs; p++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
 		if (access(path, F_OK) != 0)
 			return false;
 	}
 	return true;
+}
+
+int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	struct egr_link_set *ls;
+	int err = 0;
+
+	if ((err = links_dir(b, sandbox_id, dir, sizeof(dir))))
+		return err;
+	ls = link_set(b, sandbox_id, true);
+	if (!ls)
+		return -ENOMEM;
+	for (size_t p = 0; p < b->nprogs; p++) {
+		int fd;
+
+		if (ls->fd[p] >= 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
+		fd = bpf_obj_get(path);
+		if (fd < 0) {
+			if (errno != ENOENT)
+				log_warn("open pinned link %s: %m", path);
+			err = -ENOENT;
+			continue;
+		}
+		ls->fd[p] = fd;
+	}
+	return err;
+}
+
+int egr_bpf_links_cgroup_id(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *cgroup_id)
+{
+	struct egr_link_set *ls = link_set(b, sandbox_id, false);
+
+	for (size_t p = 0; ls && p < EGR_MAX_CGROUP_PROGS; p++) {
+		struct bpf_link_info info;
+		__u32 len = sizeof(info);
+
+		if (ls->fd[p] < 0)
+			continue;
+		memset(&info, 0, sizeof(info));
+		if (bpf_obj_get_info_by_fd(ls->fd[p], &info, &len) < 0)
+			return -errno;
+		*cgroup_id = info.cgroup.cgroup_id;
+		return 0;
+	}
+	return -ENOENT;
+}
+
+static int repin(int fd, const char *path)
+{
+	return bpf_obj_pin(fd, path) < 0 ? -errno : 0;
+}
+
+int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	struct bpf_map *map;
+	int missing = 0, err;
+
+	snprintf(dir, sizeof(dir), "%s/maps", b->dir);
+	if ((err = mkdir_p1(b->dir, 0700)) || (err = mkdir_p1(dir, 0700)))
+		log_error("create %s: %s", dir, strerror(-err));
+	bpf_object__for_each_map(map, b->skel->obj)
+	{
+		const char *pin = bpf_map__pin_path(map);
+
+		if (!pin || access(pin, F_OK) == 0 || errno != ENOENT)
+			continue;
+		missing++;
+		/* The map lives on through our fd: the same object, pinned again. */
+		err = repin(bpf_map__fd(map), pin);
+		report(ctx, EGR_PIN_MAP, 0, pin, err);
+	}
+	for (size_t i = 0; i < b->nlinks; i++) {
+		struct egr_link_set *ls = &b->links[i];
+
+		if (links_dir(b, ls->sandbox_id, dir, sizeof(dir)))
+			continue;
+		for (size_t p = 0; p < b->nprogs; p++) {
+			if (ls->fd[p] < 0)
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
+			if (access(path, F_OK) == 0 || errno != ENOENT)
+				continue;
+			missing++;
+			err = ensure_links_dir(b, dir);
+			if (!err)
+				err = repin(ls->fd[p], path);
+			report(ctx, EGR_PIN_LINK, ls->sandbox_id, path, err);
+		}
+	}
+	return missing;
 }
 
 int egr_bpf_pinned_sandboxes(struct egr_bpf *b, uint32_t **ids, size_t *n)
@@ -380,6 +602,39 @@ int egr_bpf_set_cgroup_sandbox(struct egr_bpf *b, uint64_t cgroup_id, uint32_t s
 	if (bpf_map_update_elem(b->fd_storage, &cgroup_id, &ref, BPF_ANY) < 0)
 		return -errno;
 	return 0;
+}
+
+bool egr_bpf_cgroup_names(struct egr_bpf *b, uint64_t cgroup_id, uint32_t sandbox_id)
+{
+	struct egr_cg_ref ref;
+
+	return bpf_map_lookup_elem(b->fd_storage, &cgroup_id, &ref) == 0 &&
+	       ref.sandbox_id == sandbox_id;
+}
+
+bool egr_bpf_rules_match(struct egr_bpf *b, uint32_t policy_id, const struct egr_compiled *c)
+{
+	struct egr_rule v;
+
+	/* An exact key finds its own entry; were it missing, a shorter prefix
+	 * of the same policy with an equal value allows no less. */
+	for (size_t i = 0; i < c->n4; i++) {
+		struct egr_lpm4_key k;
+
+		egr_c4_key(&c->v4[i], policy_id, &k);
+		if (bpf_map_lookup_elem(b->fd_allow4, &k, &v) < 0 ||
+		    memcmp(&v, &c->v4[i].rule, sizeof(v)) != 0)
+			return false;
+	}
+	for (size_t i = 0; i < c->n6; i++) {
+		struct egr_lpm6_key k;
+
+		egr_c6_key(&c->v6[i], policy_id, &k);
+		if (bpf_map_lookup_elem(b->fd_allow6, &k, &v) < 0 ||
+		    memcmp(&v, &c->v6[i].rule, sizeof(v)) != 0)
+			return false;
+	}
+	return true;
 }
 
 int egr_bpf_put_sandbox(struct egr_bpf *b, uint32_t sandbox_id, const struct egr_sandbox *sb)

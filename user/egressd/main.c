@@ -25,6 +25,7 @@
 #include "fileio.h"
 #include "dnsproxy.h"
 #include "events.h"
+#include "guard.h"
 #include "harden.h"
 #include "learned.h"
 #include "log.h"
@@ -489,6 +490,8 @@ int main(int argc, char **argv)
 	struct egr_dnsproxy *dns = NULL;
 	struct egr_learned *learned = NULL;
 	struct dns_ctx dctx = { .reg = &reg };
+	struct egr_guard *guard = NULL;
+	char why[512];
 	int lfd = -1, rc, err;
 
 	rc = parse_args(argc, argv, &o);
@@ -497,6 +500,19 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	umask(077);
 	raise_fd_limit();
+
+	/* Before anything reads a cgroup path: in a private cgroup namespace
+	 * (a container's) peers' paths would be relative to its root, and the
+	 * "peer is sandboxed" check would miss sandboxed peers. */
+	rc = egr_cgroup_join_host_ns(why, sizeof(why));
+	if (rc < 0) {
+		log_error("egressd must run in the host's cgroup namespace and cannot: %s; refusing "
+			  "to start", why);
+		return 1;
+	}
+	srv.cgroup_ns = rc ? "joined host" : "host";
+	if (rc)
+		log_info("joined the host's cgroup namespace (pid 1's)");
 
 	err = egr_bpf_open(&bpf, o.bpffs_dir, &feat);
 	if (err) {
@@ -541,13 +557,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	egr_auditlog_hooks(audit, &hooks, NULL);
-	err = egr_reg_init(&reg, &bpf, o.state_dir, &hooks, dns, learned);
-	reg.host_lsm_cgroup = feat.lsm_cgroup;
-	if (err) {
-		log_error("state dir %s: %s", o.state_dir, strerror(-err));
-		rc = 1;
-		goto out;
-	}
+	/* Alerts before adoption too: it may find tampered state. */
 	snprintf(alerts_path, sizeof(alerts_path), "%s/alerts.jsonl", o.state_dir);
 	if (!o.alerts.file)
 		o.alerts.file = alerts_path;
@@ -557,6 +567,22 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
+	egr_auditlog_set_sinks(audit, NULL, alerting);
+	err = egr_reg_init(&reg, &bpf, o.state_dir, &hooks, dns, learned);
+	reg.host_lsm_cgroup = feat.lsm_cgroup;
+	if (err) {
+		log_error("state dir %s: %s", o.state_dir, strerror(-err));
+		rc = 1;
+		goto out;
+	}
+	/* Pins removed from now on are pinned again within a second. */
+	err = egr_guard_start(&guard, loop, &bpf, &reg, audit);
+	if (err) {
+		log_error("pin guard: %s", strerror(-err));
+		rc = 1;
+		goto out;
+	}
+	srv.guard = guard;
 	err = egr_events_new(&events, &bpf, &reg, loop, o.events_keep, o.state_dir);
 	if (!err)
 		dctx.events = events;
@@ -638,6 +664,7 @@ out:
 	egr_billing_free(billing);
 	egr_metrics_free(metrics);
 	egr_events_free(events);
+	egr_guard_free(guard);
 	egr_reg_free(&reg);
 	egr_alerting_free(alerting);
 	egr_auditlog_close(audit);

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #include <errno.h>
+#include <sched.h>
 #include <ftw.h>
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <unistd.h>
 
 #include "cgroup.h"
 
@@ -70,6 +72,95 @@ int egr_cgroup_id(const char *path, uint64_t *id)
 		return -EINVAL;
 	memcpy(id, h.fh.f_handle, sizeof(*id));
 	return 0;
+}
+
+int egr_cgroup_path_by_id(uint64_t id, char *buf, size_t len)
+{
+	struct {
+		struct file_handle fh;
+		uint64_t cgid;
+	} h;
+	char mnt[4096], link[64];
+	int mount_id, mfd, fd, err = 0;
+	ssize_t n;
+
+	if ((err = egr_cgroup2_mount(mnt, sizeof(mnt))))
+		return err;
+	/* The handle type kernfs uses, taken from the mount's own handle. */
+	h.fh.handle_bytes = sizeof(h.cgid);
+	if (name_to_handle_at(AT_FDCWD, mnt, &h.fh, &mount_id, 0) < 0)
+		return -errno;
+	memcpy(h.fh.f_handle, &id, sizeof(id));
+	mfd = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (mfd < 0)
+		return -errno;
+	fd = open_by_handle_at(mfd, &h.fh, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		err = -errno;
+	close(mfd);
+	if (err)
+		return err;
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, buf, len - 1);
+	if (n < 0)
+		err = -errno;
+	else if ((size_t)n >= len - 1)
+		err = -ENAMETOOLONG;
+	else
+		buf[n] = '\0';
+	close(fd);
+	/* A removed (dying) cgroup reads back as "... (deleted)". */
+	if (!err && strstr(buf, " (deleted)"))
+		err = -ESTALE;
+	return err;
+}
+
+/* The inode of the initial cgroup namespace (include/linux/proc_ns.h). */
+#define PROC_CGROUP_INIT_INO 0xEFFFFFFBU
+
+int egr_cgroup_join_host_ns(char *why, size_t len)
+{
+	struct stat self, init;
+	int fd, err = 0, joined = 0;
+
+	if (stat("/proc/self/ns/cgroup", &self) < 0) {
+		err = -errno;
+		snprintf(why, len, "/proc/self/ns/cgroup: %s", strerror(errno));
+		return err;
+	}
+	if (self.st_ino != PROC_CGROUP_INIT_INO) {
+		fd = open("/proc/1/ns/cgroup", O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || fstat(fd, &init) < 0) {
+			err = -errno;
+			snprintf(why, len, "/proc/1/ns/cgroup: %s (run with the host's pid "
+				 "namespace: hostPID)", strerror(errno));
+			if (fd >= 0)
+				close(fd);
+			return err;
+		}
+		if (init.st_ino != self.st_ino) {
+			if (setns(fd, CLONE_NEWCGROUP) < 0) {
+				err = -errno;
+				snprintf(why, len, "setns into pid 1's cgroup namespace: %s (needs "
+					 "CAP_SYS_ADMIN)", strerror(errno));
+			}
+			joined = 1;
+		}
+		close(fd);
+		if (err)
+			return err;
+		if (stat("/proc/self/ns/cgroup", &self) < 0) {
+			err = -errno;
+			snprintf(why, len, "/proc/self/ns/cgroup: %s", strerror(errno));
+			return err;
+		}
+	}
+	if (self.st_ino != PROC_CGROUP_INIT_INO) {
+		snprintf(why, len, "pid 1 is not in the initial cgroup namespace either (a container "
+			 "without hostPID?)");
+		return -EPERM;
+	}
+	return joined;
 }
 
 struct subtree {

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#include <dirent.h>
 #include <errno.h>
 #include <sched.h>
 #include <ftw.h>
@@ -118,49 +119,73 @@ int egr_cgroup_path_by_id(uint64_t id, char *buf, size_t len)
 /* The inode of the initial cgroup namespace (include/linux/proc_ns.h). */
 #define PROC_CGROUP_INIT_INO 0xEFFFFFFBU
 
+/* An fd of the initial cgroup namespace, through pid 1 or else the first
+ * process found in it (the DaemonSet's hostPID shows the host's). */
+static int open_init_cgroup_ns(dev_t nsfs_dev)
+{
+	char path[64];
+	struct dirent *de;
+	struct stat st;
+	int fd;
+	DIR *d;
+
+	fd = open("/proc/1/ns/cgroup", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 && fstat(fd, &st) == 0 && st.st_ino == PROC_CGROUP_INIT_INO &&
+	    st.st_dev == nsfs_dev)
+		return fd;
+	if (fd >= 0)
+		close(fd);
+	d = opendir("/proc");
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%.20s/ns/cgroup", de->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) == 0 && st.st_ino == PROC_CGROUP_INIT_INO &&
+		    st.st_dev == nsfs_dev) {
+			closedir(d);
+			return fd;
+		}
+		close(fd);
+	}
+	closedir(d);
+	return -ENOENT;
+}
+
 int egr_cgroup_join_host_ns(char *why, size_t len)
 {
-	struct stat self, init;
-	int fd, err = 0, joined = 0;
+	struct stat self;
+	int fd, err = 0;
 
 	if (stat("/proc/self/ns/cgroup", &self) < 0) {
 		err = -errno;
 		snprintf(why, len, "/proc/self/ns/cgroup: %s", strerror(errno));
 		return err;
 	}
-	if (self.st_ino != PROC_CGROUP_INIT_INO) {
-		fd = open("/proc/1/ns/cgroup", O_RDONLY | O_CLOEXEC);
-		if (fd < 0 || fstat(fd, &init) < 0) {
-			err = -errno;
-			snprintf(why, len, "/proc/1/ns/cgroup: %s (run with the host's pid "
-				 "namespace: hostPID)", strerror(errno));
-			if (fd >= 0)
-				close(fd);
-			return err;
-		}
-		if (init.st_ino != self.st_ino) {
-			if (setns(fd, CLONE_NEWCGROUP) < 0) {
-				err = -errno;
-				snprintf(why, len, "setns into pid 1's cgroup namespace: %s (needs "
-					 "CAP_SYS_ADMIN)", strerror(errno));
-			}
-			joined = 1;
-		}
-		close(fd);
-		if (err)
-			return err;
-		if (stat("/proc/self/ns/cgroup", &self) < 0) {
-			err = -errno;
-			snprintf(why, len, "/proc/self/ns/cgroup: %s", strerror(errno));
-			return err;
-		}
+	if (self.st_ino == PROC_CGROUP_INIT_INO)
+		return 0;
+	fd = open_init_cgroup_ns(self.st_dev);
+	if (fd < 0) {
+		snprintf(why, len, "no process of the host's cgroup namespace is visible (pid 1's "
+			 "is not it; run with the host's pid namespace: hostPID)");
+		return fd;
 	}
-	if (self.st_ino != PROC_CGROUP_INIT_INO) {
-		snprintf(why, len, "pid 1 is not in the initial cgroup namespace either (a container "
-			 "without hostPID?)");
-		return -EPERM;
+	if (setns(fd, CLONE_NEWCGROUP) < 0) {
+		err = -errno;
+		snprintf(why, len, "setns into the host's cgroup namespace: %s (needs CAP_SYS_ADMIN)",
+			 strerror(errno));
 	}
-	return joined;
+	close(fd);
+	if (!err && (stat("/proc/self/ns/cgroup", &self) < 0 ||
+		     self.st_ino != PROC_CGROUP_INIT_INO)) {
+		snprintf(why, len, "still not in the initial cgroup namespace after setns");
+		err = -EIO;
+	}
+	return err ? err : 1;
 }
 
 struct subtree {

@@ -140,6 +140,77 @@ print("edited")
           (path, r.stderr.strip()))
 
 
+def hd_forge_state(c, sid, edit):
+    """Rewrite a state file with edit(obj) and a valid MAC, as an attacker who
+    stole <state>/state.key would (egressd must still trust the kernel)."""
+    import hashlib
+    import hmac
+    path = os.path.join(c.state, "sandboxes", "%d.json" % sid)
+    with open(path) as f:
+        o = json.load(f)
+    o.pop("mac", None)
+    edit(o)
+    body = json.dumps(o, separators=(",", ":"), sort_keys=True)
+    with open(os.path.join(c.state, "state.key"), "rb") as f:
+        key = f.read()
+    mac = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+    with open(path, "w") as f:
+        f.write(body[:-1] + ',"mac":"%s"}\n' % mac)
+
+
+@test
+def hd_state_replayed_or_forged_with_key(c):
+    # Row 3, beyond the MAC: an older state file replayed (valid MAC, a looser
+    # policy the sandbox had before an update), and one forged with the stolen
+    # key (a looser policy under the same policy_id). The kernel's policy id and
+    # rules are the truth: both are held under deny-all. Twin: a file forged
+    # with the key that says exactly what the kernel has is adopted.
+    a, b = c.tcp("a"), c.tcp("b")
+    wide = ["127.0.0.1:%d" % a.port, "127.0.0.1:%d" % b.port]
+    narrow = ["127.0.0.1:%d" % a.port]
+    replay = c.sandbox(wide, name="replay")
+    forged = c.sandbox(narrow, name="forged")
+    same = c.sandbox(narrow, name="same")
+    sbs = (replay, forged, same)
+    try:
+        for s in sbs:
+            s.attach()
+        rid, fid, sid = (sandbox_id(c, s) for s in sbs)
+        path = os.path.join(c.state, "sandboxes", "%d.json" % rid)
+        with open(path, "rb") as f:
+            old = f.read()
+        replay.update(c.policy(narrow))
+        replay.denied("tcp", "127.0.0.1", b.port)
+        with open(path, "wb") as f:
+            f.write(old)
+
+        def loosen(o):
+            o["policy"]["network"]["outbound_allow"].append("127.0.0.1:%d" % b.port)
+        hd_forge_state(c, fid, loosen)
+        hd_forge_state(c, sid, lambda o: None)
+        c.daemon.kill9()
+        c.daemon.start()
+        held = hd_held_ids(c)
+        for s, i in ((replay, rid), (forged, fid)):
+            check(i in held and held[i]["state"] == "tampered", "sandbox %d not held: %r (%s)" %
+                  (i, held, c.log_tail(max_lines=20)))
+            s.denied("tcp", "127.0.0.1", b.port)
+            s.denied("tcp", "127.0.0.1", a.port)
+            check(obs_alerts(c, "state_tampered", i), "no state_tampered alert for %d" % i)
+        check("older" in held[rid]["reason"] or "newer" in held[rid]["reason"],
+              "replay reason: %r" % held[rid]["reason"])
+        check("not the one the kernel enforces" in held[fid]["reason"],
+              "forged reason: %r" % held[fid]["reason"])
+        check(sid not in held and c.find_sandbox(same.cg), "the faithful file was not adopted")
+        same.allowed("tcp", "127.0.0.1", a.port)
+        same.denied("tcp", "127.0.0.1", b.port)
+        hd_audit_ok(c)
+    finally:
+        c.ensure_daemon()
+        for s in sbs:
+            s.remove()
+
+
 @test
 def hd_tampered_state_files_deny_all(c):
     # Row 3: uid 0 edits state files (a looser policy, the policy_id, the

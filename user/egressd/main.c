@@ -512,7 +512,7 @@ int main(int argc, char **argv)
 	}
 	srv.cgroup_ns = rc ? "joined host" : "host";
 	if (rc)
-		log_info("joined the host's cgroup namespace (pid 1's)");
+		log_info("joined the host's cgroup namespace (the initial one)");
 
 	err = egr_bpf_open(&bpf, o.bpffs_dir, &feat);
 	if (err) {

@@ -55,10 +55,11 @@ def hd_link_pins_removed_are_restored(c):
         # Twin: before the attack, the allowed destination works, the other not.
         sa.allowed("tcp", "127.0.0.1", a.port)
         sa.denied("tcp", "127.0.0.1", b.port)
+        # rm may lose the race with egressd pinning them again ("Directory not
+        # empty"): what it removed is what the alerts below must report.
         r = hd_as_root_in(sa.cg, "rm", "-rf", hd_links_dir(c, ida), hd_links_dir(c, idb))
-        check(r.returncode == 0, "rm -rf of the link pins as root in the sandbox failed: %s" %
-              r.stderr)
-        check(not os.path.exists(hd_links_dir(c, ida)), "the pins were not removed")
+        check(r.returncode == 0 or "not empty" in r.stderr,
+              "rm -rf of the link pins as root in the sandbox: %s" % r.stderr)
         # Enforcement never stopped, for either sandbox.
         sa.denied("tcp", "127.0.0.1", b.port)
         sb.denied("tcp", "127.0.0.1", a.port)
@@ -95,9 +96,12 @@ def hd_links_dir_and_map_pins_removed(c):
     a, b = c.tcp("a"), c.tcp("b")
     with c.sandbox(["127.0.0.1:%d" % a.port], name="dirA") as sa:
         ida = sandbox_id(c, sa)
-        r = hd_as_root_in(sa.cg, "rm", "-rf", os.path.join(c.bpffs, "links"),
-                          os.path.join(c.bpffs, "maps", "egr_sandboxes"))
-        check(r.returncode == 0, "rm -rf as root in the sandbox failed: %s" % r.stderr)
+        r = hd_as_root_in(sa.cg, "rm", "-rf", os.path.join(c.bpffs, "maps", "egr_sandboxes"),
+                          os.path.join(c.bpffs, "links"))
+        check(r.returncode == 0 or "not empty" in r.stderr,
+              "rm -rf as root in the sandbox: %s" % r.stderr)
+        check(wait_until(lambda: obs_alerts(c, "pin_removed", ida), 5),
+              "no pin_removed alert for the links under the removed links/")
         with c.sandbox(["127.0.0.1:%d" % b.port], name="dirB") as sb:
             sb.allowed("tcp", "127.0.0.1", b.port)
             sb.denied("tcp", "127.0.0.1", a.port)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -131,6 +132,52 @@ json_t *egr_features_layers(const struct egr_features *f)
 			 f->skb, "seccomp", f->seccomp, "lsm_cgroup", f->lsm_cgroup);
 }
 
+#define PIN_WATCH_MASK (IN_DELETE | IN_DELETE_SELF | IN_MOVED_FROM | IN_MOVE_SELF | IN_ONLYDIR)
+
+static void watch(struct egr_bpf *b, const char *dir)
+{
+	if (b->pin_watch_fd >= 0 && inotify_add_watch(b->pin_watch_fd, dir, PIN_WATCH_MASK) < 0 &&
+	    errno != ENOENT)
+		log_warn("inotify watch %s: %m", dir);
+}
+
+/* <dir>, maps/, links/ and every links/<id>/ egressd holds links of. A
+ * watch on an inode already watched is the same watch: cheap to repeat. */
+static void watch_dirs(struct egr_bpf *b)
+{
+	char path[PATH_MAX];
+
+	if (b->pin_watch_fd < 0)
+		return;
+	watch(b, b->dir);
+	snprintf(path, sizeof(path), "%s/maps", b->dir);
+	watch(b, path);
+	snprintf(path, sizeof(path), "%s/links", b->dir);
+	watch(b, path);
+	for (size_t i = 0; i < b->nlinks; i++) {
+		snprintf(path, sizeof(path), "%s/links/%u", b->dir, b->links[i].sandbox_id);
+		watch(b, path);
+	}
+}
+
+int egr_bpf_pin_watch_fd(const struct egr_bpf *b)
+{
+	return b->pin_watch_fd;
+}
+
+bool egr_bpf_pin_events(struct egr_bpf *b)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	bool any = false;
+
+	if (b->pin_watch_fd < 0)
+		return false;
+	/* Bounded: the fd is non-blocking and a burst of events is one check. */
+	for (int i = 0; i < 64 && read(b->pin_watch_fd, buf, sizeof(buf)) > 0; i++)
+		any = true;
+	return any;
+}
+
 /* Programs attached per sandbox cgroup (a global tracing program is not). */
 static bool is_cgroup_prog(const struct bpf_program *prog)
 {
@@ -156,6 +203,7 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	int err;
 
 	memset(b, 0, sizeof(*b));
+	b->pin_watch_fd = -1;
 	libbpf_set_print(libbpf_log);
 	if (snprintf(b->dir, sizeof(b->dir), "%s", dir) >= (int)sizeof(b->dir))
 		return -ENAMETOOLONG;
@@ -228,6 +276,10 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 		}
 		b->prog_names[b->nprogs++] = bpf_program__name(prog);
 	}
+	b->pin_watch_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (b->pin_watch_fd < 0)
+		log_warn("inotify: %m; removed pins are noticed by the periodic check only");
+	watch_dirs(b);
 	log_info("BPF programs loaded, maps %s under %s/maps", b->reused_maps ? "adopted" : "pinned",
 		 dir);
 	return 0;
@@ -243,6 +295,9 @@ void egr_bpf_close(struct egr_bpf *b)
 	free(b->links);
 	b->links = NULL;
 	b->nlinks = b->caplinks = 0;
+	if (b->pin_watch_fd >= 0)
+		close(b->pin_watch_fd);
+	b->pin_watch_fd = -1;
 	if (b->skel)
 		egressd_bpf__destroy(b->skel);
 	b->skel = NULL;
@@ -361,6 +416,8 @@ static int attach_programs(struct egr_bpf *b, uint32_t sandbox_id, const char *c
 	if (cg_fd < 0)
 		return -errno;
 	err = ensure_links_dir(b, dir);
+	if (!err)
+		watch(b, dir);
 	for (size_t p = 0; !err && p < b->nprogs; p++) {
 		if (only_missing && ls->fd[p] >= 0)
 			continue;
@@ -484,6 +541,7 @@ int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
 		}
 		ls->fd[p] = fd;
 	}
+	watch(b, dir);
 	return err;
 }
 
@@ -549,6 +607,7 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 			report(ctx, EGR_PIN_LINK, ls->sandbox_id, path, err);
 		}
 	}
+	watch_dirs(b); /* directories made again need their watch again */
 	return missing;
 }
 

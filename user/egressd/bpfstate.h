@@ -41,6 +41,7 @@ struct egr_bpf {
 	size_t nprogs;
 	struct egr_link_set *links;
 	size_t nlinks, caplinks;
+	int pin_watch_fd; /* inotify on the pin directories; -1: none */
 };
 
 /* What the host can do, probed once at start (egressctl status shows it). */
@@ -94,6 +95,12 @@ typedef void (*egr_pin_fn)(void *ctx, enum egr_pin_kind kind, uint32_t sandbox_i
  * each map, each link of each sandbox. Calls report() for every pin that was
  * missing (err: 0 pinned again, or why not). Returns how many were missing. */
 int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx);
+/* An inotify fd that becomes readable when something is removed from a pin
+ * directory (-1 when inotify is unavailable: then only periodic checks);
+ * egr_bpf_pin_events() drains it and says whether anything happened. The
+ * watches follow egr_bpf_check_pins (directories made again are watched). */
+int egr_bpf_pin_watch_fd(const struct egr_bpf *b);
+bool egr_bpf_pin_events(struct egr_bpf *b);
 /* Sandbox ids with a links/<id> directory. Caller frees *ids. */
 int egr_bpf_pinned_sandboxes(struct egr_bpf *b, uint32_t **ids, size_t *n);
 

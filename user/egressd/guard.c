@@ -5,11 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 
 #include "guard.h"
 #include "log.h"
 
 struct egr_guard {
+	struct egr_loop *loop;
+	unsigned ticks;
 	struct egr_bpf *bpf;
 	struct egr_registry *reg;
 	struct egr_auditlog *audit;
@@ -73,7 +76,7 @@ static void report(struct egr_guard *g)
 	}
 }
 
-void egr_guard_check(struct egr_guard *g)
+static void check_pins(struct egr_guard *g)
 {
 	g->found = json_object();
 	if (!g->found)
@@ -82,12 +85,33 @@ void egr_guard_check(struct egr_guard *g)
 		report(g);
 	json_decref(g->found);
 	g->found = NULL;
+}
+
+void egr_guard_check(struct egr_guard *g)
+{
+	check_pins(g);
 	egr_reg_reclaim(g->reg);
 }
 
+/* Something was removed from a pin directory: check now. */
+static void on_watch(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
+{
+	struct egr_guard *g = ctx;
+
+	if (egr_bpf_pin_events(g->bpf))
+		check_pins(g);
+}
+
+/* Every second: reclaim released cgroups, and check every pin (all of
+ * them only every EGR_GUARD_FULL_EVERY ticks when inotify tells us of
+ * removals; each check stats every pin of every sandbox). */
 static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
-	egr_guard_check(ctx);
+	struct egr_guard *g = ctx;
+
+	if (egr_bpf_pin_watch_fd(g->bpf) < 0 || ++g->ticks % EGR_GUARD_FULL_EVERY == 0)
+		check_pins(g);
+	egr_reg_reclaim(g->reg);
 }
 
 int egr_guard_start(struct egr_guard **out, struct egr_loop *loop, struct egr_bpf *bpf,
@@ -101,7 +125,11 @@ int egr_guard_start(struct egr_guard **out, struct egr_loop *loop, struct egr_bp
 	g->bpf = bpf;
 	g->reg = reg;
 	g->audit = audit;
+	g->loop = loop;
+	check_pins(g); /* what went while no egressd held the fds was seen at adoption */
 	err = egr_loop_every(loop, EGR_GUARD_INTERVAL_MS, on_tick, g);
+	if (!err && egr_bpf_pin_watch_fd(bpf) >= 0)
+		err = egr_loop_add(loop, egr_bpf_pin_watch_fd(bpf), EPOLLIN, on_watch, g);
 	if (err) {
 		free(g);
 		return err;
@@ -112,6 +140,8 @@ int egr_guard_start(struct egr_guard **out, struct egr_loop *loop, struct egr_bp
 
 void egr_guard_free(struct egr_guard *g)
 {
+	if (g && egr_bpf_pin_watch_fd(g->bpf) >= 0)
+		egr_loop_del(g->loop, egr_bpf_pin_watch_fd(g->bpf));
 	free(g);
 }
 

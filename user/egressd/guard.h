@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * Defends what egressd pinned against a root that can reach bpffs
- * (docs/security.md, row "bpffs pins"): once a second it makes every map and
- * link pin it holds an fd of exist again, and reports each one that was
- * removed as a critical `pin_removed` alert and audit record. The same tick
- * reclaims detached sandboxes whose cgroup the kernel has released.
+ * (docs/security.md, row 2): when inotify says something was removed from a
+ * pin directory, and every EGR_GUARD_FULL_EVERY seconds regardless (every
+ * second without inotify), it makes every map and link pin it holds an fd
+ * of exist again, and reports each one that was removed as a critical
+ * `pin_removed` alert and audit record. A one-second tick reclaims detached
+ * sandboxes whose cgroup the kernel has released.
  */
 #ifndef EGR_GUARD_H
 #define EGR_GUARD_H
@@ -18,6 +20,7 @@
 #include "sandbox.h"
 
 #define EGR_GUARD_INTERVAL_MS 1000
+#define EGR_GUARD_FULL_EVERY 10 /* ticks */
 
 struct egr_guard;
 

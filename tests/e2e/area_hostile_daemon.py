@@ -385,6 +385,12 @@ def hd_detach_leaves_no_socket_unconfined(c):
         held = hd_held_ids(c)
         check(sid in held and held[sid]["state"] == "detached", "not held: %r" % held)
         sb.denied("tcp", "127.0.0.1", a.port)
+        st = obs_status(c)
+        check(st.get("held", {}).get("detached", 0) >= 1, "status does not count it: %r" %
+              st.get("held"))
+        code, _, body = scrape(c)
+        check(code == 200 and 'egressd_sandboxes_held{state="detached"}' in body,
+              "/metrics lacks egressd_sandboxes_held: %d" % code)
         # Removed cgroup, socket still open: still held, still denied.
         cgroup_remove_tree(sb.cg)
         check(os.path.exists(hd_links_dir(c, sid)), "links reclaimed while a socket lives")

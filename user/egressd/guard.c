@@ -9,6 +9,7 @@
 
 #include "guard.h"
 #include "log.h"
+#include "metrics.h"
 
 struct egr_guard {
 	struct egr_loop *loop;
@@ -149,4 +150,25 @@ json_t *egr_guard_status(const struct egr_guard *g)
 {
 	return json_pack("{s:I, s:I}", "pins_restored", (json_int_t)g->restored,
 			 "pin_restore_failures", (json_int_t)g->failures);
+}
+
+void egr_guard_metrics(void *ctx, struct egr_mbuf *mb)
+{
+	const struct egr_guard *g = ctx;
+
+	egr_mbuf_family(mb, "egressd_sandboxes_held", "gauge",
+			"Cgroups held under deny-all until the kernel releases them, by state "
+			"(detached, tampered: state not trusted at start).");
+	egr_mbuf_printf(mb, "egressd_sandboxes_held{state=\"detached\"} %zu\n",
+			egr_reg_held_count(g->reg, EGR_HELD_DETACHED));
+	egr_mbuf_printf(mb, "egressd_sandboxes_held{state=\"tampered\"} %zu\n",
+			egr_reg_held_count(g->reg, EGR_HELD_TAMPERED));
+	egr_mbuf_family(mb, "egressd_pins_restored_total", "counter",
+			"Map and link pins found removed from bpffs and pinned again.");
+	egr_mbuf_printf(mb, "egressd_pins_restored_total %llu\n",
+			(unsigned long long)g->restored);
+	egr_mbuf_family(mb, "egressd_pin_restore_failures_total", "counter",
+			"Removed pins that could not be pinned again.");
+	egr_mbuf_printf(mb, "egressd_pin_restore_failures_total %llu\n",
+			(unsigned long long)g->failures);
 }

@@ -31,5 +31,9 @@ void egr_guard_free(struct egr_guard *g);
 void egr_guard_check(struct egr_guard *g);
 /* {"pins_restored": N, "pin_restore_failures": N} */
 json_t *egr_guard_status(const struct egr_guard *g);
+/* /metrics: held cgroups by state, pins restored and failed (a
+ * egr_metrics_source_fn; ctx is the guard). */
+struct egr_mbuf;
+void egr_guard_metrics(void *ctx, struct egr_mbuf *mb);
 
 #endif /* EGR_GUARD_H */

@@ -612,6 +612,8 @@ int main(int argc, char **argv)
 		dctx.metrics = metrics;
 		err = egr_metrics_add_source(metrics, layers_source, &feat);
 	}
+	if (!err)
+		err = egr_metrics_add_source(metrics, egr_guard_metrics, guard);
 	if (err) {
 		log_error("metrics: %s", strerror(-err));
 		rc = 1;

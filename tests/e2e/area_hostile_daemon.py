@@ -590,3 +590,74 @@ def hd_egressd_refuses_foreign_cgroup_namespace(c):
         check(not os.path.exists(sock), "a control socket was created")
     finally:
         stop()
+
+
+# Run by `egressctl run`: connect (allowed) to the holding port, hand the
+# socket over an abstract unix socket to the test, exit.
+HD_RUN_SMUGGLE = r"""
+import socket, sys
+est = socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=2)
+u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+u.connect("\0" + sys.argv[1])
+socket.send_fds(u, [b"fd"], [est.fileno()])
+print("sent", flush=True)
+"""
+
+
+@test
+def hd_run_end_leaves_no_socket_unconfined(c):
+    # Row 5, through `egressctl run`: when its command ends, run detaches, so a
+    # socket the command handed out is reset and confined to deny-all.
+    a = c.tcp("a")
+    hold = socket.socket()
+    hold.bind(("127.0.0.1", 0))
+    hold.listen(8)
+    hp = hold.getsockname()[1]
+    name = "egr-hd-%s" % RUN_ID
+    lis = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lis.bind("\0" + name)
+    lis.listen(1)
+    lis.settimeout(PROBE_TIMEOUT_S)
+    got = []
+    result = {}
+
+    def take():
+        try:
+            conn, _ = lis.accept()
+            with conn:
+                _, fds, _, _ = socket.recv_fds(conn, 16, 1)
+                got.extend(fds)
+        except OSError as e:
+            result["err"] = e
+
+    t = threading.Thread(target=take, daemon=True)
+    t.start()
+    est = None
+    try:
+        pol = c.policy(["127.0.0.1:%d" % a.port, "127.0.0.1:%d" % hp])
+        r = adv_run(c, pol, sys.executable, "-c", HD_RUN_SMUGGLE, name, hp)
+        t.join(PROBE_TIMEOUT_S)
+        check(r.returncode == 0 and "sent" in r.stdout,
+              "the command under run could not hand out a socket: exit %d %r %r" %
+              (r.returncode, r.stdout, r.stderr[-300:]))
+        check(len(got) == 1, "no descriptor received: %r" % result)
+        est = socket.socket(fileno=got[0])
+        est.settimeout(2)
+        e = hd_errno(lambda: (est.send(b"x"), est.recv(1)))
+        check(e in ("ECONNABORTED", "ECONNRESET", "EPIPE"),
+              "a connection made under run survived its end: %s" % e)
+        # The reset's error is reported once (ECONNABORTED); then the hook
+        # judges the new connect: deny-all.
+        errs = [hd_errno(lambda: est.connect(("127.0.0.1", a.port))) for _ in range(3)]
+        check("EPERM" in errs and None not in errs,
+              "the handed-out socket reconnects after run ended: %r" % errs)
+        # Twin: the same destination from a fresh socket outside works.
+        check(hd_errno(lambda: socket.create_connection(("127.0.0.1", a.port), 2).close())
+              is None, "outside, the allowed destination is unreachable")
+    finally:
+        if est is not None:
+            est.close()
+        for fd in got[1:]:
+            os.close(fd)
+        lis.close()
+        hold.close()

@@ -6,6 +6,8 @@
  * sockets of both families with their cgroup ids; the ones in the
  * sandbox's cgroups whose peer the new policy refuses get SOCK_DESTROY
  * (CONFIG_INET_DIAG_DESTROY), which the owner sees as ECONNABORTED.
+ * A detached sandbox loses every TCP and UDP socket it has, whatever its
+ * state; with a network namespace of its own, the dumps run there too.
  */
 #include <errno.h>
 #include <pthread.h>

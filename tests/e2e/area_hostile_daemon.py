@@ -662,3 +662,33 @@ def hd_run_end_leaves_no_socket_unconfined(c):
             os.close(fd)
         lis.close()
         hold.close()
+
+
+@test
+def hd_interrupted_update_still_repaired(c):
+    # Crash repair stays: an authenticated state file one policy ahead of the
+    # kernel is what an update interrupted between writing the state and the
+    # switch leaves (written here with egressd's key, as egressd would have);
+    # the restarted egressd applies it. Twin of the replay test, where the
+    # file is one policy behind.
+    a, b = c.tcp("a"), c.tcp("b")
+    sb = c.sandbox(["127.0.0.1:%d" % a.port], name="repair")
+    try:
+        sb.attach()
+        sid = sandbox_id(c, sb)
+
+        def newer(o):
+            o["policy_id"] += 1
+            o["policy"]["network"]["outbound_allow"] = ["127.0.0.1:%d" % b.port]
+        hd_forge_state(c, sid, newer)
+        c.daemon.kill9()
+        sb.allowed("tcp", "127.0.0.1", a.port)  # the kernel still has the old policy
+        c.daemon.start()
+        check(c.find_sandbox(sb.cg) is not None and sid not in hd_held_ids(c),
+              "an interrupted update was not repaired: %r" % hd_held(c))
+        sb.allowed("tcp", "127.0.0.1", b.port)
+        sb.denied("tcp", "127.0.0.1", a.port)
+        check(not obs_alerts(c, "state_tampered", sid), "a repair raised state_tampered")
+    finally:
+        c.ensure_daemon()
+        sb.remove()

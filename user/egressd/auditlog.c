@@ -407,19 +407,19 @@ static void h_detaching(void *ctx, const struct egr_sb *sb)
 }
 
 static void h_tampered(void *ctx, const char *type, uint32_t id, const char *cgroup,
-		       const char *reason)
+		       const char *reason, bool held)
 {
 	struct egr_auditlog *al = ctx;
 	char summary[512];
 
-	snprintf(summary, sizeof(summary), "sandbox %u (%s): %s; held under deny-all", id,
-		 cgroup ? cgroup : "cgroup unknown", reason);
+	snprintf(summary, sizeof(summary), "sandbox %u (%s): %s%s", id,
+		 cgroup ? cgroup : "cgroup unknown", reason, held ? "; held under deny-all" : "");
 	egr_auditlog_tamper(al, type, id, NULL, summary,
-			    json_pack("{s:o, s:s, s:s}", "cgroup",
+			    json_pack("{s:o, s:s, s:o}", "cgroup",
 				      cgroup ? json_string(cgroup) : json_null(), "reason", reason,
-				      "enforcing", "deny-all"));
+				      "enforcing", held ? json_string("deny-all") : json_null()));
 	if (al->next.tampered)
-		al->next.tampered(al->next.ctx, type, id, cgroup, reason);
+		al->next.tampered(al->next.ctx, type, id, cgroup, reason, held);
 }
 
 void egr_auditlog_hooks(struct egr_auditlog *al, struct egr_reg_hooks *h,

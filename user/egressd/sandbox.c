@@ -1429,7 +1429,7 @@ static void quarantine(struct egr_registry *r, uint32_t id, const char *type, co
 			 why);
 		egr_bpf_detach(r->bpf, id); /* an empty links/<id>, if any */
 		if (r->hooks.tampered)
-			r->hooks.tampered(r->hooks.ctx, type, id, NULL, reason);
+			r->hooks.tampered(r->hooks.ctx, type, id, NULL, reason, false);
 		return;
 	}
 	if (cg && egr_cgroup_path_by_id(cg, path, sizeof(path)) != 0)
@@ -1451,7 +1451,7 @@ static void quarantine(struct egr_registry *r, uint32_t id, const char *type, co
 	log_error("sandbox %u (%s): %s; held under deny-all", id, path[0] ? path : "cgroup unknown",
 		  why);
 	if (r->hooks.tampered)
-		r->hooks.tampered(r->hooks.ctx, type, id, path[0] ? path : NULL, reason);
+		r->hooks.tampered(r->hooks.ctx, type, id, path[0] ? path : NULL, reason, true);
 }
 
 /* An authenticated "detached" or "tampered" state: held under deny-all. */

@@ -74,10 +74,11 @@ struct egr_reg_hooks {
 	 * still be read. */
 	void (*detaching)(void *ctx, const struct egr_sb *sb);
 	/* Adoption found state it cannot trust (type "state_tampered") or pins
-	 * removed while egressd was away ("pin_removed"): sandbox id is held
-	 * under deny-all (cgroup: its path, NULL when unknown). */
+	 * removed while egressd was away ("pin_removed"); held: sandbox id is
+	 * now held under deny-all (false: the kernel has nothing of it). cgroup:
+	 * its path, NULL when unknown. */
 	void (*tampered)(void *ctx, const char *type, uint32_t id, const char *cgroup,
-			 const char *reason);
+			 const char *reason, bool held);
 };
 
 struct egr_dnsproxy;

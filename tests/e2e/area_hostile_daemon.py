@@ -17,6 +17,16 @@ def hd_pins(c, sid):
         return []
 
 
+def hd_map_pin(c, name):
+    """Where the map is pinned under the bpffs dir (whatever the layout)."""
+    for root, dirs, files in os.walk(c.bpffs):
+        if "links" in root.split(os.sep)[len(c.bpffs.split(os.sep)):]:
+            continue
+        if name in files:
+            return os.path.join(root, name)
+    raise TestFailure("no pin of %s under %s" % (name, c.bpffs))
+
+
 def hd_as_root_in(cg, *argv):
     """argv as uid 0 inside cgroup cg (the attacker); the CompletedProcess."""
     return subprocess.run(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -97,8 +107,8 @@ def hd_links_dir_and_map_pins_removed(c):
     a, b = c.tcp("a"), c.tcp("b")
     with c.sandbox(["127.0.0.1:%d" % a.port], name="dirA") as sa:
         ida = sandbox_id(c, sa)
-        r = hd_as_root_in(sa.cg, "rm", "-rf", os.path.join(c.bpffs, "maps", "egr_sandboxes"),
-                          os.path.join(c.bpffs, "links"))
+        mpin = hd_map_pin(c, "egr_sandboxes")
+        r = hd_as_root_in(sa.cg, "rm", "-rf", mpin, os.path.join(c.bpffs, "links"))
         check(r.returncode == 0 or "not empty" in r.stderr,
               "rm -rf as root in the sandbox: %s" % r.stderr)
         check(wait_until(lambda: obs_alerts(c, "pin_removed", ida), 5),
@@ -107,9 +117,8 @@ def hd_links_dir_and_map_pins_removed(c):
             sb.allowed("tcp", "127.0.0.1", b.port)
             sb.denied("tcp", "127.0.0.1", a.port)
             sa.denied("tcp", "127.0.0.1", b.port)
-            check(wait_until(lambda: os.path.exists(
-                os.path.join(c.bpffs, "maps", "egr_sandboxes")) and len(hd_pins(c, ida)) >= 6,
-                5), "map or link pins not restored")
+            check(wait_until(lambda: os.path.exists(mpin) and len(hd_pins(c, ida)) >= 6, 5),
+                  "map or link pins not restored")
             check(wait_until(lambda: [x for x in obs_audit(c) if x.get("type") == "pin_removed"
                                       and x.get("sandbox") is None], 5),
                   "no audit record of the removed map pin")

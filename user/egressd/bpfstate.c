@@ -141,17 +141,33 @@ static void watch(struct egr_bpf *b, const char *dir)
 		log_warn("inotify watch %s: %m", dir);
 }
 
-/* <dir>, maps/, links/ and every links/<id>/ egressd holds links of. A
- * watch on an inode already watched is the same watch: cheap to repeat. */
+/* <dir>, the directories of the map pins, links/ and every links/<id>/
+ * egressd holds links of. A watch on an inode already watched is the same
+ * watch: cheap to repeat. */
 static void watch_dirs(struct egr_bpf *b)
 {
 	char path[PATH_MAX];
+	struct bpf_map *map;
 
 	if (b->pin_watch_fd < 0)
 		return;
 	watch(b, b->dir);
-	snprintf(path, sizeof(path), "%s/maps", b->dir);
-	watch(b, path);
+	bpf_object__for_each_map(map, b->skel->obj)
+	{
+		const char *pin = bpf_map__pin_path(map);
+		char *slash;
+
+		if (!pin || snprintf(path, sizeof(path), "%s", pin) >= (int)sizeof(path))
+			continue;
+		slash = strrchr(path, '/');
+		if (slash)
+			*slash = '\0';
+		watch(b, path); /* the same directory for every map: one watch */
+		if (slash && (slash = strrchr(path, '/')) && (size_t)(slash - path) > strlen(b->dir)) {
+			*slash = '\0';
+			watch(b, path); /* its parent (a versioned layout) */
+		}
+	}
 	snprintf(path, sizeof(path), "%s/links", b->dir);
 	watch(b, path);
 	for (size_t i = 0; i < b->nlinks; i++) {
@@ -569,15 +585,35 @@ static int repin(int fd, const char *path)
 	return bpf_obj_pin(fd, path) < 0 ? -errno : 0;
 }
 
+/* The directories from <dir> down to the one holding pin, made again
+ * (whatever layout the map pins have under <dir>). */
+static int mkdir_parents(struct egr_bpf *b, const char *pin)
+{
+	size_t base = strlen(b->dir);
+	char path[PATH_MAX];
+	int err;
+
+	if (strncmp(pin, b->dir, base) != 0 || pin[base] != '/' ||
+	    snprintf(path, sizeof(path), "%s", pin) >= (int)sizeof(path))
+		return -EINVAL;
+	if ((err = mkdir_p1(b->dir, 0700)))
+		return err;
+	for (char *p = path + base + 1; (p = strchr(p, '/')); p++) {
+		*p = '\0';
+		err = mkdir_p1(path, 0700);
+		*p = '/';
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
 int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
 	struct bpf_map *map;
 	int missing = 0, err;
 
-	snprintf(dir, sizeof(dir), "%s/maps", b->dir);
-	if ((err = mkdir_p1(b->dir, 0700)) || (err = mkdir_p1(dir, 0700)))
-		log_error("create %s: %s", dir, strerror(-err));
 	bpf_object__for_each_map(map, b->skel->obj)
 	{
 		const char *pin = bpf_map__pin_path(map);
@@ -586,7 +622,9 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 			continue;
 		missing++;
 		/* The map lives on through our fd: the same object, pinned again. */
-		err = repin(bpf_map__fd(map), pin);
+		err = mkdir_parents(b, pin);
+		if (!err)
+			err = repin(bpf_map__fd(map), pin);
 		report(ctx, EGR_PIN_MAP, 0, pin, err);
 	}
 	for (size_t i = 0; i < b->nlinks; i++) {

@@ -701,3 +701,64 @@ def hd_interrupted_update_still_repaired(c):
     finally:
         c.ensure_daemon()
         sb.remove()
+
+
+def hd_strip_to_legacy(c, sid, edit=None):
+    """Make a state file look like an earlier egressd's: no MAC, no "state"."""
+    path = os.path.join(c.state, "sandboxes", "%d.json" % sid)
+    with open(path) as f:
+        o = json.load(f)
+    o.pop("mac", None)
+    o.pop("state", None)
+    if edit:
+        edit(o)
+    with open(path, "w") as f:
+        json.dump(o, f)
+
+
+@test
+def hd_state_of_earlier_egressd_needs_the_kernel(c):
+    # Upgrading from an egressd without authenticated state: at the start that
+    # creates state.key, files without a MAC are adopted only when the kernel
+    # confirms them exactly (then rewritten with a MAC); one that asks for more
+    # is held. The same files without a new key are held (an attacker stripping
+    # MACs gains nothing).
+    a, b = c.tcp("a"), c.tcp("b")
+    ok = c.sandbox(["127.0.0.1:%d" % a.port], name="legacy")
+    loose = c.sandbox(["127.0.0.1:%d" % a.port], name="legloose")
+    strip = c.sandbox(["127.0.0.1:%d" % a.port], name="legstrip")
+    sbs = (ok, loose, strip)
+    try:
+        for s in sbs:
+            s.attach()
+        oid, lid, sid = (sandbox_id(c, s) for s in sbs)
+        c.daemon.kill9()
+        hd_strip_to_legacy(c, oid)
+        hd_strip_to_legacy(c, lid, lambda o: o["policy"]["network"]["outbound_allow"].append(
+            "127.0.0.1:%d" % b.port))
+        os.unlink(os.path.join(c.state, "state.key"))
+        c.daemon.start()
+        held = hd_held_ids(c)
+        check(c.find_sandbox(ok.cg) is not None and oid not in held,
+              "the kernel-confirmed file of an earlier egressd was not adopted: %r" % held)
+        ok.allowed("tcp", "127.0.0.1", a.port)
+        ok.denied("tcp", "127.0.0.1", b.port)
+        with open(os.path.join(c.state, "sandboxes", "%d.json" % oid)) as f:
+            check('"mac":"' in f.read(), "the adopted file was not rewritten with a MAC")
+        check(lid in held and held[lid]["state"] == "tampered", "the looser file was not held")
+        loose.denied("tcp", "127.0.0.1", b.port)
+        loose.denied("tcp", "127.0.0.1", a.port)
+        # The still-authenticated one (its MAC under the old key) is held too:
+        # its key was removed.
+        check(sid in held, "a file under a removed key was adopted")
+        # With the key in place, stripping the MAC is tampering.
+        c.daemon.kill9()
+        hd_strip_to_legacy(c, oid)
+        c.daemon.start()
+        check(oid in hd_held_ids(c), "a stripped MAC was accepted while the key exists")
+        ok.denied("tcp", "127.0.0.1", a.port)
+        hd_audit_ok(c)
+    finally:
+        c.ensure_daemon()
+        for s in sbs:
+            s.remove()

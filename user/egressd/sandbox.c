@@ -110,9 +110,11 @@ static int write_state_obj(struct egr_registry *r, uint32_t id, const json_t *o)
 }
 
 /* The state of sandbox id, authenticated; NULL with why on failure
- * (-ENOENT in *errp when there is no file). */
+ * (-ENOENT in *errp when there is no file). With legacy non-NULL, a file
+ * without a MAC is returned too (*legacy set) when the key was made at this
+ * start: an earlier egressd wrote it, and only the kernel can confirm it. */
 static json_t *read_state_obj(struct egr_registry *r, uint32_t id, char *why, size_t whylen,
-			      int *errp)
+			      int *errp, bool *legacy)
 {
 	char path[PATH_MAX], mac[EGR_AUDIT_HASH_HEX + 1];
 	json_error_t jerr;
@@ -152,9 +154,15 @@ static json_t *read_state_obj(struct egr_registry *r, uint32_t id, char *why, si
 	if (len && buf[len - 1] == '\n')
 		buf[--len] = '\0';
 	err = -EBADMSG;
+	if (legacy)
+		*legacy = false;
 	if (len < MAC_SUFFIX_LEN + 2 ||
 	    memcmp(buf + len - MAC_SUFFIX_LEN, MAC_MEMBER, sizeof(MAC_MEMBER) - 1) != 0 ||
 	    memcmp(buf + len - 2, "\"}", 2) != 0) {
+		if (legacy && r->state_key_new && !strstr(buf, MAC_MEMBER)) {
+			*legacy = true;
+			goto parse;
+		}
 		snprintf(why, whylen, "%s has no MAC (not written by this egressd)", path);
 		goto out;
 	}
@@ -172,7 +180,9 @@ static json_t *read_state_obj(struct egr_registry *r, uint32_t id, char *why, si
 			goto out;
 		}
 	}
-	o = json_loadb(buf, len - MAC_SUFFIX_LEN + 1, 0, &jerr);
+	len = len - MAC_SUFFIX_LEN + 1;
+parse:
+	o = json_loadb(buf, len, 0, &jerr);
 	if (!o || !json_is_object(o)) {
 		snprintf(why, whylen, "%s: %s", path, o ? "not an object" : jerr.text);
 		json_decref(o);
@@ -266,7 +276,7 @@ static json_t *load_state_policy(struct egr_registry *r, uint32_t id)
 	char why[PATH_MAX + 128];
 	json_t *o, *p;
 
-	o = read_state_obj(r, id, why, sizeof(why), NULL);
+	o = read_state_obj(r, id, why, sizeof(why), NULL, NULL);
 	if (!o) {
 		log_error("sandbox %u: %s", id, why);
 		return NULL;
@@ -301,6 +311,7 @@ static int state_key_load(struct egr_registry *r)
 			return err;
 		}
 		log_info("created the state files' HMAC key %s", path);
+		r->state_key_new = true;
 	} else if (errno != EEXIST) {
 		err = -errno;
 		log_error("create %s: %s", path, strerror(-err));
@@ -1491,7 +1502,7 @@ static bool kernel_matches(struct egr_registry *r, const struct egr_sandbox *ksb
  * interrupted operation left, or hold it under deny-all when it disagrees
  * with the kernel. Returns the sandbox to detach now (its cgroup was
  * removed while egressd was away), or NULL. */
-static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
+static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st, bool legacy)
 {
 	const char *cgroup = json_string_value(json_object_get(st, "cgroup"));
 	json_t *policy = json_object_get(st, "policy");
@@ -1547,6 +1558,14 @@ static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 			   "the policy in its state file is not the one the kernel enforces");
 		goto out;
 	}
+	/* Unauthenticated (an earlier egressd's, from before state.key): only
+	 * what the kernel confirms exactly is adopted, nothing is repaired. */
+	if (legacy && (err || ksb.policy_id != policy_id || link_cg != cgid)) {
+		quarantine(r, id, "state_tampered",
+			   "its state file has no MAC (an earlier egressd's) and the kernel does not "
+			   "confirm it");
+		goto out;
+	}
 	sb = calloc(1, sizeof(*sb));
 	if (!sb || !(sb->cgroup = strdup(cgroup)))
 		goto oom;
@@ -1596,6 +1615,8 @@ static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 	err = egr_bpf_set_cgroup_sandbox(r->bpf, cgid, id);
 	if (err && link_cg)
 		log_warn("sandbox %u: rewrite cgroup storage: %s", id, strerror(-err));
+	if (legacy && save_state(r, sb, policy) == 0)
+		log_info("sandbox %u: the kernel confirmed its state file; now authenticated", id);
 	if (reg_add(r, sb))
 		goto oom;
 	sb_set_meta(sb, &p, &c);
@@ -1700,21 +1721,26 @@ static int adopt_all(struct egr_registry *r)
 	while ((de = readdir(d))) {
 		char why[PATH_MAX + 128];
 		uint32_t id = state_file_id(de->d_name);
+		bool legacy = false;
 		const char *state;
 		json_t *st;
 		int rerr;
 
 		if (!id)
 			continue;
-		st = read_state_obj(r, id, why, sizeof(why), &rerr);
+		st = read_state_obj(r, id, why, sizeof(why), &rerr, &legacy);
 		if (!st) {
 			if (rerr != -ENOENT)
 				quarantine(r, id, "state_tampered", why);
 			continue;
 		}
-		state = json_string_value(json_object_get(st, "state")) ?: "";
-		if (strcmp(state, "attached") == 0) {
-			struct egr_sb *g = adopt_one(r, id, st);
+		/* An earlier egressd wrote no "state": only attached sandboxes. */
+		state = json_string_value(json_object_get(st, "state")) ?: (legacy ? "attached" : "");
+		if (legacy && strcmp(state, "attached") != 0) {
+			quarantine(r, id, "state_tampered",
+				   "its state file has no MAC and is not an earlier egressd's");
+		} else if (strcmp(state, "attached") == 0) {
+			struct egr_sb *g = adopt_one(r, id, st, legacy);
 
 			if (g) {
 				struct egr_sb **ng = realloc(gone, (ngone + 1) * sizeof(*ng));

@@ -102,6 +102,7 @@ struct egr_registry {
 	size_t nheld, capheld;
 	uint8_t *state_key; /* <state-dir>/state.key: HMAC key of the state files */
 	size_t state_keylen;
+	bool state_key_new; /* made at this start: files of an earlier egressd have no MAC */
 };
 
 /* Load the state directory and adopt every pinned sandbox; repair what a

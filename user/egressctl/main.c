@@ -68,9 +68,11 @@ static const char detach_help[] =
 	"Stop confining a sandbox. Its processes are no longer restricted.\n";
 
 static const char list_help[] =
-	"Usage: egressctl list [--json]\n"
+	"Usage: egressctl list [--json] [--held]\n"
 	"List the sandboxes. POLICY is the start of the policy's SHA-256, RULES are\n"
-	"the IPv4, IPv6 and DNS-name rules it compiled to.\n";
+	"the IPv4, IPv6 and DNS-name rules it compiled to. --held lists instead the\n"
+	"cgroups held under deny-all until the kernel releases them: detached\n"
+	"sandboxes, and sandboxes whose state egressd could not trust at start.\n";
 
 int ctl_usage_error(const char *cmd, const char *fmt, ...)
 {
@@ -108,10 +110,11 @@ struct cmd_args {
 	const char *netns;
 	unsigned long id;
 	bool json;
+	bool held;
 };
 
 enum { OPT_SOCKET = 256, OPT_TIMEOUT, OPT_JSON, OPT_CGROUP, OPT_POLICY, OPT_ID, OPT_HELP,
-       OPT_NETNS };
+       OPT_NETNS, OPT_HELD };
 
 /* Options every command takes: --socket, --timeout, --help. */
 #define COMMON_OPTS                                                   \
@@ -168,6 +171,7 @@ static int parse_cmd(struct ctl *c, const char *cmd, const char *help, const cha
 		{ "policy", required_argument, NULL, OPT_POLICY },
 		{ "id", required_argument, NULL, OPT_ID },
 		{ "netns", required_argument, NULL, OPT_NETNS },
+		{ "held", no_argument, NULL, OPT_HELD },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt, rc, li = 0;
@@ -187,6 +191,11 @@ static int parse_cmd(struct ctl *c, const char *cmd, const char *help, const cha
 			if (!strchr(want, 'j'))
 				goto unexpected;
 			a->json = true;
+			break;
+		case OPT_HELD:
+			if (!strchr(want, 'h'))
+				goto unexpected;
+			a->held = true;
 			break;
 		case OPT_CGROUP:
 			if (!strchr(want, 'c'))
@@ -360,7 +369,7 @@ static int cmd_list(struct ctl *c, int argc, char **argv)
 	json_t *req, *resp, *sbs;
 	int rc;
 
-	rc = parse_cmd(c, "list", list_help, "j", argc, argv, &a);
+	rc = parse_cmd(c, "list", list_help, "jh", argc, argv, &a);
 	if (rc >= 0)
 		return rc;
 	req = new_request("list");
@@ -370,16 +379,29 @@ static int cmd_list(struct ctl *c, int argc, char **argv)
 	json_decref(req);
 	if (rc)
 		return rc;
-	sbs = json_object_get(resp, "sandboxes");
+	sbs = json_object_get(resp, a.held ? "held" : "sandboxes");
 	if (!json_is_array(sbs)) {
-		fprintf(stderr, "egressctl: bad answer from egressd: no sandboxes array\n");
+		fprintf(stderr, "egressctl: bad answer from egressd: no %s array\n",
+			a.held ? "held" : "sandboxes");
 		json_decref(resp);
 		return CTL_EXIT_ERROR;
 	}
-	if (a.json)
+	if (a.json) {
 		ctl_print_json(sbs);
-	else
+	} else if (a.held) {
+		size_t i;
+		json_t *h;
+
+		printf("%-6s %-9s %s\n", "ID", "STATE", "CGROUP (deny-all until released)");
+		json_array_foreach(sbs, i, h)
+			printf("%-6lld %-9s %s  %s\n",
+			       (long long)json_integer_value(json_object_get(h, "id")),
+			       json_string_value(json_object_get(h, "state")) ?: "?",
+			       json_string_value(json_object_get(h, "cgroup")) ?: "(unknown)",
+			       json_string_value(json_object_get(h, "reason")) ?: "");
+	} else {
 		ctl_print_list(sbs);
+	}
 	json_decref(resp);
 	return CTL_EXIT_OK;
 }

@@ -38,6 +38,10 @@ void ctl_print_status(const json_t *resp)
 	printf("  bpffs dir:  %s\n", str(resp, "bpffs_dir"));
 	printf("  state dir:  %s\n", str(resp, "state_dir"));
 	printf("  sandboxes:  %lld\n", num(resp, "sandboxes"));
+	if (json_is_object(json_object_get(resp, "held")))
+		printf("  held:       %lld detached, %lld tampered (deny-all until released)\n",
+		       num(json_object_get(resp, "held"), "detached"),
+		       num(json_object_get(resp, "held"), "tampered"));
 	printf("  features:  ");
 	json_object_foreach((json_t *)feat, key, v) {
 		if (json_is_true(v))

@@ -225,6 +225,39 @@ static void policy_change(struct egr_auditlog *al, const char *change, const str
 	append(al, rec);
 }
 
+void egr_auditlog_tamper(struct egr_auditlog *al, const char *type, uint32_t sandbox,
+			 const struct egr_sb *sb, const char *summary, json_t *detail)
+{
+	json_t *rec = sb ? identity(sb) : json_pack("{s:o}", "sandbox",
+						     sandbox ? json_integer(sandbox) : json_null());
+	const char *k;
+	json_t *v;
+
+	log_error("%s: %s", type, summary);
+	if (!al) {
+		json_decref(rec);
+		json_decref(detail);
+		return;
+	}
+	if (rec) {
+		json_object_foreach(detail, k, v)
+			json_object_set(rec, k, v);
+		json_object_set_new(rec, "type", json_string(type));
+		json_object_set_new(rec, "summary", json_string(summary));
+	}
+	append(al, rec);
+	struct egr_alert_in in = {
+		.type = type,
+		.severity = EGR_SEV_CRITICAL,
+		.tenant = sb ? sb->tenant : NULL,
+		.sandbox = sandbox,
+		.execution_id = sb ? sb->execution_id : NULL,
+		.summary = summary,
+		.evidence = detail ? detail : json_object(),
+	};
+	egr_alerting_raise(al->alerting, &in);
+}
+
 static void h_attached(void *ctx, const struct egr_sb *sb, const json_t *policy)
 {
 	struct egr_auditlog *al = ctx;
@@ -423,6 +456,22 @@ static void h_detaching(void *ctx, const struct egr_sb *sb)
 		al->next.detaching(al->next.ctx, sb);
 }
 
+static void h_tampered(void *ctx, const char *type, uint32_t id, const char *cgroup,
+		       const char *reason, bool held)
+{
+	struct egr_auditlog *al = ctx;
+	char summary[512];
+
+	snprintf(summary, sizeof(summary), "sandbox %u (%s): %s%s", id,
+		 cgroup ? cgroup : "cgroup unknown", reason, held ? "; held under deny-all" : "");
+	egr_auditlog_tamper(al, type, id, NULL, summary,
+			    json_pack("{s:o, s:s, s:o}", "cgroup",
+				      cgroup ? json_string(cgroup) : json_null(), "reason", reason,
+				      "enforcing", held ? json_string("deny-all") : json_null()));
+	if (al->next.tampered)
+		al->next.tampered(al->next.ctx, type, id, cgroup, reason, held);
+}
+
 void egr_auditlog_hooks(struct egr_auditlog *al, struct egr_reg_hooks *h,
 			const struct egr_reg_hooks *next)
 {
@@ -439,4 +488,5 @@ void egr_auditlog_hooks(struct egr_auditlog *al, struct egr_reg_hooks *h,
 	h->adopted = h_adopted;
 	h->updated = h_updated;
 	h->detaching = h_detaching;
+	h->tampered = h_tampered;
 }

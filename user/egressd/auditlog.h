@@ -51,6 +51,14 @@ void egr_auditlog_set_names(struct egr_auditlog *al, struct egr_learned *learned
 /* Who is making the current control request (NULL: nobody). */
 void egr_auditlog_set_actor(struct egr_auditlog *al, const struct ucred *cred);
 
+/* Something was done to egressd's own state from outside (docs/audit.md,
+ * "Tampering"): type "pin_removed" or "state_tampered". Writes an audit
+ * record of that type (sb's identity when sb is not NULL, else just the
+ * sandbox id, 0 for none) with detail's members, and raises the critical
+ * alert of the same type. detail is stolen (may be NULL). */
+void egr_auditlog_tamper(struct egr_auditlog *al, const char *type, uint32_t sandbox,
+			 const struct egr_sb *sb, const char *summary, json_t *detail);
+
 /* An explicit gap record. 0 or -errno. */
 int egr_auditlog_gap(struct egr_auditlog *al, const char *reason, uint64_t lost);
 uint64_t egr_auditlog_failures(const struct egr_auditlog *al);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -141,13 +142,95 @@ static int maps_dir(const char *dir, char *buf, size_t len)
 	return 0;
 }
 
+#define PIN_WATCH_MASK (IN_DELETE | IN_DELETE_SELF | IN_MOVED_FROM | IN_MOVE_SELF | IN_ONLYDIR)
+
+static void watch(struct egr_bpf *b, const char *dir)
+{
+	if (b->pin_watch_fd >= 0 && inotify_add_watch(b->pin_watch_fd, dir, PIN_WATCH_MASK) < 0 &&
+	    errno != ENOENT)
+		log_warn("inotify watch %s: %m", dir);
+}
+
+/* <dir>, the directories of the map pins, links/ and every links/<id>/
+ * egressd holds links of. A watch on an inode already watched is the same
+ * watch: cheap to repeat. */
+static void watch_dirs(struct egr_bpf *b)
+{
+	char path[PATH_MAX];
+	struct bpf_map *map;
+
+	if (b->pin_watch_fd < 0)
+		return;
+	watch(b, b->dir);
+	bpf_object__for_each_map(map, b->skel->obj)
+	{
+		const char *pin = bpf_map__pin_path(map);
+		char *slash;
+
+		if (!pin || snprintf(path, sizeof(path), "%s", pin) >= (int)sizeof(path))
+			continue;
+		slash = strrchr(path, '/');
+		if (slash)
+			*slash = '\0';
+		watch(b, path); /* the same directory for every map: one watch */
+		if (slash && (slash = strrchr(path, '/')) && (size_t)(slash - path) > strlen(b->dir)) {
+			*slash = '\0';
+			watch(b, path); /* its parent (a versioned layout) */
+		}
+	}
+	snprintf(path, sizeof(path), "%s/links", b->dir);
+	watch(b, path);
+	for (size_t i = 0; i < b->nlinks; i++) {
+		snprintf(path, sizeof(path), "%s/links/%u", b->dir, b->links[i].sandbox_id);
+		watch(b, path);
+	}
+}
+
+int egr_bpf_pin_watch_fd(const struct egr_bpf *b)
+{
+	return b->pin_watch_fd;
+}
+
+bool egr_bpf_pin_events(struct egr_bpf *b)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	bool any = false;
+
+	if (b->pin_watch_fd < 0)
+		return false;
+	/* Bounded: the fd is non-blocking and a burst of events is one check. */
+	for (int i = 0; i < 64 && read(b->pin_watch_fd, buf, sizeof(buf)) > 0; i++)
+		any = true;
+	return any;
+}
+
+/* Programs attached per sandbox cgroup (a global tracing program is not). */
+static bool is_cgroup_prog(const struct bpf_program *prog)
+{
+	switch (bpf_program__type(prog)) {
+	case BPF_PROG_TYPE_CGROUP_SKB:
+	case BPF_PROG_TYPE_CGROUP_SOCK:
+	case BPF_PROG_TYPE_CGROUP_SOCK_ADDR:
+	case BPF_PROG_TYPE_CGROUP_SOCKOPT:
+	case BPF_PROG_TYPE_CGROUP_SYSCTL:
+	case BPF_PROG_TYPE_CGROUP_DEVICE:
+		return true;
+	case BPF_PROG_TYPE_LSM:
+		return bpf_program__expected_attach_type(prog) == BPF_LSM_CGROUP;
+	default:
+		return false;
+	}
+}
+
 int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 {
+	struct bpf_program *prog;
 	char path[PATH_MAX];
 	struct egr_mig *mig = NULL;
 	int err;
 
 	memset(b, 0, sizeof(*b));
+	b->pin_watch_fd = -1;
 	libbpf_set_print(libbpf_log);
 	if (snprintf(b->dir, sizeof(b->dir), "%s", dir) >= (int)sizeof(b->dir))
 		return -ENAMETOOLONG;
@@ -228,6 +311,22 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	b->fd_inspect_orig = bpf_map__fd(b->skel->maps.egr_inspect_orig);
 	b->fd_sb_cgroups = bpf_map__fd(b->skel->maps.egr_sandbox_cgroups);
 	b->fd_proc_home = bpf_map__fd(b->skel->maps.egr_proc_home);
+	bpf_object__for_each_program(prog, b->skel->obj)
+	{
+		if (!bpf_program__autoload(prog) || !is_cgroup_prog(prog))
+			continue; /* a layer this host cannot load, or a global program */
+		if (b->nprogs == EGR_MAX_CGROUP_PROGS) {
+			log_error("more than %d cgroup programs", EGR_MAX_CGROUP_PROGS);
+			egressd_bpf__destroy(b->skel);
+			b->skel = NULL;
+			return -E2BIG;
+		}
+		b->prog_names[b->nprogs++] = bpf_program__name(prog);
+	}
+	b->pin_watch_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (b->pin_watch_fd < 0)
+		log_warn("inotify: %m; removed pins are noticed by the periodic check only");
+	watch_dirs(b);
 	log_info("BPF programs loaded (ABI version %d), maps %s under %s", EGR_ABI_VERSION,
 		 b->migrated_from ? "migrated" : b->reused_maps ? "adopted" : "pinned", b->maps);
 	return 0;
@@ -247,10 +346,59 @@ fail:
 
 void egr_bpf_close(struct egr_bpf *b)
 {
-	/* Only the skeleton's own references go: pinned maps and links stay. */
+	/* Only our own references go: pinned maps and links stay. */
+	for (size_t i = 0; i < b->nlinks; i++)
+		for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
+			if (b->links[i].fd[p] >= 0)
+				close(b->links[i].fd[p]);
+	free(b->links);
+	b->links = NULL;
+	b->nlinks = b->caplinks = 0;
+	if (b->pin_watch_fd >= 0)
+		close(b->pin_watch_fd);
+	b->pin_watch_fd = -1;
 	if (b->skel)
 		egressd_bpf__destroy(b->skel);
 	b->skel = NULL;
+}
+
+static struct egr_link_set *link_set(struct egr_bpf *b, uint32_t sandbox_id, bool create)
+{
+	struct egr_link_set *ls;
+
+	for (size_t i = 0; i < b->nlinks; i++)
+		if (b->links[i].sandbox_id == sandbox_id)
+			return &b->links[i];
+	if (!create)
+		return NULL;
+	if (b->nlinks == b->caplinks) {
+		size_t cap = b->caplinks ? b->caplinks * 2 : 16;
+		struct egr_link_set *n = realloc(b->links, cap * sizeof(*n));
+
+		if (!n)
+			return NULL;
+		b->links = n;
+		b->caplinks = cap;
+	}
+	ls = &b->links[b->nlinks++];
+	ls->sandbox_id = sandbox_id;
+	for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
+		ls->fd[p] = -1;
+	return ls;
+}
+
+/* Close our fds of the sandbox's links (detach: after BPF_LINK_DETACH). */
+static void link_set_drop(struct egr_bpf *b, uint32_t sandbox_id)
+{
+	for (size_t i = 0; i < b->nlinks; i++) {
+		if (b->links[i].sandbox_id != sandbox_id)
+			continue;
+		for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
+			if (b->links[i].fd[p] >= 0)
+				close(b->links[i].fd[p]);
+		b->links[i] = b->links[--b->nlinks];
+		return;
+	}
 }
 
 static int links_dir(struct egr_bpf *b, uint32_t sandbox_id, char *buf, size_t len)
@@ -260,52 +408,96 @@ static int links_dir(struct egr_bpf *b, uint32_t sandbox_id, char *buf, size_t l
 	return 0;
 }
 
-int egr_bpf_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path)
+/* <dir>/links/<id>, and <dir> and <dir>/links too: someone may have
+ * removed them (docs/security.md); later attaches must keep working. */
+static int ensure_links_dir(struct egr_bpf *b, const char *dir)
 {
-	char dir[PATH_MAX], path[PATH_MAX];
-	struct bpf_program *prog;
+	char path[PATH_MAX];
+	int err;
+
+	snprintf(path, sizeof(path), "%s/links", b->dir);
+	if ((err = mkdir_p1(b->dir, 0700)) || (err = mkdir_p1(path, 0700)) ||
+	    (err = mkdir_p1(dir, 0700)))
+		log_error("create %s: %s", dir, strerror(-err));
+	return err;
+}
+
+/* Attach program p to cg_fd, pin the link and keep its fd. */
+static int attach_one(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int cg_fd,
+		      const char *dir, const char *cgroup_path)
+{
+	struct bpf_program *prog = bpf_object__find_program_by_name(b->skel->obj,
+								     b->prog_names[p]);
+	char path[PATH_MAX];
+	struct bpf_link *link;
+	int err, fd;
+
+	if (!prog)
+		return -ENOENT;
+	/* Links attach with multi semantics: a sandbox's own programs (or a
+	 * nested sandbox's) add to these, never replace them, and an
+	 * unprivileged process cannot detach them. */
+	link = bpf_program__attach_cgroup(prog, cg_fd);
+	if (!link) {
+		err = -errno;
+		log_error("attach %s to %s: %s", b->prog_names[p], cgroup_path, strerror(-err));
+		return err;
+	}
+	snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
+	fd = fcntl(bpf_link__fd(link), F_DUPFD_CLOEXEC, 3);
+	err = fd < 0 ? -errno : bpf_obj_pin(fd, path) < 0 ? -errno : 0;
+	if (err) {
+		log_error("pin link %s: %s", path, strerror(-err));
+		bpf_link__detach(link);
+		if (fd >= 0)
+			close(fd);
+	} else {
+		ls->fd[p] = fd; /* our own reference: a removed pin detaches nothing */
+	}
+	bpf_link__destroy(link);
+	return err;
+}
+
+static int attach_programs(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path,
+			   bool only_missing)
+{
+	char dir[PATH_MAX];
+	struct egr_link_set *ls;
 	int cg_fd, err;
 
 	err = links_dir(b, sandbox_id, dir, sizeof(dir));
 	if (err)
 		return err;
+	ls = link_set(b, sandbox_id, true);
+	if (!ls)
+		return -ENOMEM;
 	cg_fd = open(cgroup_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (cg_fd < 0)
 		return -errno;
-	if ((err = mkdir_p1(dir, 0700)))
-		goto out;
-
-	bpf_object__for_each_program(prog, b->skel->obj)
-	{
-		if (!bpf_program__autoload(prog))
-			continue; /* a layer this host cannot load */
-		/* Links attach with multi semantics: a sandbox's own programs
-		 * (or a nested sandbox's) add to these, never replace them, and
-		 * an unprivileged process cannot detach them. */
-		struct bpf_link *link = bpf_program__attach_cgroup(prog, cg_fd);
-
-		if (!link) {
-			err = -errno;
-			log_error("attach %s to %s: %s", bpf_program__name(prog), cgroup_path,
-				  strerror(-err));
-			break;
-		}
-		snprintf(path, sizeof(path), "%s/%s", dir, bpf_program__name(prog));
-		err = bpf_link__pin(link, path);
-		if (err) {
-			log_error("pin link %s: %s", path, strerror(-err));
-			bpf_link__detach(link);
-		}
-		/* The pin holds the link now; our reference can go. */
-		bpf_link__destroy(link);
-		if (err)
-			break;
+	err = ensure_links_dir(b, dir);
+	if (!err)
+		watch(b, dir);
+	for (size_t p = 0; !err && p < b->nprogs; p++) {
+		if (only_missing && ls->fd[p] >= 0)
+			continue;
+		err = attach_one(b, ls, p, cg_fd, dir, cgroup_path);
 	}
-	if (err)
-		egr_bpf_detach(b, sandbox_id);
-out:
 	close(cg_fd);
 	return err;
+}
+
+int egr_bpf_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path)
+{
+	int err = attach_programs(b, sandbox_id, cgroup_path, false);
+
+	if (err)
+		egr_bpf_detach(b, sandbox_id);
+	return err;
+}
+
+int egr_bpf_attach_missing(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path)
+{
+	return attach_programs(b, sandbox_id, cgroup_path, true);
 }
 
 int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id)
@@ -318,6 +510,19 @@ int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id)
 	err = links_dir(b, sandbox_id, dir, sizeof(dir));
 	if (err)
 		return err;
+	/* Our own references first: a link whose pin is gone is still attached
+	 * through them. ENOLINK: the cgroup was released, the link with it. */
+	struct egr_link_set *ls = link_set(b, sandbox_id, false);
+
+	for (size_t p = 0; ls && p < EGR_MAX_CGROUP_PROGS; p++)
+		if (ls->fd[p] >= 0 && bpf_link_detach(ls->fd[p]) < 0 && errno != ENOLINK) {
+			ret = -errno;
+			log_warn("detach link %s of sandbox %u: %s", b->prog_names[p], sandbox_id,
+				 strerror(-ret));
+		}
+	if (ret)
+		return ret; /* keep the fds: still enforced, retry possible */
+	link_set_drop(b, sandbox_id);
 	d = opendir(dir);
 	if (!d)
 		return errno == ENOENT ? 0 : -errno;
@@ -358,19 +563,133 @@ int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id)
 bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
-	struct bpf_program *prog;
 
 	if (links_dir(b, sandbox_id, dir, sizeof(dir)))
 		return false;
-	bpf_object__for_each_program(prog, b->skel->obj)
-	{
-		if (!bpf_program__autoload(prog))
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, bpf_program__name(prog));
+	for (size_t p = 0; p < b->nprogs; p++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
 		if (access(path, F_OK) != 0)
 			return false;
 	}
 	return true;
+}
+
+int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	struct egr_link_set *ls;
+	int err = 0;
+
+	if ((err = links_dir(b, sandbox_id, dir, sizeof(dir))))
+		return err;
+	ls = link_set(b, sandbox_id, true);
+	if (!ls)
+		return -ENOMEM;
+	for (size_t p = 0; p < b->nprogs; p++) {
+		int fd;
+
+		if (ls->fd[p] >= 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
+		fd = bpf_obj_get(path);
+		if (fd < 0) {
+			if (errno != ENOENT)
+				log_warn("open pinned link %s: %m", path);
+			err = -ENOENT;
+			continue;
+		}
+		ls->fd[p] = fd;
+	}
+	watch(b, dir);
+	return err;
+}
+
+int egr_bpf_links_cgroup_id(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *cgroup_id)
+{
+	struct egr_link_set *ls = link_set(b, sandbox_id, false);
+
+	for (size_t p = 0; ls && p < EGR_MAX_CGROUP_PROGS; p++) {
+		struct bpf_link_info info;
+		__u32 len = sizeof(info);
+
+		if (ls->fd[p] < 0)
+			continue;
+		memset(&info, 0, sizeof(info));
+		if (bpf_obj_get_info_by_fd(ls->fd[p], &info, &len) < 0)
+			return -errno;
+		*cgroup_id = info.cgroup.cgroup_id;
+		return 0;
+	}
+	return -ENOENT;
+}
+
+static int repin(int fd, const char *path)
+{
+	return bpf_obj_pin(fd, path) < 0 ? -errno : 0;
+}
+
+/* The directories from <dir> down to the one holding pin, made again
+ * (whatever layout the map pins have under <dir>). */
+static int mkdir_parents(struct egr_bpf *b, const char *pin)
+{
+	size_t base = strlen(b->dir);
+	char path[PATH_MAX];
+	int err;
+
+	if (strncmp(pin, b->dir, base) != 0 || pin[base] != '/' ||
+	    snprintf(path, sizeof(path), "%s", pin) >= (int)sizeof(path))
+		return -EINVAL;
+	if ((err = mkdir_p1(b->dir, 0700)))
+		return err;
+	for (char *p = path + base + 1; (p = strchr(p, '/')); p++) {
+		*p = '\0';
+		err = mkdir_p1(path, 0700);
+		*p = '/';
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	struct bpf_map *map;
+	int missing = 0, err;
+
+	bpf_object__for_each_map(map, b->skel->obj)
+	{
+		const char *pin = bpf_map__pin_path(map);
+
+		if (!pin || access(pin, F_OK) == 0 || errno != ENOENT)
+			continue;
+		missing++;
+		/* The map lives on through our fd: the same object, pinned again. */
+		err = mkdir_parents(b, pin);
+		if (!err)
+			err = repin(bpf_map__fd(map), pin);
+		report(ctx, EGR_PIN_MAP, 0, pin, err);
+	}
+	for (size_t i = 0; i < b->nlinks; i++) {
+		struct egr_link_set *ls = &b->links[i];
+
+		if (links_dir(b, ls->sandbox_id, dir, sizeof(dir)))
+			continue;
+		for (size_t p = 0; p < b->nprogs; p++) {
+			if (ls->fd[p] < 0)
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
+			if (access(path, F_OK) == 0 || errno != ENOENT)
+				continue;
+			missing++;
+			err = ensure_links_dir(b, dir);
+			if (!err)
+				err = repin(ls->fd[p], path);
+			report(ctx, EGR_PIN_LINK, ls->sandbox_id, path, err);
+		}
+	}
+	watch_dirs(b); /* directories made again need their watch again */
+	return missing;
 }
 
 int egr_bpf_pinned_sandboxes(struct egr_bpf *b, uint32_t **ids, size_t *n)
@@ -493,6 +812,39 @@ int egr_bpf_home_procs(struct egr_bpf *b, const char *cgroup_path, uint64_t cgro
 
 	*n = 0;
 	return home_procs_of(b, cgroup_path, &home, n, 0);
+}
+
+bool egr_bpf_cgroup_names(struct egr_bpf *b, uint64_t cgroup_id, uint32_t sandbox_id)
+{
+	struct egr_cg_ref ref;
+
+	return bpf_map_lookup_elem(b->fd_storage, &cgroup_id, &ref) == 0 &&
+	       ref.sandbox_id == sandbox_id;
+}
+
+bool egr_bpf_rules_match(struct egr_bpf *b, uint32_t policy_id, const struct egr_compiled *c)
+{
+	struct egr_rule v;
+
+	/* An exact key finds its own entry; were it missing, a shorter prefix
+	 * of the same policy with an equal value allows no less. */
+	for (size_t i = 0; i < c->n4; i++) {
+		struct egr_lpm4_key k;
+
+		egr_c4_key(&c->v4[i], policy_id, &k);
+		if (bpf_map_lookup_elem(b->fd_allow4, &k, &v) < 0 ||
+		    memcmp(&v, &c->v4[i].rule, sizeof(v)) != 0)
+			return false;
+	}
+	for (size_t i = 0; i < c->n6; i++) {
+		struct egr_lpm6_key k;
+
+		egr_c6_key(&c->v6[i], policy_id, &k);
+		if (bpf_map_lookup_elem(b->fd_allow6, &k, &v) < 0 ||
+		    memcmp(&v, &c->v6[i].rule, sizeof(v)) != 0)
+			return false;
+	}
+	return true;
 }
 
 int egr_bpf_put_sandbox(struct egr_bpf *b, uint32_t sandbox_id, const struct egr_sandbox *sb)

@@ -20,6 +20,18 @@
 
 struct egressd_bpf;
 
+/* Cgroup programs a sandbox gets one link each of, at most. */
+#define EGR_MAX_CGROUP_PROGS 16
+
+/* One sandbox's links. egressd holds its own fd of every link, so a removed
+ * pin never detaches anything while it runs, and the pin can be made again
+ * from the fd (egr_bpf_check_pins). fd[i] is the link of cgroup program i
+ * (egr_bpf.prog_names), -1 when it has none. */
+struct egr_link_set {
+	uint32_t sandbox_id;
+	int fd[EGR_MAX_CGROUP_PROGS];
+};
+
 struct egr_bpf {
 	struct egressd_bpf *skel;
 	char dir[256];       /* --bpffs-dir */
@@ -30,6 +42,12 @@ struct egr_bpf {
 	int fd_sb_cgroups, fd_proc_home; /* for the escape guard (escape.h) */
 	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */
 	int migrated_from;   /* ABI version upgraded from at start, 0 = none */
+	/* The cgroup programs loaded on this host, in attach order. */
+	const char *prog_names[EGR_MAX_CGROUP_PROGS];
+	size_t nprogs;
+	struct egr_link_set *links;
+	size_t nlinks, caplinks;
+	int pin_watch_fd; /* inotify on the pin directories; -1: none */
 };
 
 /* What the host can do, probed once at start (egressctl status shows it). */
@@ -57,15 +75,49 @@ json_t *egr_features_layers(const struct egr_features *f);
 int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat);
 void egr_bpf_close(struct egr_bpf *b);
 
-/* Attach every program to the cgroup as links and pin them under
- * links/<sandbox_id>/. On error nothing stays attached. */
+/* Attach every cgroup program to the cgroup as links, pin them under
+ * links/<sandbox_id>/ and keep an fd of each. On error nothing stays
+ * attached. */
 int egr_bpf_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path);
-/* Detach and unpin the links of sandbox_id (idempotent). */
+/* Attach the programs the sandbox has no link of (its pins were removed
+ * while no egressd held them), pin and keep them. 0 or -errno. */
+int egr_bpf_attach_missing(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path);
+/* Detach, unpin and close the links of sandbox_id (idempotent). */
 int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id);
 /* Are all of the sandbox's links pinned? */
 bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id);
+/* Open the sandbox's pinned links and keep their fds (adoption). 0 when
+ * every program has one, -ENOENT when some are missing (those found are
+ * kept), another -errno on error. */
+int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id);
+/* The cgroup id the sandbox's links are attached to, from the kernel
+ * (bpf_link_get_info_by_fd): 0 once the cgroup was released and the links
+ * went defunct. -ENOENT when egressd holds no link of it. */
+int egr_bpf_links_cgroup_id(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *cgroup_id);
+
+/* What egr_bpf_check_pins() found removed and pinned again. */
+enum egr_pin_kind { EGR_PIN_MAP, EGR_PIN_LINK };
+typedef void (*egr_pin_fn)(void *ctx, enum egr_pin_kind kind, uint32_t sandbox_id,
+			   const char *path, int err);
+/* Make every pin egressd holds an fd of exist again: the bpffs directories,
+ * each map, each link of each sandbox. Calls report() for every pin that was
+ * missing (err: 0 pinned again, or why not). Returns how many were missing. */
+int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx);
+/* An inotify fd that becomes readable when something is removed from a pin
+ * directory (-1 when inotify is unavailable: then only periodic checks);
+ * egr_bpf_pin_events() drains it and says whether anything happened. The
+ * watches follow egr_bpf_check_pins (directories made again are watched). */
+int egr_bpf_pin_watch_fd(const struct egr_bpf *b);
+bool egr_bpf_pin_events(struct egr_bpf *b);
 /* Sandbox ids with a links/<id> directory. Caller frees *ids. */
 int egr_bpf_pinned_sandboxes(struct egr_bpf *b, uint32_t **ids, size_t *n);
+
+/* Does the cgroup's storage name sandbox_id (it exists only while a link
+ * of ours is attached, and is named after the attach completed)? */
+bool egr_bpf_cgroup_names(struct egr_bpf *b, uint64_t cgroup_id, uint32_t sandbox_id);
+/* Does the kernel hold every compiled rule under policy_id, with the same
+ * value? (Learned addresses may be there too.) */
+bool egr_bpf_rules_match(struct egr_bpf *b, uint32_t policy_id, const struct egr_compiled *c);
 
 /* Name the sandbox in the cgroup's storage (exists once a link is attached)
  * and in egr_sandbox_cgroups (the escape guard's view). */

@@ -28,6 +28,7 @@
 #include "inspect.h"
 #include "events.h"
 #include "escape.h"
+#include "guard.h"
 #include "harden.h"
 #include "learned.h"
 #include "log.h"
@@ -502,7 +503,7 @@ static void announce_layers(const struct egr_features *f, const char *state_dir)
 int main(int argc, char **argv)
 {
 	struct egr_features feat = { 0 };
-	struct egr_escape guard = { 0 };
+	struct egr_escape escape = { 0 };
 	struct egr_registry reg;
 	struct egr_bpf bpf;
 	struct options o;
@@ -520,6 +521,8 @@ int main(int argc, char **argv)
 	struct egr_learned *learned = NULL;
 	struct dns_ctx dctx = { .reg = &reg };
 	struct egr_inspect *inspect = NULL;
+	struct egr_guard *guard = NULL;
+	char why[512];
 	int lfd = -1, rc, err;
 
 	rc = parse_args(argc, argv, &o);
@@ -529,17 +532,30 @@ int main(int argc, char **argv)
 	umask(077);
 	raise_fd_limit();
 
+	/* Before anything reads a cgroup path: in a private cgroup namespace
+	 * (a container's) peers' paths would be relative to its root, and the
+	 * "peer is sandboxed" check would miss sandboxed peers. */
+	rc = egr_cgroup_join_host_ns(why, sizeof(why));
+	if (rc < 0) {
+		log_error("egressd must run in the host's cgroup namespace and cannot: %s; refusing "
+			  "to start", why);
+		return 1;
+	}
+	srv.cgroup_ns = rc ? "joined host" : "host";
+	if (rc)
+		log_info("joined the host's cgroup namespace (the initial one)");
+
 	err = egr_bpf_open(&bpf, o.bpffs_dir, &feat);
 	if (err) {
 		log_error("cannot load the BPF side: %s", strerror(-err));
 		return 1;
 	}
 	/* Before any sandbox is adopted: adoption gives their processes homes. */
-	feat.escape_guard = egr_escape_start(&guard, &bpf) == 0;
+	feat.escape_guard = egr_escape_start(&escape, &bpf) == 0;
 	err = egr_loop_new(&loop);
 	if (err) {
 		log_error("event loop: %s", strerror(-err));
-		egr_escape_close(&guard);
+		egr_escape_close(&escape);
 		egr_bpf_close(&bpf);
 		return 1;
 	}
@@ -585,13 +601,7 @@ int main(int argc, char **argv)
 	}
 	egr_auditlog_hooks(audit, &hooks, NULL);
 	egr_auditlog_set_names(audit, learned, inspect);
-	err = egr_reg_init(&reg, &bpf, o.state_dir, &hooks, dns, learned);
-	reg.host_lsm_cgroup = feat.lsm_cgroup;
-	if (err) {
-		log_error("state dir %s: %s", o.state_dir, strerror(-err));
-		rc = 1;
-		goto out;
-	}
+	/* Alerts before adoption too: it may find tampered state. */
 	snprintf(alerts_path, sizeof(alerts_path), "%s/alerts.jsonl", o.state_dir);
 	if (!o.alerts.file)
 		o.alerts.file = alerts_path;
@@ -601,6 +611,22 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
+	egr_auditlog_set_sinks(audit, NULL, alerting);
+	err = egr_reg_init(&reg, &bpf, o.state_dir, &hooks, dns, learned);
+	reg.host_lsm_cgroup = feat.lsm_cgroup;
+	if (err) {
+		log_error("state dir %s: %s", o.state_dir, strerror(-err));
+		rc = 1;
+		goto out;
+	}
+	/* Pins removed from now on are pinned again within a second. */
+	err = egr_guard_start(&guard, loop, &bpf, &reg, audit);
+	if (err) {
+		log_error("pin guard: %s", strerror(-err));
+		rc = 1;
+		goto out;
+	}
+	srv.guard = guard;
 	err = egr_events_new(&events, &bpf, &reg, loop, o.events_keep, o.state_dir);
 	if (!err)
 		dctx.events = events;
@@ -630,6 +656,8 @@ int main(int argc, char **argv)
 		dctx.metrics = metrics;
 		err = egr_metrics_add_source(metrics, layers_source, &feat);
 	}
+	if (!err)
+		err = egr_metrics_add_source(metrics, egr_guard_metrics, guard);
 	if (err) {
 		log_error("metrics: %s", strerror(-err));
 		rc = 1;
@@ -682,6 +710,7 @@ out:
 	egr_billing_free(billing);
 	egr_metrics_free(metrics);
 	egr_events_free(events);
+	egr_guard_free(guard);
 	egr_reg_free(&reg);
 	egr_alerting_free(alerting);
 	egr_auditlog_close(audit);
@@ -689,7 +718,7 @@ out:
 	egr_inspect_free(inspect);
 	egr_learned_free(learned);
 	egr_loop_free(loop);
-	egr_escape_close(&guard);
+	egr_escape_close(&escape);
 	egr_bpf_close(&bpf);
 	return rc;
 }

@@ -9,12 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <bpf/bpf.h>
+#include <openssl/crypto.h>
 
+#include "audit.h"
 #include "cgroup.h"
 #include "compile.h"
 #include "dnsproxy.h"
@@ -70,17 +73,152 @@ static void state_path(const struct egr_registry *r, uint32_t id, char *buf, siz
 }
 
 
+/*
+ * State files are authenticated: the file is the compact, key-sorted JSON
+ * of the state with a last member "mac", the HMAC-SHA-256 (key:
+ * <state-dir>/state.key, which only egressd can read) of the exact bytes of
+ * the file without that member. A file that fails the check, or names
+ * another sandbox than its file name, is never acted on (docs/security.md).
+ */
+#define MAC_MEMBER ",\"mac\":\""
+#define MAC_SUFFIX_LEN (sizeof(MAC_MEMBER) - 1 + EGR_AUDIT_HASH_HEX + 2) /* ,"mac":"<hex>"} */
+#define STATE_MAX_BYTES (512u << 20)
+
+static int write_state_obj(struct egr_registry *r, uint32_t id, const json_t *o)
+{
+	char path[PATH_MAX], mac[EGR_AUDIT_HASH_HEX + 1];
+	char *body = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS), *buf;
+	size_t len;
+	int err;
+
+	if (!body)
+		return -ENOMEM;
+	len = strlen(body);
+	err = egr_hmac_sha256_hex(r->state_key, r->state_keylen, body, len, mac);
+	buf = err ? NULL : malloc(len + MAC_SUFFIX_LEN + 2);
+	if (!err && !buf)
+		err = -ENOMEM;
+	if (!err) {
+		memcpy(buf, body, len - 1); /* without the closing brace */
+		snprintf(buf + len - 1, MAC_SUFFIX_LEN + 3, "%s%s\"}\n", MAC_MEMBER, mac);
+		state_path(r, id, path, sizeof(path));
+		err = egr_replace_file(path, buf, strlen(buf), 0600);
+		if (err)
+			log_error("write state %s: %s", path, strerror(-err));
+	}
+	free(buf);
+	free(body);
+	return err;
+}
+
+/* The state of sandbox id, authenticated; NULL with why on failure
+ * (-ENOENT in *errp when there is no file). With legacy non-NULL, a file
+ * without a MAC is returned too (*legacy set) when the key was made at this
+ * start: an earlier egressd wrote it, and only the kernel can confirm it. */
+static json_t *read_state_obj(struct egr_registry *r, uint32_t id, char *why, size_t whylen,
+			      int *errp, bool *legacy)
+{
+	char path[PATH_MAX], mac[EGR_AUDIT_HASH_HEX + 1];
+	json_error_t jerr;
+	json_t *o = NULL;
+	char *buf = NULL;
+	struct stat st;
+	size_t len = 0;
+	int fd, err = 0;
+
+	state_path(r, id, path, sizeof(path));
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		err = -errno;
+		snprintf(why, whylen, "%s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > STATE_MAX_BYTES) {
+		err = -EINVAL;
+		snprintf(why, whylen, "%s is not a regular file of at most %u bytes", path,
+			 STATE_MAX_BYTES);
+		goto out;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		err = -ENOMEM;
+		snprintf(why, whylen, "out of memory");
+		goto out;
+	}
+	while (len < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + len, (size_t)st.st_size - len);
+
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	if (len && buf[len - 1] == '\n')
+		buf[--len] = '\0';
+	err = -EBADMSG;
+	if (legacy)
+		*legacy = false;
+	if (len < MAC_SUFFIX_LEN + 2 ||
+	    memcmp(buf + len - MAC_SUFFIX_LEN, MAC_MEMBER, sizeof(MAC_MEMBER) - 1) != 0 ||
+	    memcmp(buf + len - 2, "\"}", 2) != 0) {
+		if (legacy && r->state_key_new && !strstr(buf, MAC_MEMBER)) {
+			*legacy = true;
+			goto parse;
+		}
+		snprintf(why, whylen, "%s has no MAC (not written by this egressd)", path);
+		goto out;
+	}
+	/* The body the MAC covers: everything before ,"mac":..., closed. */
+	memcpy(mac, buf + len - MAC_SUFFIX_LEN + sizeof(MAC_MEMBER) - 1, EGR_AUDIT_HASH_HEX);
+	mac[EGR_AUDIT_HASH_HEX] = '\0';
+	buf[len - MAC_SUFFIX_LEN] = '}';
+	{
+		char want[EGR_AUDIT_HASH_HEX + 1];
+
+		if (egr_hmac_sha256_hex(r->state_key, r->state_keylen, buf,
+					len - MAC_SUFFIX_LEN + 1, want) ||
+		    CRYPTO_memcmp(want, mac, EGR_AUDIT_HASH_HEX) != 0) {
+			snprintf(why, whylen, "%s fails its MAC check (edited)", path);
+			goto out;
+		}
+	}
+	len = len - MAC_SUFFIX_LEN + 1;
+parse:
+	o = json_loadb(buf, len, 0, &jerr);
+	if (!o || !json_is_object(o)) {
+		snprintf(why, whylen, "%s: %s", path, o ? "not an object" : jerr.text);
+		json_decref(o);
+		o = NULL;
+		goto out;
+	}
+	if (json_integer_value(json_object_get(o, "id")) != (json_int_t)id) {
+		snprintf(why, whylen, "%s names sandbox %lld (moved from another file)", path,
+			 (long long)json_integer_value(json_object_get(o, "id")));
+		json_decref(o);
+		o = NULL;
+		goto out;
+	}
+	err = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	if (errp)
+		*errp = err;
+	return o;
+}
+
 static int save_state(struct egr_registry *r, const struct egr_sb *sb, const json_t *policy)
 {
-	char path[PATH_MAX];
 	json_t *o;
 	int err;
 
-	o = json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:O}", "id", (json_int_t)sb->id,
-		      "cgroup", sb->cgroup, "cgroup_id", (json_int_t)sb->cgroup_id, "policy_id",
-		      (json_int_t)sb->policy_id, "tenant_id", (json_int_t)sb->tenant_id,
-		      "attached_at", (json_int_t)sb->attached_at, "updated_at",
-		      (json_int_t)sb->updated_at, "policy", policy);
+	o = json_pack("{s:I, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:O}", "id", (json_int_t)sb->id,
+		      "state", "attached", "cgroup", sb->cgroup, "cgroup_id",
+		      (json_int_t)sb->cgroup_id, "policy_id", (json_int_t)sb->policy_id,
+		      "tenant_id", (json_int_t)sb->tenant_id, "attached_at",
+		      (json_int_t)sb->attached_at, "updated_at", (json_int_t)sb->updated_at,
+		      "policy", policy);
 	if (!o)
 		return -ENOMEM;
 	json_object_set_new(o, "dns_port4", json_integer(sb->dns_port4));
@@ -89,11 +227,29 @@ static int save_state(struct egr_registry *r, const struct egr_sb *sb, const jso
 	json_object_set_new(o, "inspect_port6", json_integer(sb->inspect_port6));
 	if (sb->netns)
 		json_object_set_new(o, "netns", json_string(sb->netns));
-	state_path(r, sb->id, path, sizeof(path));
-	err = egr_replace_file_json(path, o, JSON_COMPACT, 0600);
+	err = write_state_obj(r, sb->id, o);
 	json_decref(o);
-	if (err)
-		log_error("write state %s: %s", path, strerror(-err));
+	return err;
+}
+
+static const char *held_state_name(enum egr_held_state s)
+{
+	return s == EGR_HELD_DETACHED ? "detached" : "tampered";
+}
+
+static int save_held_state(struct egr_registry *r, const struct egr_held *h)
+{
+	json_t *o = json_pack("{s:I, s:s, s:o, s:I, s:I, s:I, s:s}", "id", (json_int_t)h->id,
+			      "state", held_state_name(h->state), "cgroup",
+			      h->cgroup ? json_string(h->cgroup) : json_null(), "cgroup_id",
+			      (json_int_t)h->cgroup_id, "tenant_id", (json_int_t)h->tenant_id,
+			      "since", (json_int_t)h->since, "reason", h->reason);
+	int err;
+
+	if (!o)
+		return -ENOMEM;
+	err = write_state_obj(r, h->id, o);
+	json_decref(o);
 	return err;
 }
 
@@ -106,21 +262,71 @@ static void drop_state(struct egr_registry *r, uint32_t id)
 		log_warn("remove %s: %m", path);
 }
 
-static json_t *load_state_policy(struct egr_registry *r, uint32_t id)
+/* Keep a file that failed its check, for whoever investigates. */
+static void move_state_aside(struct egr_registry *r, uint32_t id)
 {
-	char path[PATH_MAX];
-	json_error_t jerr;
-	json_t *o, *p;
+	char path[PATH_MAX], aside[PATH_MAX + 32];
 
 	state_path(r, id, path, sizeof(path));
-	o = json_load_file(path, 0, &jerr);
+	snprintf(aside, sizeof(aside), "%s.tampered-%lld", path, (long long)time(NULL));
+	if (rename(path, aside) == 0)
+		log_warn("kept the untrusted state file as %s", aside);
+	else if (errno != ENOENT)
+		log_warn("move %s aside: %m", path);
+}
+
+static json_t *load_state_policy(struct egr_registry *r, uint32_t id)
+{
+	char why[PATH_MAX + 128];
+	json_t *o, *p;
+
+	o = read_state_obj(r, id, why, sizeof(why), NULL, NULL);
 	if (!o) {
-		log_error("read %s: %s", path, jerr.text);
+		log_error("sandbox %u: %s", id, why);
 		return NULL;
 	}
 	p = json_incref(json_object_get(o, "policy"));
 	json_decref(o);
 	return p;
+}
+
+/* The state key: 32 random bytes made at first start, mode 0400. */
+static int state_key_load(struct egr_registry *r)
+{
+	char path[PATH_MAX];
+	uint8_t key[32];
+	int fd, err;
+
+	snprintf(path, sizeof(path), "%s/state.key", r->state_dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0400);
+	if (fd >= 0) {
+		err = getrandom(key, sizeof(key), 0) == (ssize_t)sizeof(key) ? 0 : -EIO;
+		if (!err)
+			err = egr_write_all(fd, key, sizeof(key));
+		if (!err && fsync(fd) < 0)
+			err = -errno;
+		close(fd);
+		explicit_bzero(key, sizeof(key));
+		if (!err)
+			err = egr_fsync_parent(path);
+		if (err) {
+			unlink(path);
+			log_error("create %s: %s", path, strerror(-err));
+			return err;
+		}
+		log_info("created the state files' HMAC key %s", path);
+		r->state_key_new = true;
+	} else if (errno != EEXIST) {
+		err = -errno;
+		log_error("create %s: %s", path, strerror(-err));
+		return err;
+	}
+	err = egr_audit_load_key(path, &r->state_key, &r->state_keylen);
+	if (err)
+		log_error("state key %s: %s", path,
+			  err == -EPERM ? "group or other can access it (it must be 0400)"
+					: strerror(-err));
+	return err;
 }
 
 /* --- ids and tenants ---------------------------------------------------------- */
@@ -247,16 +453,205 @@ struct egr_sb *egr_reg_find(struct egr_registry *r, const char *cgroup, uint32_t
 	return NULL;
 }
 
+static bool path_within(const char *cgroup, const char *path)
+{
+	size_t len = strlen(cgroup);
+
+	return strncmp(cgroup, path, len) == 0 && (path[len] == '\0' || path[len] == '/');
+}
+
 bool egr_reg_confines(struct egr_registry *r, const char *path)
 {
-	for (size_t i = 0; i < r->n; i++) {
-		size_t len = strlen(r->sbs[i]->cgroup);
-
-		if (strncmp(r->sbs[i]->cgroup, path, len) == 0 &&
-		    (path[len] == '\0' || path[len] == '/'))
+	for (size_t i = 0; i < r->n; i++)
+		if (path_within(r->sbs[i]->cgroup, path))
 			return true;
-	}
+	for (size_t i = 0; i < r->nheld; i++)
+		if (r->held[i].cgroup && path_within(r->held[i].cgroup, path))
+			return true;
 	return false;
+}
+
+/* --- held sandboxes (deny-all, no policy of their own) ------------------------ */
+
+struct egr_held *egr_reg_find_held(struct egr_registry *r, const char *cgroup, uint32_t id)
+{
+	char real[PATH_MAX];
+
+	if (cgroup && !realpath(cgroup, real))
+		snprintf(real, sizeof(real), "%s", cgroup);
+	for (size_t i = 0; i < r->nheld; i++) {
+		if (cgroup && r->held[i].cgroup && strcmp(r->held[i].cgroup, real) == 0)
+			return &r->held[i];
+		if (!cgroup && r->held[i].id == id)
+			return &r->held[i];
+	}
+	return NULL;
+}
+
+size_t egr_reg_held_count(const struct egr_registry *r, enum egr_held_state state)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < r->nheld; i++)
+		n += r->held[i].state == state;
+	return n;
+}
+
+static struct egr_held *held_add(struct egr_registry *r, uint32_t id, uint32_t tenant_id,
+				 uint64_t cgroup_id, const char *cgroup,
+				 enum egr_held_state state, const char *reason, time_t since)
+{
+	struct egr_held *h;
+
+	if (r->nheld == r->capheld) {
+		size_t cap = r->capheld ? r->capheld * 2 : 16;
+		struct egr_held *n = realloc(r->held, cap * sizeof(*n));
+
+		if (!n)
+			return NULL;
+		r->held = n;
+		r->capheld = cap;
+	}
+	h = &r->held[r->nheld];
+	memset(h, 0, sizeof(*h));
+	if (cgroup && !(h->cgroup = strdup(cgroup)))
+		return NULL;
+	h->id = id;
+	h->tenant_id = tenant_id;
+	h->cgroup_id = cgroup_id;
+	h->state = state;
+	h->since = since;
+	snprintf(h->reason, sizeof(h->reason), "%s", reason ? reason : "");
+	r->nheld++;
+	return h;
+}
+
+static void held_remove(struct egr_registry *r, struct egr_held *h)
+{
+	free(h->cgroup);
+	*h = r->held[--r->nheld];
+}
+
+/* Every hook denies: policy id 0 is never given out, so no rule exists
+ * under it; no DNS port, no special sockets, no inbound. */
+static int kernel_deny_all(struct egr_registry *r, uint32_t id, uint32_t tenant_id)
+{
+	struct egr_sandbox ksb = { .policy_id = EGR_ID_NONE, .tenant_id = tenant_id };
+	int err = egr_bpf_put_sandbox(r->bpf, id, &ksb);
+
+	if (err) {
+		/* No entry at all denies everything too (fail closed). */
+		log_error("sandbox %u: write its deny-all entry: %s; removing the entry instead",
+			  id, strerror(-err));
+		egr_bpf_del_sandbox(r->bpf, id);
+	}
+	return err;
+}
+
+/* End every TCP and UDP socket of the cgroup (and the cgroups below it),
+ * in egressd's network namespace and in the sandbox's: a socket handed out
+ * of the sandbox keeps the sandbox's cgroup, so nothing it held may live
+ * on with a connection the sandbox's policy once allowed. */
+static void destroy_sockets(uint32_t id, const char *cgroup, uint64_t cgroup_id,
+			    const char *netns)
+{
+	uint64_t *ids = NULL, one = cgroup_id;
+	unsigned here = 0, there = 0;
+	size_t n = 0;
+	int err = 0, fd;
+
+	if (!cgroup || egr_cgroup_subtree_ids(cgroup, &ids, &n) || !n) {
+		free(ids);
+		ids = NULL;
+		n = 1; /* removed already: its sockets still carry its id */
+	}
+	err = egr_sockdiag_destroy_all(-1, ids ? ids : &one, n, &here);
+	if (netns) {
+		fd = open(netns, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			log_error("sandbox %u: open its network namespace %s: %m", id, netns);
+			err = err ? err : -errno;
+		} else {
+			int e = egr_sockdiag_destroy_all(fd, ids ? ids : &one, n, &there);
+
+			err = err ? err : e;
+			close(fd);
+		}
+	}
+	if (err)
+		log_error("sandbox %u: destroying its sockets: %s (%u destroyed)", id,
+			  strerror(-err), here + there);
+	else if (here + there)
+		log_info("sandbox %u: destroyed %u socket(s)%s", id, here + there,
+			 netns ? " (its network namespace included)" : "");
+	free(ids);
+}
+
+/* The kernel released the cgroup (its links are defunct): nothing of the
+ * sandbox can run any more; drop links, entries and state. */
+static void release_held(struct egr_registry *r, struct egr_held *h)
+{
+	uint32_t id = h->id;
+
+	if (egr_bpf_detach(r->bpf, id)) {
+		log_warn("sandbox %u: its links could not be released; retrying later", id);
+		return;
+	}
+	egr_bpf_del_sandbox(r->bpf, id);
+	egr_bpf_forget_sandbox_stats(r->bpf, id);
+	drop_state(r, id);
+	log_info("sandbox %u: cgroup %s released by the kernel; links and entries reclaimed", id,
+		 h->cgroup ? h->cgroup : "(unknown)");
+	held_remove(r, h);
+}
+
+void egr_reg_reclaim(struct egr_registry *r)
+{
+	for (size_t i = 0; i < r->nheld;) {
+		struct egr_held *h = &r->held[i];
+		uint64_t cg = 0;
+		int err = egr_bpf_links_cgroup_id(r->bpf, h->id, &cg);
+		size_t before = r->nheld;
+
+		if ((err == 0 && cg == 0) || err == -ENOENT)
+			release_held(r, h);
+		if (r->nheld == before)
+			i++;
+	}
+}
+
+json_t *egr_held_json(const struct egr_held *h)
+{
+	char buf[32];
+	struct tm tm;
+
+	gmtime_r(&h->since, &tm);
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return json_pack("{s:I, s:o, s:I, s:s, s:s, s:s, s:s}", "id", (json_int_t)h->id,
+			 "cgroup", h->cgroup ? json_string(h->cgroup) : json_null(), "cgroup_id",
+			 (json_int_t)h->cgroup_id, "state", held_state_name(h->state), "enforcing",
+			 "deny-all until the cgroup is released", "since", buf, "reason", h->reason);
+}
+
+int egr_reg_detach_held(struct egr_registry *r, struct egr_held *h, struct egr_fail *f)
+{
+	struct egr_held next = *h;
+	int err;
+
+	if (h->state == EGR_HELD_DETACHED)
+		return 0;
+	next.state = EGR_HELD_DETACHED;
+	snprintf(next.reason, sizeof(next.reason), "detached (was: %s)", h->reason);
+	err = save_held_state(r, &next);
+	if (err) {
+		fail(f, "internal", NULL, "write state: %s", strerror(-err));
+		return err;
+	}
+	h->state = EGR_HELD_DETACHED;
+	memcpy(h->reason, next.reason, sizeof(h->reason));
+	log_info("sandbox %u: held sandbox detached; deny-all until its cgroup is released",
+		 h->id);
+	return 0;
 }
 
 /* --- the policy as the kernel sees it ----------------------------------------- */
@@ -617,6 +1012,8 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 	struct egr_compiled c = { 0 };
 	struct egr_sandbox ksb = { 0 };
 	struct egr_sb *sb;
+	struct egr_held *held;
+	uint32_t reuse_id = 0;
 	int err;
 
 	err = check_cgroup(r, cgroup, real, f);
@@ -629,6 +1026,18 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 	err = prepare_for(r, policy, &p, &c, f);
 	if (err)
 		return err;
+	held = egr_reg_find_held(r, real, 0);
+	if (held) {
+		uint64_t now_cg = 0, link_cg = 0;
+
+		/* A cgroup held under deny-all gets the new policy on its links
+		 * in one switch; a new cgroup at an old path gets new links. */
+		if (egr_cgroup_id(real, &now_cg) == 0 && now_cg == held->cgroup_id &&
+		    egr_bpf_links_cgroup_id(r->bpf, held->id, &link_cg) == 0 && link_cg == now_cg)
+			reuse_id = held->id;
+		else
+			release_held(r, held);
+	}
 
 	sb = calloc(1, sizeof(*sb));
 	if (!sb || !(sb->cgroup = strdup(real))) {
@@ -641,7 +1050,7 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 		fail(f, "bad_cgroup", "cgroup", "cgroup id of %s: %s", real, strerror(-err));
 		goto err_free;
 	}
-	sb->id = r->next_sandbox_id++;
+	sb->id = reuse_id ? reuse_id : r->next_sandbox_id++;
 	sb->policy_id = alloc_policy_id(r);
 	sb->tenant_id = tenant_id(r, p.tenant);
 	sb->attached_at = sb->updated_at = time(NULL);
@@ -673,6 +1082,23 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 	ksb.dns_port6 = sb->dns_port6;
 	ksb.inspect_port4 = sb->inspect_port4;
 	ksb.inspect_port6 = sb->inspect_port6;
+	if (reuse_id) {
+		/* Held: its links are in place. The switch from deny-all first,
+		 * then the state: a crash in between leaves the state saying
+		 * "detached", and the next start holds it under deny-all. */
+		egr_bpf_forget_sandbox_stats(r->bpf, sb->id); /* a new execution */
+		err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
+		if (!err)
+			err = save_state(r, sb, policy);
+		if (err) {
+			fail(f, "internal", NULL, "attach to held sandbox %u: %s", sb->id,
+			     strerror(-err));
+			kernel_deny_all(r, sb->id, held->tenant_id);
+			goto err_rules;
+		}
+		held_remove(r, held);
+		goto named;
+	}
 	err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
 	if (err) {
 		fail_rules(f, err);
@@ -693,10 +1119,23 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 		fail(f, "internal", NULL, "name sandbox in cgroup storage: %s", strerror(-err));
 		goto err_links;
 	}
+named:
+	if (reuse_id && egr_bpf_set_cgroup_sandbox(r->bpf, sb->cgroup_id, sb->id))
+		log_warn("sandbox %u: cannot name it for the escape guard again", sb->id);
 	home_procs(r, sb, real);
 	err = reg_add(r, sb);
 	if (err) {
 		fail(f, "internal", NULL, "out of memory");
+		if (reuse_id) {
+			/* Back to held under deny-all; the next start finds it so. */
+			struct egr_held h = { .id = sb->id, .tenant_id = sb->tenant_id,
+					      .cgroup_id = sb->cgroup_id, .cgroup = sb->cgroup,
+					      .state = EGR_HELD_DETACHED, .since = time(NULL) };
+
+			save_held_state(r, &h);
+			kernel_deny_all(r, sb->id, sb->tenant_id);
+			goto err_rules;
+		}
 		goto err_links;
 	}
 	sb_set_meta(sb, &p, &c);
@@ -792,7 +1231,19 @@ static void close_refused(struct egr_registry *r, const struct egr_sb *sb,
 	*closed = 0;
 	err = egr_cgroup_subtree_ids(sb->cgroup, &ids, &n);
 	if (!err)
-		err = egr_sockdiag_destroy_refused(ids, n, inbound_allow, peer_allowed, &j, closed);
+		err = egr_sockdiag_destroy_refused(-1, ids, n, inbound_allow, peer_allowed, &j,
+						   closed);
+	if (!err && sb->netns) {
+		/* Its sockets live in its own network namespace as well. */
+		unsigned there = 0;
+		int fd = open(sb->netns, O_RDONLY | O_CLOEXEC);
+
+		err = fd < 0 ? -errno : egr_sockdiag_destroy_refused(fd, ids, n, inbound_allow,
+								     peer_allowed, &j, &there);
+		if (fd >= 0)
+			close(fd);
+		*closed += there;
+	}
 	if (err)
 		log_error("sandbox %u: tearing down connections the new policy refuses: %s "
 			  "(%u closed)", sb->id, strerror(-err), *closed);
@@ -950,6 +1401,44 @@ static int teardown(struct egr_registry *r, uint32_t id, uint32_t policy_id, con
 	return ret;
 }
 
+/*
+ * End the sandbox's policy but not its confinement: the state file says
+ * "detached" first (a restart holds it under deny-all from there on), then
+ * one map update switches the kernel entry to deny-all and every socket of
+ * the cgroup is destroyed. The links stay until the kernel releases the
+ * cgroup (egr_reg_reclaim). Then what belonged to the policy goes.
+ */
+static int retire(struct egr_registry *r, const struct egr_sb *sb, const json_t *policy,
+		  struct egr_fail *f)
+{
+	struct egr_held h = { .id = sb->id, .tenant_id = sb->tenant_id,
+			      .cgroup_id = sb->cgroup_id, .cgroup = sb->cgroup,
+			      .state = EGR_HELD_DETACHED, .since = time(NULL) };
+	int err;
+
+	snprintf(h.reason, sizeof(h.reason), "detached");
+	err = save_held_state(r, &h);
+	if (err) {
+		fail(f, "internal", NULL, "detach sandbox %u: write state: %s", sb->id,
+		     strerror(-err));
+		return err;
+	}
+	kernel_deny_all(r, sb->id, sb->tenant_id);
+	destroy_sockets(sb->id, sb->cgroup, sb->cgroup_id, sb->netns);
+	if (r->dns)
+		egr_dnsproxy_remove_sandbox(r->dns, sb->id);
+	if (r->learned)
+		egr_learned_forget(r->learned, sb->id, sb->policy_id);
+	if (policy)
+		delete_policy_rules(r, sb->id, sb->policy_id, policy);
+	egr_bpf_forget_sandbox_stats(r->bpf, sb->id);
+	if (!held_add(r, sb->id, sb->tenant_id, sb->cgroup_id, sb->cgroup, EGR_HELD_DETACHED,
+		      h.reason, h.since))
+		log_error("sandbox %u: out of memory; held under deny-all, reclaimed at the next "
+			  "start", sb->id);
+	return 0;
+}
+
 int egr_reg_detach(struct egr_registry *r, struct egr_sb *sb, json_t **snapshot,
 		   struct egr_fail *f)
 {
@@ -958,15 +1447,14 @@ int egr_reg_detach(struct egr_registry *r, struct egr_sb *sb, json_t **snapshot,
 
 	if (r->hooks.detaching)
 		r->hooks.detaching(r->hooks.ctx, sb);
-	err = teardown(r, sb->id, sb->policy_id, policy);
+	err = retire(r, sb, policy, f);
 	json_decref(policy);
-	if (err && err != -ENOENT) {
-		fail(f, "internal", NULL, "detach sandbox %u: %s", sb->id, strerror(-err));
+	if (err)
 		return err;
-	}
 	/* Leaving a detached cgroup is no escape. */
 	egr_bpf_forget_cgroup(r->bpf, sb->cgroup_id);
-	log_info("sandbox %u detached from %s", sb->id, sb->cgroup);
+	log_info("sandbox %u detached from %s; deny-all until the kernel releases the cgroup",
+		 sb->id, sb->cgroup);
 	if (snapshot)
 		*snapshot = egr_sb_json(sb);
 	reg_remove(r, sb);
@@ -1046,8 +1534,92 @@ static void read_self_cgroup(struct egr_registry *r)
 	fclose(f);
 }
 
-/* One state file: adopt its sandbox, repair it, or remove its remains. */
-static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
+/*
+ * Hold sandbox id under deny-all because what egressd found of it cannot be
+ * trusted (type "state_tampered"), or its pins went while no egressd held
+ * its links ("pin_removed"). The kernel is the truth: the links say which
+ * cgroup; the state file (if any) is moved aside, never acted on.
+ */
+static void quarantine(struct egr_registry *r, uint32_t id, const char *type, const char *why)
+{
+	struct egr_sandbox ksb;
+	bool in_kernel = egr_bpf_get_sandbox(r->bpf, id, &ksb) == 0;
+	uint32_t tenant = in_kernel ? ksb.tenant_id : 0;
+	char path[PATH_MAX] = "", reason[256];
+	struct egr_held *h;
+	uint64_t cg = 0;
+	int links;
+
+	move_state_aside(r, id);
+	links = egr_bpf_adopt_links(r->bpf, id);
+	if (egr_bpf_links_cgroup_id(r->bpf, id, &cg) != 0 && !in_kernel) {
+		snprintf(reason, sizeof(reason), "%s; the kernel has no such sandbox, nothing to hold",
+			 why);
+		egr_bpf_detach(r->bpf, id); /* an empty links/<id>, if any */
+		if (r->hooks.tampered)
+			r->hooks.tampered(r->hooks.ctx, type, id, NULL, reason, false);
+		return;
+	}
+	if (cg && egr_cgroup_path_by_id(cg, path, sizeof(path)) != 0)
+		path[0] = '\0';
+	/* Programs whose pins were removed while egressd was away are gone
+	 * from the cgroup: attach them again (deny-all below). */
+	if (links == -ENOENT && path[0] && egr_bpf_attach_missing(r->bpf, id, path))
+		log_error("sandbox %u: cannot attach its missing programs to %s", id, path);
+	kernel_deny_all(r, id, tenant);
+	if (cg)
+		egr_bpf_set_cgroup_sandbox(r->bpf, cg, id);
+	if (path[0])
+		destroy_sockets(id, path, cg, NULL);
+	snprintf(reason, sizeof(reason), "%s", why);
+	h = held_add(r, id, tenant, cg, path[0] ? path : NULL, EGR_HELD_TAMPERED, reason,
+		     time(NULL));
+	if (h && save_held_state(r, h))
+		log_error("sandbox %u: cannot record it as held; the next start checks it again", id);
+	log_error("sandbox %u (%s): %s; held under deny-all", id, path[0] ? path : "cgroup unknown",
+		  why);
+	if (r->hooks.tampered)
+		r->hooks.tampered(r->hooks.ctx, type, id, path[0] ? path : NULL, reason, true);
+}
+
+/* An authenticated "detached" or "tampered" state: held under deny-all. */
+static void adopt_held(struct egr_registry *r, uint32_t id, json_t *st, enum egr_held_state state)
+{
+	const char *cgroup = json_string_value(json_object_get(st, "cgroup"));
+	uint32_t tenant = (uint32_t)json_integer_value(json_object_get(st, "tenant_id"));
+	uint64_t cg = (uint64_t)json_integer_value(json_object_get(st, "cgroup_id"));
+
+	egr_bpf_adopt_links(r->bpf, id);
+	kernel_deny_all(r, id, tenant);
+	if (!held_add(r, id, tenant, cg, cgroup, state,
+		      json_string_value(json_object_get(st, "reason")),
+		      (time_t)json_integer_value(json_object_get(st, "since"))))
+		log_error("sandbox %u: out of memory; left under deny-all, unmanaged", id);
+	else
+		log_info("sandbox %u (%s): held under deny-all (%s)", id, cgroup ? cgroup : "?",
+			 held_state_name(state));
+}
+
+/* Does the kernel's entry say what the stored policy says? */
+static bool kernel_matches(struct egr_registry *r, const struct egr_sandbox *ksb,
+			   const struct egr_policy *p, const struct egr_compiled *c)
+{
+	struct egr_sandbox want = { 0 };
+
+	want.flags = sandbox_flags(p);
+	want.families = p->families;
+	quota_fields(&want, p);
+	return ksb->flags == want.flags && ksb->families == want.families &&
+	       ksb->quota_bytes == want.quota_bytes &&
+	       ksb->quota_window_ns == want.quota_window_ns &&
+	       egr_bpf_rules_match(r->bpf, ksb->policy_id, c);
+}
+
+/* One authenticated "attached" state file: adopt its sandbox, repair what an
+ * interrupted operation left, or hold it under deny-all when it disagrees
+ * with the kernel. Returns the sandbox to detach now (its cgroup was
+ * removed while egressd was away), or NULL. */
+static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st, bool legacy)
 {
 	const char *cgroup = json_string_value(json_object_get(st, "cgroup"));
 	json_t *policy = json_object_get(st, "policy");
@@ -1057,23 +1629,58 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 	struct egr_compiled c = { 0 };
 	struct egr_sandbox ksb;
 	struct egr_fail f;
-	struct egr_sb *sb = NULL;
-	uint64_t now_cgid = 0;
+	struct egr_sb *sb = NULL, *gone = NULL;
+	uint64_t now_cgid = 0, link_cg = 0;
+	char why[256];
 	int err;
 
 	if (!cgroup || !policy || prepare(policy, &p, &c, &f)) {
-		log_error("sandbox %u: unusable state file; its links (if any) stay in force", id);
-		return;
+		quarantine(r, id, "state_tampered", "its state file has no usable policy");
+		goto out;
 	}
-	if (!egr_bpf_links_complete(r->bpf, id)) {
-		/* A crash mid-attach: the command never ran confined by it. */
+	if (egr_bpf_adopt_links(r->bpf, id) == -ENOENT) {
+		/* The storage is named once the attach completed: then pins went
+		 * while no egressd held the links. Otherwise a crash mid-attach:
+		 * the command never ran confined by it. */
+		if (egr_bpf_links_cgroup_id(r->bpf, id, &link_cg) == 0 && link_cg &&
+		    egr_bpf_cgroup_names(r->bpf, link_cg, id)) {
+			quarantine(r, id, "pin_removed",
+				   "link pins were removed while egressd was not running");
+			goto out;
+		}
 		log_warn("sandbox %u: attach to %s never completed; rolling it back", id, cgroup);
 		teardown(r, id, policy_id, policy);
 		goto out;
 	}
-	if (egr_cgroup_id(cgroup, &now_cgid) < 0 || now_cgid != cgid) {
-		log_info("sandbox %u: cgroup %s is gone; removing its state", id, cgroup);
-		teardown(r, id, policy_id, policy);
+	egr_bpf_links_cgroup_id(r->bpf, id, &link_cg);
+	if (link_cg && link_cg != cgid) {
+		snprintf(why, sizeof(why), "its state file names cgroup id %llu, its links are "
+			 "attached to cgroup id %llu", (unsigned long long)cgid,
+			 (unsigned long long)link_cg);
+		quarantine(r, id, "state_tampered", why);
+		goto out;
+	}
+	err = egr_bpf_get_sandbox(r->bpf, id, &ksb);
+	if (!err && (ksb.policy_id == EGR_ID_NONE || ksb.policy_id > policy_id)) {
+		/* Policy ids only grow: a state older than the kernel's policy, or
+		 * "attached" while the kernel holds it under deny-all, is a
+		 * replayed file. */
+		snprintf(why, sizeof(why), "its state file names policy %u, the kernel enforces %s%u",
+			 policy_id, ksb.policy_id ? "the newer " : "deny-all, policy ", ksb.policy_id);
+		quarantine(r, id, "state_tampered", why);
+		goto out;
+	}
+	if (!err && ksb.policy_id == policy_id && !kernel_matches(r, &ksb, &p, &c)) {
+		quarantine(r, id, "state_tampered",
+			   "the policy in its state file is not the one the kernel enforces");
+		goto out;
+	}
+	/* Unauthenticated (an earlier egressd's, from before state.key): only
+	 * what the kernel confirms exactly is adopted, nothing is repaired. */
+	if (legacy && (err || ksb.policy_id != policy_id || link_cg != cgid)) {
+		quarantine(r, id, "state_tampered",
+			   "its state file has no MAC (an earlier egressd's) and the kernel does not "
+			   "confirm it");
 		goto out;
 	}
 	sb = calloc(1, sizeof(*sb));
@@ -1099,10 +1706,12 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 	sb->attached_at = (time_t)json_integer_value(json_object_get(st, "attached_at"));
 	sb->updated_at = (time_t)json_integer_value(json_object_get(st, "updated_at"));
 
-	if (egr_bpf_get_sandbox(r->bpf, id, &ksb) != 0 || ksb.policy_id != policy_id) {
-		/* A crash mid-update (or a lost entry): apply the stored policy
-		 * again under a fresh id; start-up GC reclaims the rest. */
-		log_warn("sandbox %u: kernel policy does not match state; reapplying", id);
+	if (err || ksb.policy_id != policy_id) {
+		/* A crash mid-update (the authenticated state is the newer one):
+		 * apply the stored policy again under a fresh id; start-up GC
+		 * reclaims the rest. */
+		log_warn("sandbox %u: kernel policy %u, state policy %u: an interrupted update; "
+			 "applying the stored policy", id, err ? 0 : ksb.policy_id, policy_id);
 		sb->policy_id = alloc_policy_id(r);
 		memset(&ksb, 0, sizeof(ksb));
 		ksb.policy_id = sb->policy_id;
@@ -1115,12 +1724,12 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 		ksb.inspect_port4 = sb->inspect_port4;
 		ksb.inspect_port6 = sb->inspect_port6;
 		if (egr_bpf_put_rules(r->bpf, sb->policy_id, &c) ||
-		    egr_bpf_put_sandbox(r->bpf, id, &ksb) || save_state(r, sb, policy)) {
+		    save_state(r, sb, policy) || egr_bpf_put_sandbox(r->bpf, id, &ksb)) {
 			log_error("sandbox %u: cannot reapply its policy; it stays denied", id);
-			egr_bpf_del_sandbox(r->bpf, id); /* no entry: the hooks deny all */
+			kernel_deny_all(r, id, sb->tenant_id);
 		}
 	}
-	if (egr_bpf_get_sandbox(r->bpf, id, &ksb) == 0 &&
+	if (egr_bpf_get_sandbox(r->bpf, id, &ksb) == 0 && ksb.policy_id == sb->policy_id &&
 	    (ksb.dns_port4 != sb->dns_port4 || ksb.dns_port6 != sb->dns_port6 ||
 	     ksb.inspect_port4 != sb->inspect_port4 || ksb.inspect_port6 != sb->inspect_port6)) {
 		ksb.dns_port4 = sb->dns_port4;
@@ -1131,9 +1740,11 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 			log_error("sandbox %u: cannot point DNS at the new proxy ports", id);
 	}
 	err = egr_bpf_set_cgroup_sandbox(r->bpf, cgid, id);
-	if (err)
+	if (err && link_cg)
 		log_warn("sandbox %u: rewrite cgroup storage: %s", id, strerror(-err));
 	home_procs(r, sb, cgroup);
+	if (legacy && save_state(r, sb, policy) == 0)
+		log_info("sandbox %u: the kernel confirmed its state file; now authenticated", id);
 	if (reg_add(r, sb))
 		goto oom;
 	sb_set_meta(sb, &p, &c);
@@ -1142,6 +1753,12 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 		 sb->policy_id);
 	if (r->hooks.adopted)
 		r->hooks.adopted(r->hooks.ctx, sb, policy);
+	/* The cgroup was removed while egressd was away (the kernel released
+	 * it, or it is dying and only sockets hold it): the execution ended. */
+	if (!link_cg || egr_cgroup_id(cgroup, &now_cgid) < 0 || now_cgid != cgid) {
+		log_info("sandbox %u: cgroup %s is gone; detaching it", id, cgroup);
+		gone = sb;
+	}
 	sb = NULL;
 	goto out;
 oom:
@@ -1150,14 +1767,36 @@ out:
 	sb_free(sb);
 	egr_compiled_free(&c);
 	egr_policy_free(&p);
+	return gone;
+}
+
+/* "<digits>.json" and nothing else (not a .tmp, not a kept tampered one). */
+static uint32_t state_file_id(const char *name)
+{
+	unsigned long v;
+	char *end;
+
+	if (name[0] < '0' || name[0] > '9')
+		return 0;
+	errno = 0;
+	v = strtoul(name, &end, 10);
+	if (errno || strcmp(end, ".json") != 0 || v > UINT32_MAX)
+		return 0;
+	return (uint32_t)v;
+}
+
+static bool known(struct egr_registry *r, uint32_t id)
+{
+	return egr_reg_find(r, NULL, id) || egr_reg_find_held(r, NULL, id);
 }
 
 static int adopt_all(struct egr_registry *r)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
 	uint32_t *ids = NULL, *live = NULL;
-	size_t n = 0, nlive = 0;
+	size_t n = 0, nlive = 0, ngone = 0;
 	uint32_t max_policy = 0, max_sb = 0;
+	struct egr_sb **gone = NULL;
 	struct dirent *de;
 	DIR *d;
 	int err;
@@ -1166,7 +1805,8 @@ static int adopt_all(struct egr_registry *r)
 	d = opendir(dir);
 	if (!d)
 		return -errno;
-	/* Policy ids must not collide with anything still in the maps. */
+	/* Policy and sandbox ids must not collide with anything in the maps;
+	 * the (unauthenticated) numbers in the files can only raise them. */
 	if (egr_bpf_list_sandbox_ids(r->bpf, &ids, &n) == 0) {
 		for (size_t i = 0; i < n; i++) {
 			struct egr_sandbox ksb;
@@ -1178,24 +1818,27 @@ static int adopt_all(struct egr_registry *r)
 		}
 		free(ids);
 	}
+	if (egr_bpf_pinned_sandboxes(r->bpf, &ids, &n) == 0) {
+		for (size_t i = 0; i < n; i++)
+			if (ids[i] > max_sb)
+				max_sb = ids[i];
+		free(ids);
+	}
 	while ((de = readdir(d))) {
 		json_error_t jerr;
 		json_t *st;
-		uint32_t id, pid;
+		uint32_t id = state_file_id(de->d_name), pid;
 
-		if (!strstr(de->d_name, ".json") || strstr(de->d_name, ".tmp"))
+		if (!id)
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		st = json_load_file(path, 0, &jerr);
-		if (!st) {
-			log_error("read %s: %s", path, jerr.text);
-			continue;
-		}
-		id = (uint32_t)json_integer_value(json_object_get(st, "id"));
-		pid = (uint32_t)json_integer_value(json_object_get(st, "policy_id"));
 		if (id > max_sb)
 			max_sb = id;
-		if (pid > max_policy)
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		st = json_load_file(path, 0, &jerr);
+		if (!st)
+			continue;
+		pid = (uint32_t)json_integer_value(json_object_get(st, "policy_id"));
+		if (pid > max_policy && pid < UINT32_MAX - 1)
 			max_policy = pid;
 		json_decref(st);
 	}
@@ -1204,28 +1847,55 @@ static int adopt_all(struct egr_registry *r)
 
 	rewinddir(d);
 	while ((de = readdir(d))) {
-		json_error_t jerr;
+		char why[PATH_MAX + 128];
+		uint32_t id = state_file_id(de->d_name);
+		bool legacy = false;
+		const char *state;
 		json_t *st;
+		int rerr;
 
-		if (!strstr(de->d_name, ".json") || strstr(de->d_name, ".tmp"))
+		if (!id)
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		st = json_load_file(path, 0, &jerr);
-		if (!st)
+		st = read_state_obj(r, id, why, sizeof(why), &rerr, &legacy);
+		if (!st) {
+			if (rerr != -ENOENT)
+				quarantine(r, id, "state_tampered", why);
 			continue;
-		adopt_one(r, (uint32_t)json_integer_value(json_object_get(st, "id")), st);
+		}
+		/* An earlier egressd wrote no "state": only attached sandboxes. */
+		state = json_string_value(json_object_get(st, "state")) ?: (legacy ? "attached" : "");
+		if (legacy && strcmp(state, "attached") != 0) {
+			quarantine(r, id, "state_tampered",
+				   "its state file has no MAC and is not an earlier egressd's");
+		} else if (strcmp(state, "attached") == 0) {
+			struct egr_sb *g = adopt_one(r, id, st, legacy);
+
+			if (g) {
+				struct egr_sb **ng = realloc(gone, (ngone + 1) * sizeof(*ng));
+
+				if (ng) {
+					gone = ng;
+					gone[ngone++] = g;
+				}
+			}
+		} else if (strcmp(state, "detached") == 0) {
+			adopt_held(r, id, st, EGR_HELD_DETACHED);
+		} else if (strcmp(state, "tampered") == 0) {
+			adopt_held(r, id, st, EGR_HELD_TAMPERED);
+		} else {
+			quarantine(r, id, "state_tampered", "its state file has an unknown state");
+		}
 		json_decref(st);
 	}
 	closedir(d);
 
-	/* Pinned links without a state file cannot be managed, but they still
-	 * confine their cgroup: say so and leave them. */
+	/* Pinned links without a state file: the kernel says a sandbox is
+	 * there, nothing says which policy. */
 	if (egr_bpf_pinned_sandboxes(r->bpf, &ids, &n) == 0) {
 		for (size_t i = 0; i < n; i++)
-			if (!egr_reg_find(r, NULL, ids[i]))
-				log_error("sandbox %u: links pinned but no state; left enforced, "
-					  "unmanaged (remove %s/links/%u to free it)",
-					  ids[i], r->bpf->dir, ids[i]);
+			if (!known(r, ids[i]))
+				quarantine(r, ids[i], "state_tampered",
+					   "its links are pinned but it has no state file");
 		free(ids);
 	}
 	/* Sandbox entries that nothing attaches any more are remains of a crash
@@ -1238,7 +1908,7 @@ static int adopt_all(struct egr_registry *r)
 			char ldir[PATH_MAX];
 
 			snprintf(ldir, sizeof(ldir), "%s/links/%u", r->bpf->dir, ids[i]);
-			if (!egr_reg_find(r, NULL, ids[i]) && access(ldir, F_OK) != 0) {
+			if (!known(r, ids[i]) && access(ldir, F_OK) != 0) {
 				egr_bpf_del_sandbox(r->bpf, ids[i]);
 				continue;
 			}
@@ -1253,6 +1923,15 @@ static int adopt_all(struct egr_registry *r)
 			free(live);
 		}
 	}
+	/* Executions whose cgroup went while egressd was away end like any
+	 * other: their record, deny-all until the kernel releases the cgroup. */
+	for (size_t i = 0; i < ngone; i++) {
+		struct egr_fail f;
+
+		if (egr_reg_detach(r, gone[i], NULL, &f))
+			log_error("sandbox %u: %s", gone[i]->id, f.e.message);
+	}
+	free(gone);
 	return 0;
 }
 
@@ -1263,6 +1942,7 @@ int egr_reg_init(struct egr_registry *r, struct egr_bpf *bpf, const char *state_
 	char path[PATH_MAX];
 
 	struct egr_inspect *inspect = r->inspect;
+	int err;
 
 	memset(r, 0, sizeof(*r));
 	r->inspect = inspect;
@@ -1283,6 +1963,9 @@ int egr_reg_init(struct egr_registry *r, struct egr_bpf *bpf, const char *state_
 	if (mkdir(path, 0700) < 0 && errno != EEXIST)
 		return -errno;
 	tenants_load(r);
+	err = state_key_load(r);
+	if (err)
+		return err;
 	return adopt_all(r);
 }
 
@@ -1294,5 +1977,10 @@ void egr_reg_free(struct egr_registry *r)
 	for (size_t i = 0; i < r->ntenants; i++)
 		free(r->tenants[i]);
 	free(r->tenants);
+	for (size_t i = 0; i < r->nheld; i++)
+		free(r->held[i].cgroup);
+	free(r->held);
+	if (r->state_key)
+		egr_audit_free_key(r->state_key, r->state_keylen);
 	memset(r, 0, sizeof(*r));
 }

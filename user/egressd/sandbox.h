@@ -35,6 +35,23 @@ struct egr_sb {
 	char *end_status;         /* how its command ended, as the detach request said */
 };
 
+/* A cgroup egressd holds under deny-all without a policy of its own
+ * (docs/architecture.md, "Held sandboxes"): a detached sandbox, until the
+ * kernel releases its cgroup (its links go defunct), or a sandbox whose state
+ * egressd could not trust at start. Its links stay, pointing at an entry
+ * that denies everything; attaching its cgroup again replaces that. */
+enum egr_held_state { EGR_HELD_DETACHED, EGR_HELD_TAMPERED };
+
+struct egr_held {
+	uint32_t id;
+	uint32_t tenant_id;
+	uint64_t cgroup_id; /* from its links (the kernel) */
+	char *cgroup;       /* path; NULL: unknown */
+	enum egr_held_state state;
+	char reason[256];
+	time_t since;
+};
+
 /* A failed request: a protocol error code (docs/control-protocol.md) and
  * the field/message. */
 struct egr_fail {
@@ -57,6 +74,12 @@ struct egr_reg_hooks {
 	/* About to detach: links still in place, meters and destinations can
 	 * still be read. */
 	void (*detaching)(void *ctx, const struct egr_sb *sb);
+	/* Adoption found state it cannot trust (type "state_tampered") or pins
+	 * removed while egressd was away ("pin_removed"); held: sandbox id is
+	 * now held under deny-all (false: the kernel has nothing of it). cgroup:
+	 * its path, NULL when unknown. */
+	void (*tampered)(void *ctx, const char *type, uint32_t id, const char *cgroup,
+			 const char *reason, bool held);
 };
 
 struct egr_dnsproxy;
@@ -80,6 +103,11 @@ struct egr_registry {
 	uint32_t next_policy_id;
 	char **tenants; /* tenant id = index + 1 */
 	size_t ntenants;
+	struct egr_held *held;
+	size_t nheld, capheld;
+	uint8_t *state_key; /* <state-dir>/state.key: HMAC key of the state files */
+	size_t state_keylen;
+	bool state_key_new; /* made at this start: files of an earlier egressd have no MAC */
 };
 
 /* Load the state directory and adopt every pinned sandbox; repair what a
@@ -97,14 +125,28 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
  * refuses are destroyed (*closed counts them). */
 int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *policy,
 		   unsigned *closed, struct egr_fail *f);
-/* Removes sb from the registry and frees it; *snapshot gets its JSON. */
+/* Ends the sandbox's policy: its cgroup is held under deny-all (every TCP
+ * and UDP socket of it destroyed, in its netns too) until the kernel
+ * releases it; removes sb from the registry and frees it; *snapshot gets
+ * its JSON. */
 int egr_reg_detach(struct egr_registry *r, struct egr_sb *sb, json_t **snapshot,
 		   struct egr_fail *f);
+
+/* A held cgroup by path or id; NULL when absent. */
+struct egr_held *egr_reg_find_held(struct egr_registry *r, const char *cgroup, uint32_t id);
+/* Detach of a held sandbox: a tampered one becomes detached (still deny-all
+ * until released). 0 or -errno. */
+int egr_reg_detach_held(struct egr_registry *r, struct egr_held *h, struct egr_fail *f);
+json_t *egr_held_json(const struct egr_held *h);
+/* Release what the kernel has released: held sandboxes whose links went
+ * defunct lose their links, kernel entries and state. */
+void egr_reg_reclaim(struct egr_registry *r);
+size_t egr_reg_held_count(const struct egr_registry *r, enum egr_held_state state);
 
 /* By cgroup path (compared after realpath) or id; NULL when absent. */
 struct egr_sb *egr_reg_find(struct egr_registry *r, const char *cgroup, uint32_t id);
 json_t *egr_sb_json(const struct egr_sb *sb);
-/* Is the cgroup at path (absolute) a sandbox or inside one? */
+/* Is the cgroup at path (absolute) a sandbox (or held) or inside one? */
 bool egr_reg_confines(struct egr_registry *r, const char *path);
 
 #endif /* EGR_SANDBOX_H */

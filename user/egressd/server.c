@@ -18,6 +18,7 @@
 #include "inspect.h"
 #include "log.h"
 #include "metrics.h"
+#include "guard.h"
 #include "proto.h"
 #include "server.h"
 
@@ -60,23 +61,34 @@ int egr_server_listen(const char *path, gid_t group, int *out_fd)
 
 /* Is the peer itself sandboxed? Its cgroup, as /proc says at connect
  * time, must not be a sandbox or below one: otherwise a confined process
- * that can reach the socket could attach itself a looser policy. */
+ * that can reach the socket could attach itself a looser policy. A cgroup
+ * egressd cannot resolve to a directory of the cgroup2 mount (no cgroup v2
+ * line, a path outside egressd's cgroup namespace, one that is gone) counts
+ * as sandboxed: fail closed. */
 static bool peer_in_sandbox(struct egr_server *s, pid_t pid)
 {
-	char path[64], line[4096], full[4096 + 256];
-	bool inside = false;
+	char path[64], line[4096], full[4096 + 256], real[PATH_MAX];
+	bool inside = true;
 	FILE *f;
 
+	if (!s->cgroup_root[0])
+		return true;
 	snprintf(path, sizeof(path), "/proc/%d/cgroup", pid);
 	f = fopen(path, "r");
 	if (!f)
 		return true; /* cannot tell: fail closed */
 	while (fgets(line, sizeof(line), f)) {
+		const char *rel = line + 3;
+
 		if (strncmp(line, "0::", 3) != 0)
 			continue;
 		line[strcspn(line, "\n")] = '\0';
-		snprintf(full, sizeof(full), "%s%s", s->cgroup_root,
-			 strcmp(line + 3, "/") ? line + 3 : "");
+		/* "/../x": outside the cgroup namespace root; " (deleted)": gone. */
+		if (rel[0] != '/' || strstr(rel, "/..") || strstr(rel, " (deleted)"))
+			break;
+		snprintf(full, sizeof(full), "%s%s", s->cgroup_root, strcmp(rel, "/") ? rel : "");
+		if (!realpath(full, real) || strcmp(real, full) != 0)
+			break;
 		inside = egr_reg_confines(s->reg, full);
 		break;
 	}
@@ -221,8 +233,20 @@ static json_t *do_detach(struct egr_server *s, const json_t *req)
 	if (status && (!json_is_string(status) || json_string_length(status) > 32))
 		return error_reply("bad_request", "status", "status must be a short string");
 	sb = target(s, req, &reply);
-	if (!sb)
-		return reply;
+	if (!sb) {
+		/* Held under deny-all (detached, or its state was not trusted):
+		 * detaching it again leaves it so until its cgroup is released. */
+		json_t *cg = json_object_get(req, "cgroup"), *id = json_object_get(req, "id");
+		struct egr_held *h = egr_reg_find_held(s->reg, json_string_value(cg),
+						       (uint32_t)json_integer_value(id));
+
+		if (!h || (cg && !json_is_string(cg)))
+			return reply;
+		json_decref(reply);
+		if (egr_reg_detach_held(s->reg, h, &f))
+			return fail_reply(&f);
+		return json_pack("{s:b, s:o}", "ok", 1, "sandbox", egr_held_json(h));
+	}
 	if (status) {
 		/* For the execution's audit record ("exited:0", "killed:9"). */
 		free(sb->end_status);
@@ -235,12 +259,15 @@ static json_t *do_detach(struct egr_server *s, const json_t *req)
 
 static json_t *do_list(struct egr_server *s, const json_t *req)
 {
-	json_t *arr;
+	json_t *arr, *held = json_array();
 
 	arr = json_array();
 	for (size_t i = 0; arr && i < s->reg->n; i++)
 		json_array_append_new(arr, egr_sb_json(s->reg->sbs[i]));
-	return json_pack("{s:b, s:o}", "ok", 1, "sandboxes", arr);
+	for (size_t i = 0; held && i < s->reg->nheld; i++)
+		json_array_append_new(held, egr_held_json(&s->reg->held[i]));
+	/* Held cgroups are not sandboxes with a policy: their own list. */
+	return json_pack("{s:b, s:o, s:o}", "ok", 1, "sandboxes", arr, "held", held);
 }
 
 static json_t *do_status(struct egr_server *s, const json_t *req)
@@ -263,6 +290,16 @@ static json_t *do_status(struct egr_server *s, const json_t *req)
 			  ft->bpf_link, "counters", counters);
 	if (reply) {
 		json_object_set_new(reply, "layers", egr_features_layers(ft));
+		json_object_set_new(reply, "held",
+				    json_pack("{s:I, s:I}", "detached",
+					      (json_int_t)egr_reg_held_count(s->reg,
+									  EGR_HELD_DETACHED),
+					      "tampered",
+					      (json_int_t)egr_reg_held_count(s->reg,
+									  EGR_HELD_TAMPERED)));
+		if (s->guard)
+			json_object_set_new(reply, "pins", egr_guard_status(s->guard));
+		json_object_set_new(reply, "cgroup_namespace", json_string(s->cgroup_ns));
 		json_object_set_new(reply, "hardening",
 				    json_pack("{s:b, s:b, s:i, s:i}", "capabilities",
 					      s->hardening.caps, "seccomp", s->hardening.seccomp,

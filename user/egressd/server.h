@@ -14,6 +14,7 @@ struct egr_events;
 struct egr_alerting;
 struct egr_auditlog;
 struct egr_metrics;
+struct egr_guard;
 
 struct egr_server {
 	struct egr_registry *reg;
@@ -27,6 +28,8 @@ struct egr_server {
 	struct egr_auditlog *audit;
 	struct egr_metrics *metrics; /* the `stats` op (NULL: unavailable) */
 	struct egr_hardening hardening; /* what egressd gave up (status) */
+	struct egr_guard *guard;        /* pin checks (status; NULL: none) */
+	const char *cgroup_ns;          /* "host" or "joined host" (status) */
 };
 
 /* Create the socket (mode 0660, group `group`) and its directory. */

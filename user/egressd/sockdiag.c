@@ -6,8 +6,12 @@
  * sockets of both families with their cgroup ids; the ones in the
  * sandbox's cgroups whose peer the new policy refuses get SOCK_DESTROY
  * (CONFIG_INET_DIAG_DESTROY), which the owner sees as ECONNABORTED.
+ * A detached sandbox loses every TCP and UDP socket it has, whatever its
+ * state; with a network namespace of its own, the dumps run there too.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -36,6 +40,8 @@ struct listener {
 };
 
 struct scan {
+	int netns_fd; /* -1: egressd's own */
+	bool all;     /* every socket is a victim (detach) */
 	const uint64_t *cgids;
 	size_t ncg;
 	struct listener *l;
@@ -64,6 +70,46 @@ static int grow(void **arr, size_t *cap, size_t n, size_t elem)
 	*arr = na;
 	*cap = *cap ? *cap * 2 : 64;
 	return 0;
+}
+
+struct netns_open {
+	int netns_fd;
+	int fd; /* result: the socket, or -errno */
+};
+
+/* setns() moves only the calling thread: a short-lived one enters the
+ * sandbox's namespace, so egressd's own thread never leaves its own. */
+static void *open_in_netns(void *arg)
+{
+	struct netns_open *o = arg;
+
+	if (setns(o->netns_fd, CLONE_NEWNET) < 0) {
+		o->fd = -errno;
+		return NULL;
+	}
+	o->fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (o->fd < 0)
+		o->fd = -errno;
+	return NULL;
+}
+
+/* A sock_diag socket of the namespace netns_fd (-1: ours); sock_diag sees
+ * the sockets of the namespace the socket was made in. fd or -errno. */
+static int open_diag(int netns_fd)
+{
+	struct netns_open o = { .netns_fd = netns_fd, .fd = -EIO };
+	pthread_t t;
+	int err, fd;
+
+	if (netns_fd < 0) {
+		fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+		return fd < 0 ? -errno : fd;
+	}
+	err = pthread_create(&t, NULL, open_in_netns, &o);
+	if (err)
+		return -err;
+	pthread_join(t, NULL);
+	return o.fd;
 }
 
 static int nl_send(int fd, uint16_t type, uint16_t flags, const struct inet_diag_req_v2 *req)
@@ -110,9 +156,9 @@ static int dump(struct scan *s, uint8_t family, uint8_t protocol)
 	int fd, err;
 	bool done = false;
 
-	fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	fd = open_diag(s->netns_fd);
 	if (fd < 0)
-		return -errno;
+		return fd;
 	err = nl_send(fd, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, &req);
 	while (!err && !done) {
 		ssize_t n = recv(fd, buf, sizeof(buf), 0);
@@ -139,6 +185,13 @@ static int dump(struct scan *s, uint8_t family, uint8_t protocol)
 				continue;
 			if (!in_set(s->cgids, s->ncg, msg_cgroup_id(h, m)))
 				continue;
+			if (s->all) {
+				if ((err = grow((void **)&s->cand, &s->capc, s->nc,
+						sizeof(*s->cand))))
+					break;
+				s->cand[s->nc++] = (struct victim){ family, protocol, m->id };
+				continue;
+			}
 			if (protocol == IPPROTO_TCP && m->idiag_state == TCP_LISTEN_STATE) {
 				if ((err = grow((void **)&s->l, &s->capl, s->nl, sizeof(*s->l))))
 					break;
@@ -193,29 +246,28 @@ static int destroy(int fd, const struct victim *v)
 	return 0;
 }
 
-int egr_sockdiag_destroy_refused(const uint64_t *cgids, size_t ncg, bool keep_accepted,
-				 egr_sock_judge_fn judge, void *ctx, unsigned int *destroyed)
+static int destroy_matching(struct scan *s, bool keep_accepted, egr_sock_judge_fn judge,
+			    void *ctx, unsigned int *destroyed)
 {
 	static const uint8_t families[] = { AF_INET, AF_INET6 };
 	static const uint8_t protocols[] = { IPPROTO_TCP, IPPROTO_UDP };
-	struct scan s = { .cgids = cgids, .ncg = ncg };
 	int fd = -1, err = 0;
 
 	*destroyed = 0;
 	for (size_t f = 0; f < 2 && !err; f++)
 		for (size_t p = 0; p < 2 && !err; p++)
-			err = dump(&s, families[f], protocols[p]);
+			err = dump(s, families[f], protocols[p]);
 	if (err) {
 		log_error("sock_diag dump: %s", strerror(-err));
 		goto out;
 	}
-	fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	fd = open_diag(s->netns_fd);
 	if (fd < 0) {
-		err = -errno;
+		err = fd;
 		goto out;
 	}
-	for (size_t i = 0; i < s.nc; i++) {
-		const struct victim *v = &s.cand[i];
+	for (size_t i = 0; i < s->nc; i++) {
+		const struct victim *v = &s->cand[i];
 		const uint8_t *dst = (const uint8_t *)v->id.idiag_dst;
 		int rc;
 
@@ -223,9 +275,9 @@ int egr_sockdiag_destroy_refused(const uint64_t *cgids, size_t ncg, bool keep_ac
 		 * with inbound allowed the inbound policy governs them. The
 		 * test is only by local port (a SO_REUSEPORT socket can share
 		 * a listener's), so with inbound denied nothing is exempt. */
-		if (keep_accepted && accepted(&s, v))
+		if (!s->all && keep_accepted && accepted(s, v))
 			continue;
-		if (judge(ctx, v->family, dst, ntohs(v->id.idiag_dport), v->protocol))
+		if (!s->all && judge(ctx, v->family, dst, ntohs(v->id.idiag_dport), v->protocol))
 			continue;
 		rc = destroy(fd, v);
 		if (rc && rc != -ENOENT) {
@@ -239,7 +291,24 @@ int egr_sockdiag_destroy_refused(const uint64_t *cgids, size_t ncg, bool keep_ac
 out:
 	if (fd >= 0)
 		close(fd);
-	free(s.cand);
-	free(s.l);
+	free(s->cand);
+	free(s->l);
 	return err;
+}
+
+int egr_sockdiag_destroy_refused(int netns_fd, const uint64_t *cgids, size_t ncg,
+				 bool keep_accepted, egr_sock_judge_fn judge, void *ctx,
+				 unsigned int *destroyed)
+{
+	struct scan s = { .netns_fd = netns_fd, .cgids = cgids, .ncg = ncg };
+
+	return destroy_matching(&s, keep_accepted, judge, ctx, destroyed);
+}
+
+int egr_sockdiag_destroy_all(int netns_fd, const uint64_t *cgids, size_t ncg,
+			     unsigned int *destroyed)
+{
+	struct scan s = { .netns_fd = netns_fd, .all = true, .cgids = cgids, .ncg = ncg };
+
+	return destroy_matching(&s, false, NULL, NULL, destroyed);
 }

@@ -14,10 +14,17 @@ typedef bool (*egr_sock_judge_fn)(void *ctx, int family, const uint8_t *daddr, u
 /* Destroy every connected TCP and UDP socket (IPv4 and IPv6) whose cgroup
  * id is in cgids and whose peer judge() refuses. With keep_accepted
  * (inbound allowed), accepted inbound TCP connections (local port of a
- * listener in the same cgroups) are left to the inbound policy. 0 or
- * -errno (the first failure; the others are still tried); *destroyed
- * counts the sockets ended. */
-int egr_sockdiag_destroy_refused(const uint64_t *cgids, size_t ncg, bool keep_accepted,
-				 egr_sock_judge_fn judge, void *ctx, unsigned int *destroyed);
+ * listener in the same cgroups) are left to the inbound policy. netns_fd:
+ * the network namespace to look in (-1: egressd's own). 0 or -errno (the
+ * first failure; the others are still tried); *destroyed counts the sockets
+ * ended. */
+int egr_sockdiag_destroy_refused(int netns_fd, const uint64_t *cgids, size_t ncg,
+				 bool keep_accepted, egr_sock_judge_fn judge, void *ctx,
+				 unsigned int *destroyed);
+
+/* Destroy every TCP and UDP socket of the cgroups, whatever its state
+ * (listening, connected, bound or not): a detached sandbox keeps none. */
+int egr_sockdiag_destroy_all(int netns_fd, const uint64_t *cgids, size_t ncg,
+			     unsigned int *destroyed);
 
 #endif /* EGR_SOCKDIAG_H */

@@ -105,6 +105,14 @@ static int hash_parts(const uint8_t *key, size_t keylen, const void *a, size_t a
 	return 0;
 }
 
+int egr_hmac_sha256_hex(const uint8_t *key, size_t keylen, const void *data, size_t len,
+			char hex[EGR_AUDIT_HASH_HEX + 1])
+{
+	if (!key || !keylen)
+		return -EINVAL;
+	return hash_parts(key, keylen, data, len, "", 0, hex);
+}
+
 static bool is_hash_hex(const char *s, size_t len)
 {
 	if (len != EGR_AUDIT_HASH_HEX)

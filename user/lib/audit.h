@@ -90,6 +90,13 @@ int egr_audit_list_files(const char *path, char ***files, size_t *n);
 void egr_audit_free_files(char **files, size_t n);
 
 /*
+ * HMAC-SHA-256 of @data under @key, as 64 lowercase hex digits (the audit
+ * chain's MAC, also used for egressd's state files).
+ */
+int egr_hmac_sha256_hex(const uint8_t *key, size_t keylen, const void *data, size_t len,
+			char hex[EGR_AUDIT_HASH_HEX + 1]);
+
+/*
  * Read an HMAC key: the file's exact bytes, 1..EGR_AUDIT_MAX_KEY of them.
  * Refuses (-EPERM) a file that group or other can access, and anything but a
  * regular file. Free with egr_audit_free_key() (wipes it).

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#include <dirent.h>
 #include <errno.h>
+#include <sched.h>
 #include <ftw.h>
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -9,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <unistd.h>
 
 #include "cgroup.h"
 
@@ -70,6 +73,119 @@ int egr_cgroup_id(const char *path, uint64_t *id)
 		return -EINVAL;
 	memcpy(id, h.fh.f_handle, sizeof(*id));
 	return 0;
+}
+
+int egr_cgroup_path_by_id(uint64_t id, char *buf, size_t len)
+{
+	struct {
+		struct file_handle fh;
+		uint64_t cgid;
+	} h;
+	char mnt[4096], link[64];
+	int mount_id, mfd, fd, err = 0;
+	ssize_t n;
+
+	if ((err = egr_cgroup2_mount(mnt, sizeof(mnt))))
+		return err;
+	/* The handle type kernfs uses, taken from the mount's own handle. */
+	h.fh.handle_bytes = sizeof(h.cgid);
+	if (name_to_handle_at(AT_FDCWD, mnt, &h.fh, &mount_id, 0) < 0)
+		return -errno;
+	memcpy(h.fh.f_handle, &id, sizeof(id));
+	mfd = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (mfd < 0)
+		return -errno;
+	fd = open_by_handle_at(mfd, &h.fh, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		err = -errno;
+	close(mfd);
+	if (err)
+		return err;
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, buf, len - 1);
+	if (n < 0)
+		err = -errno;
+	else if ((size_t)n >= len - 1)
+		err = -ENAMETOOLONG;
+	else
+		buf[n] = '\0';
+	close(fd);
+	/* A removed (dying) cgroup reads back as "... (deleted)". */
+	if (!err && strstr(buf, " (deleted)"))
+		err = -ESTALE;
+	return err;
+}
+
+/* The inode of the initial cgroup namespace (include/linux/proc_ns.h). */
+#define PROC_CGROUP_INIT_INO 0xEFFFFFFBU
+
+/* An fd of the initial cgroup namespace, through pid 1 or else the first
+ * process found in it (the DaemonSet's hostPID shows the host's). */
+static int open_init_cgroup_ns(dev_t nsfs_dev)
+{
+	char path[64];
+	struct dirent *de;
+	struct stat st;
+	int fd;
+	DIR *d;
+
+	fd = open("/proc/1/ns/cgroup", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 && fstat(fd, &st) == 0 && st.st_ino == PROC_CGROUP_INIT_INO &&
+	    st.st_dev == nsfs_dev)
+		return fd;
+	if (fd >= 0)
+		close(fd);
+	d = opendir("/proc");
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%.20s/ns/cgroup", de->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) == 0 && st.st_ino == PROC_CGROUP_INIT_INO &&
+		    st.st_dev == nsfs_dev) {
+			closedir(d);
+			return fd;
+		}
+		close(fd);
+	}
+	closedir(d);
+	return -ENOENT;
+}
+
+int egr_cgroup_join_host_ns(char *why, size_t len)
+{
+	struct stat self;
+	int fd, err = 0;
+
+	if (stat("/proc/self/ns/cgroup", &self) < 0) {
+		err = -errno;
+		snprintf(why, len, "/proc/self/ns/cgroup: %s", strerror(errno));
+		return err;
+	}
+	if (self.st_ino == PROC_CGROUP_INIT_INO)
+		return 0;
+	fd = open_init_cgroup_ns(self.st_dev);
+	if (fd < 0) {
+		snprintf(why, len, "no process of the host's cgroup namespace is visible (pid 1's "
+			 "is not it; run with the host's pid namespace: hostPID)");
+		return fd;
+	}
+	if (setns(fd, CLONE_NEWCGROUP) < 0) {
+		err = -errno;
+		snprintf(why, len, "setns into the host's cgroup namespace: %s (needs CAP_SYS_ADMIN)",
+			 strerror(errno));
+	}
+	close(fd);
+	if (!err && (stat("/proc/self/ns/cgroup", &self) < 0 ||
+		     self.st_ino != PROC_CGROUP_INIT_INO)) {
+		snprintf(why, len, "still not in the initial cgroup namespace after setns");
+		err = -EIO;
+	}
+	return err ? err : 1;
 }
 
 struct subtree {

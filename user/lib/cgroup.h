@@ -18,6 +18,19 @@ int egr_cgroup_check(const char *path);
  * bpf_get_current_cgroup_id() (the kernfs inode number). 0 or -errno. */
 int egr_cgroup_id(const char *path, uint64_t *id);
 
+/* The path (under the cgroup2 mount) of the cgroup with this id, by file
+ * handle (needs CAP_DAC_READ_SEARCH). 0, -ESTALE (no such cgroup) or
+ * -errno. */
+int egr_cgroup_path_by_id(uint64_t id, char *buf, size_t len);
+
+/* Make the calling process's cgroup namespace the host's (the initial one,
+ * whose nsfs inode is fixed): when ours differs, join that of pid 1, or of
+ * the first process found in the initial one (needs CAP_SYS_ADMIN and, in
+ * a container, hostPID). Then /proc/<pid>/cgroup paths read by egressd are
+ * paths from the root of the hierarchy. 0 (was in it), 1 (joined), or
+ * -errno with why[] saying what is wrong. */
+int egr_cgroup_join_host_ns(char *why, size_t len);
+
 /* Ids of path and every cgroup below it (a sandbox may create children).
  * Caller frees *ids. 0 or -errno. */
 int egr_cgroup_subtree_ids(const char *path, uint64_t **ids, size_t *n);

@@ -514,7 +514,7 @@ class Daemon:
     def kill9(self):
         if self.alive():
             self.proc.kill()
-            self.proc.wait(10)
+            self.proc.wait(60)  # a loaded machine can take seconds to reap it
         if self.logf:
             self.logf.close()
             self.logf = None

@@ -42,13 +42,16 @@ static const char top_help[] =
 	"  --version        print the version\n"
 	"\n"
 	"Exit status: 0 ok; 1 egressd answered with an error; 2 usage error;\n"
-	"3 egressd is not reachable; 4 invalid policy. `run` exits with the command's\n"
-	"status (128+N when killed by signal N), 125 when it could not start it.\n";
+	"3 egressd is not reachable; 4 invalid policy; 5 (status) egressd is unhealthy.\n"
+	"`run` exits with the command's status (128+N when killed by signal N), 125\n"
+	"when it could not start it.\n";
 
 static const char status_help[] =
 	"Usage: egressctl status [--json]\n"
-	"Show egressd's version, pid, number of sandboxes, the kernel features it\n"
-	"found and its counters.\n";
+	"Show egressd's version, pid, number of sandboxes, its health, the kernel\n"
+	"features it found and its counters. Exits 5 when egressd answers but is not\n"
+	"healthy (the problems are listed), 3 when it does not answer: a liveness and\n"
+	"readiness probe.\n";
 
 static const char attach_help[] =
 	"Usage: egressctl attach --cgroup PATH --policy FILE [--netns PATH] [--json]\n"
@@ -286,8 +289,10 @@ static int cmd_status(struct ctl *c, int argc, char **argv)
 	} else {
 		ctl_print_status(resp);
 	}
+	/* A probe: an egressd that cannot say it is healthy is not. */
+	rc = json_is_true(json_object_get(resp, "healthy")) ? CTL_EXIT_OK : CTL_EXIT_UNHEALTHY;
 	json_decref(resp);
-	return CTL_EXIT_OK;
+	return rc;
 }
 
 /* attach, update and detach: one sandbox in the answer. */

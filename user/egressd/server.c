@@ -15,6 +15,7 @@
 #include "alerting.h"
 #include "auditlog.h"
 #include "events.h"
+#include "health.h"
 #include "log.h"
 #include "metrics.h"
 #include "proto.h"
@@ -284,6 +285,16 @@ static json_t *do_status_obs(struct egr_server *s, const json_t *req)
 		json_object_set_new(reply, "alerts", egr_alerting_status(s->alerting));
 	if (s->audit)
 		json_object_set_new(reply, "audit", egr_auditlog_status(s->audit));
+	if (s->health) {
+		/* Unjudgeable counts as unhealthy (a probe must not pass by default). */
+		json_t *problems = egr_health_problems(s->health);
+
+		json_object_set_new(reply, "healthy",
+				    json_boolean(problems && json_array_size(problems) == 0));
+		json_object_set_new(reply, "problems",
+				    problems ? problems
+					     : json_pack("[s]", "health: out of memory"));
+	}
 	return reply;
 }
 

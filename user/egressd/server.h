@@ -14,6 +14,7 @@ struct egr_events;
 struct egr_alerting;
 struct egr_auditlog;
 struct egr_metrics;
+struct egr_health;
 
 struct egr_server {
 	struct egr_registry *reg;
@@ -27,6 +28,7 @@ struct egr_server {
 	struct egr_auditlog *audit;
 	struct egr_metrics *metrics; /* the `stats` op (NULL: unavailable) */
 	struct egr_hardening hardening; /* what egressd gave up (status) */
+	struct egr_health *health; /* status "healthy"/"problems" (NULL: not judged) */
 };
 
 /* Create the socket (mode 0660, group `group`) and its directory. */

@@ -234,6 +234,7 @@ int main(int argc, char **argv)
 	struct egr_options o;
 	struct egr_health health = { 0 };
 	struct reload_ctx rctx = { .argc = argc, .argv = argv };
+	sigset_t hup;
 	struct egr_server srv = { 0 };
 	struct egr_metrics *metrics = NULL;
 	struct egr_billing *billing = NULL;
@@ -259,6 +260,11 @@ int main(int argc, char **argv)
 		egr_options_free(&o);
 		return rc > 0 ? rc : 0;
 	}
+	/* A reload request during the start must not kill us (SIGHUP's default
+	 * action); the loop's signalfd picks it up once it runs. */
+	sigemptyset(&hup);
+	sigaddset(&hup, SIGHUP);
+	sigprocmask(SIG_BLOCK, &hup, NULL);
 	egr_log_set_level(o.log_level);
 	egr_log_init_priority(o.log_priority_prefix);
 	if (egr_notify_init()) {

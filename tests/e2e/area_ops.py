@@ -2,7 +2,7 @@
 # Issue 11, operating egressd: the config file and --check-config, the
 # sd_notify protocol (READY=1, STATUS=, WATCHDOG=1, STOPPING=1) on a test
 # NOTIFY_SOCKET, journald priorities, SIGHUP reload, `egressctl status` as a
-# health probe.
+# health probe, `make install` and the unit's systemd-analyze score.
 #
 # The daemon tests start egressd instances of their own (own socket, state
 # and bpffs dirs, the run's dnsmasq as --dns-upstream, metrics off unless
@@ -466,3 +466,42 @@ def ops_status_health_probe(c):
     finally:
         d.stop()
         holder.close()
+
+
+# --- install, man pages, the unit -----------------------------------------------------
+
+
+@test
+def ops_make_install_tree_and_man_pages(c):
+    # The default build (make test builds it first), whatever build the suite runs.
+    out = os.path.join(OPS_REPO, "build")
+    r = run([os.path.join(OPS_REPO, "tests", "install", "check-install"), out], timeout=300,
+            cwd=OPS_REPO)
+    log(r.stdout.strip())
+    check(r.returncode == 0, "tests/install/check-install: exit %d:\n%s" %
+          (r.returncode, (r.stdout + r.stderr).strip()))
+
+
+OPS_EXPOSURE_MAX = 3.5   # systemd 252 offline: 6.4 before issue 11, 3.5 after
+
+
+@test
+def ops_unit_systemd_analyze_security(c):
+    unit = os.path.join(c.work, "egressd.service")
+    with open(os.path.join(OPS_REPO, "dist", "egressd.service.in")) as f:
+        text = f.read()
+    text = text.replace("@SBINDIR@", "/usr/sbin").replace("@SYSCONFDIR@", "/etc").replace(
+        "@DOCDIR@", "/usr/share/doc/egressd")
+    with open(unit, "w") as f:
+        f.write(text)
+    for want in ("Type=notify", "WatchdogSec=", "ExecReload=", "--check-config"):
+        check(want in text, "the unit lacks %s" % want)
+    if not shutil.which("systemd-analyze"):
+        raise TestFailure("systemd-analyze is missing (Debian package systemd)")
+    r = run(["systemd-analyze", "security", "--offline=true", "--no-pager", unit], timeout=60)
+    m = [l for l in r.stdout.splitlines() if "Overall exposure level" in l]
+    check(m, "systemd-analyze security printed no score: exit %d: %s" %
+          (r.returncode, (r.stderr + r.stdout)[-500:]))
+    score = float(m[0].split(":")[1].split()[0])
+    log("systemd-analyze security: %s" % m[0].strip())
+    check(score <= OPS_EXPOSURE_MAX, "exposure %.1f > %.1f: %s" % (score, OPS_EXPOSURE_MAX, m[0]))

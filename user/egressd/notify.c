@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #include <errno.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@ static int notify_fd = -1;
 static struct sockaddr_un notify_addr;
 static socklen_t notify_len;
 static uint64_t watchdog_usec;
+static bool send_failing;
 
 static int parse_u64(const char *s, uint64_t *out)
 {
@@ -92,11 +94,17 @@ int egr_notify(const char *fmt, ...)
 		   notify_len) < 0) {
 		int err = -errno;
 
-		log_warn("notify %s: %s", notify_addr.sun_path[0] ? notify_addr.sun_path
-								  : "(abstract socket)",
-			 strerror(-err));
+		/* Once per outage: the watchdog would repeat it every period. */
+		if (!send_failing)
+			log_warn("notify %s: %s (logged once until it works again)",
+				 notify_addr.sun_path[0] ? notify_addr.sun_path : "(abstract socket)",
+				 strerror(-err));
+		send_failing = true;
 		return err;
 	}
+	if (send_failing)
+		log_info("notify: the service manager's socket works again");
+	send_failing = false;
 	return 0;
 }
 

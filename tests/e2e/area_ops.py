@@ -204,6 +204,12 @@ def ops_check_config(c):
         check(r.returncode == 2 and want in r.stderr and path in r.stderr,
               "config %r: want exit 2 and %r, got exit %d: %s" %
               (doc, want, r.returncode, (r.stderr + r.stdout).strip()))
+    # An abbreviated --config would otherwise be parsed and the file ignored.
+    for argv, want in ((["--conf", good], "spell it out"),
+                       (["--config", good, "--config=" + good], "more than once")):
+        r = run([c.egressd] + argv + ["--check-config"])
+        check(r.returncode == 2 and want in r.stderr, "%r: exit %d: %s" %
+              (argv, r.returncode, r.stderr))
     r = run([c.egressd, "--config", os.path.join(c.work, "no-such.json"), "--check-config"])
     check(r.returncode == 2 and "no-such.json" in r.stderr,
           "a missing config file: exit %d: %s" % (r.returncode, r.stderr))

@@ -358,7 +358,11 @@ static int apply(struct egr_options *o, int c, const struct cursor *at, const ch
 		o->check_config = true;
 		break;
 	case OPT_CONFIG:
-		break; /* read before everything else */
+		/* Read before everything else by find_config(), which only
+		 * knows the full spelling. */
+		if (at->from_config || arg != o->config)
+			return bad(o, at, "spell it out: --config FILE or --config=FILE");
+		break;
 	}
 	return rc;
 }
@@ -381,21 +385,32 @@ static int remember(struct egr_options *o, int idx, const char *arg, bool append
 	return 0;
 }
 
-/* Find --config (and nothing else) on the command line. */
+/* Find --config (and nothing else) on the command line: the file is read
+ * before the flags are parsed. Once at most, spelled out (the parser checks
+ * that no abbreviation of it went past this scan). */
 static int find_config(int argc, char **argv, struct egr_options *o)
 {
 	for (int i = 1; i < argc; i++) {
+		const char *path = NULL;
+
 		if (!strcmp(argv[i], "--"))
 			break;
 		if (!strncmp(argv[i], "--config=", 9)) {
-			o->config = argv[i] + 9;
+			path = argv[i] + 9;
 		} else if (!strcmp(argv[i], "--config")) {
 			if (i + 1 == argc) {
 				snprintf(o->err, sizeof(o->err), "--config: expected a file");
 				return 2;
 			}
-			o->config = argv[++i];
+			path = argv[++i];
+		} else {
+			continue;
 		}
+		if (o->config) {
+			snprintf(o->err, sizeof(o->err), "--config: given more than once");
+			return 2;
+		}
+		o->config = path;
 	}
 	if (o->config && !*o->config) {
 		snprintf(o->err, sizeof(o->err), "--config: expected a file");

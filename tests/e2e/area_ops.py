@@ -447,6 +447,9 @@ def ops_status_health_probe(c):
         r = d.ctl("status")
         check(r.returncode == 5 and "healthy:    no" in r.stdout and "metrics" in r.stdout,
               "status text when unhealthy: exit %d: %s" % (r.returncode, r.stdout))
+        # --live (the liveness probe): it answers, so 0.
+        r = d.ctl("status", "--live")
+        check(r.returncode == 0, "status --live when unhealthy: exit %d" % r.returncode)
         d.terminate()
         # Metrics off and a sandbox attached: healthy.
         d.start()
@@ -455,6 +458,28 @@ def ops_status_health_probe(c):
         rc, st = d.status()
         check(rc == 0 and st.get("healthy") is True, "healthy instance: exit %s, %r" %
               (rc, st and st.get("problems")))
+        # A hostile sandbox floods denied connects while egressd cannot
+        # drain the ring: events are lost, status says so (exit 5), but the
+        # liveness probe (--live) still passes, so the tenant cannot get
+        # egressd restarted.
+        denied = c.tcp("ops-health-denied")
+        d.signal(signal.SIGSTOP)
+        try:
+            r = c.probe(cg, "connect-loop", "127.0.0.1", denied.port, LOST_CONNECTS, timeout=60)
+        finally:
+            d.signal(signal.SIGCONT)
+        check(r.rc == 0 and r.line == "ok 0 %d" % LOST_CONNECTS, "connect-loop: %s" % r)
+        got = {}
+
+        def lost_reported():
+            got["rc"], got["st"] = d.status()
+            return got["rc"] == 5 and any(p.startswith("events:")
+                                          for p in got["st"].get("problems", []))
+        check(wait_until(lost_reported, 15, 0.2), "after a flood past the ring: exit %s, %r" %
+              (got.get("rc"), got.get("st") and got["st"].get("problems")))
+        check(got["st"]["counters"]["events_lost"] > 0, "nothing was lost")
+        r = d.ctl("status", "--live")
+        check(r.returncode == 0, "status --live while events are lost: exit %d" % r.returncode)
         # A hand-removed map pin: the next egressd would start from empty maps.
         maps = os.path.join(d.bpffs, "maps")
         victim = sorted(os.listdir(maps))[0]
@@ -475,6 +500,8 @@ def ops_status_health_probe(c):
         d.terminate()
         r = d.ctl("status")
         check(r.returncode == 3, "status of a stopped egressd: exit %d" % r.returncode)
+        r = d.ctl("status", "--live")
+        check(r.returncode == 3, "status --live of a stopped egressd: exit %d" % r.returncode)
     finally:
         d.stop()
         holder.close()

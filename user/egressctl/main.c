@@ -47,11 +47,11 @@ static const char top_help[] =
 	"when it could not start it.\n";
 
 static const char status_help[] =
-	"Usage: egressctl status [--json]\n"
+	"Usage: egressctl status [--json] [--live]\n"
 	"Show egressd's version, pid, number of sandboxes, its health, the kernel\n"
 	"features it found and its counters. Exits 5 when egressd answers but is not\n"
-	"healthy (the problems are listed), 3 when it does not answer: a liveness and\n"
-	"readiness probe.\n";
+	"healthy (the problems are listed), 3 when it does not answer: a readiness\n"
+	"probe. --live: exit 0 whenever egressd answers (a liveness probe).\n";
 
 static const char attach_help[] =
 	"Usage: egressctl attach --cgroup PATH --policy FILE [--netns PATH] [--json]\n"
@@ -110,10 +110,11 @@ struct cmd_args {
 	const char *netns;
 	unsigned long id;
 	bool json;
+	bool live; /* status --live */
 };
 
 enum { OPT_SOCKET = 256, OPT_TIMEOUT, OPT_JSON, OPT_CGROUP, OPT_POLICY, OPT_ID, OPT_HELP,
-       OPT_NETNS };
+       OPT_NETNS, OPT_LIVE };
 
 /* Options every command takes: --socket, --timeout, --help. */
 #define COMMON_OPTS                                                   \
@@ -170,6 +171,7 @@ static int parse_cmd(struct ctl *c, const char *cmd, const char *help, const cha
 		{ "policy", required_argument, NULL, OPT_POLICY },
 		{ "id", required_argument, NULL, OPT_ID },
 		{ "netns", required_argument, NULL, OPT_NETNS },
+		{ "live", no_argument, NULL, OPT_LIVE },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt, rc, li = 0;
@@ -204,6 +206,11 @@ static int parse_cmd(struct ctl *c, const char *cmd, const char *help, const cha
 			if (!strchr(want, 'n'))
 				goto unexpected;
 			a->netns = optarg;
+			break;
+		case OPT_LIVE:
+			if (!strchr(want, 'l'))
+				goto unexpected;
+			a->live = true;
 			break;
 		case OPT_ID:
 			if (!strchr(want, 'i'))
@@ -273,7 +280,7 @@ static int cmd_status(struct ctl *c, int argc, char **argv)
 	json_t *req, *resp;
 	int rc;
 
-	rc = parse_cmd(c, "status", status_help, "j", argc, argv, &a);
+	rc = parse_cmd(c, "status", status_help, "jl", argc, argv, &a);
 	if (rc >= 0)
 		return rc;
 	req = new_request("status");
@@ -289,8 +296,11 @@ static int cmd_status(struct ctl *c, int argc, char **argv)
 	} else {
 		ctl_print_status(resp);
 	}
-	/* A probe: an egressd that cannot say it is healthy is not. */
-	rc = json_is_true(json_object_get(resp, "healthy")) ? CTL_EXIT_OK : CTL_EXIT_UNHEALTHY;
+	/* A readiness probe: an egressd that cannot say it is healthy is not.
+	 * --live: answering is enough (a liveness probe must not restart
+	 * egressd over a problem a sandbox can cause, such as lost events). */
+	rc = a.live || json_is_true(json_object_get(resp, "healthy")) ? CTL_EXIT_OK
+								       : CTL_EXIT_UNHEALTHY;
 	json_decref(resp);
 	return rc;
 }

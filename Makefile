@@ -30,7 +30,7 @@ LDFLAGS  := $(SANFLAGS)
 LIBS     := -lbpf -lelf -lz -ljansson -lcrypto -lseccomp -lm -lmicrohttpd
 
 # Install paths (docs/operations.md). PREFIX=/usr is a distribution's layout:
-# /etc, /lib/systemd/system and /usr/lib/{sysusers,tmpfiles}.d; any other
+# /etc, /lib/systemd/system and /usr/lib/sysusers.d; any other
 # prefix keeps everything under it (systemd reads /usr/local/lib/systemd/system
 # and /usr/local/lib/sysusers.d too).
 PREFIX      ?= /usr/local

@@ -82,8 +82,7 @@ endif
 
 .DELETE_ON_ERROR:
 .SECONDARY:
-.PHONY: all deps test test-unit test-e2e test-fuzz test-asan demo bench vmlinux clean fmt \
-	install uninstall deb FORCE
+.PHONY: all deps test test-unit test-e2e test-fuzz test-asan demo bench vmlinux clean fmt
 
 MAN_PAGES := $(OUT)/man/egressd.8 $(OUT)/man/egressctl.8
 DOCS      := README.md $(sort $(wildcard docs/*.md))
@@ -154,6 +153,8 @@ $(OUT):
 	@mkdir -p $@
 
 # --- man pages, the unit, install, package ---------------------------------------
+.PHONY: install uninstall deb FORCE
+
 $(OUT)/man/%.8: man/%.8.scd
 	$(call msg,SCDOC,$@)
 	@mkdir -p $(@D)

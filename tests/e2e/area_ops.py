@@ -148,6 +148,15 @@ class NotifySocket:
         self.s.close()
 
 
+def ops_find_dir(root, name):
+    """The directory called name under root: <bpffs-dir>/maps, or below a
+    version directory (<bpffs-dir>/v<N>/maps) where pins are versioned."""
+    for d, subdirs, _ in os.walk(root):
+        if name in subdirs:
+            return os.path.join(d, name)
+    raise TestFailure("no %s/ under %s: %r" % (name, root, list(os.walk(root))[:5]))
+
+
 def ops_cgroup(c, name):
     cg = c.mkcgroup(name)
     CLEANUP.push("ops cgroup", cgroup_remove_tree, cg)
@@ -481,7 +490,7 @@ def ops_status_health_probe(c):
         r = d.ctl("status", "--live")
         check(r.returncode == 0, "status --live while events are lost: exit %d" % r.returncode)
         # A hand-removed map pin: the next egressd would start from empty maps.
-        maps = os.path.join(d.bpffs, "maps")
+        maps = ops_find_dir(d.bpffs, "maps")
         victim = sorted(os.listdir(maps))[0]
         os.unlink(os.path.join(maps, victim))
         rc, st = d.status()
@@ -490,7 +499,7 @@ def ops_status_health_probe(c):
         # A hand-removed link pin of the sandbox.
         sid = [s for s in json.loads(d.ctl("list", "--json").stdout)
                if os.path.realpath(s.get("cgroup", "")) == os.path.realpath(cg)][0]["id"]
-        ldir = os.path.join(d.bpffs, "links", str(sid))
+        ldir = os.path.join(ops_find_dir(d.bpffs, "links"), str(sid))
         os.unlink(os.path.join(ldir, sorted(os.listdir(ldir))[0]))
         rc, st = d.status()
         check(rc == 5 and any("sandbox %d" % sid in p for p in st.get("problems", [])),

@@ -336,6 +336,19 @@ def ops_journald_priorities(c):
         new = ops_log_lines(d.text()[mark:])
         check(new and all(l[:1].isdigit() for l in new),
               "lines with a foreign JOURNAL_STREAM: %r" % new[:3])
+        # A bad configuration is an error to the journal too (ExecStartPre=).
+        bad = ops_write(c, "journal-bad", {"log-levl": "x"})
+        errpath = os.path.join(d.dir, "check.err")
+        with open(errpath, "w") as f:
+            st = os.fstat(f.fileno())
+            r = subprocess.run([c.egressd, "--config", bad, "--check-config"], stderr=f,
+                               env=dict(os.environ, JOURNAL_STREAM="%d:%d" % (st.st_dev,
+                                                                              st.st_ino)),
+                               timeout=CTL_TIMEOUT_S)
+        with open(errpath) as f:
+            err = f.read()
+        check(r.returncode == 2 and err.startswith("<3>egressd: config ") and "log-levl" in err,
+              "--check-config under the journal: exit %d: %r" % (r.returncode, err))
         # --log-priority-prefix forces them.
         mark = len(d.text())
         d.start("--log-priority-prefix")

@@ -252,8 +252,12 @@ int main(int argc, char **argv)
 
 	rc = egr_options_load(argc, argv, &o, false);
 	if (rc >= 0 || o.check_config) {
+		/* Under systemd (ExecStartPre= --check-config too) the journal
+		 * files a bad configuration as an error. */
+		egr_log_init_priority(false);
 		if (rc > 0 && o.err[0])
-			fprintf(stderr, "egressd: %s\n", o.err);
+			fprintf(stderr, "%segressd: %s\n", egr_log_priority_prefix() ? "<3>" : "",
+				o.err);
 		else if (rc < 0)
 			printf("egressd: configuration OK%s%s\n", o.config ? ": " : "",
 			       o.config ? o.config : "");

@@ -312,6 +312,7 @@ int main(int argc, char **argv)
 	if (err)
 		log_error("DNS proxy: %s; sandboxes will have no DNS", strerror(-err));
 	/* The audit log before adoption: its hooks see every sandbox. */
+	egr_notify("STATUS=opening the audit log, adopting the pinned sandboxes");
 	if (mkdir(o.state_dir, 0700) < 0 && errno != EEXIST)
 		log_warn("state dir %s: %s", o.state_dir, strerror(errno));
 	snprintf(audit_path, sizeof(audit_path), "%s/audit.log", o.state_dir);
@@ -326,7 +327,6 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	egr_auditlog_hooks(audit, &hooks, NULL);
-	egr_notify("STATUS=adopting the pinned sandboxes");
 	err = egr_reg_init(&reg, &bpf, o.state_dir, &hooks, dns, learned);
 	reg.host_lsm_cgroup = feat.lsm_cgroup;
 	if (err) {

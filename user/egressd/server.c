@@ -15,7 +15,6 @@
 #include "alerting.h"
 #include "auditlog.h"
 #include "events.h"
-#include "health.h"
 #include "log.h"
 #include "metrics.h"
 #include "proto.h"
@@ -279,12 +278,6 @@ static json_t *do_status_obs(struct egr_server *s, const json_t *req)
 
 	if (!json_is_true(json_object_get(reply, "ok")))
 		return reply;
-	if (s->events)
-		json_object_set_new(reply, "events", egr_events_status(s->events));
-	if (s->alerting)
-		json_object_set_new(reply, "alerts", egr_alerting_status(s->alerting));
-	if (s->audit)
-		json_object_set_new(reply, "audit", egr_auditlog_status(s->audit));
 	if (s->health) {
 		/* Unjudgeable counts as unhealthy (a probe must not pass by default). */
 		json_t *problems = egr_health_problems(s->health);
@@ -295,6 +288,12 @@ static json_t *do_status_obs(struct egr_server *s, const json_t *req)
 				    problems ? problems
 					     : json_pack("[s]", "health: out of memory"));
 	}
+	if (s->events)
+		json_object_set_new(reply, "events", egr_events_status(s->events));
+	if (s->alerting)
+		json_object_set_new(reply, "alerts", egr_alerting_status(s->alerting));
+	if (s->audit)
+		json_object_set_new(reply, "audit", egr_auditlog_status(s->audit));
 	return reply;
 }
 

@@ -8,13 +8,13 @@
 
 #include "bpfstate.h"
 #include "harden.h"
+#include "health.h"
 #include "sandbox.h"
 
 struct egr_events;
 struct egr_alerting;
 struct egr_auditlog;
 struct egr_metrics;
-struct egr_health;
 
 struct egr_server {
 	struct egr_registry *reg;

@@ -7,6 +7,8 @@
 # make demo       a sandboxed command with one allowed and one denied connection
 # make bench      benchmarks (docs/benchmarks.md)
 # make vmlinux    regenerate vmlinux/vmlinux.h from this host's BTF
+# make install    install into $(DESTDIR)$(PREFIX) (default /usr/local; paths below)
+# make deb        a Debian package (PREFIX=/usr) in $(OUT)/; tools/check-deb tries it
 
 OUT      ?= build
 CLANG    ?= clang
@@ -26,6 +28,28 @@ CFLAGS   := -std=gnu11 -g -O2 $(WARN) $(SANFLAGS) -Iinclude -Iuser/lib -I$(OUT) 
 	    -DEGRESSD_VERSION='"$(VERSION)"' -D_GNU_SOURCE
 LDFLAGS  := $(SANFLAGS)
 LIBS     := -lbpf -lelf -lz -ljansson -lcrypto -lseccomp -lm -lmicrohttpd
+
+# Install paths (docs/operations.md). PREFIX=/usr is a distribution's layout:
+# /etc, /lib/systemd/system and /usr/lib/sysusers.d; any other
+# prefix keeps everything under it (systemd reads /usr/local/lib/systemd/system
+# and /usr/local/lib/sysusers.d too).
+PREFIX      ?= /usr/local
+SBINDIR     ?= $(PREFIX)/sbin
+BINDIR      ?= $(PREFIX)/bin
+DATADIR     ?= $(PREFIX)/share
+MANDIR      ?= $(DATADIR)/man
+DOCDIR      ?= $(DATADIR)/doc/egressd
+BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
+ifeq ($(PREFIX),/usr)
+SYSCONFDIR  ?= /etc
+UNITDIR     ?= /lib/systemd/system
+SYSUSERSDIR ?= /usr/lib/sysusers.d
+else
+SYSCONFDIR  ?= $(PREFIX)/etc
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+endif
+INSTALL     ?= install
 
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror -Wundef \
 	      -Iinclude -Ivmlinux -I$(OUT)
@@ -60,7 +84,10 @@ endif
 .SECONDARY:
 .PHONY: all deps test test-unit test-e2e test-fuzz test-asan demo bench vmlinux clean fmt upgrade-from
 
-all: $(OUT)/egressd $(OUT)/egressctl
+MAN_PAGES := $(OUT)/man/egressd.8 $(OUT)/man/egressctl.8
+DOCS      := README.md $(sort $(wildcard docs/*.md))
+
+all: $(OUT)/egressd $(OUT)/egressctl $(MAN_PAGES) $(OUT)/egressd.service
 
 deps:
 	$(Q)tools/install-deps
@@ -126,6 +153,52 @@ $(OUT)/fuzz/%: tests/fuzz/%.c $(LIB_SRCS) $(wildcard user/lib/*.h) $(wildcard in
 
 $(OUT):
 	@mkdir -p $@
+
+# --- man pages, the unit, install, package ---------------------------------------
+.PHONY: install uninstall deb FORCE
+
+$(OUT)/man/%.8: man/%.8.scd
+	$(call msg,SCDOC,$@)
+	@mkdir -p $(@D)
+	$(Q)scdoc < $< > $@
+
+# Regenerated every time: it names the install paths of this invocation.
+$(OUT)/egressd.service: dist/egressd.service.in FORCE | $(OUT)
+	$(Q)sed -e 's|@SBINDIR@|$(SBINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+		-e 's|@DOCDIR@|$(DOCDIR)|g' $< > $@.tmp && mv $@.tmp $@
+
+FORCE:
+
+# An existing configuration file is never overwritten.
+install: all
+	$(INSTALL) -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8 \
+		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(BASHCOMPDIR) \
+		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/egressd
+	$(INSTALL) -m 0755 $(OUT)/egressd $(DESTDIR)$(SBINDIR)/egressd
+	$(INSTALL) -m 0755 $(OUT)/egressctl $(DESTDIR)$(BINDIR)/egressctl
+	$(INSTALL) -m 0644 $(MAN_PAGES) $(DESTDIR)$(MANDIR)/man8/
+	$(INSTALL) -m 0644 $(OUT)/egressd.service $(DESTDIR)$(UNITDIR)/egressd.service
+	$(INSTALL) -m 0644 dist/egressd.sysusers $(DESTDIR)$(SYSUSERSDIR)/egressd.conf
+	$(INSTALL) -m 0644 dist/egressctl.bash-completion $(DESTDIR)$(BASHCOMPDIR)/egressctl
+	$(INSTALL) -m 0644 $(DOCS) $(DESTDIR)$(DOCDIR)/
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/egressd/egressd.json ]; then \
+		echo "install: keeping $(DESTDIR)$(SYSCONFDIR)/egressd/egressd.json"; \
+	else \
+		echo "$(INSTALL) -m 0644 dist/egressd.json $(DESTDIR)$(SYSCONFDIR)/egressd/egressd.json"; \
+		$(INSTALL) -m 0644 dist/egressd.json $(DESTDIR)$(SYSCONFDIR)/egressd/egressd.json; \
+	fi
+
+# The configuration file stays (it may have been edited).
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/egressd $(DESTDIR)$(BINDIR)/egressctl \
+		$(DESTDIR)$(MANDIR)/man8/egressd.8 $(DESTDIR)$(MANDIR)/man8/egressctl.8 \
+		$(DESTDIR)$(UNITDIR)/egressd.service $(DESTDIR)$(SYSUSERSDIR)/egressd.conf \
+		$(DESTDIR)$(BASHCOMPDIR)/egressctl
+	rm -rf $(DESTDIR)$(DOCDIR)
+
+# tools/install-deps --deb installs what this needs (dpkg-dev, fakeroot).
+deb: all
+	$(Q)tools/mkdeb $(OUT) $(VERSION)
 
 # --- tests -------------------------------------------------------------------
 # The whole suite, then the unit and end-to-end tests again against an

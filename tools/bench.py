@@ -231,7 +231,8 @@ class Bench:
                 if os.access(self.egressctl_bin, os.X_OK):
                     r = subprocess.run([self.egressctl_bin, "--socket", self.sock, "status"],
                                        capture_output=True, text=True, timeout=10)
-                    if r.returncode == 0:
+                    # 5: up, but reporting a problem (egressctl status is a probe)
+                    if r.returncode in (0, 5):
                         return
                     last = (r.stderr or r.stdout).strip()
                 else:

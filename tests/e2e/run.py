@@ -496,7 +496,9 @@ class Daemon:
             if self.proc.poll() is not None:
                 return True
             try:
-                return run([c.egressctl, "--socket", c.sock, "status"], timeout=5).returncode == 0
+                # 5: it answers but reports a problem (status is a health probe)
+                return run([c.egressctl, "--socket", c.sock, "status"],
+                           timeout=5).returncode in (0, 5)
             except subprocess.TimeoutExpired:
                 return False
 
@@ -576,7 +578,9 @@ class Ctx:
 
     def ctl_ok(self, *args):
         r = self.ctl(*args)
-        if r.returncode != 0:
+        # `status` exits 5 when egressd answers but reports a problem (lost
+        # events, a pin gone): the answer itself is good (area_ops.py tests it).
+        if r.returncode != 0 and not (args[:1] == ("status",) and r.returncode == 5):
             raise TestFailure("egressctl %s: exit %d: %s" % (" ".join(args), r.returncode,
                                                               (r.stderr + r.stdout).strip()))
         return r

@@ -15,6 +15,7 @@ enum ctl_exit {
 	CTL_EXIT_USAGE = 2,
 	CTL_EXIT_UNREACHABLE = 3, /* cannot connect to egressd */
 	CTL_EXIT_INVALID = 4,     /* invalid policy, found locally or by egressd */
+	CTL_EXIT_UNHEALTHY = 5,   /* status: egressd answered but is not healthy */
 	CTL_EXIT_RUN_FAILED = 125, /* run: could not set up or start the command */
 };
 

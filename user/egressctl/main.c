@@ -43,13 +43,16 @@ static const char top_help[] =
 	"  --version        print the version\n"
 	"\n"
 	"Exit status: 0 ok; 1 egressd answered with an error; 2 usage error;\n"
-	"3 egressd is not reachable; 4 invalid policy. `run` exits with the command's\n"
-	"status (128+N when killed by signal N), 125 when it could not start it.\n";
+	"3 egressd is not reachable; 4 invalid policy; 5 (status) egressd is unhealthy.\n"
+	"`run` exits with the command's status (128+N when killed by signal N), 125\n"
+	"when it could not start it.\n";
 
 static const char status_help[] =
-	"Usage: egressctl status [--json]\n"
-	"Show egressd's version, pid, number of sandboxes, the kernel features it\n"
-	"found and its counters.\n";
+	"Usage: egressctl status [--json] [--live]\n"
+	"Show egressd's version, pid, number of sandboxes, its health, the kernel\n"
+	"features it found and its counters. Exits 5 when egressd answers but is not\n"
+	"healthy (the problems are listed), 3 when it does not answer: a readiness\n"
+	"probe. --live: exit 0 whenever egressd answers (a liveness probe).\n";
 
 static const char attach_help[] =
 	"Usage: egressctl attach --cgroup PATH --policy FILE [--netns PATH] [--json]\n"
@@ -111,10 +114,11 @@ struct cmd_args {
 	unsigned long id;
 	bool json;
 	bool held;
+	bool live; /* status --live */
 };
 
 enum { OPT_SOCKET = 256, OPT_TIMEOUT, OPT_JSON, OPT_CGROUP, OPT_POLICY, OPT_ID, OPT_HELP,
-       OPT_NETNS, OPT_HELD };
+       OPT_NETNS, OPT_HELD, OPT_LIVE };
 
 /* Options every command takes: --socket, --timeout, --help. */
 #define COMMON_OPTS                                                   \
@@ -172,6 +176,7 @@ static int parse_cmd(struct ctl *c, const char *cmd, const char *help, const cha
 		{ "id", required_argument, NULL, OPT_ID },
 		{ "netns", required_argument, NULL, OPT_NETNS },
 		{ "held", no_argument, NULL, OPT_HELD },
+		{ "live", no_argument, NULL, OPT_LIVE },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt, rc, li = 0;
@@ -211,6 +216,11 @@ static int parse_cmd(struct ctl *c, const char *cmd, const char *help, const cha
 			if (!strchr(want, 'n'))
 				goto unexpected;
 			a->netns = optarg;
+			break;
+		case OPT_LIVE:
+			if (!strchr(want, 'l'))
+				goto unexpected;
+			a->live = true;
 			break;
 		case OPT_ID:
 			if (!strchr(want, 'i'))
@@ -280,7 +290,7 @@ static int cmd_status(struct ctl *c, int argc, char **argv)
 	json_t *req, *resp;
 	int rc;
 
-	rc = parse_cmd(c, "status", status_help, "j", argc, argv, &a);
+	rc = parse_cmd(c, "status", status_help, "jl", argc, argv, &a);
 	if (rc >= 0)
 		return rc;
 	req = new_request("status");
@@ -296,8 +306,13 @@ static int cmd_status(struct ctl *c, int argc, char **argv)
 	} else {
 		ctl_print_status(resp);
 	}
+	/* A readiness probe: an egressd that cannot say it is healthy is not.
+	 * --live: answering is enough (a liveness probe must not restart
+	 * egressd over a problem a sandbox can cause, such as lost events). */
+	rc = a.live || json_is_true(json_object_get(resp, "healthy")) ? CTL_EXIT_OK
+								       : CTL_EXIT_UNHEALTHY;
 	json_decref(resp);
-	return CTL_EXIT_OK;
+	return rc;
 }
 
 /* attach, update and detach: one sandbox in the answer. */

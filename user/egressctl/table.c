@@ -31,7 +31,7 @@ void ctl_print_status(const json_t *resp)
 	const json_t *cnt = json_object_get(resp, "counters");
 	const char *key;
 	json_t *v;
-	size_t w = 0;
+	size_t w = 0, i;
 	int missing = 0;
 
 	printf("egressd %s, pid %lld\n", str(resp, "version"), num(resp, "pid"));
@@ -42,6 +42,9 @@ void ctl_print_status(const json_t *resp)
 		printf("  held:       %lld detached, %lld tampered (deny-all until released)\n",
 		       num(json_object_get(resp, "held"), "detached"),
 		       num(json_object_get(resp, "held"), "tampered"));
+	printf("  healthy:    %s\n", json_is_true(json_object_get(resp, "healthy")) ? "yes" : "no");
+	json_array_foreach(json_object_get(resp, "problems"), i, v)
+		printf("    problem:  %s\n", json_string_value(v) ? json_string_value(v) : "?");
 	printf("  features:  ");
 	json_object_foreach((json_t *)feat, key, v) {
 		if (json_is_true(v))

@@ -358,6 +358,15 @@ int egr_alerting_new(struct egr_alerting **out, const struct egr_alerting_opts *
 	return 0;
 }
 
+int egr_alerting_set_cfg(struct egr_alerting *al, const struct egr_alert_cfg *cfg)
+{
+	int err = egr_alerts_set_cfg(al->alerts, cfg);
+
+	if (!err)
+		al->o.cfg = *cfg;
+	return err;
+}
+
 void egr_alerting_set_audit(struct egr_alerting *al, struct egr_auditlog *audit)
 {
 	al->audit = audit;

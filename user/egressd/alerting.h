@@ -31,6 +31,8 @@ void egr_alerting_opts_default(struct egr_alerting_opts *o);
 int egr_alerting_new(struct egr_alerting **out, const struct egr_alerting_opts *o,
 		     struct egr_registry *reg, struct egr_loop *loop);
 void egr_alerting_free(struct egr_alerting *al);
+/* SIGHUP: new thresholds (volume floor, deny burst, de-duplication). */
+int egr_alerting_set_cfg(struct egr_alerting *al, const struct egr_alert_cfg *cfg);
 void egr_alerting_set_audit(struct egr_alerting *al, struct egr_auditlog *audit);
 
 /* Every event of the stream (kernel or userspace). */

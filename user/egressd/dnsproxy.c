@@ -1587,6 +1587,39 @@ int egr_dnsproxy_update_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id,
 	return 0;
 }
 
+int egr_dnsproxy_set_limits(struct egr_dnsproxy *p, uint32_t min_ttl_s,
+			    const struct egr_exfil_limits *exfil)
+{
+	struct egr_exfil **fresh;
+	size_t n = 0, i = 0;
+	int err = 0;
+
+	for (struct sb *sb = p->sbs; sb; sb = sb->next)
+		n++;
+	fresh = calloc(n ? n : 1, sizeof(*fresh));
+	if (!fresh)
+		return -ENOMEM;
+	/* New trackers for every sandbox first, so that a failure changes
+	 * nothing; their windows start empty. */
+	for (struct sb *sb = p->sbs; sb && !err; sb = sb->next)
+		err = egr_exfil_new(exfil, &fresh[i++]);
+	if (err) {
+		for (i = 0; i < n; i++)
+			egr_exfil_free(fresh[i]);
+		free(fresh);
+		return err;
+	}
+	i = 0;
+	for (struct sb *sb = p->sbs; sb; sb = sb->next) {
+		egr_exfil_free(sb->exfil);
+		sb->exfil = fresh[i++];
+	}
+	free(fresh);
+	p->cfg.exfil = *exfil;
+	p->cfg.min_ttl_s = min_ttl_s;
+	return 0;
+}
+
 int egr_dnsproxy_remove_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id)
 {
 	struct sb **psb;

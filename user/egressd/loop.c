@@ -27,6 +27,8 @@ struct egr_loop {
 	/* Watches removed while a batch of epoll events is being handled: a
 	 * later event of the same batch may still point at them. */
 	struct watch *graveyard;
+	egr_loop_fn on_hup; /* SIGHUP: reload (NULL: ignored) */
+	void *hup_ctx;
 };
 
 static void free_watch(struct watch *w)
@@ -43,8 +45,11 @@ static void on_signal(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 
 	if (read(fd, &si, sizeof(si)) != sizeof(si))
 		return;
-	if (si.ssi_signo == SIGHUP)
+	if (si.ssi_signo == SIGHUP) {
+		if (loop->on_hup)
+			loop->on_hup(loop, fd, events, loop->hup_ctx);
 		return;
+	}
 	log_info("signal %u: exiting; sandboxes stay enforced", si.ssi_signo);
 	loop->running = false;
 }
@@ -222,6 +227,12 @@ int egr_loop_run(struct egr_loop *loop)
 		}
 	}
 	return 0;
+}
+
+void egr_loop_on_sighup(struct egr_loop *loop, egr_loop_fn fn, void *ctx)
+{
+	loop->on_hup = fn;
+	loop->hup_ctx = ctx;
 }
 
 void egr_loop_stop(struct egr_loop *loop)

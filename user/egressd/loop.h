@@ -27,6 +27,8 @@ int egr_loop_every(struct egr_loop *loop, uint32_t interval_ms, egr_loop_fn fn, 
 /* Run until egr_loop_stop() or SIGINT/SIGTERM. 0 or -errno. */
 int egr_loop_run(struct egr_loop *loop);
 void egr_loop_stop(struct egr_loop *loop);
+/* Call fn from the loop when SIGHUP arrives (one handler; NULL: ignore). */
+void egr_loop_on_sighup(struct egr_loop *loop, egr_loop_fn fn, void *ctx);
 /* Wait up to timeout_ms (-1: forever) for one batch of events and handle
  * it. Returns the number of events handled, or -errno (-EINTR included). */
 int egr_loop_run_once(struct egr_loop *loop, int timeout_ms);

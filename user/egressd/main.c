@@ -5,8 +5,6 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <getopt.h>
-#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,306 +28,17 @@
 #include "escape.h"
 #include "guard.h"
 #include "harden.h"
+#include "health.h"
 #include "learned.h"
 #include "log.h"
 #include "loop.h"
 #include "metrics.h"
+#include "notify.h"
+#include "options.h"
 #include "billing.h"
 #include "proto.h"
 #include "sandbox.h"
 #include "server.h"
-
-struct options {
-	const char *socket;
-	const char *bpffs_dir;
-	const char *state_dir;
-	gid_t group;
-	struct egr_dnsproxy_config dns; /* upstreams, min TTL */
-	uint32_t dns_max_learned;
-	bool no_harden;        /* --no-harden: keep capabilities, no seccomp */
-	/* events, alerts, audit (docs/events.md, alerts.md, audit.md) */
-	const char *audit_log, *audit_key;
-	unsigned long long audit_rotate_bytes;
-	size_t events_keep;
-	struct egr_alerting_opts alerts;
-	/* metering export (docs/metering.md) */
-	const char *metrics_addr, *billing_file;
-	unsigned metrics_max_sandboxes, billing_interval_s;
-};
-
-enum { OPT_METRICS_ADDR = 1100, OPT_METRICS_MAX, OPT_BILLING_INTERVAL, OPT_BILLING_FILE };
-
-enum {
-	OPT_AUDIT_LOG = 1000,
-	OPT_AUDIT_KEY,
-	OPT_AUDIT_ROTATE,
-	OPT_ALERTS_FILE,
-	OPT_ALERT_INTERVAL,
-	OPT_ALERT_FLOOR,
-	OPT_ALERT_DENY_BURST,
-	OPT_ALERT_DEDUP,
-	OPT_EVENTS_KEEP,
-	OPT_NO_SYSLOG,
-	OPT_NO_HARDEN,
-	OPT_EXFIL_LABEL,
-	OPT_EXFIL_NAME,
-	OPT_EXFIL_ENTROPY,
-	OPT_EXFIL_SUBDOMAINS,
-	OPT_EXFIL_NXDOMAIN,
-};
-
-static void usage(FILE *out)
-{
-	fprintf(out,
-		"Usage: egressd [OPTIONS]\n"
-		"Confine the network egress of sandbox cgroups with eBPF.\n\n"
-		"  --socket PATH      control socket (default %s)\n"
-		"  --bpffs-dir DIR    where maps and links are pinned (default /sys/fs/bpf/egressd)\n"
-		"  --state-dir DIR    sandbox state (default /var/lib/egressd)\n"
-		"  --group NAME       group allowed on the control socket besides root\n"
-		"  --log-level LEVEL  error, warn, info (default) or debug\n"
-		"  --dns-upstream ADDR[:PORT]  resolver the DNS proxy forwards to (repeatable;\n"
-		"                     default: the nameservers of /etc/resolv.conf)\n"
-		"  --dns-min-ttl SEC  learned addresses live at least this long (default 5)\n"
-		"  --dns-max-learned N  learned addresses per sandbox (default 4096)\n"
-		"  --dns-exfil-max-label N, --dns-exfil-max-name N, --dns-exfil-max-entropy BITS,\n"
-		"  --dns-exfil-max-subdomains N (per allowed domain and minute),\n"
-		"  --dns-exfil-max-nxdomain N (per minute): exfiltration limits; 0 turns one off\n"
-		"  --audit-log PATH   audit log (default <state-dir>/audit.log; its chain\n"
-		"                     state is <state-dir>/audit.state)\n"
-		"  --audit-key FILE   HMAC-SHA-256 key for the audit chain (mode 0600)\n"
-		"  --audit-rotate-bytes N  rotate the audit log past N bytes (default 64 MiB, 0 = never)\n"
-		"  --alerts-file PATH alerts as JSON lines (\"-\" = stdout; default\n"
-		"                     <state-dir>/alerts.jsonl); also to syslog\n"
-		"  --alert-interval SEC  meter sampling for volume anomalies (default 10)\n"
-		"  --alert-volume-floor BYTES  no volume alert below this per interval (default 1 MiB)\n"
-		"  --alert-deny-burst N  denies of a sandbox within 10 s that alert (default 100)\n"
-		"  --alert-dedup SEC  one alert per key per SEC (default 300)\n"
-		"  --events-keep N    events kept for `egressctl events` (default 4096)\n"
-		"  --no-syslog        alerts to the file only\n"
-		"  --no-harden        keep every capability and no seccomp filter (debugging)\n"
-		"  --metrics-addr ADDR:PORT  Prometheus /metrics (default " EGR_METRICS_DEFAULT_ADDR ";\n"
-		"                     \"off\" disables it)\n"
-		"  --metrics-max-sandboxes N  per-sandbox series at most; the rest fold into\n"
-		"                     sandbox=\"_other\" (default 1000)\n"
-		"  --billing-interval SEC  billing export interval (default 60)\n"
-		"  --billing-file PATH  billing JSON lines (default <state-dir>/billing.jsonl)\n"
-		"  --help             this text\n"
-		"  --version          print the version\n",
-		EGR_DEFAULT_SOCKET);
-}
-
-static int parse_args(int argc, char **argv, struct options *o)
-{
-	static const struct option longopts[] = {
-		{ "socket", required_argument, NULL, 's' },
-		{ "bpffs-dir", required_argument, NULL, 'b' },
-		{ "state-dir", required_argument, NULL, 'd' },
-		{ "group", required_argument, NULL, 'g' },
-		{ "log-level", required_argument, NULL, 'l' },
-		{ "dns-upstream", required_argument, NULL, 'u' },
-		{ "dns-min-ttl", required_argument, NULL, 't' },
-		{ "dns-max-learned", required_argument, NULL, 'm' },
-		{ "audit-log", required_argument, NULL, OPT_AUDIT_LOG },
-		{ "audit-key", required_argument, NULL, OPT_AUDIT_KEY },
-		{ "audit-rotate-bytes", required_argument, NULL, OPT_AUDIT_ROTATE },
-		{ "alerts-file", required_argument, NULL, OPT_ALERTS_FILE },
-		{ "alert-interval", required_argument, NULL, OPT_ALERT_INTERVAL },
-		{ "alert-volume-floor", required_argument, NULL, OPT_ALERT_FLOOR },
-		{ "alert-deny-burst", required_argument, NULL, OPT_ALERT_DENY_BURST },
-		{ "alert-dedup", required_argument, NULL, OPT_ALERT_DEDUP },
-		{ "events-keep", required_argument, NULL, OPT_EVENTS_KEEP },
-		{ "no-syslog", no_argument, NULL, OPT_NO_SYSLOG },
-		{ "no-harden", no_argument, NULL, OPT_NO_HARDEN },
-		{ "dns-exfil-max-label", required_argument, NULL, OPT_EXFIL_LABEL },
-		{ "dns-exfil-max-name", required_argument, NULL, OPT_EXFIL_NAME },
-		{ "dns-exfil-max-entropy", required_argument, NULL, OPT_EXFIL_ENTROPY },
-		{ "dns-exfil-max-subdomains", required_argument, NULL, OPT_EXFIL_SUBDOMAINS },
-		{ "dns-exfil-max-nxdomain", required_argument, NULL, OPT_EXFIL_NXDOMAIN },
-		{ "metrics-addr", required_argument, NULL, OPT_METRICS_ADDR },
-		{ "metrics-max-sandboxes", required_argument, NULL, OPT_METRICS_MAX },
-		{ "billing-interval", required_argument, NULL, OPT_BILLING_INTERVAL },
-		{ "billing-file", required_argument, NULL, OPT_BILLING_FILE },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
-		{ NULL, 0, NULL, 0 },
-	};
-	enum egr_log_level lvl;
-	struct group *gr;
-	int c;
-
-	o->socket = EGR_DEFAULT_SOCKET;
-	o->bpffs_dir = "/sys/fs/bpf/egressd";
-	o->state_dir = "/var/lib/egressd";
-	o->group = (gid_t)-1;
-	o->metrics_addr = EGR_METRICS_DEFAULT_ADDR;
-	o->metrics_max_sandboxes = EGR_METRICS_DEFAULT_MAX_SANDBOXES;
-	o->billing_interval_s = EGR_BILLING_DEFAULT_INTERVAL_S;
-	o->dns.min_ttl_s = 5;
-	egr_exfil_limits_default(&o->dns.exfil);
-	o->dns_max_learned = 4096;
-	o->audit_rotate_bytes = 64ull << 20;
-	o->events_keep = EGR_EVENTS_KEEP_DEFAULT;
-	egr_alerting_opts_default(&o->alerts);
-	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-		if (c >= OPT_AUDIT_ROTATE && c <= OPT_EVENTS_KEEP && c != OPT_ALERTS_FILE) {
-			char *end;
-			unsigned long long v = strtoull(optarg, &end, 10);
-
-			if (*end || end == optarg || optarg[0] == '-' ||
-			    (c == OPT_ALERT_INTERVAL && (v == 0 || v > 86400))) {
-				fprintf(stderr, "egressd: bad number for an --audit-/--alert-/--events- "
-						"option: %s\n", optarg);
-				return 2;
-			}
-			if (c == OPT_AUDIT_ROTATE)
-				o->audit_rotate_bytes = v;
-			else if (c == OPT_ALERT_INTERVAL)
-				o->alerts.interval_s = (unsigned)v;
-			else if (c == OPT_ALERT_FLOOR)
-				o->alerts.cfg.floor_bytes = v;
-			else if (c == OPT_ALERT_DENY_BURST)
-				o->alerts.cfg.deny_burst = (unsigned)v;
-			else if (c == OPT_ALERT_DEDUP)
-				o->alerts.cfg.dedup_window_ns = (v ? v : 1) * 1000000000ull;
-			else
-				o->events_keep = (size_t)v;
-			continue;
-		}
-		switch (c) {
-		case OPT_AUDIT_LOG:
-			o->audit_log = optarg;
-			break;
-		case OPT_AUDIT_KEY:
-			o->audit_key = optarg;
-			break;
-		case OPT_ALERTS_FILE:
-			o->alerts.file = optarg;
-			break;
-		case OPT_NO_SYSLOG:
-			o->alerts.syslog = false;
-			break;
-		case OPT_NO_HARDEN:
-			o->no_harden = true;
-			break;
-		case OPT_EXFIL_LABEL:
-		case OPT_EXFIL_NAME:
-		case OPT_EXFIL_ENTROPY:
-		case OPT_EXFIL_SUBDOMAINS:
-		case OPT_EXFIL_NXDOMAIN: {
-			/* 0 turns a check off (docs/dns.md). */
-			char *end;
-			double v = strtod(optarg, &end);
-
-			if (*end || end == optarg || v < 0 || v > 100000) {
-				fprintf(stderr, "egressd: --dns-exfil-*: expected a number >= 0, got "
-						"%s\n", optarg);
-				return 2;
-			}
-			if (c == OPT_EXFIL_LABEL)
-				o->dns.exfil.max_label_len = (uint32_t)v;
-			else if (c == OPT_EXFIL_NAME)
-				o->dns.exfil.max_name_len = (uint32_t)v;
-			else if (c == OPT_EXFIL_ENTROPY)
-				o->dns.exfil.max_entropy = v;
-			else if (c == OPT_EXFIL_SUBDOMAINS)
-				o->dns.exfil.max_subdomains = (uint32_t)v;
-			else
-				o->dns.exfil.max_nxdomain = (uint32_t)v;
-			break;
-		}
-		case 'u':
-			if (o->dns.nupstreams == EGR_DNSPROXY_MAX_UPSTREAMS ||
-			    egr_dnsproxy_parse_addr(optarg,
-						    &o->dns.upstreams[o->dns.nupstreams]) < 0) {
-				fprintf(stderr, "egressd: --dns-upstream: bad or too many: %s\n",
-					optarg);
-				return 2;
-			}
-			o->dns.nupstreams++;
-			break;
-		case 't':
-		case 'm': {
-			char *end;
-			unsigned long v = strtoul(optarg, &end, 10);
-
-			if (*end || end == optarg || v > 86400 * 365) {
-				fprintf(stderr, "egressd: --%s: expected a number, got %s\n",
-					c == 't' ? "dns-min-ttl" : "dns-max-learned", optarg);
-				return 2;
-			}
-			if (c == 't')
-				o->dns.min_ttl_s = (uint32_t)v;
-			else
-				o->dns_max_learned = (uint32_t)v;
-			break;
-		}
-		case 's':
-			o->socket = optarg;
-			break;
-		case 'b':
-			o->bpffs_dir = optarg;
-			break;
-		case 'd':
-			o->state_dir = optarg;
-			break;
-		case 'g':
-			gr = getgrnam(optarg);
-			if (!gr) {
-				fprintf(stderr, "egressd: --group: no group named %s\n", optarg);
-				return 2;
-			}
-			o->group = gr->gr_gid;
-			break;
-		case 'l':
-			if (egr_log_parse_level(optarg, &lvl)) {
-				fprintf(stderr, "egressd: --log-level: expected error, warn, info or "
-						"debug, got %s\n", optarg);
-				return 2;
-			}
-			egr_log_set_level(lvl);
-			break;
-		case OPT_METRICS_ADDR:
-			o->metrics_addr = optarg;
-			break;
-		case OPT_BILLING_FILE:
-			o->billing_file = optarg;
-			break;
-		case OPT_METRICS_MAX:
-		case OPT_BILLING_INTERVAL: {
-			char *end;
-			unsigned long v = strtoul(optarg, &end, 10);
-
-			if (*end || end == optarg || optarg[0] == '-' || v > 1000000 ||
-			    (c == OPT_BILLING_INTERVAL && (v == 0 || v > 86400))) {
-				fprintf(stderr, "egressd: --%s: bad number %s\n",
-					c == OPT_METRICS_MAX ? "metrics-max-sandboxes"
-							     : "billing-interval", optarg);
-				return 2;
-			}
-			if (c == OPT_METRICS_MAX)
-				o->metrics_max_sandboxes = (unsigned)v;
-			else
-				o->billing_interval_s = (unsigned)v;
-			break;
-		}
-		case 'h':
-			usage(stdout);
-			return 0;
-		case 'V':
-			printf("egressd %s\n", EGRESSD_VERSION);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "egressd: unexpected argument %s\n", argv[optind]);
-		return 2;
-	}
-	return -1;
-}
 
 static void on_control(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
@@ -500,13 +209,63 @@ static void announce_layers(const struct egr_features *f, const char *state_dir)
 		log_info("OCI seccomp profile for container runtimes: %s", path);
 }
 
+/* SIGHUP: what the running modules can take without touching enforcement. */
+struct reload_ctx {
+	int argc;
+	char **argv;
+	struct egr_options *cur;
+	struct egr_alerting *alerting;
+	struct egr_dnsproxy *dns;
+	struct egr_metrics *metrics;
+	struct egr_registry *reg;
+};
+
+static void on_sighup(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
+{
+	struct reload_ctx *r = ctx;
+	struct egr_options next;
+	char reload[1024], restart[1024];
+	int err = 0;
+
+	egr_notify("RELOADING=1\nSTATUS=reloading the configuration");
+	if (egr_options_load(r->argc, r->argv, &next, true) >= 0) {
+		log_error("reload: %s; nothing changed", next.err);
+		goto out;
+	}
+	egr_options_diff(r->cur, &next, reload, sizeof(reload), restart, sizeof(restart));
+	/* The ones that can fail first, so that a failure changes nothing. */
+	if (r->dns)
+		err = egr_dnsproxy_set_limits(r->dns, next.dns.min_ttl_s, &next.dns.exfil);
+	if (!err && r->alerting)
+		err = egr_alerting_set_cfg(r->alerting, &next.alerts.cfg);
+	if (err) {
+		log_error("reload: %s; nothing changed", strerror(-err));
+		goto out;
+	}
+	if (r->metrics)
+		egr_metrics_set_max_sandboxes(r->metrics, next.metrics_max_sandboxes);
+	egr_log_set_level(next.log_level);
+	egr_options_take_reloadable(r->cur, &next);
+	log_info("reload: %s%s", reload[0] ? "applied " : "no reloadable option changed",
+		 reload);
+	if (restart[0])
+		log_warn("reload: changed, but only a restart applies them (still running with the "
+			 "old values): %s", restart);
+out:
+	egr_options_free(&next);
+	egr_notify("READY=1\nSTATUS=running: %zu sandbox(es)", r->reg->n);
+}
+
 int main(int argc, char **argv)
 {
 	struct egr_features feat = { 0 };
 	struct egr_escape escape = { 0 };
 	struct egr_registry reg;
 	struct egr_bpf bpf;
-	struct options o;
+	struct egr_options o;
+	struct egr_health health = { 0 };
+	struct reload_ctx rctx = { .argc = argc, .argv = argv };
+	sigset_t hup;
 	struct egr_server srv = { 0 };
 	struct egr_metrics *metrics = NULL;
 	struct egr_billing *billing = NULL;
@@ -525,9 +284,32 @@ int main(int argc, char **argv)
 	char why[512];
 	int lfd = -1, rc, err;
 
-	rc = parse_args(argc, argv, &o);
-	if (rc >= 0)
-		return rc;
+	rc = egr_options_load(argc, argv, &o, false);
+	if (rc >= 0 || o.check_config) {
+		/* Under systemd (ExecStartPre= --check-config too) the journal
+		 * files a bad configuration as an error. */
+		egr_log_init_priority(false);
+		if (rc > 0 && o.err[0])
+			fprintf(stderr, "%segressd: %s\n", egr_log_priority_prefix() ? "<3>" : "",
+				o.err);
+		else if (rc < 0)
+			printf("egressd: configuration OK%s%s\n", o.config ? ": " : "",
+			       o.config ? o.config : "");
+		egr_options_free(&o);
+		return rc > 0 ? rc : 0;
+	}
+	/* A reload request during the start must not kill us (SIGHUP's default
+	 * action); the loop's signalfd picks it up once it runs. */
+	sigemptyset(&hup);
+	sigaddset(&hup, SIGHUP);
+	sigprocmask(SIG_BLOCK, &hup, NULL);
+	egr_log_set_level(o.log_level);
+	egr_log_init_priority(o.log_priority_prefix);
+	if (egr_notify_init()) {
+		egr_options_free(&o);
+		return 1;
+	}
+	egr_notify("STATUS=loading the BPF programs");
 	signal(SIGPIPE, SIG_IGN);
 	umask(077);
 	raise_fd_limit();
@@ -548,6 +330,8 @@ int main(int argc, char **argv)
 	err = egr_bpf_open(&bpf, o.bpffs_dir, &feat);
 	if (err) {
 		log_error("cannot load the BPF side: %s", strerror(-err));
+		egr_notify("STATUS=failed: cannot load the BPF side: %s", strerror(-err));
+		egr_options_free(&o);
 		return 1;
 	}
 	/* Before any sandbox is adopted: adoption gives their processes homes. */
@@ -557,6 +341,7 @@ int main(int argc, char **argv)
 		log_error("event loop: %s", strerror(-err));
 		egr_escape_close(&escape);
 		egr_bpf_close(&bpf);
+		egr_options_free(&o);
 		return 1;
 	}
 	/* The DNS proxy exists before adoption, which reopens the listeners of
@@ -586,6 +371,7 @@ int main(int argc, char **argv)
 			  strerror(-err));
 	reg.inspect = inspect;
 	/* The audit log before adoption: its hooks see every sandbox. */
+	egr_notify("STATUS=opening the audit log, adopting the pinned sandboxes");
 	if (mkdir(o.state_dir, 0700) < 0 && errno != EEXIST)
 		log_warn("state dir %s: %s", o.state_dir, strerror(errno));
 	snprintf(audit_path, sizeof(audit_path), "%s/audit.log", o.state_dir);
@@ -694,9 +480,30 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out_sock;
 	}
+	/* SIGHUP and the watchdog from here on; READY=1 only now that the
+	 * programs are loaded, the pins adopted and the socket listens. */
+	rctx.cur = &o;
+	rctx.alerting = alerting;
+	rctx.dns = dns;
+	rctx.metrics = metrics;
+	rctx.reg = &reg;
+	egr_loop_on_sighup(loop, on_sighup, &rctx);
+	health.reg = &reg;
+	health.metrics = metrics;
+	health.metrics_wanted = strcmp(o.metrics_addr, "off") != 0;
+	egr_health_init(&health);
+	srv.health = &health;
+	err = egr_notify_watchdog_start(loop);
+	if (err) {
+		log_error("watchdog timer: %s", strerror(-err));
+		rc = 1;
+		goto out_sock;
+	}
 	log_info("egressd %s ready: %zu sandbox(es), control socket %s", EGRESSD_VERSION, reg.n,
 		 o.socket);
+	egr_notify("READY=1\nSTATUS=running: %zu sandbox(es)", reg.n);
 	err = egr_loop_run(loop);
+	egr_notify("STOPPING=1\nSTATUS=stopping; sandboxes stay enforced");
 	rc = err ? 1 : 0;
 	if (err)
 		log_error("event loop: %s", strerror(-err));
@@ -720,5 +527,9 @@ out:
 	egr_loop_free(loop);
 	egr_escape_close(&escape);
 	egr_bpf_close(&bpf);
+	if (rc)
+		egr_notify("STATUS=failed (see the log)");
+	egr_notify_close();
+	egr_options_free(&o);
 	return rc;
 }

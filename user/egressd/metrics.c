@@ -748,6 +748,28 @@ static int parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *
 	return 0;
 }
 
+int egr_metrics_check_addr(const char *addr)
+{
+	struct sockaddr_storage ss;
+	socklen_t sslen;
+
+	if (!addr)
+		return -EINVAL;
+	if (!strcmp(addr, "off"))
+		return 0;
+	return parse_addr(addr, &ss, &sslen) ? -EINVAL : 0;
+}
+
+bool egr_metrics_serving(const struct egr_metrics *m)
+{
+	return m && m->mhd;
+}
+
+void egr_metrics_set_max_sandboxes(struct egr_metrics *m, unsigned max_sandboxes)
+{
+	m->max_sandboxes = max_sandboxes;
+}
+
 int egr_metrics_listen(struct egr_metrics *m, const char *addr, struct egr_loop *loop)
 {
 	struct sockaddr_storage ss;

@@ -57,6 +57,12 @@ void egr_metrics_free(struct egr_metrics *m);
  * from loop. 0 or -errno. */
 int egr_metrics_listen(struct egr_metrics *m, const char *addr, struct egr_loop *loop);
 
+/* 0 if addr is one egr_metrics_listen() takes ("off" included), -EINVAL. */
+int egr_metrics_check_addr(const char *addr);
+/* Is /metrics being served (egr_metrics_listen() succeeded, not "off")? */
+bool egr_metrics_serving(const struct egr_metrics *m);
+/* SIGHUP: a new per-sandbox series bound, from the next scrape on. */
+void egr_metrics_set_max_sandboxes(struct egr_metrics *m, unsigned max_sandboxes);
 int egr_metrics_add_source(struct egr_metrics *m, egr_metrics_source_fn fn, void *ctx);
 
 /* --- fed by the DNS proxy ---------------------------------------------------- */

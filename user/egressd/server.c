@@ -316,6 +316,16 @@ static json_t *do_status_obs(struct egr_server *s, const json_t *req)
 
 	if (!json_is_true(json_object_get(reply, "ok")))
 		return reply;
+	if (s->health) {
+		/* Unjudgeable counts as unhealthy (a probe must not pass by default). */
+		json_t *problems = egr_health_problems(s->health);
+
+		json_object_set_new(reply, "healthy",
+				    json_boolean(problems && json_array_size(problems) == 0));
+		json_object_set_new(reply, "problems",
+				    problems ? problems
+					     : json_pack("[s]", "health: out of memory"));
+	}
 	if (s->events)
 		json_object_set_new(reply, "events", egr_events_status(s->events));
 	if (s->alerting)

@@ -8,6 +8,7 @@
 
 #include "bpfstate.h"
 #include "harden.h"
+#include "health.h"
 #include "sandbox.h"
 
 struct egr_events;
@@ -30,6 +31,7 @@ struct egr_server {
 	struct egr_hardening hardening; /* what egressd gave up (status) */
 	struct egr_guard *guard;        /* pin checks (status; NULL: none) */
 	const char *cgroup_ns;          /* "host" or "joined host" (status) */
+	struct egr_health *health; /* status "healthy"/"problems" (NULL: not judged) */
 };
 
 /* Create the socket (mode 0660, group `group`) and its directory. */

@@ -134,6 +134,15 @@ static void remove_key(struct egr_alerts *a, const char *key)
 	}
 }
 
+int egr_alerts_set_cfg(struct egr_alerts *a, const struct egr_alert_cfg *cfg)
+{
+	if (!(cfg->ewma_alpha > 0 && cfg->ewma_alpha <= 1) || !cfg->dedup_window_ns ||
+	    !cfg->deny_window_ns)
+		return -EINVAL;
+	a->cfg = *cfg;
+	return 0;
+}
+
 int egr_alerts_new(struct egr_alerts **out, const struct egr_alert_cfg *cfg, egr_alert_sink sink,
 		   void *ctx)
 {

@@ -54,6 +54,9 @@ struct egr_alerts;
 int egr_alerts_new(struct egr_alerts **out, const struct egr_alert_cfg *cfg, egr_alert_sink sink,
 		   void *ctx);
 void egr_alerts_free(struct egr_alerts *a);
+/* New thresholds (SIGHUP); baselines and de-duplication state stay.
+ * -EINVAL (nothing changed) for a configuration egr_alerts_new refuses. */
+int egr_alerts_set_cfg(struct egr_alerts *a, const struct egr_alert_cfg *cfg);
 
 /* One alert to raise (all strings may be NULL; sandbox 0 = none). */
 struct egr_alert_in {

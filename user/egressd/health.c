@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <bpf/libbpf.h>
+
+#include "bpfstate.h"
+#include "egressd.skel.h"
+#include "health.h"
+#include "metrics.h"
+#include "sandbox.h"
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void egr_health_init(struct egr_health *h)
+{
+	uint64_t cnt[EGR_CNT_MAX];
+
+	h->lost_rise_ns = 0;
+	h->lost_seen = 0;
+	if (h->reg && egr_bpf_counters(h->reg->bpf, cnt) == 0)
+		h->lost_seen = cnt[EGR_CNT_EVENTS_LOST];
+}
+
+static int add(json_t *arr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int add(json_t *arr, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return json_array_append_new(arr, json_string(msg));
+}
+
+json_t *egr_health_problems(struct egr_health *h)
+{
+	json_t *arr = json_array();
+	uint64_t cnt[EGR_CNT_MAX], now = mono_ns();
+	struct egr_bpf *b = h->reg->bpf;
+	struct bpf_map *map;
+	struct stat st;
+
+	if (!arr)
+		return NULL;
+	if (h->metrics_wanted && !egr_metrics_serving(h->metrics))
+		add(arr, "metrics: /metrics is not served (the address did not bind)");
+	if (!h->reg->dns)
+		add(arr, "dns: the DNS proxy is down; sandboxes get no DNS");
+	if (egr_bpf_counters(b, cnt) == 0) {
+		if (cnt[EGR_CNT_EVENTS_LOST] > h->lost_seen) {
+			h->lost_seen = cnt[EGR_CNT_EVENTS_LOST];
+			h->lost_rise_ns = now;
+		}
+		if (h->lost_rise_ns && now - h->lost_rise_ns < EGR_HEALTH_LOSS_WINDOW_NS)
+			add(arr, "events: kernel events lost within the last minute (%llu in all)",
+			    (unsigned long long)h->lost_seen);
+	} else {
+		add(arr, "events: the kernel counters cannot be read");
+	}
+	/* A pin removed by hand means the next egressd would not find that
+	 * state: maps recreated empty, a sandbox's links not adopted. */
+	if (b->skel) {
+		bpf_object__for_each_map(map, b->skel->obj) {
+			const char *path = bpf_map__pin_path(map);
+
+			if (path && stat(path, &st) < 0)
+				add(arr, "pins: map %s is not pinned at %s", bpf_map__name(map), path);
+		}
+	}
+	for (size_t i = 0; i < h->reg->n; i++)
+		if (!egr_bpf_links_complete(b, h->reg->sbs[i]->id))
+			add(arr, "pins: sandbox %u: not all of its links are pinned",
+			    h->reg->sbs[i]->id);
+	return arr;
+}

@@ -804,9 +804,14 @@ def status_and_list(c):
         check(s["tenant"] == "e2e", "tenant is %r" % s.get("tenant"))
         check(s["cgroup_id"] == os.stat(sb.cg).st_ino,
               "cgroup_id %r is not the cgroup's inode %d" % (s["cgroup_id"], os.stat(sb.cg).st_ino))
-        r = c.ctl("attach", "--cgroup", sb.cg, "--policy", sb.policy)
-        check(r.returncode == 1, "a second attach of the same cgroup: exit %d, expected 1 (exists)"
-              % r.returncode)
+        # Again with the same policy: idempotent (a retried hook), the same sandbox.
+        r = c.ctl("attach", "--json", "--cgroup", sb.cg, "--policy", sb.policy)
+        check(r.returncode == 0 and json.loads(r.stdout).get("id") == s["id"],
+              "a second attach with the same policy: exit %d, %r (expected the same sandbox)"
+              % (r.returncode, (r.stdout + r.stderr).strip()))
+        r = c.ctl("attach", "--cgroup", sb.cg, "--policy", c.policy(["127.0.0.1:1"]))
+        check(r.returncode == 1, "a second attach with another policy: exit %d, expected 1 "
+              "(exists)" % r.returncode)
     check(c.find_sandbox(sb.cg) is None, "detached sandbox still listed")
 
 

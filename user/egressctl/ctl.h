@@ -68,6 +68,10 @@ int ctl_cmd_audit(struct ctl *c, int argc, char **argv);
 /* `egressctl seccomp-profile`: the OCI profile of the run filter. */
 int ctl_cmd_seccomp_profile(struct ctl *c, int argc, char **argv);
 
+/* --- ocihook.c: `egressctl oci-hook createRuntime|poststop` ----------------------- */
+
+int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv);
+
 /* --- stats.c ---------------------------------------------------------------------- */
 
 int ctl_cmd_stats(struct ctl *c, int argc, char **argv);

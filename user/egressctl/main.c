@@ -33,6 +33,7 @@ static const char top_help[] =
 	"  events                       the event stream (denies, DNS, lifecycle)\n"
 	"  audit verify                 verify a tamper-evident audit log\n"
 	"  seccomp-profile              print run's seccomp filter as an OCI profile\n"
+	"  oci-hook STAGE               OCI runtime hook (createRuntime, poststop)\n"
 	"\n"
 	"Options:\n"
 	"  --socket PATH    egressd's control socket (default: $EGRESSD_SOCKET, else\n"
@@ -394,6 +395,7 @@ static const struct {
 	{ "stats", ctl_cmd_stats },
 	{ "events", ctl_cmd_events }, { "audit", ctl_cmd_audit },
 	{ "seccomp-profile", ctl_cmd_seccomp_profile },
+	{ "oci-hook", ctl_cmd_oci_hook },
 };
 
 int main(int argc, char **argv)

@@ -1,0 +1,253 @@
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+# Containers (issue 14): the OCI hook with real Podman and runc on a busybox
+# rootfs, the OCI seccomp profile loaded into runc containers, promtool on
+# /metrics, and the CLI for automation. Run by run.py in its namespace (see
+# the end of run.py): every harness helper is in scope.
+
+OCI_ANNOTATION = "io.egressd.policy"
+PODMAN_TIMEOUT_S = 60
+
+
+def oci_need(c):
+    """Podman and runc, or a failure (never a skip: install-deps installs them)."""
+    missing = [b for b in ("podman", "runc") if not shutil.which(b)]
+    if missing:
+        raise TestFailure("%s not installed (tools/install-deps installs them)"
+                          % ", ".join(missing))
+    if not os.path.exists("/bin/busybox"):
+        raise TestFailure("no /bin/busybox (busybox-static; tools/install-deps)")
+    if getattr(c, "oci", None) is None:
+        c.oci = OciEnv(c)
+    return c.oci
+
+
+class OciEnv:
+    """A busybox rootfs with netprobe, a private podman storage and hooks.d."""
+
+    def __init__(self, c):
+        self.c = c
+        self.dir = os.path.join(c.work, "oci")
+        self.rootfs = os.path.join(self.dir, "rootfs")
+        self.root = os.path.join(self.dir, "storage")
+        self.runroot = os.path.join(self.dir, "run")
+        self.hooks = os.path.join(self.dir, "hooks.d")
+        self.seq = 0
+        for d in (self.rootfs, self.hooks, os.path.join(self.rootfs, "bin"),
+                  os.path.join(self.rootfs, "tmp"), os.path.join(self.rootfs, "proc"),
+                  os.path.join(self.rootfs, "dev"), os.path.join(self.rootfs, "sys")):
+            os.makedirs(d, exist_ok=True)
+        CLEANUP.push("podman storage", self.reset_storage)
+        shutil.copy("/bin/busybox", os.path.join(self.rootfs, "bin", "busybox"))
+        for applet in ("sh", "cat", "echo", "touch", "true", "sleep"):
+            os.symlink("busybox", os.path.join(self.rootfs, "bin", applet))
+        # netprobe and the libraries it links (ldd), at the same paths.
+        shutil.copy(c.netprobe, os.path.join(self.rootfs, "netprobe"))
+        for line in run(["ldd", c.netprobe]).stdout.splitlines():
+            parts = line.split()
+            lib = parts[2] if len(parts) >= 3 and parts[1] == "=>" else parts[0]
+            if lib.startswith("/"):
+                dst = self.rootfs + lib
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                shutil.copy(lib, dst)
+        # The shipped hooks.d files, pointed at this build and this egressd.
+        here = os.path.dirname(os.path.abspath(__file__))
+        dist = os.path.join(here, "..", "..", "dist", "oci")
+        self.hook_files = sorted(glob.glob(os.path.join(dist, "*.json")))
+        check(len(self.hook_files) == 2, "dist/oci has %d hooks.d files, expected 2" %
+              len(self.hook_files))
+        for path in self.hook_files:
+            with open(path) as f:
+                h = json.load(f)
+            self.rewrite_hook(h, c.egressctl, c.sock)
+            with open(os.path.join(self.hooks, os.path.basename(path)), "w") as f:
+                json.dump(h, f)
+
+    @staticmethod
+    def rewrite_hook(h, egressctl, sock):
+        h["hook"]["path"] = egressctl
+        args = h["hook"]["args"]
+        i = args.index("--socket")
+        args[i + 1] = sock
+
+    def reset_storage(self):
+        if os.path.isdir(self.root):
+            run(self.podman_base() + ["rm", "-af"], timeout=PODMAN_TIMEOUT_S)
+            run(["umount", "-R", self.runroot])  # podman's own shm mounts, if any
+        shutil.rmtree(self.root, True)
+        shutil.rmtree(self.runroot, True)
+
+    def podman_base(self, hooks=None):
+        return ["podman", "--root", self.root, "--runroot", self.runroot,
+                "--storage-driver", "vfs", "--runtime", "runc", "--cgroup-manager",
+                "cgroupfs", "--events-backend", "none",
+                "--hooks-dir", hooks or self.hooks]
+
+    def run(self, script, policy=None, extra=(), hooks=None, timeout=PODMAN_TIMEOUT_S):
+        """podman run --rm a /bin/sh -c script container; the CompletedProcess."""
+        self.seq += 1
+        name = "%s-%d" % (RUN_ID, self.seq)
+        argv = self.podman_base(hooks) + [
+            "run", "--rm", "--name", name, "--network", "host",
+            "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+        if policy:
+            argv += ["--annotation", "%s=%s" % (OCI_ANNOTATION, policy)]
+        argv += list(extra) + ["--rootfs", self.rootfs, "/bin/sh", "-c", script]
+        log("podman: %s" % " ".join(argv))
+        try:
+            r = run(argv, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            run(self.podman_base() + ["rm", "-f", name])
+            raise TestFailure("podman run %s did not finish within %d s" % (name, timeout))
+        log("podman %s -> %d %r %r" % (name, r.returncode, r.stdout.strip()[-500:],
+                                      r.stderr.strip()[-500:]))
+        return r
+
+
+def probe_lines(out):
+    """netprobe result lines ("ok", "err EPERM") of a container's stdout."""
+    return [" ".join(l.split()[:2]) for l in out.splitlines() if l.strip() and
+            (l.startswith("ok") or l.startswith("err"))]
+
+
+def our_sandboxes(c, before):
+    return [s for s in c.list_json() if s["id"] not in before]
+
+
+@test
+def oci_hook_confines_before_first_connect(c):
+    env = oci_need(c)
+    allowed, denied = c.tcp("oci-allow"), c.tcp("oci-deny")
+    pol = c.policy(["127.0.0.1:%d" % allowed.port], tenant="oci-" + RAND)
+    before = {s["id"] for s in c.list_json()}
+    a0, d0 = allowed.accepted, denied.accepted
+    # The command's very first instruction is the denied connect.
+    r = env.run("/netprobe tcp 127.0.0.1 %d; /netprobe tcp 127.0.0.1 %d; "
+                "cat /proc/self/cgroup" % (denied.port, allowed.port), policy=pol)
+    res = probe_lines(r.stdout)
+    check(r.returncode in (0, 1) and len(res) == 2,
+          "podman run: exit %d, out %r, err %r" % (r.returncode, r.stdout, r.stderr[-800:]))
+    check(res[0] == "err EPERM", "the container's first connect, to a denied port: %r" % res[0])
+    check(denied.accepted == d0, "the denied server accepted a connection")
+    check(res[1] == "ok" and allowed.accepted > a0,
+          "the allowed connect: %r (accepted %d -> %d)" % (res[1], a0, allowed.accepted))
+    # poststop ran: the sandbox is gone with the container.
+    check(wait_until(lambda: not our_sandboxes(c, before), 5),
+          "the container's sandbox is still listed after exit: %r" % our_sandboxes(c, before))
+
+
+@test
+def oci_hook_unannotated_container_untouched(c):
+    env = oci_need(c)
+    a, b = c.tcp("oci-free-a"), c.tcp("oci-free-b")
+    before = {s["id"] for s in c.list_json()}
+    seen = []
+
+    def watch():  # no sandbox appears while it runs
+        end = time.monotonic() + 30
+        while not stop and time.monotonic() < end:
+            seen.extend(our_sandboxes(c, before))
+            time.sleep(0.1)
+    stop = False
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        r = env.run("/netprobe tcp 127.0.0.1 %d; /netprobe tcp 127.0.0.1 %d; sleep 0.5"
+                    % (a.port, b.port))
+    finally:
+        stop = True
+        t.join(5)
+    check(probe_lines(r.stdout) == ["ok", "ok"],
+          "an unannotated container: exit %d, %r %r" % (r.returncode, r.stdout, r.stderr[-500:]))
+    check(not seen, "a sandbox appeared for an unannotated container: %r" % seen[:1])
+
+
+@test
+def oci_hook_fails_closed(c):
+    env = oci_need(c)
+    bad = c.policy(None, raw='{"tenant": "x", "network": {"default": "allow-all"}}')
+    marker = os.path.join(env.rootfs, "tmp", "ran-%s" % RAND)
+    before = {s["id"] for s in c.list_json()}
+    cases = [("an invalid policy file", bad),
+             ("a missing policy file", os.path.join(c.work, "no-such-policy.json")),
+             ("a relative policy path", "policy.json")]
+    for what, pol in cases:
+        r = env.run("touch /tmp/%s" % os.path.basename(marker), policy=pol)
+        check(r.returncode != 0, "podman run with %s succeeded: %r" % (what, r.stdout))
+        check(not os.path.exists(marker), "the command ran despite %s" % what)
+        check("oci-hook createRuntime" in r.stderr,
+              "podman's error does not carry the hook's reason for %s: %r"
+              % (what, r.stderr[-600:]))
+    # egressd down: the same, fail closed.
+    hooks = os.path.join(env.dir, "hooks-nosock")
+    os.makedirs(hooks, exist_ok=True)
+    for path in env.hook_files:
+        with open(path) as f:
+            h = json.load(f)
+        env.rewrite_hook(h, c.egressctl, os.path.join(c.work, "nobody.sock"))
+        with open(os.path.join(hooks, os.path.basename(path)), "w") as f:
+            json.dump(h, f)
+    good = c.policy(["127.0.0.1:1"])
+    r = env.run("touch /tmp/%s" % os.path.basename(marker), policy=good, hooks=hooks)
+    check(r.returncode != 0 and not os.path.exists(marker),
+          "podman run with egressd unreachable: exit %d, marker %s" %
+          (r.returncode, os.path.exists(marker)))
+    check(not our_sandboxes(c, before), "a failed start left a sandbox: %r" %
+          our_sandboxes(c, before))
+    # Sanity twin: the same command with a good policy runs.
+    r = env.run("touch /tmp/%s" % os.path.basename(marker), policy=good)
+    check(r.returncode == 0 and os.path.exists(marker),
+          "a good policy: exit %d, %r" % (r.returncode, r.stderr[-500:]))
+    os.unlink(marker)
+
+
+@test
+def oci_hook_stdin_contract(c):
+    """The hook alone, as a runtime calls it: state JSON on stdin."""
+    cg = c.mkcgroup("ocistate")
+    CLEANUP.push("cgroup", cgroup_remove_tree, cg)
+    pol = c.policy(["127.0.0.1:1"])
+    rel = cg[len(c.cg_mount):]
+    bundle = os.path.join(c.work, "bundle-%s" % RAND)
+    os.makedirs(bundle, exist_ok=True)
+    with open(os.path.join(bundle, "config.json"), "w") as f:
+        json.dump({"ociVersion": "1.0.2", "linux": {"cgroupsPath": rel}}, f)
+    holder = subprocess.Popen(["sleep", "30"], preexec_fn=join_cgroup_fn(cg))
+    CLEANUP.push("holder", lambda: (holder.kill(), holder.wait()))
+
+    def hook(stage, state):
+        return subprocess.run([c.egressctl, "--socket", c.sock, "oci-hook", stage],
+                              input=json.dumps(state) if isinstance(state, dict) else state,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=CTL_TIMEOUT_S)
+    st = {"ociVersion": "1.0.2", "id": "c-" + RAND, "status": "created", "pid": holder.pid,
+          "bundle": bundle, "annotations": {OCI_ANNOTATION: pol}}
+    try:
+        r = hook("createRuntime", st)
+        check(r.returncode == 0, "createRuntime: %d %r" % (r.returncode, r.stderr))
+        check(c.find_sandbox(cg) is not None, "createRuntime did not attach %s" % cg)
+        # A retried hook is harmless.
+        r = hook("createRuntime", st)
+        check(r.returncode == 0, "createRuntime again: %d %r" % (r.returncode, r.stderr))
+        c.denied(cg, "tcp", "127.0.0.1", c.tcp("oci-state").port)
+        # poststop finds the cgroup from config.json (the process is gone).
+        r = hook("poststop", dict(st, status="stopped", pid=0))
+        check(r.returncode == 0, "poststop: %d %r" % (r.returncode, r.stderr))
+        check(c.find_sandbox(cg) is None, "poststop did not detach %s" % cg)
+        r = hook("poststop", dict(st, status="stopped", pid=0))
+        check(r.returncode == 0, "poststop of a gone sandbox: %d %r" % (r.returncode, r.stderr))
+        # No annotation: nothing, exit 0. Garbage: refused.
+        r = hook("createRuntime", dict(st, annotations={}))
+        check(r.returncode == 0 and c.find_sandbox(cg) is None,
+              "unannotated createRuntime: %d %r" % (r.returncode, r.stderr))
+        for bad in ("not json", json.dumps([1]), json.dumps(dict(st, pid=0)),
+                    json.dumps(dict(st, annotations={OCI_ANNOTATION: 7}))):
+            r = hook("createRuntime", bad)
+            check(r.returncode != 0 and "oci-hook createRuntime" in r.stderr,
+                  "createRuntime with state %r: %d %r" % (bad[:60], r.returncode, r.stderr))
+        check(c.find_sandbox(cg) is None, "a refused state attached %s" % cg)
+        r = run([c.egressctl, "oci-hook", "prestart"])
+        check(r.returncode == 2, "an unknown stage: exit %d" % r.returncode)
+    finally:
+        sb = c.find_sandbox(cg)
+        if sb:
+            c.ctl("detach", "--id", str(sb["id"]))

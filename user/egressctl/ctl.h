@@ -68,6 +68,13 @@ int ctl_cmd_audit(struct ctl *c, int argc, char **argv);
 /* `egressctl seccomp-profile`: the OCI profile of the run filter. */
 int ctl_cmd_seccomp_profile(struct ctl *c, int argc, char **argv);
 
+/* --- seccompprofile.c --------------------------------------------------------------- */
+
+struct egr_confine;
+/* The OCI profile of conf: deny-by-default, or merged into the profile in
+ * the file base_path (NULL: none). An exit status, after saying why. */
+int ctl_seccomp_profile(const struct egr_confine *conf, const char *base_path, json_t **out);
+
 /* --- ocihook.c: `egressctl oci-hook createRuntime|poststop` ----------------------- */
 
 int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv);

@@ -303,3 +303,85 @@ def oci_seccomp_profile_in_runc_container(c):
         # The i386 ABI (socketcall hides the family): killed by SIGSYS.
         check("i386 159" in r.stdout, "%s profile: an i386 AF_PACKET socket: %r"
               % (what, r.stdout))
+
+
+# The reason values docs/metering.md promises, per family.
+METRIC_REASONS = {
+    "connections_total": {"connect"}, "datagrams_total": {"sendmsg"},
+    "sockets_denied_total": {"socket"}, "dns_queries_total": {"dns_policy"},
+    "packets_dropped_total": {"backstop", "inbound", "quota"},
+}
+KERNEL_REASONS = {
+    "egressd_kernel_denied_total": {"connect", "sendmsg", "sock_create", "setsockopt",
+                                    "no_sandbox", "expired"},
+    "egressd_kernel_dropped_packets_total": {"backstop", "inbound", "quota"},
+}
+
+
+@test
+def metrics_promtool_clean_and_process_metrics(c):
+    promtool = shutil.which("promtool")
+    check(promtool, "no promtool (the prometheus package; tools/install-deps)")
+    t = c.tcp("prom-ok")
+    with c.sandbox(["127.0.0.1:%d" % t.port], name="promtool", tenant="pt-" + RAND) as sb:
+        sb.allowed("tcp", "127.0.0.1", t.port)
+        sb.denied("tcp", "127.0.0.1", c.tcp("prom-no").port)
+        sb.denied("udp-sendto", "127.0.0.1", c.udp("prom-no-u").port)
+        code, _, text = scrape(c)
+        check(code == 200, "GET /metrics: %d" % code)
+        r = subprocess.run([promtool, "check", "metrics"], input=text, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=30)
+        check(r.returncode == 0, "promtool check metrics: exit %d: %s" %
+              (r.returncode, (r.stdout + r.stderr).strip()[:1500]))
+        # Sanity twin: promtool does catch what used to be wrong here.
+        bad = ("# HELP egressd_bpf_counter_total x\n# TYPE egressd_bpf_counter_total counter\n"
+               "egressd_bpf_counter_total 1\n")
+        r = subprocess.run([promtool, "check", "metrics"], input=bad, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=30)
+        check(r.returncode != 0, "promtool accepts a type in a metric name: the check is void")
+        samples, types = parse_exposition(text)
+        check(not any("execution_id" in dict(l) for _, l in samples),
+              "a series carries execution_id")
+        for (name, labels), _ in samples.items():
+            l = dict(labels)
+            fam = name.replace("egressd_sandbox_", "").replace("egressd_", "")
+            if name in KERNEL_REASONS:
+                check(l.get("reason") in KERNEL_REASONS[name], "%s reason %r" % (name, l))
+            elif fam in METRIC_REASONS and l.get("verdict") not in ("allowed",):
+                check(l.get("reason") in METRIC_REASONS[fam], "%s%r: reason not in %r" %
+                      (name, l, METRIC_REASONS[fam]))
+        sid = str(c.find_sandbox(sb.cg)["id"])
+        den = samples.get(("egressd_sandbox_connections_total", frozenset(
+            {"tenant": "pt-" + RAND, "sandbox": sid, "verdict": "denied",
+             "reason": "connect"}.items())))
+        check(den == 1, "the denied connect under reason=connect: %r" % den)
+        dg = samples.get(("egressd_sandbox_datagrams_total", frozenset(
+            {"tenant": "pt-" + RAND, "sandbox": sid, "verdict": "denied",
+             "reason": "sendmsg"}.items())))
+        check(dg == 1, "the denied datagram under reason=sendmsg: %r" % dg)
+        kd = samples.get(("egressd_kernel_denied_total",
+                          frozenset({"reason": "connect"}.items())))
+        check(kd is not None and kd >= 1, "egressd_kernel_denied_total{reason=connect}: %r" % kd)
+    # process_* of egressd itself, against /proc.
+    pid = c.daemon.proc.pid
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes",
+                 "process_virtual_memory_bytes", "process_open_fds", "process_max_fds",
+                 "process_start_time_seconds", "egressd_metrics_scrape_failures_total",
+                 "egressd_metrics_read_failures_total"):
+        check((name, frozenset()) in samples, "no %s" % name)
+    v = lambda n: samples[(n, frozenset())]
+    nfd = len(os.listdir("/proc/%d/fd" % pid))
+    # the scrape's own connection and short-lived sockets come and go
+    check(abs(v("process_open_fds") - nfd) <= 8, "process_open_fds %r, /proc says %d" %
+          (v("process_open_fds"), nfd))
+    with open("/proc/%d/status" % pid) as f:
+        rss_kb = int([l for l in f if l.startswith("VmRSS:")][0].split()[1])
+    check(0.5 * rss_kb * 1024 <= v("process_resident_memory_bytes") <= 2 * rss_kb * 1024,
+          "process_resident_memory_bytes %r, VmRSS %d kB" % (v("process_resident_memory_bytes"),
+                                                            rss_kb))
+    # egressd started during this run (the suite is bounded to SUITE_TIMEOUT_S)
+    now = time.time()
+    check(now - SUITE_TIMEOUT_S - 60 <= v("process_start_time_seconds") <= now + 2,
+          "process_start_time_seconds %r, now %r" % (v("process_start_time_seconds"), now))
+    check(v("egressd_metrics_scrape_failures_total") == 0 and
+          v("egressd_metrics_read_failures_total") == 0, "failures on a healthy host")

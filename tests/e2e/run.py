@@ -1981,17 +1981,21 @@ def metrics_endpoint_matches_stats(c):
               "TYPE of egressd_egress_bytes_total: %r" % types.get("egressd_egress_bytes_total"))
         trow, srow = st["tenants"][0], st["sandboxes"][0]
         sid, execid = str(srow["id"]), srow["execution_id"]
-        want = [("egress_bytes_total", "bytes_out", None), ("egress_packets_total",
-                 "packets_out", None), ("ingress_bytes_total", "bytes_in", None),
-                ("ingress_packets_total", "packets_in", None),
-                ("connections_total", "connections_allowed", "allowed"),
-                ("connections_total", "connections_denied", "denied"),
-                ("quota_drops_total", "quota_drops", None)]
-        for fam, key, verdict in want:
+        want = [("egress_bytes_total", "bytes_out", None, None), ("egress_packets_total",
+                 "packets_out", None, None), ("ingress_bytes_total", "bytes_in", None, None),
+                ("ingress_packets_total", "packets_in", None, None),
+                ("connections_total", "connections_allowed", "allowed", None),
+                ("connections_total", "connections_denied", "denied", "connect"),
+                ("packets_dropped_total", "quota_drops", None, "quota")]
+        check(execid and "execution_id" not in text,
+              "/metrics carries execution_id labels (one series per execution)")
+        for fam, key, verdict, reason in want:
             tl = {"tenant": tenant}
-            sl = {"tenant": tenant, "sandbox": sid, "execution_id": execid}
+            sl = {"tenant": tenant, "sandbox": sid}
             if verdict:
                 tl["verdict"] = sl["verdict"] = verdict
+            if reason:
+                tl["reason"] = sl["reason"] = reason
             tv = samples.get(("egressd_" + fam, frozenset(tl.items())))
             sv = samples.get(("egressd_sandbox_" + fam, frozenset(sl.items())))
             check(tv == trow[key], "egressd_%s%r = %r, stats says %r" % (fam, tl, tv, trow[key]))

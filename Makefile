@@ -7,6 +7,8 @@
 # make demo       a sandboxed command with one allowed and one denied connection
 # make bench      benchmarks (docs/benchmarks.md)
 # make vmlinux    regenerate vmlinux/vmlinux.h from this host's BTF
+# make image      the container image (Containerfile) with podman; not part
+#                 of `make test` (tools/image-check builds and checks it)
 
 OUT      ?= build
 CLANG    ?= clang
@@ -58,7 +60,7 @@ endif
 
 .DELETE_ON_ERROR:
 .SECONDARY:
-.PHONY: all deps test test-unit test-e2e test-fuzz test-asan demo bench vmlinux clean fmt
+.PHONY: all deps test test-unit test-e2e test-fuzz test-asan demo bench vmlinux clean fmt image
 
 all: $(OUT)/egressd $(OUT)/egressctl
 
@@ -153,6 +155,15 @@ demo: deps
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all $(E2E_BINS) $(BENCH_BINS)
 	$(Q)python3 tools/bench.py --build $(OUT)
+
+# The image. IMAGE_BUILD_ARGS takes e.g. --build-arg BASE=... --build-arg
+# RUNTIME_BASE=...; the RUN steps fetch Debian packages, hence host networking.
+# PODMAN="podman --runtime runc" on a hybrid cgroup host (crun refuses it).
+IMAGE            ?= localhost/egressd:$(VERSION)
+IMAGE_BUILD_ARGS ?=
+PODMAN           ?= podman
+image:
+	$(PODMAN) build --network host $(IMAGE_BUILD_ARGS) -t $(IMAGE) -f Containerfile .
 
 vmlinux:
 	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > vmlinux/vmlinux.h

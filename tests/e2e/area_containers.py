@@ -385,3 +385,224 @@ def metrics_promtool_clean_and_process_metrics(c):
           "process_start_time_seconds %r, now %r" % (v("process_start_time_seconds"), now))
     check(v("egressd_metrics_scrape_failures_total") == 0 and
           v("egressd_metrics_read_failures_total") == 0, "failures on a healthy host")
+
+
+@test
+def egressd_logs_foreign_netns(c):
+    """Started in another network namespace (a pod without hostNetwork),
+    egressd says so; in the host's (the harness's egressd) it does not."""
+    check("runs in network namespace" not in open(c.daemon_log).read(),
+          "the harness's egressd, in the host namespace, logged the foreign-netns error")
+    ns = RUN_ID[:40] + "-fns"
+    must(["ip", "netns", "add", ns])
+    CLEANUP.push("netns " + ns, run, ["ip", "netns", "del", ns])
+    d = os.path.join(c.work, "foreign")
+    os.makedirs(d, exist_ok=True)
+    bpffs = c.bpffs + "-foreign"
+    CLEANUP.push("bpffs dir", shutil.rmtree, bpffs, True)
+    logp = os.path.join(d, "egressd.log")
+    with open(logp, "wb") as logf:
+        p = subprocess.Popen(["nsenter", "--net=/run/netns/" + ns, c.egressd,
+                              "--socket", os.path.join(d, "s"), "--bpffs-dir", bpffs,
+                              "--state-dir", os.path.join(d, "state"), "--metrics-addr", "off"]
+                             + list(c.dns_args), stdin=subprocess.DEVNULL, stdout=logf,
+                             stderr=logf)
+    CLEANUP.push("foreign egressd", lambda: (p.poll() is None and p.kill(), p.wait(5)))
+
+    def logged():
+        with open(logp) as f:
+            t = f.read()
+        return "ready" in t or p.poll() is not None
+    try:
+        check(wait_until(logged, DAEMON_READY_S), "the foreign-netns egressd never got ready")
+        with open(logp) as f:
+            text = f.read()
+        check("not the host's" in text and "hostNetwork" in text,
+              "no foreign-netns error in its log:\n%s" % text[-1500:])
+    finally:
+        if p.poll() is None:
+            p.terminate()
+            p.wait(5)
+
+
+# --- the CLI for automation ------------------------------------------------------
+
+
+def json_error_of(r):
+    try:
+        o = json.loads(r.stdout)
+    except ValueError:
+        raise TestFailure("--json error is not JSON on stdout: exit %d, stdout %r, stderr %r"
+                          % (r.returncode, r.stdout[:300], r.stderr[:300]))
+    check(isinstance(o, dict) and o.get("ok") is False and o.get("exit") == r.returncode
+          and o.get("code") and o.get("error"), "--json error object: %r" % o)
+    return o
+
+
+@test
+def cli_json_errors_on_stdout(c):
+    bad = c.policy(None, raw={"tenant": "x", "network": {"default": "deny",
+                                                          "outbound_allow": ["1.2.3.4:99999"]}})
+    cg = c.mkcgroup("jsonerr")
+    CLEANUP.push("cgroup", cgroup_remove_tree, cg)
+    r = c.ctl("attach", "--json", "--cgroup", cg, "--policy", bad)
+    o = json_error_of(r)
+    check(r.returncode == 4 and o["code"] == "invalid_policy" and
+          o.get("field", "").startswith("network.outbound_allow"), "invalid policy: %r" % o)
+    check("invalid policy" in r.stderr, "the text on stderr is gone: %r" % r.stderr)
+    r = c.ctl("detach", "--json", "--id", "999999")
+    o = json_error_of(r)
+    check(r.returncode == 1 and o["code"] == "not_found", "detach of nothing: %r" % o)
+    r = run([c.egressctl, "--socket", os.path.join(c.work, "none.sock"), "list", "--json"])
+    o = json_error_of(r)
+    check(r.returncode == 3 and o["code"] == "unreachable", "egressd unreachable: %r" % o)
+    r = c.ctl("list", "--json", "--bogus")
+    check(r.returncode == 2 and json_error_of(r)["code"] == "usage", "usage error: %r" % r.stdout)
+    # Sanity twins: without --json stdout stays empty; with it, success is not an error.
+    r = c.ctl("detach", "--id", "999999")
+    check(r.returncode == 1 and r.stdout == "", "an error without --json printed %r" % r.stdout)
+    r = c.ctl("list", "--json")
+    check(r.returncode == 0 and isinstance(json.loads(r.stdout), list), "list --json: %r"
+          % r.stdout[:200])
+
+
+@test
+def cli_stats_sandbox_column(c):
+    with c.sandbox(["127.0.0.1:1"], name="statscol", tenant="sc-" + RAND) as sb:
+        sid = c.find_sandbox(sb.cg)["id"]
+        r = c.ctl_ok("stats", "--tenant", "sc-" + RAND)
+        lines = r.stdout.splitlines()
+        hdr = [i for i, l in enumerate(lines) if l.startswith("SANDBOX")]
+        check(hdr and len(lines) > hdr[0] + 1, "no sandbox table: %r" % r.stdout)
+        row = lines[hdr[0] + 1].split()
+        check(row and row[0] == str(sid) and row[1] == "sc-" + RAND,
+              "the SANDBOX column is %r, expected %d (row %r)" % (row[:1], sid, row))
+
+
+@test
+def cli_metrics_port_in_use_names_eaddrinuse(c):
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    port = holder.getsockname()[1]
+    CLEANUP.push("port holder", holder.close)
+    d = os.path.join(c.work, "inuse")
+    os.makedirs(d, exist_ok=True)
+    bpffs = c.bpffs + "-inuse"
+    CLEANUP.push("bpffs dir", shutil.rmtree, bpffs, True)
+    logp = os.path.join(d, "egressd.log")
+    with open(logp, "wb") as logf:
+        p = subprocess.Popen([c.egressd, "--socket", os.path.join(d, "s"), "--bpffs-dir", bpffs,
+                              "--state-dir", os.path.join(d, "state"), "--metrics-addr",
+                              "127.0.0.1:%d" % port] + list(c.dns_args),
+                             stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
+    CLEANUP.push("second egressd", lambda: (p.poll() is None and p.kill(), p.wait(5)))
+    try:
+        def done():
+            with open(logp) as f:
+                return "ready" in f.read() or p.poll() is not None
+        check(wait_until(done, DAEMON_READY_S), "the second egressd never got ready")
+        with open(logp) as f:
+            text = f.read()
+        line = [l for l in text.splitlines() if "metrics: cannot serve" in l]
+        check(line and "Address already in use" in line[0],
+              "the metrics bind error: %r" % (line or text[-800:]))
+        # Twin: the harness's egressd serves its own port.
+        check(scrape(c)[0] == 200, "the harness's /metrics does not answer")
+    finally:
+        if p.poll() is None:
+            p.terminate()
+            p.wait(5)
+
+
+@test
+def cli_events_follow_reconnects(c):
+    argv = [c.egressctl, "--socket", c.sock, "events", "--follow", "--json"]
+    f = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    CLEANUP.push("follower", lambda: (f.poll() is None and f.kill(), f.wait(5)))
+    lines = []
+    threading.Thread(target=lambda: [lines.append(l) for l in f.stdout], daemon=True).start()
+
+    def records(kind):
+        out = []
+        for l in list(lines):
+            try:
+                o = json.loads(l)
+            except ValueError:
+                continue
+            if o.get("type") == kind or (kind == "*" and o):
+                out.append(o)
+        return out
+    try:
+        t = c.tcp("follow-deny")
+        with c.sandbox(["127.0.0.1:1"], name="follow1") as sb:
+            sb.denied("tcp", "127.0.0.1", t.port)
+            check(wait_until(lambda: any(o.get("type") == "connect" for o in records("*")), 5),
+                  "the follower saw no deny before the restart: %r" % lines[-5:])
+        c.daemon.stop()
+        check(wait_until(lambda: records("stream_gap"), 5),
+              "no stream_gap record when egressd went away: %r" % lines[-5:])
+        if f.poll() is not None:
+            raise TestFailure("events --follow exited (%d) when egressd stopped: %r"
+                              % (f.returncode, f.stderr.read()[-300:]))
+        c.daemon.start()
+        ok = wait_until(lambda: records("stream_resumed"), 10)
+        if not ok:
+            if f.poll() is None:
+                f.kill()
+            raise TestFailure("no stream_resumed after the restart: %r; follower exit %r: %r"
+                              % (lines[-2:], f.wait(5), f.stderr.read()[-500:]))
+        n = len(lines)
+        with c.sandbox(["127.0.0.1:1"], name="follow2") as sb:
+            sb.denied("tcp", "127.0.0.1", t.port)
+            check(wait_until(lambda: any(json.loads(l).get("type") == "connect"
+                                         for l in lines[n:] if l.strip()), 5),
+                  "the follower saw no deny after the restart: %r" % lines[n:])
+        gap = records("stream_gap")
+        res = records("stream_resumed")
+        check(len(gap) == 1 and len(res) == 1 and res[0].get("gap_seconds", -1) >= 0,
+              "one gap, one resume: %r %r" % (gap, res))
+    finally:
+        if f.poll() is None:
+            f.kill()
+            f.wait(5)
+        c.ensure_daemon()
+
+
+@test
+def dist_kubernetes_manifests(c):
+    """The DaemonSet has what a node agent needs (issue 14); a static check:
+    no cluster here."""
+    import yaml
+    here = os.path.dirname(os.path.abspath(__file__))
+    kdir = os.path.join(here, "..", "..", "dist", "kubernetes")
+    with open(os.path.join(kdir, "daemonset.yaml")) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    kinds = {d["kind"]: d for d in docs}
+    check(set(kinds) >= {"DaemonSet", "Service"}, "daemonset.yaml kinds: %r" % list(kinds))
+    spec = kinds["DaemonSet"]["spec"]["template"]["spec"]
+    check(spec.get("hostNetwork") is True and
+          spec.get("dnsPolicy") == "ClusterFirstWithHostNet" and spec.get("hostPID") is True,
+          "hostNetwork/dnsPolicy/hostPID: %r" % {k: spec.get(k) for k in
+                                                 ("hostNetwork", "dnsPolicy", "hostPID")})
+    check(spec.get("automountServiceAccountToken") is False, "service account token mounted")
+    check({"operator": "Exists"} in spec.get("tolerations", []), "no Exists toleration")
+    ctr = spec["containers"][0]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        cmd = ctr.get(probe, {}).get("exec", {}).get("command", [])
+        check(cmd[:1] == ["/usr/local/bin/egressctl"] and "status" in cmd,
+              "%s: %r" % (probe, cmd))
+    ports = {p["name"]: p for p in ctr.get("ports", [])}
+    check("metrics" in ports and "--metrics-addr" in ctr["args"], "no metrics port/addr")
+    svc = kinds["Service"]["spec"]
+    check(svc["ports"][0]["targetPort"] == "metrics", "Service does not target metrics")
+    with open(os.path.join(kdir, "servicemonitor.yaml")) as f:
+        sm = yaml.safe_load(f)
+    check(sm["kind"] == "ServiceMonitor" and sm["spec"]["endpoints"][0]["port"] == "metrics",
+          "ServiceMonitor: %r" % sm)
+    # The image the manifest runs is the one `make image` tags.
+    with open(os.path.join(here, "..", "..", "Makefile")) as f:
+        mk = f.read()
+    check("localhost/egressd:$(VERSION)" in mk and ctr["image"].startswith("localhost/egressd:"),
+          "image %r is not what make image builds" % ctr["image"])

@@ -27,6 +27,18 @@ struct ctl {
 
 /* --- client.c: talking to egressd ------------------------------------------ */
 
+/*
+ * --json: errors go to stdout as one JSON object too,
+ * {"ok":false,"exit":N,"code":C,"error":MSG[,"field":F]}, besides the text
+ * on stderr. ctl_note_error() records the first error of the run (its cause);
+ * ctl_finish(rc), called once by main, prints it when json is on and rc says
+ * failure, and returns rc.
+ */
+void ctl_json_errors(bool on);
+void ctl_note_error(const char *code, const char *field, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+int ctl_finish(int rc);
+
 /* The exit status a protocol error code maps to (the only place that decides). */
 int ctl_exit_for_code(const char *code);
 

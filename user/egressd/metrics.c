@@ -8,6 +8,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <bpf/bpf.h>
 #include <microhttpd.h>
@@ -810,13 +812,33 @@ static int parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *
 	return 0;
 }
 
+/* A non-blocking listening TCP socket on ss (SO_REUSEADDR, as MHD would set).
+ * The fd, or the -errno of the call that failed (-EADDRINUSE: port taken). */
+static int listen_socket(const struct sockaddr_storage *ss, socklen_t sslen)
+{
+	int one = 1, fd, err;
+
+	fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    (ss->ss_family == AF_INET6 &&
+	     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0) ||
+	    bind(fd, (const struct sockaddr *)ss, sslen) < 0 || listen(fd, 64) < 0) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
 int egr_metrics_listen(struct egr_metrics *m, const char *addr, struct egr_loop *loop)
 {
 	struct sockaddr_storage ss;
 	socklen_t sslen;
 	const union MHD_DaemonInfo *info;
 	unsigned int flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
-	int err;
+	int err, lfd;
 
 	if (!addr || !strcmp(addr, "off"))
 		return 0;
@@ -824,14 +846,23 @@ int egr_metrics_listen(struct egr_metrics *m, const char *addr, struct egr_loop 
 		return -EINVAL;
 	if (ss.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
-	m->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_SOCK_ADDR,
-				  (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
-				  (unsigned int)CONN_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
-				  (unsigned int)CONN_TIMEOUT_S, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-				  (unsigned int)1, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+	/* Our own listening socket: MHD_start_daemon() only says "failed", and
+	 * the caller reported every bind error as EADDRNOTAVAIL (a port in use
+	 * read "Cannot assign requested address"). No SO_REUSEPORT either: a
+	 * second egressd must not share the port silently. */
+	lfd = listen_socket(&ss, sslen);
+	if (lfd < 0)
+		return lfd;
+	m->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_EXTERNAL_LOGGER,
+				  mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, lfd,
+				  MHD_OPTION_CONNECTION_LIMIT, (unsigned int)CONN_LIMIT,
+				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)CONN_TIMEOUT_S,
 				  MHD_OPTION_END);
-	if (!m->mhd)
-		return -EADDRNOTAVAIL;
+	if (!m->mhd) {
+		if (fcntl(lfd, F_GETFD) >= 0) /* MHD may or may not have closed it */
+			close(lfd);
+		return -ENOTSUP;
+	}
 	info = MHD_get_daemon_info(m->mhd, MHD_DAEMON_INFO_EPOLL_FD);
 	if (!info || info->epoll_fd < 0) {
 		MHD_stop_daemon(m->mhd);

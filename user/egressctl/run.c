@@ -729,8 +729,8 @@ static const char profile_help[] =
 	"Print egressd's seccomp rules as an OCI runtime-spec \"linux.seccomp\" object\n"
 	"(JSON) for container runtimes, for this host's ABIs only. Without --policy\n"
 	"only inet, inet6 and unix sockets are allowed; with it, also the address\n"
-	"families its network.allow_sockets names. io_uring, bpf, perf_event_open and\n"
-	"socketcall are refused. Without --base the profile is deny-by-default with\n"
+	"families its network.allow_sockets names. socketcall and the calls `run`\n"
+	"refuses (io_uring, bpf, ...) are refused. Without --base: deny-by-default, with\n"
 	"containers-common's allow list; --base PROFILE merges the rules into a\n"
 	"runtime's default profile (e.g. /usr/share/containers/seccomp.json) instead:\n"
 	"egressd's syscalls are replaced, everything else is kept. Computed locally.\n";

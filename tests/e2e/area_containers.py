@@ -606,3 +606,61 @@ def dist_kubernetes_manifests(c):
         mk = f.read()
     check("localhost/egressd:$(VERSION)" in mk and ctr["image"].startswith("localhost/egressd:"),
           "image %r is not what make image builds" % ctr["image"])
+
+
+@test
+def oci_hook_container_netns(c):
+    """A container in its own network namespace: the hook names it as the
+    sandbox's netns (the runtime's /run/netns path from config.json), so its
+    DNS proxy listens inside it; without such a path it is refused."""
+    ns = RUN_ID[:40] + "-ons"
+    must(["ip", "netns", "add", ns])
+    CLEANUP.push("netns " + ns, run, ["ip", "netns", "del", ns])
+    must(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"])
+    cg = c.mkcgroup("ocins")
+    CLEANUP.push("cgroup", cgroup_remove_tree, cg)
+    holder = subprocess.Popen(["nsenter", "--net=/run/netns/" + ns, "sleep", "30"],
+                              preexec_fn=join_cgroup_fn(cg))
+    CLEANUP.push("holder", lambda: (holder.kill(), holder.wait()))
+    # nsenter execs sleep once it is in the namespace
+    check(wait_until(lambda: os.stat("/proc/%d/ns/net" % holder.pid).st_ino ==
+                     os.stat("/run/netns/" + ns).st_ino, 5), "the holder never entered %s" % ns)
+    pol = c.policy(["127.0.0.1:1"], extra_network={"dns_allow": ["api.test"]})
+    bundle = os.path.join(c.work, "bundle-ns-%s" % RAND)
+    os.makedirs(bundle, exist_ok=True)
+    for with_path in (True, False):
+        cfg = {"ociVersion": "1.0.2", "linux": {"cgroupsPath": cg[len(c.cg_mount):]}}
+        if with_path:
+            cfg["linux"]["namespaces"] = [{"type": "network", "path": "/run/netns/" + ns}]
+        with open(os.path.join(bundle, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        st = {"ociVersion": "1.0.2", "id": "n-" + RAND, "status": "created", "pid": holder.pid,
+              "bundle": bundle, "annotations": {OCI_ANNOTATION: pol}}
+        r = subprocess.run([c.egressctl, "--socket", c.sock, "oci-hook", "createRuntime"],
+                           input=json.dumps(st), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=CTL_TIMEOUT_S)
+        try:
+            if not with_path:
+                # No path for its own namespace: refused, nothing attached.
+                check(r.returncode != 0 and "names no path" in r.stderr,
+                      "createRuntime without a netns path: %d %r" % (r.returncode, r.stderr))
+                check(c.find_sandbox(cg) is None, "a refused container left a sandbox")
+                continue
+            check(r.returncode == 0, "createRuntime: %d %r" % (r.returncode, r.stderr))
+            sb = c.find_sandbox(cg)
+            want = "/run/netns/" + ns
+            check(sb and sb.get("netns") == want, "the sandbox's netns is %r, expected %r"
+                  % (sb and sb.get("netns"), want))
+            # Its DNS listener is inside the container's namespace: it answers there.
+            port = sb["dns"]["port4"]
+            probe = run(["nsenter", "--net=/run/netns/" + ns, sys.executable, "-c",
+                         "import socket; s=socket.socket(); s.settimeout(2); "
+                         "s.connect(('127.0.0.1', %d)); print('ok')" % port])
+            check(probe.stdout.strip() == "ok", "no DNS listener in the container's netns on "
+                  "port %d: %r" % (port, probe.stderr.strip()[-200:]))
+        finally:
+            st["pid"] = 0
+            subprocess.run([c.egressctl, "--socket", c.sock, "oci-hook", "poststop"],
+                           input=json.dumps(st), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=CTL_TIMEOUT_S)
+        check(c.find_sandbox(cg) is None, "poststop left the sandbox")

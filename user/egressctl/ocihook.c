@@ -244,25 +244,50 @@ static int container_cgroup(long pid, const char *bundle, char *out, size_t len,
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-/* /proc/PID/ns/net when the container has its own network namespace (its
- * DNS proxy listeners must open there), "" when it shares egressctl's. */
-static void container_netns(long pid, char *buf, size_t len)
+/*
+ * The container's network namespace as a path egressd can open (its DNS
+ * proxy listeners must be inside it): "" when it shares egressctl's, else
+ * the bundle's linux.namespaces path (a runtime-made /run/netns/NAME) when
+ * it is the very namespace the init process is in. 0, or -ENOENT when the
+ * container has a namespace of its own that config.json names no path for:
+ * egressd, without CAP_SYS_PTRACE once hardened, cannot open
+ * /proc/PID/ns/net, and that path would name another process after a pid
+ * reuse anyway.
+ */
+static int container_netns(long pid, const char *bundle, char *buf, size_t len)
 {
-	char path[64];
+	char path[PATH_MAX];
 	struct stat ours, theirs;
+	json_t *cfg, *ns;
+	size_t i;
 
 	buf[0] = '\0';
 	snprintf(path, sizeof(path), "/proc/%ld/ns/net", pid);
 	if (pid <= 0 || stat("/proc/self/ns/net", &ours) || stat(path, &theirs))
-		return;
-	if (ours.st_ino != theirs.st_ino || ours.st_dev != theirs.st_dev)
-		snprintf(buf, len, "%s", path);
+		return 0; /* gone or unreadable: the attach finds out */
+	if (ours.st_ino == theirs.st_ino && ours.st_dev == theirs.st_dev)
+		return 0;
+	if (!bundle || bundle[0] != '/')
+		return -ENOENT;
+	snprintf(path, sizeof(path), "%s/config.json", bundle);
+	cfg = json_load_file(path, 0, NULL);
+	json_array_foreach(json_object_get(json_object_get(cfg, "linux"), "namespaces"), i, ns) {
+		const char *type = json_string_value(json_object_get(ns, "type"));
+		const char *p = json_string_value(json_object_get(ns, "path"));
+		struct stat st;
+
+		if (type && strcmp(type, "network") == 0 && p && p[0] == '/' && stat(p, &st) == 0 &&
+		    st.st_ino == theirs.st_ino && st.st_dev == theirs.st_dev && strlen(p) < len)
+			snprintf(buf, len, "%s", p);
+	}
+	json_decref(cfg);
+	return buf[0] ? 0 : -ENOENT;
 }
 
 static int hook_attach(struct ctl *c, const char *id, long pid, const char *bundle,
 		       const char *policy_path)
 {
-	char cg[PATH_MAX], ns[64], why[PATH_MAX + 128] = "";
+	char cg[PATH_MAX], ns[PATH_MAX], why[PATH_MAX + 128] = "";
 	json_t *policy = NULL, *req, *resp;
 	int rc;
 
@@ -293,7 +318,13 @@ static int hook_attach(struct ctl *c, const char *id, long pid, const char *bund
 			 ") is not usable; not starting it", policy_path);
 		return rc;
 	}
-	container_netns(pid, ns, sizeof(ns));
+	if (container_netns(pid, bundle, ns, sizeof(ns))) {
+		hook_err("createRuntime", id, "it has a network namespace of its own that the "
+			 "bundle's linux.namespaces names no path for; egressd cannot open its DNS "
+			 "listeners there; not starting it");
+		json_decref(policy);
+		return CTL_EXIT_ERROR;
+	}
 	req = json_pack("{s:s, s:s, s:o}", "op", "attach", "cgroup", cg, "policy", policy);
 	if (req && ns[0] && json_object_set_new(req, "netns", json_string(ns))) {
 		json_decref(req);

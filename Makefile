@@ -9,6 +9,7 @@
 # make vmlinux    regenerate vmlinux/vmlinux.h from this host's BTF
 # make image      the container image (Containerfile) with podman; not part
 #                 of `make test` (tools/image-check builds and checks it)
+# make install-oci-hooks  the OCI hooks.d files (docs/containers.md)
 
 OUT      ?= build
 CLANG    ?= clang
@@ -60,7 +61,7 @@ endif
 
 .DELETE_ON_ERROR:
 .SECONDARY:
-.PHONY: all deps test test-unit test-e2e test-fuzz test-asan demo bench vmlinux clean fmt image
+.PHONY: all deps test test-unit test-e2e test-fuzz test-asan demo bench vmlinux clean fmt image install-oci-hooks
 
 all: $(OUT)/egressd $(OUT)/egressctl
 
@@ -164,6 +165,18 @@ IMAGE_BUILD_ARGS ?=
 PODMAN           ?= podman
 image:
 	$(PODMAN) build --network host $(IMAGE_BUILD_ARGS) -t $(IMAGE) -f Containerfile .
+
+# The OCI hooks.d files (docs/containers.md), pointed at BINDIR's egressctl.
+# For `make install` to call; DESTDIR as usual.
+BINDIR   ?= /usr/local/bin
+HOOKSDIR ?= /usr/share/containers/oci/hooks.d
+install-oci-hooks:
+	install -d $(DESTDIR)$(HOOKSDIR)
+	for f in dist/oci/*.json; do \
+		sed 's|"/usr/local/bin/egressctl"|"$(BINDIR)/egressctl"|' $$f > $(DESTDIR)$(HOOKSDIR)/$$(basename $$f).tmp && \
+		chmod 0644 $(DESTDIR)$(HOOKSDIR)/$$(basename $$f).tmp && \
+		mv $(DESTDIR)$(HOOKSDIR)/$$(basename $$f).tmp $(DESTDIR)$(HOOKSDIR)/$$(basename $$f) || exit 1; \
+	done
 
 vmlinux:
 	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > vmlinux/vmlinux.h

@@ -233,9 +233,10 @@ static int follow(const struct ctl *c, json_t *req, bool json)
 		if (end != FOLLOW_LOST)
 			return CTL_EXIT_ERROR;
 		if (!in_gap) {
-			print_stream_record("stream_gap", "connection to egressd lost; reconnecting",
-					    -1, json);
-			fprintf(stderr, "egressctl: egressd closed the event stream; reconnecting\n");
+			print_stream_record("stream_gap",
+					    "connection to egressd lost; reconnecting", -1, json);
+			fprintf(stderr,
+				"egressctl: egressd closed the event stream; reconnecting\n");
 			gap_start = mono_s();
 			in_gap = true;
 		}

@@ -70,7 +70,8 @@ static int read_state(json_t **out, char *why, size_t whylen)
 
 			if (cap >= OCI_STATE_MAX) {
 				free(buf);
-				snprintf(why, whylen, "state on stdin is over %u bytes", OCI_STATE_MAX);
+				snprintf(why, whylen, "state on stdin is over %u bytes",
+					 OCI_STATE_MAX);
 				return -E2BIG;
 			}
 			nb = realloc(buf, cap * 2);
@@ -237,7 +238,8 @@ static int container_cgroup(long pid, const char *bundle, char *out, size_t len,
 	}
 	if (strcmp(rel, "/") == 0 || rel[0] != '/' || strstr(rel, "/../") ||
 	    (strlen(rel) >= 3 && strcmp(rel + strlen(rel) - 3, "/..") == 0)) {
-		snprintf(why, whylen, "the container's cgroup '%s' is not a cgroup of its own", rel);
+		snprintf(why, whylen, "the container's cgroup '%s' is not a cgroup of its own",
+			 rel);
 		return -EINVAL;
 	}
 	n = snprintf(out, len, "%s%s", mnt, rel);
@@ -389,7 +391,8 @@ int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv)
 		fputs(ocihook_help, stdout);
 		return INT_MAX;
 	}
-	if (argc != 2 || (strcmp(argv[1], "createRuntime") != 0 && strcmp(argv[1], "poststop") != 0))
+	if (argc != 2 ||
+	    (strcmp(argv[1], "createRuntime") != 0 && strcmp(argv[1], "poststop") != 0))
 		return ctl_usage_error("oci-hook", "oci-hook: give the stage, createRuntime or "
 				       "poststop");
 	stage = argv[1];

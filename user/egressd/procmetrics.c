@@ -137,7 +137,8 @@ int egr_procmetrics_emit(struct egr_mbuf *b)
 		if (rl.rlim_cur == RLIM_INFINITY)
 			egr_mbuf_printf(b, "process_max_fds +Inf\n");
 		else
-			egr_mbuf_printf(b, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
+			egr_mbuf_printf(b, "process_max_fds %llu\n",
+					(unsigned long long)rl.rlim_cur);
 	} else {
 		missing++;
 	}

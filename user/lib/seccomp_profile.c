@@ -216,7 +216,8 @@ int egr_confine_oci_profile(const struct egr_confine *c, json_t **out)
 
 	prof = json_pack("{s:s, s:i, s:[{s:[], s:s}]}", "defaultAction", "SCMP_ACT_ERRNO",
 			 /* ENOSYS: libcs fall back (clone3 -> clone) on unknown calls */
-			 "defaultErrnoRet", ENOSYS, "syscalls", "names", "action", "SCMP_ACT_ALLOW");
+			 "defaultErrnoRet", ENOSYS, "syscalls", "names", "action",
+			 "SCMP_ACT_ALLOW");
 	if (!prof)
 		return -ENOMEM;
 	names = json_object_get(json_array_get(json_object_get(prof, "syscalls"), 0), "names");

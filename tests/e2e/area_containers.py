@@ -664,3 +664,31 @@ def oci_hook_container_netns(c):
                            input=json.dumps(st), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, timeout=CTL_TIMEOUT_S)
         check(c.find_sandbox(cg) is None, "poststop left the sandbox")
+
+
+@test
+def oci_hook_systemd_cgroups_path(c):
+    """poststop finds a systemd-driver container by its cgroupsPath
+    SLICE:PREFIX:NAME (Podman/CRI-O with cgroup_manager=systemd)."""
+    slice_name = "e2e%d%s.slice" % (PID, RAND)       # no '-': a top-level slice
+    top = os.path.join(c.cg_mount, slice_name)
+    os.mkdir(top)
+    CLEANUP.push("cgroup", cgroup_remove_tree, top)
+    cid = "c" + RAND
+    scope = os.path.join(top, "oci-%s.scope" % cid)
+    os.mkdir(scope)
+    with c.sandbox(["127.0.0.1:1"], name="unused") as twin:  # a sandbox that must stay
+        pol = c.policy(["127.0.0.1:1"])
+        c.ctl_ok("attach", "--cgroup", scope, "--policy", pol)
+        bundle = os.path.join(c.work, "bundle-sd-%s" % RAND)
+        os.makedirs(bundle, exist_ok=True)
+        with open(os.path.join(bundle, "config.json"), "w") as f:
+            json.dump({"linux": {"cgroupsPath": "%s:oci:%s" % (slice_name, cid)}}, f)
+        st = {"id": cid, "status": "stopped", "pid": 0, "bundle": bundle,
+              "annotations": {OCI_ANNOTATION: pol}}
+        r = subprocess.run([c.egressctl, "--socket", c.sock, "oci-hook", "poststop"],
+                           input=json.dumps(st), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=CTL_TIMEOUT_S)
+        check(r.returncode == 0, "poststop: %d %r" % (r.returncode, r.stderr))
+        check(c.find_sandbox(scope) is None, "poststop did not detach %s" % scope)
+        check(c.find_sandbox(twin.cg) is not None, "poststop detached another sandbox")

@@ -144,6 +144,8 @@ static int expand_cgroups_path(const char *cp, char *buf, size_t len)
 	size_t off = 0;
 	int n;
 
+	if (len)
+		buf[0] = '\0';
 	if (cp[0] == '/' || !c1) {
 		n = snprintf(buf, len, "%s%s", cp[0] == '/' ? "" : "/", cp);
 		return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
@@ -176,8 +178,6 @@ static int expand_cgroups_path(const char *cp, char *buf, size_t len)
 	else
 		n = snprintf(buf + off, len - off, "/%s%s%s.scope", prefix, prefix[0] ? "-" : "",
 			     name);
-	if (off == 0 && len)
-		buf[0] = '\0';
 	return n < 0 || (size_t)n >= len - off ? -ENAMETOOLONG : 0;
 }
 

@@ -9,6 +9,9 @@
 # make vmlinux    regenerate vmlinux/vmlinux.h from this host's BTF
 # make install    install into $(DESTDIR)$(PREFIX) (default /usr/local; paths below)
 # make deb        a Debian package (PREFIX=/usr) in $(OUT)/; tools/check-deb tries it
+# make image      the container image (Containerfile) with podman; not part
+#                 of `make test` (tools/image-check builds and checks it)
+# make install-oci-hooks  the OCI hooks.d files (docs/containers.md)
 
 OUT      ?= build
 CLANG    ?= clang
@@ -82,7 +85,7 @@ endif
 
 .DELETE_ON_ERROR:
 .SECONDARY:
-.PHONY: all deps test test-unit test-e2e test-fuzz test-asan demo bench vmlinux clean fmt upgrade-from
+.PHONY: all deps test test-unit test-e2e test-fuzz test-asan demo bench vmlinux clean fmt upgrade-from image install-oci-hooks
 
 MAN_PAGES := $(OUT)/man/egressd.8 $(OUT)/man/egressctl.8
 DOCS      := README.md $(sort $(wildcard docs/*.md))
@@ -170,7 +173,7 @@ $(OUT)/egressd.service: dist/egressd.service.in FORCE | $(OUT)
 FORCE:
 
 # An existing configuration file is never overwritten.
-install: all
+install: all install-oci-hooks
 	$(INSTALL) -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8 \
 		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(BASHCOMPDIR) \
 		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/egressd
@@ -194,6 +197,7 @@ uninstall:
 		$(DESTDIR)$(MANDIR)/man8/egressd.8 $(DESTDIR)$(MANDIR)/man8/egressctl.8 \
 		$(DESTDIR)$(UNITDIR)/egressd.service $(DESTDIR)$(SYSUSERSDIR)/egressd.conf \
 		$(DESTDIR)$(BASHCOMPDIR)/egressctl
+	rm -f $(addprefix $(DESTDIR)$(HOOKSDIR)/,$(notdir $(wildcard dist/oci/*.json)))
 	rm -rf $(DESTDIR)$(DOCDIR)
 
 # tools/install-deps --deb installs what this needs (dpkg-dev, fakeroot).
@@ -233,6 +237,27 @@ demo: deps
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all $(E2E_BINS) $(BENCH_BINS)
 	$(Q)python3 tools/bench.py --build $(OUT)
+
+# The image. IMAGE_BUILD_ARGS takes e.g. --build-arg BASE=... --build-arg
+# RUNTIME_BASE=...; the RUN steps fetch Debian packages, hence host networking.
+# PODMAN="podman --runtime runc" on a hybrid cgroup host (crun refuses it).
+IMAGE            ?= localhost/egressd:$(VERSION)
+IMAGE_BUILD_ARGS ?=
+PODMAN           ?= podman
+image:
+	$(PODMAN) build --network host $(IMAGE_BUILD_ARGS) -t $(IMAGE) -f Containerfile .
+
+# The OCI hooks.d files (docs/containers.md), pointed at BINDIR's egressctl;
+# part of `make install`. HOOKSDIR is where Podman and CRI-O look, whatever
+# the PREFIX.
+HOOKSDIR ?= /usr/share/containers/oci/hooks.d
+install-oci-hooks:
+	install -d $(DESTDIR)$(HOOKSDIR)
+	for f in dist/oci/*.json; do \
+		sed 's|"/usr/local/bin/egressctl"|"$(BINDIR)/egressctl"|' $$f > $(DESTDIR)$(HOOKSDIR)/$$(basename $$f).tmp && \
+		chmod 0644 $(DESTDIR)$(HOOKSDIR)/$$(basename $$f).tmp && \
+		mv $(DESTDIR)$(HOOKSDIR)/$$(basename $$f).tmp $(DESTDIR)$(HOOKSDIR)/$$(basename $$f) || exit 1; \
+	done
 
 vmlinux:
 	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > vmlinux/vmlinux.h

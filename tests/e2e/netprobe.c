@@ -60,6 +60,10 @@
  *   netprobe clone-into CGDIR HOST PORT  clone3(CLONE_INTO_CGROUP) a child into cgroup
  *                                       directory CGDIR; the child tries tcp HOST PORT
  *                                       and exits; "ok" once the child is reaped
+ *   netprobe i386-packet-socket         socket(AF_PACKET, SOCK_RAW, ETH_P_ALL) through the
+ *                                       i386 ABI (int $0x80, x86_64 only): socketcall(2)
+ *                                       and the direct socket call; "ok" when either made
+ *                                       a socket
  *   netprobe fds                        the descriptors open in this process besides
  *                                       0, 1 and 2: "ok" when none, else "err OPENFDS N"
  *                                       and the list on stderr
@@ -69,6 +73,7 @@
  */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <sys/mman.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/bpf.h>
@@ -215,7 +220,8 @@ static int usage(void)
 		"       netprobe cgroup-move PROCS HOST PORT\n"
 		"       netprobe clone-into CGDIR HOST PORT\n"
 		"       netprobe legacy-detach CGROUP TYPE\n"
-		"       netprobe io-uring-setup|packet-socket|xdp-socket|vsock-socket|fds\n");
+		"       netprobe io-uring-setup|packet-socket|xdp-socket|vsock-socket|fds|\n"
+		"               i386-packet-socket\n");
 	return EXIT_USAGE;
 }
 
@@ -1079,6 +1085,52 @@ static int do_family_socket(int family, int type, int proto)
 	return ok();
 }
 
+#if defined(__x86_64__)
+/* An i386 system call from 64-bit code: what a 32-bit binary would do. */
+static long int80(long nr, long a, long b, long c)
+{
+	long ret;
+
+	__asm__ volatile("int $0x80"
+			 : "=a"(ret)
+			 : "a"(nr), "b"(a), "c"(b), "d"(c)
+			 : "memory", "r8", "r9", "r10", "r11");
+	return ret;
+}
+
+static int do_i386_packet_socket(void)
+{
+	enum { I386_SOCKETCALL = 102, I386_SOCKET = 359, I386_CLOSE = 6, SYS_SOCKET_CALL = 1 };
+	/* socketcall reads its arguments from memory below 4 GiB */
+	unsigned int *args = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS | MAP_32BIT, -1, 0);
+	long r1, r2;
+
+	if (args == MAP_FAILED)
+		return fail("mmap", errno);
+	args[0] = AF_PACKET;
+	args[1] = SOCK_RAW;
+	args[2] = htons(ETH_P_ALL);
+	r1 = int80(I386_SOCKETCALL, SYS_SOCKET_CALL, (long)(uintptr_t)args, 0);
+	if (r1 >= 0)
+		int80(I386_CLOSE, r1, 0, 0);
+	r2 = int80(I386_SOCKET, AF_PACKET, SOCK_RAW, htons(ETH_P_ALL));
+	if (r2 >= 0)
+		int80(I386_CLOSE, r2, 0, 0);
+	munmap(args, 4096);
+	fprintf(stderr, "netprobe: i386 socketcall: %s, i386 socket: %s\n",
+		r1 >= 0 ? "a socket" : strerror((int)-r1), r2 >= 0 ? "a socket" : strerror((int)-r2));
+	if (r1 >= 0 || r2 >= 0)
+		return ok();
+	return fail("i386 socketcall", (int)-r1);
+}
+#else
+static int do_i386_packet_socket(void)
+{
+	return fail("i386-packet-socket (x86_64 only)", ENOSYS);
+}
+#endif
+
 static int do_fds(void)
 {
 	DIR *d = opendir("/proc/self/fd");
@@ -1187,6 +1239,8 @@ int main(int argc, char **argv)
 			return do_family_socket(AF_VSOCK, SOCK_STREAM, 0);
 		if (!strcmp(a, "fds"))
 			return do_fds();
+		if (!strcmp(a, "i386-packet-socket"))
+			return do_i386_packet_socket();
 	}
 	if (argc == 5 && !strcmp(a, "connect-loop"))
 		return do_connect_loop(argv[2], argv[3], argv[4]);

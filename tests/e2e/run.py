@@ -808,9 +808,14 @@ def status_and_list(c):
         check(s["tenant"] == "e2e", "tenant is %r" % s.get("tenant"))
         check(s["cgroup_id"] == os.stat(sb.cg).st_ino,
               "cgroup_id %r is not the cgroup's inode %d" % (s["cgroup_id"], os.stat(sb.cg).st_ino))
-        r = c.ctl("attach", "--cgroup", sb.cg, "--policy", sb.policy)
-        check(r.returncode == 1, "a second attach of the same cgroup: exit %d, expected 1 (exists)"
-              % r.returncode)
+        # Again with the same policy: idempotent (a retried hook), the same sandbox.
+        r = c.ctl("attach", "--json", "--cgroup", sb.cg, "--policy", sb.policy)
+        check(r.returncode == 0 and json.loads(r.stdout).get("id") == s["id"],
+              "a second attach with the same policy: exit %d, %r (expected the same sandbox)"
+              % (r.returncode, (r.stdout + r.stderr).strip()))
+        r = c.ctl("attach", "--cgroup", sb.cg, "--policy", c.policy(["127.0.0.1:1"]))
+        check(r.returncode == 1, "a second attach with another policy: exit %d, expected 1 "
+              "(exists)" % r.returncode)
     check(c.find_sandbox(sb.cg) is None, "detached sandbox still listed")
 
 
@@ -2001,17 +2006,21 @@ def metrics_endpoint_matches_stats(c):
               "TYPE of egressd_egress_bytes_total: %r" % types.get("egressd_egress_bytes_total"))
         trow, srow = st["tenants"][0], st["sandboxes"][0]
         sid, execid = str(srow["id"]), srow["execution_id"]
-        want = [("egress_bytes_total", "bytes_out", None), ("egress_packets_total",
-                 "packets_out", None), ("ingress_bytes_total", "bytes_in", None),
-                ("ingress_packets_total", "packets_in", None),
-                ("connections_total", "connections_allowed", "allowed"),
-                ("connections_total", "connections_denied", "denied"),
-                ("quota_drops_total", "quota_drops", None)]
-        for fam, key, verdict in want:
+        want = [("egress_bytes_total", "bytes_out", None, None), ("egress_packets_total",
+                 "packets_out", None, None), ("ingress_bytes_total", "bytes_in", None, None),
+                ("ingress_packets_total", "packets_in", None, None),
+                ("connections_total", "connections_allowed", "allowed", None),
+                ("connections_total", "connections_denied", "denied", "connect"),
+                ("packets_dropped_total", "quota_drops", None, "quota")]
+        check(execid and "execution_id" not in text,
+              "/metrics carries execution_id labels (one series per execution)")
+        for fam, key, verdict, reason in want:
             tl = {"tenant": tenant}
-            sl = {"tenant": tenant, "sandbox": sid, "execution_id": execid}
+            sl = {"tenant": tenant, "sandbox": sid}
             if verdict:
                 tl["verdict"] = sl["verdict"] = verdict
+            if reason:
+                tl["reason"] = sl["reason"] = reason
             tv = samples.get(("egressd_" + fam, frozenset(tl.items())))
             sv = samples.get(("egressd_sandbox_" + fam, frozenset(sl.items())))
             check(tv == trow[key], "egressd_%s%r = %r, stats says %r" % (fam, tl, tv, trow[key]))
@@ -2641,7 +2650,7 @@ def adv_status_layers(c):
         check(want in body, "/metrics lacks %r" % want)
     with open(os.path.join(c.state, "oci-seccomp.json")) as f:
         prof = json.load(f)
-    check(prof.get("defaultAction") == "SCMP_ACT_ALLOW" and
+    check(prof.get("defaultAction") == "SCMP_ACT_ERRNO" and
           any(r.get("names") == ["io_uring_setup"] for r in prof.get("syscalls", [])),
           "oci-seccomp.json: %r" % str(prof)[:300])
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * Unit tests of user/lib/confine.c: the OCI profile's rules, and the real
- * filter (families, io_uring, the calls that reach into another process)
- * and capability drops, each applied in a forked child (they cannot be
+ * Unit tests of user/lib/confine.c and seccomp_profile.c: the OCI profiles'
+ * rules, and the real filter (families, io_uring, the calls that reach into
+ * another process) and capability drops, each applied in a forked child (they cannot be
  * undone) that reports its first failed check to the parent through a pipe
  * and its exit status.
  *
@@ -14,6 +14,7 @@
 #include <linux/io_uring.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,6 +34,7 @@
 #include <arpa/inet.h>
 
 #include "confine.h"
+#include "seccomp_profile.h"
 
 #ifndef AF_XDP
 #define AF_XDP 44
@@ -76,6 +78,88 @@ static int has_rule(const json_t *prof, const char *name, long value, const char
 	return 0;
 }
 
+/* Does an unconditional ALLOW rule name syscall name? */
+static bool allows(const json_t *prof, const char *name)
+{
+	const json_t *r, *n;
+	size_t i, j;
+
+	json_array_foreach(json_object_get(prof, "syscalls"), i, r) {
+		if (strcmp(json_string_value(json_object_get(r, "action")) ?: "", "SCMP_ACT_ALLOW") ||
+		    json_object_get(r, "args"))
+			continue;
+		json_array_foreach(json_object_get(r, "names"), j, n)
+			if (strcmp(json_string_value(n) ?: "", name) == 0)
+				return true;
+	}
+	return false;
+}
+
+/* Is there an ALLOW rule for name with arg0 == af? */
+static bool has_allow_family(const json_t *prof, const char *name, int af)
+{
+	const json_t *r;
+	size_t i;
+
+	json_array_foreach(json_object_get(prof, "syscalls"), i, r) {
+		const json_t *a0 = json_array_get(json_object_get(r, "args"), 0);
+
+		if (!strcmp(json_string_value(json_object_get(r, "action")) ?: "", "SCMP_ACT_ALLOW") &&
+		    !strcmp(json_string_value(json_array_get(json_object_get(r, "names"), 0)) ?: "",
+			    name) &&
+		    a0 && json_integer_value(json_object_get(a0, "value")) == af &&
+		    !strcmp(json_string_value(json_object_get(a0, "op")) ?: "", "SCMP_CMP_EQ"))
+			return true;
+	}
+	return false;
+}
+
+static void test_oci_profile_merge(void **state)
+{
+	struct egr_confine c = { 0 };
+	json_t *base, *prof = NULL, *bad;
+	char why[256] = "";
+
+	base = json_loads("{\"defaultAction\": \"SCMP_ACT_ERRNO\", \"defaultErrnoRet\": 38,"
+			  " \"archMap\": [{\"architecture\": \"SCMP_ARCH_RISCV64\"}],"
+			  " \"syscalls\": [{\"names\": [\"read\", \"socket\", \"bpf\"],"
+			  " \"action\": \"SCMP_ACT_ALLOW\"}, {\"names\": [\"io_uring_setup\"],"
+			  " \"action\": \"SCMP_ACT_ALLOW\"}, {\"names\": [\"chroot\"],"
+			  " \"action\": \"SCMP_ACT_ALLOW\", \"includes\": {\"caps\":"
+			  " [\"CAP_SYS_CHROOT\"]}}]}", 0, NULL);
+	assert_non_null(base);
+	assert_int_equal(egr_seccomp_profile_merge(&c, base, &prof, why, sizeof(why)), 0);
+	/* the base's default, its own rules, its capability-gated ones */
+	assert_int_equal(json_integer_value(json_object_get(prof, "defaultErrnoRet")), 38);
+	assert_true(allows(prof, "read"));
+	assert_true(allows(prof, "chroot"));
+	/* egressd's syscalls are egressd's */
+	assert_false(allows(prof, "socket"));
+	assert_false(allows(prof, "bpf"));
+	assert_false(allows(prof, "io_uring_setup"));
+	assert_true(has_rule(prof, "bpf", -1, NULL));
+	assert_true(has_rule(prof, "socket", AF_PACKET, "SCMP_CMP_EQ"));
+	assert_true(has_allow_family(prof, "socket", AF_INET));
+	assert_null(json_object_get(prof, "archMap"));
+	assert_true(json_is_array(json_object_get(prof, "architectures")));
+	json_decref(prof);
+	/* the base itself is untouched */
+	assert_non_null(json_object_get(base, "archMap"));
+	json_decref(base);
+
+	bad = json_loads("{\"defaultAction\": \"SCMP_ACT_ALLOW\", \"syscalls\": [{\"names\":"
+			 " [\"read\", 7], \"action\": \"SCMP_ACT_ERRNO\"}]}", 0, NULL);
+	prof = NULL;
+	assert_int_equal(egr_seccomp_profile_merge(&c, bad, &prof, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "syscalls[0].names[1]"));
+	assert_null(prof);
+	json_decref(bad);
+	bad = json_loads("{\"syscalls\": []}", 0, NULL);
+	assert_int_equal(egr_seccomp_profile_merge(&c, bad, &prof, why, sizeof(why)), -EINVAL);
+	assert_non_null(strstr(why, "defaultAction"));
+	json_decref(bad);
+}
+
 static void test_oci_profile_default(void **state)
 {
 	struct egr_confine c = { 0 };
@@ -83,10 +167,28 @@ static void test_oci_profile_default(void **state)
 
 	assert_int_equal(egr_confine_oci_profile(&c, &prof), 0);
 	assert_non_null(prof);
+	/* Deny by default, this host's ABIs only (runc 1.1 rejected RISCV64). */
 	assert_string_equal(json_string_value(json_object_get(prof, "defaultAction")),
-			    "SCMP_ACT_ALLOW");
+			    "SCMP_ACT_ERRNO");
 	assert_true(json_is_array(json_object_get(prof, "architectures")));
 	assert_true(json_array_size(json_object_get(prof, "architectures")) > 0);
+#if defined(__x86_64__)
+	assert_string_equal(json_string_value(json_array_get(json_object_get(prof, "architectures"),
+							     0)), "SCMP_ARCH_X86_64");
+	assert_int_equal(json_array_size(json_object_get(prof, "architectures")), 2);
+#endif
+	/* A normal program's calls are allowed; egressd's refused ones are not. */
+	assert_true(allows(prof, "read"));
+	assert_true(allows(prof, "execve"));
+	assert_true(allows(prof, "clone3"));
+	assert_false(allows(prof, "bpf"));
+	assert_false(allows(prof, "io_uring_setup"));
+	assert_false(allows(prof, "socket"));
+	assert_false(allows(prof, "socketcall"));
+	assert_true(has_allow_family(prof, "socket", AF_INET));
+	assert_true(has_allow_family(prof, "socket", AF_INET6));
+	assert_true(has_allow_family(prof, "socket", AF_UNIX));
+	assert_false(has_allow_family(prof, "socket", AF_PACKET));
 	/* Every family but unix, inet and inet6 is refused for socket(). */
 	for (int af = 0; af < 64; af++) {
 		int want = !(af == AF_UNIX || af == AF_INET || af == AF_INET6);
@@ -523,6 +625,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_oci_profile_default),
 		cmocka_unit_test(test_oci_profile_extra_families),
+		cmocka_unit_test(test_oci_profile_merge),
 		cmocka_unit_test(test_family_names),
 		cmocka_unit_test(test_without_filter),
 		cmocka_unit_test(test_seccomp_filter),

@@ -4,6 +4,8 @@
  * status: the only place egressctl decides what an error code means.
  */
 #include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -13,6 +15,69 @@
 
 #include "ctl.h"
 #include "proto.h"
+
+/* The first error of this run, for --json (ctl_error_json). */
+static struct {
+	bool json;
+	bool noted;
+	char code[64];
+	char field[128];
+	char msg[512];
+} last_error;
+
+void ctl_json_errors(bool on)
+{
+	last_error.json = on;
+}
+
+void ctl_note_error(const char *code, const char *field, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (last_error.noted)
+		return; /* the first one is the cause */
+	last_error.noted = true;
+	snprintf(last_error.code, sizeof(last_error.code), "%s", code ?: "error");
+	snprintf(last_error.field, sizeof(last_error.field), "%s", field ?: "");
+	va_start(ap, fmt);
+	vsnprintf(last_error.msg, sizeof(last_error.msg), fmt, ap);
+	va_end(ap);
+}
+
+int ctl_finish(int rc)
+{
+	static const struct {
+		int rc;
+		const char *code, *msg;
+	} generic[] = {
+		{ CTL_EXIT_ERROR, "error", "the command failed (see stderr)" },
+		{ CTL_EXIT_USAGE, "usage", "usage error (see stderr)" },
+		{ CTL_EXIT_UNREACHABLE, "unreachable", "egressd is not reachable" },
+		{ CTL_EXIT_INVALID, "invalid_policy", "invalid policy (see stderr)" },
+		{ CTL_EXIT_RUN_FAILED, "run_failed", "could not start the command" },
+	};
+	json_t *o;
+
+	if (!last_error.json || rc == 0 || rc == INT_MAX)
+		return rc;
+	if (!last_error.noted) {
+		for (size_t i = 0; i < sizeof(generic) / sizeof(generic[0]); i++)
+			if (generic[i].rc == rc)
+				ctl_note_error(generic[i].code, NULL, "%s", generic[i].msg);
+	}
+	if (!last_error.noted) /* the command's own status (run: its command's) */
+		return rc;
+	o = json_pack("{s:b, s:i, s:s, s:s}", "ok", 0, "exit", rc, "code", last_error.code,
+		      "error", last_error.msg);
+	if (o && last_error.field[0])
+		json_object_set_new(o, "field", json_string(last_error.field));
+	if (o) {
+		ctl_print_json(o);
+		fflush(stdout);
+	}
+	json_decref(o);
+	return rc;
+}
 
 int ctl_exit_for_code(const char *code)
 {
@@ -97,30 +162,41 @@ int ctl_request(const struct ctl *c, json_t *req, json_t **resp, char *code, siz
 		return quiet_status(err, connected, ans, resp, code, codelen);
 	if (err == -ENOMEM) {
 		fprintf(stderr, "egressctl: out of memory\n");
+		ctl_note_error("internal", NULL, "out of memory");
 		return CTL_EXIT_ERROR;
 	}
 	if (err && !connected && unreachable_errno(-err)) {
+		ctl_note_error("unreachable", NULL, "cannot reach egressd at %s: %s", c->socket,
+			       strerror(-err));
 		fprintf(stderr, "egressctl: cannot reach egressd at %s: %s%s\n", c->socket,
 			strerror(-err),
 			err == -ENOENT || err == -ECONNREFUSED ? " — is egressd running?" : "");
 		return CTL_EXIT_UNREACHABLE;
 	}
 	if (err && !connected) {
+		ctl_note_error("unreachable", NULL, "cannot connect to egressd at %s: %s",
+			       c->socket, strerror(-err));
 		fprintf(stderr, "egressctl: cannot connect to egressd at %s: %s\n", c->socket,
 			strerror(-err));
 		return CTL_EXIT_UNREACHABLE;
 	}
 	if (err == -EAGAIN || err == -EWOULDBLOCK) {
+		ctl_note_error("timeout", NULL, "egressd at %s did not answer within %u s",
+			       c->socket, c->timeout);
 		fprintf(stderr, "egressctl: egressd at %s did not answer within %u s\n",
 			c->socket, c->timeout);
 		return CTL_EXIT_ERROR;
 	}
 	if (err == -ECONNRESET || err == -EPIPE) {
+		ctl_note_error("connection_closed", NULL,
+			       "egressd at %s closed the connection without an answer", c->socket);
 		fprintf(stderr, "egressctl: egressd at %s closed the connection without an answer\n",
 			c->socket);
 		return CTL_EXIT_ERROR;
 	}
 	if (err) {
+		ctl_note_error("bad_answer", NULL, "bad answer from egressd at %s: %s", c->socket,
+			       err == -EBADMSG ? "not a JSON object" : strerror(-err));
 		fprintf(stderr, "egressctl: bad answer from egressd at %s: %s\n", c->socket,
 			err == -EBADMSG ? "not a JSON object" : strerror(-err));
 		return CTL_EXIT_ERROR;
@@ -132,6 +208,7 @@ int ctl_request(const struct ctl *c, json_t *req, json_t **resp, char *code, siz
 	ecode = json_string_value(json_object_get(ans, "code"));
 	emsg = json_string_value(json_object_get(ans, "error"));
 	efield = json_string_value(json_object_get(ans, "field"));
+	ctl_note_error(ecode ?: "error", efield, "%s", emsg ?: "(no message)");
 	fprintf(stderr, "egressctl: %s: %s", ecode ?: "error", emsg ?: "(no message)");
 	if (efield)
 		fprintf(stderr, " (field: %s)", efield);

@@ -29,6 +29,18 @@ struct ctl {
 
 /* --- client.c: talking to egressd ------------------------------------------ */
 
+/*
+ * --json: errors go to stdout as one JSON object too,
+ * {"ok":false,"exit":N,"code":C,"error":MSG[,"field":F]}, besides the text
+ * on stderr. ctl_note_error() records the first error of the run (its cause);
+ * ctl_finish(rc), called once by main, prints it when json is on and rc says
+ * failure, and returns rc.
+ */
+void ctl_json_errors(bool on);
+void ctl_note_error(const char *code, const char *field, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+int ctl_finish(int rc);
+
 /* The exit status a protocol error code maps to (the only place that decides). */
 int ctl_exit_for_code(const char *code);
 
@@ -91,6 +103,17 @@ int ctl_cmd_events(struct ctl *c, int argc, char **argv);
 int ctl_cmd_audit(struct ctl *c, int argc, char **argv);
 /* `egressctl seccomp-profile`: the OCI profile of the run filter. */
 int ctl_cmd_seccomp_profile(struct ctl *c, int argc, char **argv);
+
+/* --- seccompprofile.c --------------------------------------------------------------- */
+
+struct egr_confine;
+/* The OCI profile of conf: deny-by-default, or merged into the profile in
+ * the file base_path (NULL: none). An exit status, after saying why. */
+int ctl_seccomp_profile(const struct egr_confine *conf, const char *base_path, json_t **out);
+
+/* --- ocihook.c: `egressctl oci-hook createRuntime|poststop` ----------------------- */
+
+int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv);
 
 /* --- stats.c ---------------------------------------------------------------------- */
 

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "audit.h"
@@ -93,52 +94,99 @@ static void print_event(const json_t *e)
 	putchar('\n');
 }
 
-/* --follow: a connection of our own that stays open. */
-static int follow(const struct ctl *c, json_t *req, bool json)
+/* A stream record of egressctl's own (stream_gap, stream_resumed), printed
+ * the way egressd's events are. */
+static void print_stream_record(const char *type, const char *reason, double gap_s, bool json)
+{
+	char now[32];
+	struct timespec ts;
+	struct tm tm;
+	json_t *o;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	snprintf(now, sizeof(now), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+		 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+	o = json_pack("{s:s, s:s, s:s}", "type", type, "time", now, "reason", reason);
+	if (o && gap_s >= 0)
+		json_object_set_new(o, "gap_seconds", json_real(gap_s));
+	if (!o)
+		return;
+	if (json) {
+		char *t = json_dumps(o, JSON_COMPACT);
+
+		if (t)
+			puts(t);
+		free(t);
+	} else {
+		print_event(o);
+	}
+	json_decref(o);
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Connect and send the follow request: the fd, or -errno. */
+static int follow_connect(const struct ctl *c, const json_t *req)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	int fd, err;
+
+	strcpy(sun.sun_path, c->socket);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 || egr_proto_write(fd, req)) {
+		err = -errno;
+		close(fd);
+		return err ? err : -EIO;
+	}
+	return fd;
+}
+
+enum follow_end { FOLLOW_LOST, FOLLOW_REFUSED, FOLLOW_DROPPED };
+
+/* Read one connection's stream to its end. *in_gap: a stream_gap is open;
+ * egressd's answer closes it with a stream_resumed record. */
+static enum follow_end follow_stream(int fd, bool json, bool *in_gap, double gap_start)
+{
+	bool answered = false;
 	char *line = NULL;
 	size_t cap = 0;
 	ssize_t n;
-	FILE *f;
-	int fd, first = 1;
+	FILE *f = fdopen(fd, "r");
+	enum follow_end end = FOLLOW_LOST;
 
-	if (strlen(c->socket) >= sizeof(sun.sun_path))
-		return CTL_EXIT_USAGE;
-	strcpy(sun.sun_path, c->socket);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
-		fprintf(stderr, "egressctl: cannot reach egressd at %s: %s\n", c->socket,
-			strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return CTL_EXIT_UNREACHABLE;
-	}
-	if (egr_proto_write(fd, req)) {
-		fprintf(stderr, "egressctl: sending the request: %s\n", strerror(errno));
-		close(fd);
-		return CTL_EXIT_ERROR;
-	}
-	f = fdopen(fd, "r");
 	if (!f) {
 		close(fd);
-		return CTL_EXIT_ERROR;
+		return FOLLOW_LOST;
 	}
-	setvbuf(stdout, NULL, _IOLBF, 0);
 	while ((n = getline(&line, &cap, f)) > 0) {
 		json_t *o = json_loads(line, 0, NULL);
 
-		if (first) {
-			first = 0;
+		if (!answered) {
 			if (!json_is_true(json_object_get(o, "ok"))) {
 				fprintf(stderr, "egressctl: %s: %s\n", str(o, "code") ?: "error",
 					str(o, "error") ?: "(no message)");
+				ctl_note_error(str(o, "code") ?: "error", NULL, "%s",
+					       str(o, "error") ?: "(no message)");
 				json_decref(o);
-				fclose(f);
-				free(line);
-				return CTL_EXIT_ERROR;
+				end = FOLLOW_REFUSED;
+				break;
 			}
+			answered = true;
 			json_decref(o);
+			if (*in_gap) {
+				print_stream_record("stream_resumed", "reconnected to egressd",
+						    mono_s() - gap_start, json);
+				*in_gap = false;
+			}
 			continue;
 		}
 		if (json)
@@ -149,16 +197,60 @@ static int follow(const struct ctl *c, json_t *req, bool json)
 			fprintf(stderr, "egressctl: egressd dropped this stream: %s\n",
 				str(o, "reason") ?: "?");
 			json_decref(o);
-			fclose(f);
-			free(line);
-			return CTL_EXIT_ERROR;
+			end = FOLLOW_DROPPED;
+			break;
 		}
 		json_decref(o);
 	}
 	fclose(f);
 	free(line);
-	fprintf(stderr, "egressctl: egressd closed the event stream\n");
-	return CTL_EXIT_ERROR;
+	return end;
+}
+
+/*
+ * --follow: a connection of our own that stays open. When egressd goes away
+ * (a restart, a crash) the stream goes on: a {"type":"stream_gap"} record
+ * says events may be missing from then on, egressctl reconnects every
+ * FOLLOW_RETRY_MS, and a {"type":"stream_resumed","gap_seconds":S} record
+ * marks where the stream is whole again. Events egressd produced in between
+ * are not replayed (docs/events.md).
+ */
+#define FOLLOW_RETRY_MS 250
+static int follow(const struct ctl *c, json_t *req, bool json)
+{
+	struct sockaddr_un sun;
+	bool in_gap = false;
+	double gap_start = 0;
+	int fd;
+
+	if (strlen(c->socket) >= sizeof(sun.sun_path))
+		return CTL_EXIT_USAGE;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	fd = follow_connect(c, req);
+	if (fd < 0) {
+		fprintf(stderr, "egressctl: cannot reach egressd at %s: %s\n", c->socket,
+			strerror(-fd));
+		ctl_note_error("unreachable", NULL, "cannot reach egressd at %s: %s", c->socket,
+			       strerror(-fd));
+		return CTL_EXIT_UNREACHABLE;
+	}
+	for (;;) {
+		enum follow_end end = follow_stream(fd, json, &in_gap, gap_start);
+
+		if (end != FOLLOW_LOST)
+			return CTL_EXIT_ERROR;
+		if (!in_gap) {
+			print_stream_record("stream_gap",
+					    "connection to egressd lost; reconnecting", -1, json);
+			fprintf(stderr,
+				"egressctl: egressd closed the event stream; reconnecting\n");
+			gap_start = mono_s();
+			in_gap = true;
+		}
+		do
+			usleep(FOLLOW_RETRY_MS * 1000);
+		while ((fd = follow_connect(c, req)) < 0);
+	}
 }
 
 static unsigned long parse_num(const char *s, bool *ok)

@@ -34,6 +34,7 @@ static const char top_help[] =
 	"  events                       the event stream (denies, DNS, lifecycle)\n"
 	"  audit verify                 verify a tamper-evident audit log\n"
 	"  seccomp-profile              print run's seccomp filter as an OCI profile\n"
+	"  oci-hook STAGE               OCI runtime hook (createRuntime, poststop)\n"
 	"\n"
 	"Options:\n"
 	"  --socket PATH    egressd's control socket (default: $EGRESSD_SOCKET, else\n"
@@ -79,12 +80,14 @@ static const char list_help[] =
 
 int ctl_usage_error(const char *cmd, const char *fmt, ...)
 {
+	char msg[512];
 	va_list ap;
 
-	fputs("egressctl: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	fprintf(stderr, "egressctl: %s", msg);
+	ctl_note_error("usage", NULL, "%s", msg);
 	fprintf(stderr, "\nTry 'egressctl %s%s--help'.\n", cmd ?: "", cmd ? " " : "");
 	return CTL_EXIT_USAGE;
 }
@@ -432,6 +435,7 @@ static const struct {
 	{ "stats", ctl_cmd_stats },
 	{ "events", ctl_cmd_events }, { "audit", ctl_cmd_audit },
 	{ "seccomp-profile", ctl_cmd_seccomp_profile },
+	{ "oci-hook", ctl_cmd_oci_hook },
 };
 
 /* LeakSanitizer stops the world with ptrace, which the seccomp filter of
@@ -485,12 +489,17 @@ int main(int argc, char **argv)
 			/* getopt's messages then read "egressctl CMD: ..." */
 			snprintf(name, sizeof(name), "egressctl %s", commands[i].name);
 			argv[optind] = name;
+			/* --json anywhere in the command's options (not after "--"):
+			 * its errors are JSON on stdout too. */
+			for (int k = optind + 1; k < argc && strcmp(argv[k], "--"); k++)
+				if (strcmp(argv[k], "--json") == 0)
+					ctl_json_errors(true);
 			rc = commands[i].fn(&c, argc - optind, argv + optind);
 			if (fflush(stdout) != 0 && rc == 0) {
 				fprintf(stderr, "egressctl: writing output: %s\n", strerror(errno));
 				rc = CTL_EXIT_ERROR;
 			}
-			return rc == INT_MAX ? 0 : rc;
+			return rc == INT_MAX ? 0 : ctl_finish(rc);
 		}
 	}
 	if (strcmp(argv[optind], "help") == 0) {

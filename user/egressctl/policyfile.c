@@ -63,6 +63,7 @@ static int read_all(int fd, size_t max, char **out, size_t *outlen)
 
 static void print_invalid(const struct egr_error *e)
 {
+	ctl_note_error("invalid_policy", e->field[0] ? e->field : NULL, "%s", e->message);
 	if (e->field[0])
 		fprintf(stderr, "egressctl: invalid policy: %s: %s\n", e->field, e->message);
 	else
@@ -81,6 +82,8 @@ int ctl_policy_load(const char *path, json_t **out)
 
 	fd = strcmp(path, "-") == 0 ? STDIN_FILENO : open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
+		ctl_note_error("bad_policy_file", NULL, "cannot open policy %s: %s", path,
+			       strerror(errno));
 		fprintf(stderr, "egressctl: cannot open policy %s: %s\n", path, strerror(errno));
 		return CTL_EXIT_USAGE;
 	}

@@ -1204,22 +1204,27 @@ out_close:
 /* --- seccomp-profile ------------------------------------------------------------ */
 
 static const char profile_help[] =
-	"Usage: egressctl seccomp-profile [--policy FILE]\n"
-	"Print the seccomp filter `egressctl run` installs as an OCI runtime-spec\n"
-	"\"linux.seccomp\" object (JSON), for container runtimes. Without --policy only\n"
-	"inet, inet6 and unix sockets are allowed; with it, also the address families\n"
-	"its network.allow_sockets names. Computed locally: egressd is not asked.\n";
+	"Usage: egressctl seccomp-profile [--policy FILE] [--base PROFILE]\n"
+	"Print egressd's seccomp rules as an OCI runtime-spec \"linux.seccomp\" object\n"
+	"(JSON) for container runtimes, for this host's ABIs only. Without --policy\n"
+	"only inet, inet6 and unix sockets are allowed; with it, also the address\n"
+	"families its network.allow_sockets names. socketcall and the calls `run`\n"
+	"refuses (io_uring, bpf, ...) are refused. Without --base: deny-by-default, with\n"
+	"containers-common's allow list; --base PROFILE merges the rules into a\n"
+	"runtime's default profile (e.g. /usr/share/containers/seccomp.json) instead:\n"
+	"egressd's syscalls are replaced, everything else is kept. Computed locally.\n";
 
 int ctl_cmd_seccomp_profile(struct ctl *c, int argc, char **argv)
 {
-	enum { O_HELP = 256, O_POLICY };
+	enum { O_HELP = 256, O_POLICY, O_BASE };
 	static const struct option opts[] = {
 		{ "help", no_argument, NULL, O_HELP },
 		{ "policy", required_argument, NULL, O_POLICY },
+		{ "base", required_argument, NULL, O_BASE },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct egr_confine conf = { 0 };
-	const char *path = NULL;
+	const char *path = NULL, *base = NULL;
 	json_t *policy, *prof = NULL;
 	int opt, rc;
 
@@ -1231,6 +1236,9 @@ int ctl_cmd_seccomp_profile(struct ctl *c, int argc, char **argv)
 			return INT_MAX;
 		case O_POLICY:
 			path = optarg;
+			break;
+		case O_BASE:
+			base = optarg;
 			break;
 		default:
 			fputs("Try 'egressctl seccomp-profile --help'.\n", stderr);
@@ -1249,10 +1257,9 @@ int ctl_cmd_seccomp_profile(struct ctl *c, int argc, char **argv)
 		if (rc)
 			return rc;
 	}
-	if (egr_confine_oci_profile(&conf, &prof)) {
-		fprintf(stderr, "egressctl: out of memory\n");
-		return CTL_EXIT_ERROR;
-	}
+	rc = ctl_seccomp_profile(&conf, base, &prof);
+	if (rc)
+		return rc;
 	ctl_print_json(prof);
 	json_decref(prof);
 	return CTL_EXIT_OK;

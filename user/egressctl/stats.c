@@ -76,8 +76,13 @@ static void table(const json_t *rows, int nlead, const char *const *lead,
 		const json_t *row = json_array_get(rows, r);
 		char (*cell)[64] = &cells[r * ncell];
 
-		for (int i = 0; i < nlead; i++)
-			snprintf(cell[i], 64, "%s", ident(row, i, cell[i], 64));
+		for (int i = 0; i < nlead; i++) {
+			/* ident may write into its buffer: never the cell it is copied
+			 * to (snprintf from a buffer into itself left SANDBOX blank). */
+			char tmp[64];
+
+			snprintf(cell[i], 64, "%s", ident(row, i, tmp, sizeof(tmp)));
+		}
 		for (size_t c = 0; c < NCOLS; c++)
 			snprintf(cell[nlead + c], 64, "%lld",
 				 (long long)json_integer_value(json_object_get(row, cols[c].key)));

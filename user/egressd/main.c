@@ -29,6 +29,7 @@
 #include "guard.h"
 #include "harden.h"
 #include "health.h"
+#include "hostns.h"
 #include "learned.h"
 #include "log.h"
 #include "loop.h"
@@ -475,6 +476,7 @@ int main(int argc, char **argv)
 		goto out_sock;
 	}
 	announce_layers(&feat, o.state_dir);
+	egr_hostns_check(); /* logs why a pod without hostNetwork serves nobody */
 	/* Everything is loaded, mounted and bound: give up the rest. */
 	if (!o.no_harden && egr_harden(&srv.hardening)) {
 		rc = 1;

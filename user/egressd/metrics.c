@@ -8,6 +8,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,12 +16,14 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <bpf/bpf.h>
 #include <microhttpd.h>
 
 #include "log.h"
 #include "metrics.h"
+#include "procmetrics.h"
 
 #define TICK_MS 250           /* MHD_run for its timeouts */
 #define CONN_LIMIT 32
@@ -62,6 +65,7 @@ struct egr_metrics {
 	size_t nfolded;
 	uint64_t folded_total;
 	uint64_t scrapes, scrape_errors;
+	uint64_t read_failures; /* figures left out of scrapes */
 	struct source *sources;
 	size_t nsources;
 };
@@ -222,42 +226,47 @@ static void fig_add(struct egr_figures *a, const struct egr_figures *b)
 }
 
 /* One row of figures: the JSON key, the metric family (without the scope
- * prefix), its verdict label if any, and where the value is. */
+ * prefix), its verdict and reason labels if any (reasons: the fixed set of
+ * docs/metering.md), and where the value is. */
 struct field {
 	const char *key;
 	const char *family;
 	const char *verdict;
+	const char *reason;
 	const char *help;
 	size_t off;
 };
 
 #define MF(f) offsetof(struct egr_figures, m.f)
 static const struct field fields[] = {
-	{ "bytes_out", "egress_bytes_total", NULL,
+	{ "bytes_out", "egress_bytes_total", NULL, NULL,
 	  "Bytes of the IP packets sent (IP header + transport header + payload).", MF(bytes_out) },
-	{ "packets_out", "egress_packets_total", NULL, "IP packets sent.", MF(pkts_out) },
-	{ "bytes_in", "ingress_bytes_total", NULL,
+	{ "packets_out", "egress_packets_total", NULL, NULL, "IP packets sent.", MF(pkts_out) },
+	{ "bytes_in", "ingress_bytes_total", NULL, NULL,
 	  "Bytes of the IP packets received (IP header + transport header + payload).",
 	  MF(bytes_in) },
-	{ "packets_in", "ingress_packets_total", NULL, "IP packets received.", MF(pkts_in) },
-	{ "connections_allowed", "connections_total", "allowed",
-	  "connect() calls (TCP, connected UDP, TCP Fast Open) by verdict.", MF(conn_allowed) },
-	{ "connections_denied", "connections_total", "denied", NULL, MF(conn_denied) },
-	{ "datagrams_allowed", "datagrams_total", "allowed",
-	  "Unconnected UDP datagrams by verdict.", MF(dgram_allowed) },
-	{ "datagrams_denied", "datagrams_total", "denied", NULL, MF(dgram_denied) },
-	{ "sockets_denied", "sockets_denied_total", NULL,
-	  "socket() and setsockopt() calls refused.", MF(sock_denied) },
-	{ "backstop_drops", "backstop_drops_total", NULL,
-	  "Egress packets to destinations no earlier hook allowed, dropped.", MF(backstop_drops) },
-	{ "inbound_drops", "inbound_drops_total", NULL, "Unsolicited inbound packets dropped.",
-	  MF(inbound_drops) },
-	{ "quota_drops", "quota_drops_total", NULL, "Egress packets dropped past a quota.",
-	  MF(quota_drops) },
-	{ "dns_queries_allowed", "dns_queries_total", "allowed",
-	  "DNS queries answered by the proxy, by verdict (since egressd started).",
+	{ "packets_in", "ingress_packets_total", NULL, NULL, "IP packets received.", MF(pkts_in) },
+	{ "connections_allowed", "connections_total", "allowed", NULL,
+	  "connect() calls (TCP, connected UDP, TCP Fast Open) by verdict; denied ones "
+	  "with reason=\"connect\".", MF(conn_allowed) },
+	{ "connections_denied", "connections_total", "denied", "connect", NULL, MF(conn_denied) },
+	{ "datagrams_allowed", "datagrams_total", "allowed", NULL,
+	  "Unconnected UDP datagrams by verdict; denied ones with reason=\"sendmsg\".",
+	  MF(dgram_allowed) },
+	{ "datagrams_denied", "datagrams_total", "denied", "sendmsg", NULL, MF(dgram_denied) },
+	{ "sockets_denied", "sockets_denied_total", NULL, "socket",
+	  "socket() and setsockopt() calls refused (reason=\"socket\").", MF(sock_denied) },
+	{ "backstop_drops", "packets_dropped_total", NULL, "backstop",
+	  "Packets dropped, by reason: backstop (egress to a destination no earlier hook "
+	  "allowed), inbound (unsolicited inbound), quota (egress past a quota).",
+	  MF(backstop_drops) },
+	{ "inbound_drops", "packets_dropped_total", NULL, "inbound", NULL, MF(inbound_drops) },
+	{ "quota_drops", "packets_dropped_total", NULL, "quota", NULL, MF(quota_drops) },
+	{ "dns_queries_allowed", "dns_queries_total", "allowed", NULL,
+	  "DNS queries answered by the proxy, by verdict (since egressd started); refused ones "
+	  "with reason=\"dns_policy\".",
 	  offsetof(struct egr_figures, dns_allowed) },
-	{ "dns_queries_refused", "dns_queries_total", "refused", NULL,
+	{ "dns_queries_refused", "dns_queries_total", "refused", "dns_policy", NULL,
 	  offsetof(struct egr_figures, dns_refused) },
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
@@ -388,10 +397,11 @@ static uint64_t map_capacity(int fd)
 	return fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.max_entries : 0;
 }
 
+/* No execution_id label: one per execution would grow the series without
+ * bound; the audit log and `egressctl stats` carry it. */
 struct series {
 	const char *tenant;
 	char sandbox[16];
-	const char *execution_id;
 	struct egr_figures f;
 };
 
@@ -413,12 +423,12 @@ static void emit_rows(struct egr_mbuf *b, const char *prefix, const struct serie
 			if (sandbox_labels) {
 				egr_mbuf_printf(b, "\",sandbox=\"");
 				egr_mbuf_label(b, rows[k].sandbox);
-				egr_mbuf_printf(b, "\",execution_id=\"");
-				egr_mbuf_label(b, rows[k].execution_id);
 			}
 			egr_mbuf_printf(b, "\"");
 			if (fields[i].verdict)
 				egr_mbuf_printf(b, ",verdict=\"%s\"", fields[i].verdict);
+			if (fields[i].reason)
+				egr_mbuf_printf(b, ",reason=\"%s\"", fields[i].reason);
 			egr_mbuf_printf(b, "} %llu\n", (unsigned long long)fig_val(&rows[k].f, i));
 		}
 	}
@@ -454,7 +464,6 @@ static void emit_sandboxes(struct egr_metrics *m, struct egr_mbuf *b)
 		if (i < m->max_sandboxes) {
 			rows[nrows].tenant = sb->tenant;
 			snprintf(rows[nrows].sandbox, sizeof(rows[nrows].sandbox), "%u", sb->id);
-			rows[nrows].execution_id = sb->execution_id ? sb->execution_id : "";
 			rows[nrows++].f = f;
 			continue;
 		}
@@ -465,7 +474,6 @@ static void emit_sandboxes(struct egr_metrics *m, struct egr_mbuf *b)
 		if (k == nrows) {
 			rows[k].tenant = sb->tenant;
 			strcpy(rows[k].sandbox, "_other");
-			rows[k].execution_id = "_other";
 			nrows++;
 		}
 		fig_add(&rows[k].f, &f);
@@ -515,6 +523,54 @@ static void emit_tenants(struct egr_metrics *m, struct egr_mbuf *b)
 	free(rows);
 }
 
+/*
+ * The kernel's global counters (egressctl status), by kind: what the hooks
+ * allowed, what they denied and why, what they dropped and why. The reason
+ * values are the fixed set of docs/metering.md.
+ */
+static void emit_kernel_counters(struct egr_mbuf *b, const uint64_t *cnt)
+{
+	static const struct {
+		int idx;
+		const char *label;
+	} allowed[] = {
+		{ EGR_CNT_CONNECT_ALLOW, "connect" },
+		{ EGR_CNT_SENDMSG_ALLOW, "sendmsg" },
+		{ EGR_CNT_SOCK_CREATE_ALLOW, "sock_create" },
+	}, denied[] = {
+		{ EGR_CNT_CONNECT_DENY, "connect" },
+		{ EGR_CNT_SENDMSG_DENY, "sendmsg" },
+		{ EGR_CNT_SOCK_CREATE_DENY, "sock_create" },
+		{ EGR_CNT_SETSOCKOPT_DENY, "setsockopt" },
+		{ EGR_CNT_NO_SANDBOX, "no_sandbox" },
+		{ EGR_CNT_EXPIRED, "expired" },
+	}, dropped[] = {
+		{ EGR_CNT_BACKSTOP_DROP, "backstop" },
+		{ EGR_CNT_INBOUND_DROP, "inbound" },
+		{ EGR_CNT_QUOTA_DROP, "quota" },
+	};
+
+	egr_mbuf_family(b, "egressd_kernel_allowed_total", "counter",
+			"Calls the kernel hooks allowed, all sandboxes, by hook.");
+	for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
+		egr_mbuf_printf(b, "egressd_kernel_allowed_total{hook=\"%s\"} %llu\n",
+				allowed[i].label, (unsigned long long)cnt[allowed[i].idx]);
+	egr_mbuf_family(b, "egressd_kernel_denied_total", "counter",
+			"Calls the kernel hooks denied, all sandboxes, by reason.");
+	for (size_t i = 0; i < sizeof(denied) / sizeof(denied[0]); i++)
+		egr_mbuf_printf(b, "egressd_kernel_denied_total{reason=\"%s\"} %llu\n",
+				denied[i].label, (unsigned long long)cnt[denied[i].idx]);
+	egr_mbuf_family(b, "egressd_kernel_dropped_packets_total", "counter",
+			"Packets the kernel hooks dropped, all sandboxes, by reason.");
+	for (size_t i = 0; i < sizeof(dropped) / sizeof(dropped[0]); i++)
+		egr_mbuf_printf(b, "egressd_kernel_dropped_packets_total{reason=\"%s\"} %llu\n",
+				dropped[i].label, (unsigned long long)cnt[dropped[i].idx]);
+	egr_mbuf_family(b, "egressd_kernel_meter_full_total", "counter",
+			"Meter updates lost because a meter map was full.");
+	egr_mbuf_printf(b, "egressd_kernel_meter_full_total %llu\n",
+			(unsigned long long)cnt[EGR_CNT_METER_FULL]);
+}
+
 static void emit_health(struct egr_metrics *m, struct egr_mbuf *b)
 {
 	struct egr_registry *r = m->reg;
@@ -545,13 +601,10 @@ static void emit_health(struct egr_metrics *m, struct egr_mbuf *b)
 			"Events the kernel could not put in the ring buffer.");
 	egr_mbuf_printf(b, "egressd_events_lost_total %llu\n",
 			have_cnt ? (unsigned long long)cnt[EGR_CNT_EVENTS_LOST] : 0ULL);
-	if (have_cnt) {
-		egr_mbuf_family(b, "egressd_bpf_counter_total", "counter",
-				"The kernel's global verdict counters (egressctl status).");
-		for (int i = 0; i < EGR_CNT_MAX; i++)
-			egr_mbuf_printf(b, "egressd_bpf_counter_total{counter=\"%s\"} %llu\n",
-					egr_counter_names[i], (unsigned long long)cnt[i]);
-	}
+	if (have_cnt)
+		emit_kernel_counters(b, cnt);
+	else
+		m->read_failures++;
 
 	egr_mbuf_family(b, "egressd_map_entries", "gauge",
 			"Entries in a BPF map (egr_allow4/6: the rules of the compiled "
@@ -597,6 +650,17 @@ static void emit_health(struct egr_metrics *m, struct egr_mbuf *b)
 
 	egr_mbuf_family(b, "egressd_metrics_scrapes_total", "counter", "/metrics requests served.");
 	egr_mbuf_printf(b, "egressd_metrics_scrapes_total %llu\n", (unsigned long long)m->scrapes);
+	m->read_failures += (uint64_t)egr_procmetrics_emit(b);
+	/* Failures show on the next scrape that succeeds (a failed one is a 500). */
+	egr_mbuf_family(b, "egressd_metrics_scrape_failures_total", "counter",
+			"/metrics requests answered 500: the exposition could not be built.");
+	egr_mbuf_printf(b, "egressd_metrics_scrape_failures_total %llu\n",
+			(unsigned long long)m->scrape_errors);
+	egr_mbuf_family(b, "egressd_metrics_read_failures_total", "counter",
+			"Figures left out of a scrape because they could not be read (BPF "
+			"counters, /proc).");
+	egr_mbuf_printf(b, "egressd_metrics_read_failures_total %llu\n",
+			(unsigned long long)m->read_failures);
 }
 
 /* Forget the DNS counts of sandboxes that are gone. */
@@ -770,13 +834,33 @@ void egr_metrics_set_max_sandboxes(struct egr_metrics *m, unsigned max_sandboxes
 	m->max_sandboxes = max_sandboxes;
 }
 
+/* A non-blocking listening TCP socket on ss (SO_REUSEADDR, as MHD would set).
+ * The fd, or the -errno of the call that failed (-EADDRINUSE: port taken). */
+static int listen_socket(const struct sockaddr_storage *ss, socklen_t sslen)
+{
+	int one = 1, fd, err;
+
+	fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    (ss->ss_family == AF_INET6 &&
+	     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) < 0) ||
+	    bind(fd, (const struct sockaddr *)ss, sslen) < 0 || listen(fd, 64) < 0) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
 int egr_metrics_listen(struct egr_metrics *m, const char *addr, struct egr_loop *loop)
 {
 	struct sockaddr_storage ss;
 	socklen_t sslen;
 	const union MHD_DaemonInfo *info;
 	unsigned int flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
-	int err;
+	int err, lfd;
 
 	if (!addr || !strcmp(addr, "off"))
 		return 0;
@@ -784,14 +868,23 @@ int egr_metrics_listen(struct egr_metrics *m, const char *addr, struct egr_loop 
 		return -EINVAL;
 	if (ss.ss_family == AF_INET6)
 		flags |= MHD_USE_IPv6;
-	m->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_SOCK_ADDR,
-				  (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
-				  (unsigned int)CONN_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
-				  (unsigned int)CONN_TIMEOUT_S, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-				  (unsigned int)1, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+	/* Our own listening socket: MHD_start_daemon() only says "failed", and
+	 * the caller reported every bind error as EADDRNOTAVAIL (a port in use
+	 * read "Cannot assign requested address"). No SO_REUSEPORT either: a
+	 * second egressd must not share the port silently. */
+	lfd = listen_socket(&ss, sslen);
+	if (lfd < 0)
+		return lfd;
+	m->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, m, MHD_OPTION_EXTERNAL_LOGGER,
+				  mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, lfd,
+				  MHD_OPTION_CONNECTION_LIMIT, (unsigned int)CONN_LIMIT,
+				  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)CONN_TIMEOUT_S,
 				  MHD_OPTION_END);
-	if (!m->mhd)
-		return -EADDRNOTAVAIL;
+	if (!m->mhd) {
+		if (fcntl(lfd, F_GETFD) >= 0) /* MHD may or may not have closed it */
+			close(lfd);
+		return -ENOTSUP;
+	}
 	info = MHD_get_daemon_info(m->mhd, MHD_DAEMON_INFO_EPOLL_FD);
 	if (!info || info->epoll_fd < 0) {
 		MHD_stop_daemon(m->mhd);

@@ -1019,13 +1019,28 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 	err = check_cgroup(r, cgroup, real, f);
 	if (err)
 		return err;
-	if (egr_reg_find(r, real, 0)) {
-		fail(f, "exists", "cgroup", "%s is already a sandbox; use update", real);
-		return -EEXIST;
-	}
 	err = prepare_for(r, policy, &p, &c, f);
 	if (err)
 		return err;
+	sb = egr_reg_find(r, real, 0);
+	if (sb) {
+		/* The same cgroup with the same policy (and netns): a retried
+		 * request (an OCI hook run twice) gets the sandbox in force. */
+		bool same = strcmp(sb->sha256, p.sha256) == 0 &&
+			    !sb->netns == !netns && (!netns || strcmp(sb->netns, netns) == 0);
+
+		egr_compiled_free(&c);
+		egr_policy_free(&p);
+		if (!same) {
+			fail(f, "exists", "cgroup",
+			     "%s is already a sandbox with another policy; use update", real);
+			return -EEXIST;
+		}
+		log_info("sandbox %u: attach of %s again with the same policy: nothing to do",
+			 sb->id, real);
+		*out = sb;
+		return 0;
+	}
 	held = egr_reg_find_held(r, real, 0);
 	if (held) {
 		uint64_t now_cg = 0, link_cg = 0;

@@ -218,44 +218,17 @@ int egr_confine_drop_all_caps(const struct egr_run_user *user)
 	return check_no_caps();
 }
 
-static json_t *errno_rule(const char *name, json_t *args)
-{
-	json_t *r = json_pack("{s:[s], s:s, s:i}", "names", name, "action", "SCMP_ACT_ERRNO",
-			      "errnoRet", EPERM);
+/* --- the tables, for the OCI profiles (seccomp_profile.c) --------------------- */
 
-	if (r && args)
-		json_object_set_new(r, "args", args);
-	else
-		json_decref(args);
-	return r;
+_Static_assert(CONFINE_AF_LIMIT == EGR_CONFINE_AF_LIMIT, "one family limit");
+
+size_t egr_confine_refused_calls(const char *const **names)
+{
+	*names = refused_calls;
+	return sizeof(refused_calls) / sizeof(refused_calls[0]);
 }
 
-static json_t *arg0(unsigned long value, const char *op)
+bool egr_confine_family_allowed(const struct egr_confine *c, int af)
 {
-	return json_pack("[{s:i, s:I, s:s}]", "index", 0, "value", (json_int_t)value, "op", op);
-}
-
-int egr_confine_oci_profile(const struct egr_confine *c, json_t **out)
-{
-	json_t *prof, *rules;
-
-	prof = json_pack("{s:s, s:[s, s, s], s:[]}", "defaultAction", "SCMP_ACT_ALLOW",
-			 "architectures", "SCMP_ARCH_X86_64", "SCMP_ARCH_AARCH64",
-			 "SCMP_ARCH_RISCV64", "syscalls");
-	if (!prof)
-		return -ENOMEM;
-	rules = json_object_get(prof, "syscalls");
-	for (int af = 0; af < CONFINE_AF_LIMIT; af++) {
-		if (family_allowed(c, af))
-			continue;
-		json_array_append_new(rules, errno_rule("socket", arg0((unsigned)af, "SCMP_CMP_EQ")));
-		if (af != AF_UNIX)
-			json_array_append_new(rules,
-					      errno_rule("socketpair", arg0((unsigned)af, "SCMP_CMP_EQ")));
-	}
-	json_array_append_new(rules, errno_rule("socket", arg0(CONFINE_AF_LIMIT, "SCMP_CMP_GE")));
-	for (size_t i = 0; i < sizeof(refused_calls) / sizeof(refused_calls[0]); i++)
-		json_array_append_new(rules, errno_rule(refused_calls[i], NULL));
-	*out = prof;
-	return 0;
+	return family_allowed(c, af);
 }

@@ -14,6 +14,7 @@
 #define EGR_CONFINE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
 
@@ -51,9 +52,21 @@ int egr_confine_drop_all_caps(const struct egr_run_user *user);
  * 0 or -errno. egressd uses it for itself (harden.c). */
 int egr_caps_restrict(bool (*keep)(int cap, void *ctx), void *ctx, unsigned int *dropped);
 
-/* The filter as an OCI runtime-spec "linux.seccomp" object. *out is a new
- * reference. 0 or -ENOMEM. */
+/* The filter as an OCI runtime-spec "linux.seccomp" object
+ * (seccomp_profile.c): deny by default (ENOSYS) with containers-common's
+ * allow list, this host's ABIs only, socket()/socketpair() for the allowed
+ * families only, the refused calls refused. *out is a new reference.
+ * 0 or -ENOMEM. */
 int egr_confine_oci_profile(const struct egr_confine *c, json_t **out);
+
+/* Families at or above this are refused by one GE rule. */
+#define EGR_CONFINE_AF_LIMIT 64
+
+/* The syscalls the filter refuses outright (*names: a static table). */
+size_t egr_confine_refused_calls(const char *const **names);
+
+/* May a sandbox open sockets of family af under c? */
+bool egr_confine_family_allowed(const struct egr_confine *c, int af);
 
 /* Family name ("packet", "netlink", ...) to number; -EINVAL if unknown. */
 int egr_confine_family(const char *name);

@@ -1,0 +1,443 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * `egressctl oci-hook createRuntime|poststop`: an OCI runtime hook that makes
+ * a container a sandbox before its first instruction and ends the sandbox
+ * with the container (docs/containers.md).
+ *
+ * The runtime writes the container's state (OCI runtime spec: ociVersion,
+ * id, status, pid, bundle, annotations) on stdin. The annotation
+ * io.egressd.policy names a host policy file; without it the hook does
+ * nothing. At createRuntime the container's init process exists (runc init,
+ * blocked on its exec fifo) and sits in the container's cgroup: its
+ * /proc/PID/cgroup is the truth, the bundle's config.json linux.cgroupsPath
+ * the fallback. Any failure exits non-zero with the reason on stderr, so the
+ * runtime aborts the container instead of starting it unconfined.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cgroup.h"
+#include "ctl.h"
+
+#define OCI_POLICY_ANNOTATION "io.egressd.policy"
+#define OCI_STATE_MAX (1u << 20) /* a state document is a few hundred bytes */
+
+static const char ocihook_help[] =
+	"Usage: egressctl oci-hook createRuntime|poststop\n"
+	"An OCI runtime hook (hooks.d: dist/oci/egressd.json). Reads the container's\n"
+	"state JSON on stdin. With the annotation " OCI_POLICY_ANNOTATION "=FILE (an\n"
+	"absolute host path of a policy file), createRuntime attaches that policy to\n"
+	"the container's cgroup before its process runs, and fails (exit non-zero)\n"
+	"when it cannot, so the runtime aborts the container; poststop detaches it.\n"
+	"Without the annotation it does nothing. Attaching again with the same policy\n"
+	"succeeds, so a retried hook is harmless.\n";
+
+/* The hook's messages name the stage and the container. */
+static void hook_err(const char *stage, const char *id, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void hook_err(const char *stage, const char *id, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "egressctl oci-hook %s: container %s: ", stage, id ?: "?");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/* The state document from stdin, at most OCI_STATE_MAX bytes. */
+static int read_state(json_t **out, char *why, size_t whylen)
+{
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	json_error_t jerr;
+
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		ssize_t n;
+
+		if (len == cap) {
+			char *nb;
+
+			if (cap >= OCI_STATE_MAX) {
+				free(buf);
+				snprintf(why, whylen, "state on stdin is over %u bytes",
+					 OCI_STATE_MAX);
+				return -E2BIG;
+			}
+			nb = realloc(buf, cap * 2);
+			if (!nb) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		n = read(STDIN_FILENO, buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int err = -errno;
+
+			free(buf);
+			snprintf(why, whylen, "reading the state on stdin: %s", strerror(-err));
+			return err;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	*out = json_loadb(buf, len, 0, &jerr);
+	free(buf);
+	if (!*out || !json_is_object(*out)) {
+		snprintf(why, whylen, "the state on stdin is not a JSON object%s%s",
+			 *out ? "" : ": ", *out ? "" : jerr.text);
+		json_decref(*out);
+		*out = NULL;
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The cgroup v2 path (below the mount) of pid, from the "0::" line of
+ * /proc/PID/cgroup. 0 or -errno. */
+static int pid_cgroup(long pid, char *buf, size_t len)
+{
+	char path[64], line[PATH_MAX + 8];
+	FILE *f;
+	int err = -ENOENT;
+
+	snprintf(path, sizeof(path), "/proc/%ld/cgroup", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "0::", 3) != 0)
+			continue;
+		line[strcspn(line, "\n")] = '\0';
+		err = snprintf(buf, len, "%s", line + 3) >= (int)len ? -ENAMETOOLONG : 0;
+		break;
+	}
+	fclose(f);
+	return err;
+}
+
+/*
+ * linux.cgroupsPath of config.json in the cgroup v2 tree. Two spellings:
+ * a path ("/libpod_parent/libpod-ID", cgroupfs driver) or systemd's
+ * "SLICE:PREFIX:NAME" ("machine.slice:libpod:ID" is
+ * /machine.slice/libpod-ID.scope; a slice "a-b.slice" nests in a.slice).
+ */
+static int expand_cgroups_path(const char *cp, char *buf, size_t len)
+{
+	const char *c1 = strchr(cp, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+	char slice[256], prefix[256], name[256];
+	size_t off = 0;
+	int n;
+
+	if (len)
+		buf[0] = '\0';
+	if (cp[0] == '/' || !c1) {
+		n = snprintf(buf, len, "%s%s", cp[0] == '/' ? "" : "/", cp);
+		return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+	}
+	if (!c2 || strchr(c2 + 1, ':') || (size_t)(c1 - cp) >= sizeof(slice) ||
+	    (size_t)(c2 - c1 - 1) >= sizeof(prefix) || strlen(c2 + 1) >= sizeof(name))
+		return -EINVAL;
+	snprintf(slice, sizeof(slice), "%.*s", (int)(c1 - cp), cp);
+	snprintf(prefix, sizeof(prefix), "%.*s", (int)(c2 - c1 - 1), c1 + 1);
+	snprintf(name, sizeof(name), "%s", c2 + 1);
+	if (!slice[0])
+		snprintf(slice, sizeof(slice), "system.slice");
+	if (strcmp(slice, "-.slice") != 0) {
+		/* "a-b-c.slice" is /a.slice/a-b.slice/a-b-c.slice. */
+		size_t sl = strlen(slice);
+
+		if (sl < 7 || strcmp(slice + sl - 6, ".slice") != 0)
+			return -EINVAL;
+		for (size_t i = 0; i <= sl - 6; i++) {
+			if (i < sl - 6 && slice[i] != '-')
+				continue;
+			n = snprintf(buf + off, len - off, "/%.*s.slice", (int)i, slice);
+			if (n < 0 || (size_t)n >= len - off)
+				return -ENAMETOOLONG;
+			off += (size_t)n;
+		}
+	}
+	if (strlen(name) > 6 && strcmp(name + strlen(name) - 6, ".slice") == 0)
+		n = snprintf(buf + off, len - off, "/%s", name);
+	else
+		n = snprintf(buf + off, len - off, "/%s%s%s.scope", prefix, prefix[0] ? "-" : "",
+			     name);
+	return n < 0 || (size_t)n >= len - off ? -ENAMETOOLONG : 0;
+}
+
+/* linux.cgroupsPath from BUNDLE/config.json, expanded. 0 or -errno. */
+static int bundle_cgroup(const char *bundle, char *buf, size_t len, char *why, size_t whylen)
+{
+	char path[PATH_MAX];
+	json_error_t jerr;
+	json_t *cfg;
+	const char *cp;
+	int err;
+
+	if (!bundle || bundle[0] != '/') {
+		snprintf(why, whylen, "the state has no absolute bundle path");
+		return -EINVAL;
+	}
+	snprintf(path, sizeof(path), "%s/config.json", bundle);
+	cfg = json_load_file(path, 0, &jerr);
+	if (!cfg) {
+		snprintf(why, whylen, "%s: %s", path, jerr.text);
+		return -EINVAL;
+	}
+	cp = json_string_value(json_object_get(json_object_get(cfg, "linux"), "cgroupsPath"));
+	if (!cp || !cp[0]) {
+		snprintf(why, whylen, "%s has no linux.cgroupsPath", path);
+		json_decref(cfg);
+		return -ENOENT;
+	}
+	err = expand_cgroups_path(cp, buf, len);
+	if (err)
+		snprintf(why, whylen, "%s: linux.cgroupsPath '%s': %s", path, cp,
+			 err == -EINVAL ? "not a path nor SLICE:PREFIX:NAME" : strerror(-err));
+	json_decref(cfg);
+	return err;
+}
+
+/*
+ * The container's cgroup as an absolute path under the cgroup2 mount: the
+ * init process's own cgroup when pid is alive (createRuntime), else the
+ * bundle's cgroupsPath (poststop: the process is gone).
+ */
+static int container_cgroup(long pid, const char *bundle, char *out, size_t len, char *why,
+			    size_t whylen)
+{
+	char mnt[PATH_MAX], rel[PATH_MAX];
+	int err = -ESRCH, n;
+
+	if (egr_cgroup2_mount(mnt, sizeof(mnt))) {
+		snprintf(why, whylen, "no cgroup2 mount on this host");
+		return -ENOENT;
+	}
+	if (pid > 0)
+		err = pid_cgroup(pid, rel, sizeof(rel));
+	if (err) {
+		err = bundle_cgroup(bundle, rel, sizeof(rel), why, whylen);
+		if (err)
+			return err;
+	}
+	if (strcmp(rel, "/") == 0 || rel[0] != '/' || strstr(rel, "/../") ||
+	    (strlen(rel) >= 3 && strcmp(rel + strlen(rel) - 3, "/..") == 0)) {
+		snprintf(why, whylen, "the container's cgroup '%s' is not a cgroup of its own",
+			 rel);
+		return -EINVAL;
+	}
+	n = snprintf(out, len, "%s%s", mnt, rel);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/*
+ * The container's network namespace as a path egressd can open (its DNS
+ * proxy listeners must be inside it): "" when it shares egressctl's, else
+ * the bundle's linux.namespaces path (a runtime-made /run/netns/NAME) when
+ * it is the very namespace the init process is in. 0, or -ENOENT when the
+ * container has a namespace of its own that config.json names no path for:
+ * egressd, without CAP_SYS_PTRACE once hardened, cannot open
+ * /proc/PID/ns/net, and that path would name another process after a pid
+ * reuse anyway.
+ */
+static int container_netns(long pid, const char *bundle, char *buf, size_t len)
+{
+	char path[PATH_MAX];
+	struct stat ours, theirs;
+	json_t *cfg, *ns;
+	size_t i;
+
+	buf[0] = '\0';
+	snprintf(path, sizeof(path), "/proc/%ld/ns/net", pid);
+	if (pid <= 0 || stat("/proc/self/ns/net", &ours) || stat(path, &theirs))
+		return 0; /* gone or unreadable: the attach finds out */
+	if (ours.st_ino == theirs.st_ino && ours.st_dev == theirs.st_dev)
+		return 0;
+	if (!bundle || bundle[0] != '/')
+		return -ENOENT;
+	snprintf(path, sizeof(path), "%s/config.json", bundle);
+	cfg = json_load_file(path, 0, NULL);
+	json_array_foreach(json_object_get(json_object_get(cfg, "linux"), "namespaces"), i, ns) {
+		const char *type = json_string_value(json_object_get(ns, "type"));
+		const char *p = json_string_value(json_object_get(ns, "path"));
+		struct stat st;
+
+		if (type && strcmp(type, "network") == 0 && p && p[0] == '/' && stat(p, &st) == 0 &&
+		    st.st_ino == theirs.st_ino && st.st_dev == theirs.st_dev && strlen(p) < len)
+			snprintf(buf, len, "%s", p);
+	}
+	json_decref(cfg);
+	return buf[0] ? 0 : -ENOENT;
+}
+
+static int hook_attach(struct ctl *c, const char *id, long pid, const char *bundle,
+		       const char *policy_path)
+{
+	char cg[PATH_MAX], ns[PATH_MAX], why[PATH_MAX + 128] = "";
+	json_t *policy = NULL, *req, *resp;
+	int rc;
+
+	if (policy_path[0] != '/') {
+		hook_err("createRuntime", id, "annotation " OCI_POLICY_ANNOTATION
+			 "='%s' is not an absolute host path", policy_path);
+		return CTL_EXIT_USAGE;
+	}
+	if (container_cgroup(pid, bundle, cg, sizeof(cg), why, sizeof(why))) {
+		hook_err("createRuntime", id, "cannot find its cgroup: %s", why);
+		return CTL_EXIT_ERROR;
+	}
+	/* Unreadable file and missing socket said in our own words first: Podman
+	 * cuts a hook's stderr after a "No such file or directory". */
+	if (access(policy_path, R_OK)) {
+		hook_err("createRuntime", id, "policy %s (annotation " OCI_POLICY_ANNOTATION
+			 "): %s; not starting it", policy_path, strerror(errno));
+		return CTL_EXIT_USAGE;
+	}
+	if (access(c->socket, F_OK)) {
+		hook_err("createRuntime", id, "egressd is not reachable at %s (%s); not "
+			 "starting it unconfined", c->socket, strerror(errno));
+		return CTL_EXIT_UNREACHABLE;
+	}
+	rc = ctl_policy_load(policy_path, &policy);
+	if (rc) {
+		hook_err("createRuntime", id, "policy %s (annotation " OCI_POLICY_ANNOTATION
+			 ") is not usable; not starting it", policy_path);
+		return rc;
+	}
+	if (container_netns(pid, bundle, ns, sizeof(ns))) {
+		hook_err("createRuntime", id, "it has a network namespace of its own that the "
+			 "bundle's linux.namespaces names no path for; egressd cannot open its DNS "
+			 "listeners there; not starting it");
+		json_decref(policy);
+		return CTL_EXIT_ERROR;
+	}
+	req = json_pack("{s:s, s:s, s:o}", "op", "attach", "cgroup", cg, "policy", policy);
+	if (req && ns[0] && json_object_set_new(req, "netns", json_string(ns))) {
+		json_decref(req);
+		req = NULL;
+	}
+	if (!req) {
+		hook_err("createRuntime", id, "out of memory");
+		return CTL_EXIT_ERROR;
+	}
+	rc = ctl_request(c, req, &resp, NULL, 0);
+	json_decref(req);
+	if (rc) {
+		hook_err("createRuntime", id, "egressd did not confine %s (see above); not "
+			 "starting it", cg);
+		return rc;
+	}
+	json_decref(resp);
+	return CTL_EXIT_OK;
+}
+
+static int hook_detach(struct ctl *c, const char *id, long pid, const char *bundle)
+{
+	char cg[PATH_MAX], code[32], why[PATH_MAX + 128] = "";
+	json_t *req, *resp;
+	int rc;
+
+	if (container_cgroup(pid, bundle, cg, sizeof(cg), why, sizeof(why))) {
+		hook_err("poststop", id, "cannot find its cgroup: %s", why);
+		return CTL_EXIT_ERROR;
+	}
+	req = json_pack("{s:s, s:s, s:s}", "op", "detach", "cgroup", cg, "status",
+			"container stopped");
+	if (!req) {
+		hook_err("poststop", id, "out of memory");
+		return CTL_EXIT_ERROR;
+	}
+	c->quiet = true; /* not_found is fine: said below */
+	rc = ctl_request(c, req, &resp, code, sizeof(code));
+	json_decref(req);
+	if (rc == CTL_EXIT_OK) {
+		json_decref(resp);
+		return rc;
+	}
+	/* Already gone (detached by hand, or egressd saw the cgroup go). */
+	if (strcmp(code, "not_found") == 0)
+		return CTL_EXIT_OK;
+	hook_err("poststop", id, "detach of %s failed (%s; exit %d)", cg,
+		 code[0] ? code : rc == CTL_EXIT_UNREACHABLE ? "egressd not reachable" : "error",
+		 rc);
+	return rc;
+}
+
+int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv)
+{
+	char why[256] = "";
+	const char *stage, *id, *bundle, *policy;
+	json_t *state = NULL, *ann;
+	json_int_t pid;
+	int rc;
+
+	if (argc == 2 && strcmp(argv[1], "--help") == 0) {
+		fputs(ocihook_help, stdout);
+		return INT_MAX;
+	}
+	if (argc != 2 ||
+	    (strcmp(argv[1], "createRuntime") != 0 && strcmp(argv[1], "poststop") != 0))
+		return ctl_usage_error("oci-hook", "oci-hook: give the stage, createRuntime or "
+				       "poststop");
+	stage = argv[1];
+	rc = read_state(&state, why, sizeof(why));
+	if (rc) {
+		hook_err(stage, NULL, "%s", rc == -ENOMEM ? "out of memory" : why);
+		return CTL_EXIT_USAGE;
+	}
+	id = json_string_value(json_object_get(state, "id"));
+	bundle = json_string_value(json_object_get(state, "bundle"));
+	pid = json_integer_value(json_object_get(state, "pid"));
+	ann = json_object_get(state, "annotations");
+	if (ann && !json_is_object(ann)) {
+		hook_err(stage, id, "state: annotations is not an object");
+		rc = CTL_EXIT_USAGE;
+		goto out;
+	}
+	if (!json_object_get(ann, OCI_POLICY_ANNOTATION)) {
+		rc = CTL_EXIT_OK; /* not ours to confine */
+		goto out;
+	}
+	policy = json_string_value(json_object_get(ann, OCI_POLICY_ANNOTATION));
+	if (!id || !id[0] || !policy || !policy[0]) {
+		hook_err(stage, id, "state: %s", !id || !id[0] ? "no container id" :
+			 "annotation " OCI_POLICY_ANNOTATION " is not a path string");
+		rc = CTL_EXIT_USAGE;
+		goto out;
+	}
+	if (pid < 0 || pid > INT_MAX) {
+		hook_err(stage, id, "state: pid %lld out of range", (long long)pid);
+		rc = CTL_EXIT_USAGE;
+		goto out;
+	}
+	if (strcmp(stage, "createRuntime") == 0) {
+		if (pid == 0) {
+			/* No process: no cgroup we could check it is in. */
+			hook_err(stage, id, "state has no pid (is this hook at createRuntime?)");
+			rc = CTL_EXIT_USAGE;
+			goto out;
+		}
+		rc = hook_attach(c, id, (long)pid, bundle, policy);
+	} else {
+		rc = hook_detach(c, id, 0, bundle);
+	}
+out:
+	json_decref(state);
+	return rc;
+}

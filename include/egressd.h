@@ -45,6 +45,8 @@
 #define EGR_SB_ALLOW_MPTCP   0x10 /* IPPROTO_MPTCP */
 /* Other sandbox flags. */
 #define EGR_SB_INBOUND_ALLOW 0x100 /* network.inbound = "allow" */
+#define EGR_SB_AUDIT         0x200 /* network.mode = "audit": allowlist denies are let
+				    * through and reported (egr_apply_mode) */
 
 /* Policy id 0 and sandbox id 0 are never allocated: a zeroed cgroup storage
  * (a link attached before egressd wrote the sandbox id) therefore resolves to
@@ -95,6 +97,10 @@ struct egr_sandbox {
 	__u32 flags;     /* EGR_SB_* */
 	__u16 dns_port4; /* the sandbox's DNS proxy on 127.0.0.1; 0 = none (DNS denied) */
 	__u16 dns_port6; /* and on ::1 */
+	/* Appended after version 1 (migrate.c gives them their defaults). */
+	__u32 quarantined; /* nonzero: the circuit breaker tripped; every decision of
+			    * the sandbox denies, allowed or not, until released */
+	__u32 pad;
 };
 
 /* Where a redirected DNS socket really sent to, so recvmsg can give the
@@ -138,6 +144,12 @@ struct egr_meter {
 	__u64 backstop_drops;  /* egress packets no earlier hook stopped */
 	__u64 inbound_drops;   /* unsolicited inbound packets dropped */
 	__u64 quota_drops;     /* egress packets dropped past a quota */
+	/* Appended after version 1: what audit mode let through that
+	 * enforce mode would have denied (counted as allowed above too). */
+	__u64 would_deny_conn;
+	__u64 would_deny_dgram;
+	__u64 would_deny_sock;
+	__u64 would_deny_backstop;
 };
 
 /* Value of the per-attachment cgroup storage: which sandbox this cgroup is.
@@ -202,6 +214,10 @@ enum egr_event_type {
 	EGR_EV_QUOTA = 7,         /* first drop of a window past a quota */
 };
 
+/* Event verdict of a decision the policy denies and audit mode let through
+ * (EGR_ALLOW and EGR_DENY are the others, include/egr_decide.h). */
+#define EGR_VERDICT_AUDIT 2
+
 struct egr_event {
 	__u64 ts_ns;          /* bpf_ktime_get_boot_ns() */
 	__u64 cgroup_id;      /* the current task's cgroup; 0 in softirq context */
@@ -211,7 +227,7 @@ struct egr_event {
 	__u32 tenant_id;
 	__u32 policy_id;
 	__u32 pid;            /* tgid; 0 when not in task context */
-	__u32 verdict;        /* EGR_ALLOW / EGR_DENY */
+	__u32 verdict;        /* EGR_ALLOW / EGR_DENY / EGR_VERDICT_AUDIT */
 	__u32 family;         /* AF_INET / AF_INET6 */
 	__u32 protocol;
 	__u32 sock_type;
@@ -228,10 +244,10 @@ _Static_assert(sizeof(struct egr_lpm4_key) == 12, "egr_lpm4_key is ABI");
 _Static_assert(sizeof(struct egr_lpm6_key) == 24, "egr_lpm6_key is ABI");
 _Static_assert(sizeof(struct egr_port_range) == 6, "egr_port_range is ABI");
 _Static_assert(sizeof(struct egr_rule) == 64, "egr_rule is ABI");
-_Static_assert(sizeof(struct egr_sandbox) == 40, "egr_sandbox is ABI");
+_Static_assert(sizeof(struct egr_sandbox) == 48, "egr_sandbox is ABI");
 _Static_assert(sizeof(struct egr_dns_orig) == 24, "egr_dns_orig is ABI");
 _Static_assert(sizeof(struct egr_quota) == 40, "egr_quota is ABI");
-_Static_assert(sizeof(struct egr_meter) == 96, "egr_meter is ABI");
+_Static_assert(sizeof(struct egr_meter) == 128, "egr_meter is ABI");
 _Static_assert(sizeof(struct egr_cg_ref) == 8, "egr_cg_ref is frozen forever");
 _Static_assert(sizeof(struct egr_dest_key) == 24, "egr_dest_key is ABI");
 _Static_assert(sizeof(struct egr_dest_val) == 32, "egr_dest_val is ABI");

@@ -56,6 +56,8 @@ enum egr_dns_verdict {
 	EGR_DNS_V_SERVFAIL,     /* timeout, upstream error, in-flight table full */
 	EGR_DNS_V_EXFIL,        /* exfiltration signal past a limit: REFUSED */
 	EGR_DNS_V_CAP,          /* learn() failed (cap hit, map full): SERVFAIL */
+	EGR_DNS_V_AUDIT,        /* not allowed, forwarded anyway: the policy is in
+				 * audit mode (its answer gets an ALLOWED event) */
 };
 
 struct egr_dns_event {
@@ -105,6 +107,8 @@ struct egr_dnsproxy_stats {
 	uint64_t cap;           /* learn() failures (also counted in servfail) */
 	uint64_t malformed;     /* dropped: not a parseable query */
 	uint64_t learned;       /* addresses handed to learn() successfully */
+	uint64_t would_deny;    /* audit mode: names/qtypes forwarded that enforce
+				 * mode refuses */
 	uint32_t tcp_conns;     /* client TCP connections open now */
 	uint32_t inflight;      /* queries upstream now */
 };

@@ -374,7 +374,8 @@ static void on_dns_event(void *ctx, const struct egr_dns_event *ev)
 		egr_events_dns(d->events, ev);
 	/* Counts for /metrics, stats and billing; refusals are counted with
 	 * everything the proxy did not forward. */
-	if (d->metrics && sb) {
+	/* An audit verdict is followed by the answer's own (allowed) one. */
+	if (d->metrics && sb && ev->verdict != EGR_DNS_V_AUDIT) {
 		egr_metrics_count_dns(d->metrics, ev->sandbox_id, sb->tenant_id,
 				      ev->verdict == EGR_DNS_V_ALLOWED);
 		if (ev->latency_ns)

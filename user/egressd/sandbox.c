@@ -275,6 +275,9 @@ static void sb_set_meta(struct egr_sb *sb, struct egr_policy *p, const struct eg
 	sb->n4 = c->n4;
 	sb->n6 = c->n6;
 	sb->nnames = 0;
+	sb->audit_mode = p->audit_mode;
+	sb->breaker_max_denies = p->breaker_max_denies;
+	sb->breaker_window_s = p->breaker_window_s;
 	for (size_t i = 0; i < p->nallow; i++)
 		if (p->allow[i].kind == EGR_HOST_NAME)
 			sb->nnames++;
@@ -283,7 +286,8 @@ static void sb_set_meta(struct egr_sb *sb, struct egr_policy *p, const struct eg
 /* The kernel's view of a policy's switches. */
 static uint32_t sandbox_flags(const struct egr_policy *p)
 {
-	return p->sb_flags | (p->inbound_allow ? EGR_SB_INBOUND_ALLOW : 0);
+	return p->sb_flags | (p->inbound_allow ? EGR_SB_INBOUND_ALLOW : 0) |
+	       (p->audit_mode ? EGR_SB_AUDIT : 0);
 }
 
 /* --- egress quotas (docs/metering.md) ----------------------------------------- */
@@ -626,7 +630,8 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 		 * backstop trusts connected ones): judge them now. */
 		unsigned closed;
 
-		close_refused(r, sb, &c, p.inbound_allow, &closed);
+		if (!p.audit_mode)
+			close_refused(r, sb, &c, p.inbound_allow, &closed);
 	}
 	if (r->hooks.attached)
 		r->hooks.attached(r->hooks.ctx, sb, policy);
@@ -775,6 +780,8 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	quota_fields(&ksb, &p);
 	ksb.dns_port4 = sb->dns_port4;
 	ksb.dns_port6 = sb->dns_port6;
+	/* A policy update does not lift a quarantine: only release does. */
+	ksb.quarantined = sb->quarantined;
 	err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
 	if (err) {
 		fail(f, "internal", NULL, "switch sandbox %u to the new policy: %s", sb->id,
@@ -798,7 +805,10 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 			log_error("sandbox %u: DNS proxy kept the old DNS policy", sb->id);
 		dpol = NULL;
 	}
-	close_refused(r, sb, &c, p.inbound_allow, closed);
+	/* Audit mode refuses nothing; an update to enforce tears down. */
+	*closed = 0;
+	if (!p.audit_mode)
+		close_refused(r, sb, &c, p.inbound_allow, closed);
 	if (r->hooks.updated)
 		r->hooks.updated(r->hooks.ctx, sb, old_sha, policy, *closed);
 	/* Reclaim the old rule set; nothing refers to it any more. */
@@ -815,6 +825,51 @@ out:
 	egr_compiled_free(&c);
 	egr_policy_free(&p);
 	return err;
+}
+
+/* Every socket is refused while quarantined. */
+static bool refuse_all(void *ctx, int family, const uint8_t *daddr, uint16_t dport, int protocol)
+{
+	(void)ctx, (void)family, (void)daddr, (void)dport, (void)protocol;
+	return false;
+}
+
+int egr_reg_set_quarantine(struct egr_registry *r, struct egr_sb *sb, bool on, unsigned *closed,
+			   struct egr_fail *f)
+{
+	struct egr_sandbox ksb;
+	uint64_t *ids = NULL;
+	size_t n = 0;
+	int err;
+
+	*closed = 0;
+	err = egr_bpf_get_sandbox(r->bpf, sb->id, &ksb);
+	if (err) {
+		fail(f, "internal", NULL, "read sandbox %u: %s", sb->id, strerror(-err));
+		return err;
+	}
+	/* The one map update that switches every hook of the sandbox. */
+	ksb.quarantined = on ? 1 : 0;
+	err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
+	if (err) {
+		fail(f, "internal", NULL, "%s sandbox %u: %s", on ? "quarantine" : "release",
+		     sb->id, strerror(-err));
+		return err;
+	}
+	sb->quarantined = on;
+	sb->quarantined_at = on ? time(NULL) : 0;
+	if (!on)
+		return 0;
+	/* Established connections were judged at connect time: end them all
+	 * (the backstop already drops their packets). */
+	err = egr_cgroup_subtree_ids(sb->cgroup, &ids, &n);
+	if (!err)
+		err = egr_sockdiag_destroy_refused(ids, n, false, refuse_all, NULL, closed);
+	if (err)
+		log_error("sandbox %u: destroying connections of the quarantine: %s (%u closed)",
+			  sb->id, strerror(-err), *closed);
+	free(ids);
+	return 0;
 }
 
 /* Tear down everything of a sandbox, links first so that no program runs
@@ -886,6 +941,10 @@ json_t *egr_sb_json(const struct egr_sb *sb)
 	json_t *o = sb_json_base(sb);
 
 	if (o) {
+		json_object_set_new(o, "mode", json_string(sb->audit_mode ? "audit" : "enforce"));
+		json_object_set_new(o, "quarantined", json_boolean(sb->quarantined));
+		if (sb->quarantined)
+			json_object_set_new(o, "quarantined_at", iso_time(sb->quarantined_at));
 		json_object_set_new(o, "netns", str_or_null(sb->netns));
 		json_object_set_new(o, "dns", json_pack("{s:i, s:i}", "port4", sb->dns_port4,
 							 "port6", sb->dns_port6));
@@ -944,6 +1003,7 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 	struct egr_fail f;
 	struct egr_sb *sb = NULL;
 	uint64_t now_cgid = 0;
+	bool got;
 	int err;
 
 	if (!cgroup || !policy || prepare(policy, &p, &c, &f)) {
@@ -979,12 +1039,16 @@ static void adopt_one(struct egr_registry *r, uint32_t id, json_t *st)
 	sb->attached_at = (time_t)json_integer_value(json_object_get(st, "attached_at"));
 	sb->updated_at = (time_t)json_integer_value(json_object_get(st, "updated_at"));
 
-	if (egr_bpf_get_sandbox(r->bpf, id, &ksb) != 0 || ksb.policy_id != policy_id) {
+	got = egr_bpf_get_sandbox(r->bpf, id, &ksb) == 0;
+	/* A quarantine lives in the kernel entry: adoption keeps it. */
+	sb->quarantined = got && ksb.quarantined;
+	if (!got || ksb.policy_id != policy_id) {
 		/* A crash mid-update (or a lost entry): apply the stored policy
 		 * again under a fresh id; start-up GC reclaims the rest. */
 		log_warn("sandbox %u: kernel policy does not match state; reapplying", id);
 		sb->policy_id = alloc_policy_id(r);
 		memset(&ksb, 0, sizeof(ksb));
+		ksb.quarantined = sb->quarantined;
 		ksb.policy_id = sb->policy_id;
 		ksb.tenant_id = sb->tenant_id;
 		ksb.flags = sandbox_flags(&p);

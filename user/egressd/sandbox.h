@@ -32,6 +32,10 @@ struct egr_sb {
 	/* limits in force (docs/metering.md); 0 = none */
 	uint64_t quota_bytes, tenant_quota_bytes, quota_window_ns;
 	char *end_status;         /* how its command ended, as the detach request said */
+	int audit_mode;           /* network.mode "audit" */
+	uint32_t breaker_max_denies, breaker_window_s; /* network.breaker; 0 = none */
+	bool quarantined;         /* mirrors egr_sandbox.quarantined in the kernel */
+	time_t quarantined_at;    /* 0 when adopted quarantined (unknown) */
 };
 
 /* A failed request: a protocol error code (docs/control-protocol.md) and
@@ -95,6 +99,12 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 /* Removes sb from the registry and frees it; *snapshot gets its JSON. */
 int egr_reg_detach(struct egr_registry *r, struct egr_sb *sb, json_t **snapshot,
 		   struct egr_fail *f);
+
+/* Quarantine (on) or release a sandbox: one update of its kernel entry;
+ * quarantining then destroys every connected socket of its cgroups
+ * (*closed counts them). 0 or -errno with f filled. */
+int egr_reg_set_quarantine(struct egr_registry *r, struct egr_sb *sb, bool on, unsigned *closed,
+			   struct egr_fail *f);
 
 /* By cgroup path (compared after realpath) or id; NULL when absent. */
 struct egr_sb *egr_reg_find(struct egr_registry *r, const char *cgroup, uint32_t id);

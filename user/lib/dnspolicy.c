@@ -25,7 +25,13 @@ struct egr_dnspolicy {
 	size_t nwild;
 	uint16_t qtypes[EGR_DNSPOL_MAX_QTYPES];
 	size_t nqtypes;
+	bool audit;
 };
+
+bool egr_dnspolicy_audit(const struct egr_dnspolicy *pol)
+{
+	return pol && pol->audit;
+}
 
 static const uint16_t default_qtypes[] = {
 	EGR_DNS_T_A, EGR_DNS_T_AAAA, EGR_DNS_T_CNAME, EGR_DNS_T_HTTPS, EGR_DNS_T_SVCB,
@@ -191,6 +197,7 @@ int egr_dnspolicy_new(const struct egr_policy *p, const uint16_t *qtypes, size_t
 	}
 	memcpy(pol->qtypes, qtypes, nqtypes * sizeof(*qtypes));
 	pol->nqtypes = nqtypes;
+	pol->audit = p->audit_mode != 0;
 
 	maxn = p->ndns + p->nallow;
 	pol->exact = calloc(maxn ? maxn : 1, sizeof(*pol->exact));

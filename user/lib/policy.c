@@ -908,12 +908,63 @@ static int parse_dns_types(const json_t *arr, struct egr_policy *p, struct egr_e
 	return 0;
 }
 
+/* network.breaker: {"max_denies": N, "window_s": S}, both required. */
+static int parse_breaker(const json_t *b, struct egr_policy *p, struct egr_error *err)
+{
+	static const char *const known[] = { "max_denies", "window_s", NULL };
+	static const struct {
+		const char *key;
+		json_int_t max;
+	} f[] = {
+		{ "max_denies", EGR_POLICY_MAX_BREAKER_DENIES },
+		{ "window_s", EGR_POLICY_MAX_BREAKER_WINDOW_S },
+	};
+	uint32_t val[2];
+	size_t i;
+	int ret;
+
+	if (!b)
+		return 0;
+	set_field(err, "network.breaker");
+	if (!json_is_object(b)) {
+		set_msg(err, "must be an object {\"max_denies\": N, \"window_s\": S}");
+		return -EINVAL;
+	}
+	ret = check_keys(b, known, "network.breaker.", err);
+	if (ret)
+		return ret;
+	for (i = 0; i < 2; i++) {
+		const json_t *v = json_object_get(b, f[i].key);
+		json_int_t n;
+
+		set_field(err, "network.breaker.%s", f[i].key);
+		if (!v) {
+			set_msg(err, "missing (required)");
+			return -EINVAL;
+		}
+		if (!json_is_integer(v)) {
+			set_msg(err, "must be an integer");
+			return -EINVAL;
+		}
+		n = json_integer_value(v);
+		if (n < 1 || n > f[i].max) {
+			set_msg(err, "%lld out of range 1-%lld", (long long)n, (long long)f[i].max);
+			return -EINVAL;
+		}
+		val[i] = (uint32_t)n;
+	}
+	p->breaker_max_denies = val[0];
+	p->breaker_window_s = val[1];
+	return 0;
+}
+
 static int parse_network(const json_t *net, struct egr_policy *p, struct allow_vec *av,
 			 struct egr_error *err)
 {
 	static const char *const known[] = { "default",	  "outbound_allow", "dns_allow",
 					     "inbound",	  "allow_sockets",  "trust",
-					     "dns_types", NULL };
+					     "dns_types", "mode",	    "breaker",
+					     NULL };
 	const json_t *def, *in;
 	char q[QUOTE_BUF];
 	int ret;
@@ -980,6 +1031,26 @@ static int parse_network(const json_t *net, struct egr_policy *p, struct allow_v
 			return -EINVAL;
 		}
 	}
+	in = json_object_get(net, "mode");
+	if (in) {
+		const char *s = json_is_string(in) ? json_string_value(in) : NULL;
+
+		set_field(err, "network.mode");
+		if (s && strlen(s) != json_string_length(in))
+			s = NULL;
+		if (s && !strcmp(s, "enforce")) {
+			p->audit_mode = 0;
+		} else if (s && !strcmp(s, "audit")) {
+			p->audit_mode = 1;
+		} else {
+			set_msg(err, "must be \"enforce\" or \"audit\"%s%s", s ? ", not " : "",
+				s ? quote(q, s) : "");
+			return -EINVAL;
+		}
+	}
+	ret = parse_breaker(json_object_get(net, "breaker"), p, err);
+	if (ret)
+		return ret;
 	ret = parse_sockets(json_object_get(net, "allow_sockets"), &p->sb_flags, &p->families,
 			    err);
 	if (ret)

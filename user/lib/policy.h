@@ -22,6 +22,8 @@
 #define EGR_POLICY_MAX_WINDOW_S 31622400 /* limits.window_seconds: 366 days */
 #define EGR_POLICY_DEFAULT_WINDOW_S 3600
 #define EGR_POLICY_MAX_QUOTA    (1ULL << 60) /* limits.*egress_bytes */
+#define EGR_POLICY_MAX_BREAKER_DENIES 100000000 /* network.breaker.max_denies */
+#define EGR_POLICY_MAX_BREAKER_WINDOW_S 86400   /* network.breaker.window_s: one day */
 
 enum egr_host_kind {
 	EGR_HOST_V4 = 1,   /* addr[0..3], prefixlen 0..32 */
@@ -52,6 +54,10 @@ struct egr_policy {
 	                        * "netlink", ...): bit n allows AF n in the seccomp
 	                        * family filter (egr_confine.extra_families) */
 	int trust_strict;      /* network.trust: "standard" (0, default) or "strict" (1) */
+	int audit_mode;        /* network.mode: "enforce" (0, default) or "audit" (1) */
+	uint32_t breaker_max_denies; /* network.breaker.max_denies; 0 = no breaker in the
+	                              * policy (egressd's --breaker default applies) */
+	uint32_t breaker_window_s;   /* network.breaker.window_s */
 	uint16_t dns_types[EGR_POLICY_MAX_DNS_TYPES]; /* network.dns_types; */
 	size_t ndns_types;     /* 0: the proxy's default set */
 	struct egr_allow *allow;

@@ -444,6 +444,10 @@ static int on_ring(void *ctx, void *data, size_t size)
 	default:
 		break;
 	}
+	/* Denied and would-be denied destinations go into the execution's
+	 * audit record (what `egressctl suggest` reads). */
+	if (ev->audit && e->verdict != EGR_ALLOW)
+		egr_auditlog_kernel_event(ev->audit, o);
 	publish(ev, o);
 	json_decref(o);
 	/* Returning < 0 stops libbpf's consume loop after this sample (it

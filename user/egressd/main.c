@@ -31,6 +31,7 @@
 #include "loop.h"
 #include "metrics.h"
 #include "billing.h"
+#include "breaker.h"
 #include "proto.h"
 #include "sandbox.h"
 #include "server.h"
@@ -51,9 +52,11 @@ struct options {
 	/* metering export (docs/metering.md) */
 	const char *metrics_addr, *billing_file;
 	unsigned metrics_max_sandboxes, billing_interval_s;
+	struct egr_breaker_opts breaker; /* --breaker, --breaker-interval */
 };
 
 enum { OPT_METRICS_ADDR = 1100, OPT_METRICS_MAX, OPT_BILLING_INTERVAL, OPT_BILLING_FILE };
+enum { OPT_BREAKER = 1200, OPT_BREAKER_INTERVAL };
 
 enum {
 	OPT_AUDIT_LOG = 1000,
@@ -110,6 +113,10 @@ static void usage(FILE *out)
 		"                     sandbox=\"_other\" (default 1000)\n"
 		"  --billing-interval SEC  billing export interval (default 60)\n"
 		"  --billing-file PATH  billing JSON lines (default <state-dir>/billing.jsonl)\n"
+		"  --breaker N/S      circuit breaker of policies without network.breaker:\n"
+		"                     quarantine a sandbox past N denies within S seconds\n"
+		"                     (default: none)\n"
+		"  --breaker-interval MS  how often the breaker reads the counters (default 200)\n"
 		"  --help             this text\n"
 		"  --version          print the version\n",
 		EGR_DEFAULT_SOCKET);
@@ -146,6 +153,8 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "metrics-max-sandboxes", required_argument, NULL, OPT_METRICS_MAX },
 		{ "billing-interval", required_argument, NULL, OPT_BILLING_INTERVAL },
 		{ "billing-file", required_argument, NULL, OPT_BILLING_FILE },
+		{ "breaker", required_argument, NULL, OPT_BREAKER },
+		{ "breaker-interval", required_argument, NULL, OPT_BREAKER_INTERVAL },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -309,6 +318,40 @@ static int parse_args(int argc, char **argv, struct options *o)
 				o->billing_interval_s = (unsigned)v;
 			break;
 		}
+		case OPT_BREAKER: {
+			char *end;
+			unsigned long n = strtoul(optarg, &end, 10), s = 0;
+
+			if (end != optarg && *end == '/' && optarg[0] != '-') {
+				char *p = end + 1;
+
+				s = strtoul(p, &end, 10);
+				if (end == p || *p == '-')
+					s = 0;
+			}
+			if (*end || !n || n > EGR_POLICY_MAX_BREAKER_DENIES || !s ||
+			    s > EGR_POLICY_MAX_BREAKER_WINDOW_S) {
+				fprintf(stderr, "egressd: --breaker: want MAX_DENIES/WINDOW_S "
+					"(1-%u/1-%u), not %s\n", EGR_POLICY_MAX_BREAKER_DENIES,
+					EGR_POLICY_MAX_BREAKER_WINDOW_S, optarg);
+				return 2;
+			}
+			o->breaker.max_denies = (uint32_t)n;
+			o->breaker.window_s = (uint32_t)s;
+			break;
+		}
+		case OPT_BREAKER_INTERVAL: {
+			char *end;
+			unsigned long v = strtoul(optarg, &end, 10);
+
+			if (*end || end == optarg || optarg[0] == '-' || v < 10 || v > 60000) {
+				fprintf(stderr, "egressd: --breaker-interval: 10-60000 ms, not %s\n",
+					optarg);
+				return 2;
+			}
+			o->breaker.interval_ms = (uint32_t)v;
+			break;
+		}
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -349,6 +392,7 @@ struct dns_ctx {
 	struct egr_learned *learned;
 	struct egr_events *events; /* NULL until the event stream is up */
 	struct egr_metrics *metrics;
+	struct egr_auditlog *audit; /* NULL until the audit log is open */
 };
 
 /* The proxy learned addresses: into the sandbox's current policy. */
@@ -372,6 +416,7 @@ static void on_dns_event(void *ctx, const struct egr_dns_event *ev)
 
 	if (d->events)
 		egr_events_dns(d->events, ev);
+	egr_auditlog_dns(d->audit, ev);
 	/* Counts for /metrics, stats and billing; refusals are counted with
 	 * everything the proxy did not forward. */
 	/* An audit verdict is followed by the answer's own (allowed) one. */
@@ -480,6 +525,7 @@ int main(int argc, char **argv)
 	struct egr_server srv = { 0 };
 	struct egr_metrics *metrics = NULL;
 	struct egr_billing *billing = NULL;
+	struct egr_breaker *breaker = NULL;
 	char billing_path[512], billing_state[512];
 	struct egr_loop *loop = NULL;
 	struct egr_auditlog *audit = NULL;
@@ -542,6 +588,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	egr_auditlog_hooks(audit, &hooks, NULL);
+	dctx.audit = audit;
 	err = egr_reg_init(&reg, &bpf, o.state_dir, &hooks, dns, learned);
 	reg.host_lsm_cgroup = feat.lsm_cgroup;
 	if (err) {
@@ -609,6 +656,16 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
+	err = egr_breaker_new(&breaker, &o.breaker, &reg, dns, loop);
+	if (!err)
+		err = egr_breaker_add_metrics(breaker, metrics);
+	if (err) {
+		log_error("circuit breaker: %s", strerror(-err));
+		rc = 1;
+		goto out;
+	}
+	egr_breaker_set_sinks(breaker, alerting, audit);
+	srv.breaker = breaker;
 	if (egr_cgroup2_mount(srv.cgroup_root, sizeof(srv.cgroup_root)) < 0)
 		srv.cgroup_root[0] = '\0';
 	err = egr_loop_add(loop, lfd, EPOLLIN, on_control, &srv);
@@ -636,8 +693,10 @@ out:
 	/* The proxy outlives the stream and the metrics: unhook them first. */
 	dctx.events = NULL;
 	dctx.metrics = NULL;
+	dctx.audit = NULL;
 	egr_billing_free(billing);
 	egr_metrics_free(metrics);
+	egr_breaker_free(breaker);
 	egr_events_free(events);
 	egr_reg_free(&reg);
 	egr_alerting_free(alerting);

@@ -14,6 +14,7 @@ struct egr_events;
 struct egr_alerting;
 struct egr_auditlog;
 struct egr_metrics;
+struct egr_breaker;
 
 struct egr_server {
 	struct egr_registry *reg;
@@ -26,6 +27,7 @@ struct egr_server {
 	struct egr_alerting *alerting;
 	struct egr_auditlog *audit;
 	struct egr_metrics *metrics; /* the `stats` op (NULL: unavailable) */
+	struct egr_breaker *breaker; /* the `release` op, status (NULL: unavailable) */
 	struct egr_hardening hardening; /* what egressd gave up (status) */
 };
 

@@ -1,0 +1,236 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "execobs.h"
+
+struct obs_name {
+	char *name;
+	char verdict[8];
+	size_t naddrs;
+	char addrs[EGR_EXECOBS_MAX_ADDRS][INET6_ADDRSTRLEN];
+};
+
+struct obs_denied {
+	char addr[INET6_ADDRSTRLEN];
+	uint16_t port;
+	char proto[12];
+	char kind[12];
+	bool audit;
+	uint64_t count;
+};
+
+struct obs_sb {
+	uint32_t id;
+	bool truncated; /* a bound was hit: the record says it is incomplete */
+	uint64_t dns_audit; /* audit-mode DNS verdicts: names enforce mode refuses */
+	struct obs_name *names;
+	size_t nnames;
+	struct obs_denied *denied;
+	size_t ndenied;
+	struct obs_sb *next;
+};
+
+struct egr_execobs {
+	struct obs_sb *sbs;
+};
+
+int egr_execobs_new(struct egr_execobs **out)
+{
+	*out = calloc(1, sizeof(**out));
+	return *out ? 0 : -ENOMEM;
+}
+
+static void sb_free(struct obs_sb *s)
+{
+	for (size_t i = 0; i < s->nnames; i++)
+		free(s->names[i].name);
+	free(s->names);
+	free(s->denied);
+	free(s);
+}
+
+void egr_execobs_free(struct egr_execobs *x)
+{
+	struct obs_sb *s, *next;
+
+	if (!x)
+		return;
+	for (s = x->sbs; s; s = next) {
+		next = s->next;
+		sb_free(s);
+	}
+	free(x);
+}
+
+static struct obs_sb *sb_get(struct egr_execobs *x, uint32_t id, bool create)
+{
+	struct obs_sb *s;
+
+	for (s = x->sbs; s; s = s->next)
+		if (s->id == id)
+			return s;
+	if (!create)
+		return NULL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	s->id = id;
+	s->next = x->sbs;
+	x->sbs = s;
+	return s;
+}
+
+void egr_execobs_dns(struct egr_execobs *x, uint32_t sandbox, const char *qname,
+		     const char *verdict, const int *family, const uint8_t (*addr)[16], size_t n)
+{
+	struct obs_sb *s;
+	struct obs_name *nm = NULL;
+
+	if (!x || !qname || !*qname || !(s = sb_get(x, sandbox, true)))
+		return;
+	if (verdict && !strcmp(verdict, "audit"))
+		s->dns_audit++;
+	for (size_t i = 0; i < s->nnames; i++)
+		if (!strcmp(s->names[i].name, qname)) {
+			nm = &s->names[i];
+			break;
+		}
+	if (!nm) {
+		if (s->nnames >= EGR_EXECOBS_MAX_NAMES) {
+			s->truncated = true;
+			return;
+		}
+		if (!s->names) {
+			s->names = calloc(EGR_EXECOBS_MAX_NAMES, sizeof(*s->names));
+			if (!s->names) {
+				s->truncated = true;
+				return;
+			}
+		}
+		nm = &s->names[s->nnames];
+		nm->name = strdup(qname);
+		if (!nm->name) {
+			s->truncated = true;
+			return;
+		}
+		s->nnames++;
+	}
+	/* The strongest verdict wins: a name allowed once stays allowed; a
+	 * name audited (would be refused) is what a suggestion must add. */
+	if (verdict && (!nm->verdict[0] || strcmp(nm->verdict, "allow") != 0))
+		snprintf(nm->verdict, sizeof(nm->verdict), "%s", verdict);
+	for (size_t i = 0; i < n; i++) {
+		char a[INET6_ADDRSTRLEN];
+		bool have = false;
+
+		if (!inet_ntop(family[i] == AF_INET6 ? AF_INET6 : AF_INET, addr[i], a, sizeof(a)))
+			continue;
+		for (size_t k = 0; k < nm->naddrs && !have; k++)
+			have = !strcmp(nm->addrs[k], a);
+		if (have)
+			continue;
+		if (nm->naddrs >= EGR_EXECOBS_MAX_ADDRS) {
+			s->truncated = true;
+			continue;
+		}
+		snprintf(nm->addrs[nm->naddrs++], INET6_ADDRSTRLEN, "%s", a);
+	}
+}
+
+void egr_execobs_denied(struct egr_execobs *x, uint32_t sandbox, const char *dest_addr,
+			uint16_t port, const char *proto, const char *kind, bool audit)
+{
+	struct obs_sb *s;
+	struct obs_denied *d;
+
+	if (!x || !dest_addr || !(s = sb_get(x, sandbox, true)))
+		return;
+	for (size_t i = 0; i < s->ndenied; i++) {
+		d = &s->denied[i];
+		if (d->port == port && d->audit == audit && !strcmp(d->addr, dest_addr) &&
+		    !strcmp(d->proto, proto ? proto : "") && !strcmp(d->kind, kind ? kind : "")) {
+			d->count++;
+			return;
+		}
+	}
+	if (s->ndenied >= EGR_EXECOBS_MAX_DENIED) {
+		s->truncated = true;
+		return;
+	}
+	if (!s->denied) {
+		s->denied = calloc(EGR_EXECOBS_MAX_DENIED, sizeof(*s->denied));
+		if (!s->denied) {
+			s->truncated = true;
+			return;
+		}
+	}
+	d = &s->denied[s->ndenied++];
+	snprintf(d->addr, sizeof(d->addr), "%s", dest_addr);
+	snprintf(d->proto, sizeof(d->proto), "%s", proto ? proto : "");
+	snprintf(d->kind, sizeof(d->kind), "%s", kind ? kind : "");
+	d->port = port;
+	d->audit = audit;
+	d->count = 1;
+}
+
+json_t *egr_execobs_take(struct egr_execobs *x, uint32_t sandbox)
+{
+	struct obs_sb *s = x ? sb_get(x, sandbox, false) : NULL;
+	json_t *o, *dns, *den;
+
+	o = json_object();
+	dns = json_array();
+	den = json_array();
+	if (!o || !dns || !den) {
+		json_decref(o);
+		json_decref(dns);
+		json_decref(den);
+		return NULL;
+	}
+	for (size_t i = 0; s && i < s->nnames; i++) {
+		json_t *addrs = json_array();
+
+		for (size_t k = 0; addrs && k < s->names[i].naddrs; k++)
+			json_array_append_new(addrs, json_string(s->names[i].addrs[k]));
+		json_array_append_new(dns, json_pack("{s:s, s:s, s:o}", "name", s->names[i].name,
+						     "verdict",
+						     s->names[i].verdict[0] ? s->names[i].verdict
+									    : "allow",
+						     "addrs", addrs ? addrs : json_array()));
+	}
+	for (size_t i = 0; s && i < s->ndenied; i++) {
+		const struct obs_denied *d = &s->denied[i];
+
+		json_array_append_new(den, json_pack("{s:s, s:i, s:s, s:s, s:s, s:I}", "addr",
+						     d->addr, "port", (int)d->port, "proto",
+						     d->proto, "kind", d->kind, "verdict",
+						     d->audit ? "audit" : "deny", "count",
+						     (json_int_t)d->count));
+	}
+	json_object_set_new(o, "dns", dns);
+	json_object_set_new(o, "denied", den);
+	json_object_set_new(o, "complete", json_boolean(!s || !s->truncated));
+	json_object_set_new(o, "dns_would_deny", json_integer(s ? (json_int_t)s->dns_audit : 0));
+	egr_execobs_forget(x, sandbox);
+	return o;
+}
+
+void egr_execobs_forget(struct egr_execobs *x, uint32_t sandbox)
+{
+	struct obs_sb **ps;
+
+	if (!x)
+		return;
+	for (ps = &x->sbs; *ps; ps = &(*ps)->next)
+		if ((*ps)->id == sandbox) {
+			struct obs_sb *s = *ps;
+
+			*ps = s->next;
+			sb_free(s);
+			return;
+		}
+}

@@ -84,6 +84,15 @@ static struct obs_sb *sb_get(struct egr_execobs *x, uint32_t id, bool create)
 	return s;
 }
 
+static int verdict_rank(const char *v)
+{
+	if (!strcmp(v, "audit"))
+		return 3;
+	if (!strcmp(v, "allow"))
+		return 2;
+	return *v ? 1 : 0;
+}
+
 void egr_execobs_dns(struct egr_execobs *x, uint32_t sandbox, const char *qname,
 		     const char *verdict, const int *family, const uint8_t (*addr)[16], size_t n)
 {
@@ -119,9 +128,10 @@ void egr_execobs_dns(struct egr_execobs *x, uint32_t sandbox, const char *qname,
 		}
 		s->nnames++;
 	}
-	/* The strongest verdict wins: a name allowed once stays allowed; a
-	 * name audited (would be refused) is what a suggestion must add. */
-	if (verdict && (!nm->verdict[0] || strcmp(nm->verdict, "allow") != 0))
+	/* audit > allow > deny: the answer of an audited query comes as an
+	 * "allow" after the "audit" (and it stays a name the policy lacks);
+	 * a name refused once and allowed later (an update) was allowed. */
+	if (verdict && verdict_rank(verdict) > verdict_rank(nm->verdict))
 		snprintf(nm->verdict, sizeof(nm->verdict), "%s", verdict);
 	for (size_t i = 0; i < n; i++) {
 		char a[INET6_ADDRSTRLEN];

@@ -45,7 +45,8 @@
 #define EGR_SB_ALLOW_MPTCP   0x10 /* IPPROTO_MPTCP */
 /* Other sandbox flags. */
 #define EGR_SB_INBOUND_ALLOW 0x100 /* network.inbound = "allow" */
-#define EGR_SB_AUDIT         0x200 /* network.mode = "audit": allowlist denies are let
+/* 0x200 and 0x400 are taken on main (EGR_SB_INSPECT, EGR_SB_ESCAPE_ALERT). */
+#define EGR_SB_AUDIT         0x800 /* network.mode = "audit": allowlist denies are let
 				    * through and reported (egr_apply_mode) */
 
 /* Policy id 0 and sandbox id 0 are never allocated: a zeroed cgroup storage

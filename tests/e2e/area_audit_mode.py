@@ -280,8 +280,10 @@ def breaker_quarantines_until_released(c):
         # Hostile: hammer a denied destination.
         r = c.probe(sb.cg, "connect-loop", "127.0.0.1", b.port, 30)
         check(r.line.startswith("ok 0 30"), "connect-loop: %s" % r)
+        t0 = time.monotonic()
         check(wait_until(lambda: aud_quarantined(c, sb), 5),
               "30 denies against max_denies 5 did not quarantine the sandbox")
+        log("quarantined %.0f ms after the flood ended" % ((time.monotonic() - t0) * 1000))
         check(not aud_quarantined(c, twin), "the twin with only allowed traffic was quarantined")
         # Even what its policy allows is denied now, and the established
         # connection was destroyed.

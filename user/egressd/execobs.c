@@ -7,11 +7,16 @@
 
 #include "execobs.h"
 
+struct obs_addr {
+	int family;
+	uint8_t addr[16];
+};
+
 struct obs_name {
 	char *name;
 	char verdict[8];
 	size_t naddrs;
-	char addrs[EGR_EXECOBS_MAX_ADDRS][INET6_ADDRSTRLEN];
+	struct obs_addr addrs[EGR_EXECOBS_MAX_ADDRS];
 };
 
 struct obs_denied {
@@ -28,9 +33,9 @@ struct obs_sb {
 	bool truncated; /* a bound was hit: the record says it is incomplete */
 	uint64_t dns_audit; /* audit-mode DNS verdicts: names enforce mode refuses */
 	struct obs_name *names;
-	size_t nnames;
+	size_t nnames, cap_names;
 	struct obs_denied *denied;
-	size_t ndenied;
+	size_t ndenied, cap_denied;
 	struct obs_sb *next;
 };
 
@@ -64,6 +69,28 @@ void egr_execobs_free(struct egr_execobs *x)
 		sb_free(s);
 	}
 	free(x);
+}
+
+/* Room for one more of n in *arr (cap elements of size), up to max: the
+ * arrays grow as a sandbox uses them, so an idle one costs nothing. */
+static bool grow(void **arr, size_t *cap, size_t n, size_t size, size_t max)
+{
+	size_t want;
+	void *p;
+
+	if (n < *cap)
+		return true;
+	if (n >= max)
+		return false;
+	want = *cap ? *cap * 2 : 8;
+	if (want > max)
+		want = max;
+	p = realloc(*arr, want * size);
+	if (!p)
+		return false;
+	*arr = p;
+	*cap = want;
+	return true;
 }
 
 static struct obs_sb *sb_get(struct egr_execobs *x, uint32_t id, bool create)
@@ -109,18 +136,13 @@ void egr_execobs_dns(struct egr_execobs *x, uint32_t sandbox, const char *qname,
 			break;
 		}
 	if (!nm) {
-		if (s->nnames >= EGR_EXECOBS_MAX_NAMES) {
+		if (!grow((void **)&s->names, &s->cap_names, s->nnames, sizeof(*s->names),
+			  EGR_EXECOBS_MAX_NAMES)) {
 			s->truncated = true;
 			return;
 		}
-		if (!s->names) {
-			s->names = calloc(EGR_EXECOBS_MAX_NAMES, sizeof(*s->names));
-			if (!s->names) {
-				s->truncated = true;
-				return;
-			}
-		}
 		nm = &s->names[s->nnames];
+		memset(nm, 0, sizeof(*nm));
 		nm->name = strdup(qname);
 		if (!nm->name) {
 			s->truncated = true;
@@ -134,20 +156,22 @@ void egr_execobs_dns(struct egr_execobs *x, uint32_t sandbox, const char *qname,
 	if (verdict && verdict_rank(verdict) > verdict_rank(nm->verdict))
 		snprintf(nm->verdict, sizeof(nm->verdict), "%s", verdict);
 	for (size_t i = 0; i < n; i++) {
-		char a[INET6_ADDRSTRLEN];
+		int fam = family[i] == AF_INET6 ? AF_INET6 : AF_INET;
+		size_t alen = fam == AF_INET6 ? 16 : 4;
 		bool have = false;
 
-		if (!inet_ntop(family[i] == AF_INET6 ? AF_INET6 : AF_INET, addr[i], a, sizeof(a)))
-			continue;
 		for (size_t k = 0; k < nm->naddrs && !have; k++)
-			have = !strcmp(nm->addrs[k], a);
+			have = nm->addrs[k].family == fam && !memcmp(nm->addrs[k].addr, addr[i], alen);
 		if (have)
 			continue;
 		if (nm->naddrs >= EGR_EXECOBS_MAX_ADDRS) {
 			s->truncated = true;
 			continue;
 		}
-		snprintf(nm->addrs[nm->naddrs++], INET6_ADDRSTRLEN, "%s", a);
+		nm->addrs[nm->naddrs].family = fam;
+		memset(nm->addrs[nm->naddrs].addr, 0, 16);
+		memcpy(nm->addrs[nm->naddrs].addr, addr[i], alen);
+		nm->naddrs++;
 	}
 }
 
@@ -167,18 +191,13 @@ void egr_execobs_denied(struct egr_execobs *x, uint32_t sandbox, const char *des
 			return;
 		}
 	}
-	if (s->ndenied >= EGR_EXECOBS_MAX_DENIED) {
+	if (!grow((void **)&s->denied, &s->cap_denied, s->ndenied, sizeof(*s->denied),
+		  EGR_EXECOBS_MAX_DENIED)) {
 		s->truncated = true;
 		return;
 	}
-	if (!s->denied) {
-		s->denied = calloc(EGR_EXECOBS_MAX_DENIED, sizeof(*s->denied));
-		if (!s->denied) {
-			s->truncated = true;
-			return;
-		}
-	}
 	d = &s->denied[s->ndenied++];
+	memset(d, 0, sizeof(*d));
 	snprintf(d->addr, sizeof(d->addr), "%s", dest_addr);
 	snprintf(d->proto, sizeof(d->proto), "%s", proto ? proto : "");
 	snprintf(d->kind, sizeof(d->kind), "%s", kind ? kind : "");
@@ -204,8 +223,13 @@ json_t *egr_execobs_take(struct egr_execobs *x, uint32_t sandbox)
 	for (size_t i = 0; s && i < s->nnames; i++) {
 		json_t *addrs = json_array();
 
-		for (size_t k = 0; addrs && k < s->names[i].naddrs; k++)
-			json_array_append_new(addrs, json_string(s->names[i].addrs[k]));
+		for (size_t k = 0; addrs && k < s->names[i].naddrs; k++) {
+			const struct obs_addr *a = &s->names[i].addrs[k];
+			char txt[INET6_ADDRSTRLEN];
+
+			if (inet_ntop(a->family, a->addr, txt, sizeof(txt)))
+				json_array_append_new(addrs, json_string(txt));
+		}
 		json_array_append_new(dns, json_pack("{s:s, s:s, s:o}", "name", s->names[i].name,
 						     "verdict",
 						     s->names[i].verdict[0] ? s->names[i].verdict

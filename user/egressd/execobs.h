@@ -5,7 +5,8 @@
  * destinations that were denied or, in audit mode, would have been. Kept
  * in memory per sandbox, bounded, and written into the execution's audit
  * record at detach (docs/audit.md "observed"); `egressctl suggest` builds a
- * policy from that record. Retention is the audit log's.
+ * policy from that record. Retention is the audit log's. The arrays grow
+ * as used, up to the bounds below: at most about 75 KiB per sandbox.
  */
 #ifndef EGR_EXECOBS_H
 #define EGR_EXECOBS_H

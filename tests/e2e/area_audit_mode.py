@@ -310,6 +310,14 @@ def breaker_quarantines_until_released(c):
         sb.update(c.policy(allow + ["tcp/127.0.0.1:%d" % b.port], extra_network=brk))
         check(aud_quarantined(c, sb), "a policy update lifted the quarantine")
         sb.denied("tcp", "127.0.0.1", b.port)
+        # Hostile: root inside the quarantined sandbox releases itself
+        # (the control socket refuses sandboxed peers).
+        r = subprocess.run([c.egressctl, "--socket", c.sock, "release", "--id", str(sid)],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=CTL_TIMEOUT_S,
+                           preexec_fn=join_cgroup_fn(sb.cg))
+        check(r.returncode != 0 and aud_quarantined(c, sb),
+              "the sandbox released itself: %d %s" % (r.returncode, r.stderr))
         # Release restores its allowed destinations; it does not trip again
         # on the old denies.
         r = c.ctl("release", "--id", str(sid))

@@ -498,7 +498,7 @@ static __always_inline int egr_sock_addr(struct bpf_sock_addr *ctx, int v6, enum
 	const struct egr_sandbox *sb;
 	__u32 sandbox_id = 0, daddr[4] = {};
 	struct egr_event *e;
-	int verdict, peer = 0, peer_err = 0;
+	int verdict, audited, auditable = 1, peer = 0, peer_err = 0;
 
 	if (v6) {
 		/* The context only allows 4-byte loads of user_ip6. */
@@ -544,12 +544,14 @@ static __always_inline int egr_sock_addr(struct bpf_sock_addr *ctx, int v6, enum
 		/* All DNS goes to the sandbox's own proxy, whatever resolver
 		 * it named; no proxy (egressd down) means no DNS. */
 		verdict = egr_redirect_dns(ctx, sb, v6, daddr);
+		auditable = 0;
 	} else {
 		verdict = v6 ? egr_decide6(sb, daddr, port, ctx->protocol)
 			     : egr_decide4(sb, daddr[0], port, ctx->protocol);
 		if (verdict == EGR_ALLOW && (sb->flags & EGR_SB_INSPECT))
 			verdict = egr_inspect_redirect(ctx, sb, v6, daddr, port);
 	}
+	verdict = egr_apply_mode(sb, verdict, auditable, &audited);
 
 	if (hook == EGR_HOOK_CONNECT) {
 		egr_count(verdict == EGR_ALLOW ? EGR_CNT_CONNECT_ALLOW : EGR_CNT_CONNECT_DENY);
@@ -557,19 +559,24 @@ static __always_inline int egr_sock_addr(struct bpf_sock_addr *ctx, int v6, enum
 			egr_meter_add(sandbox_id, sb->tenant_id,
 				      verdict == EGR_ALLOW ? METER_FIELD(conn_allowed)
 							   : METER_FIELD(conn_denied), 1);
+		if (sb && audited)
+			egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(would_deny_conn), 1);
 	} else {
 		egr_count(verdict == EGR_ALLOW ? EGR_CNT_SENDMSG_ALLOW : EGR_CNT_SENDMSG_DENY);
 		if (sb)
 			egr_meter_add(sandbox_id, sb->tenant_id,
 				      verdict == EGR_ALLOW ? METER_FIELD(dgram_allowed)
 							   : METER_FIELD(dgram_denied), 1);
+		if (sb && audited)
+			egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(would_deny_dgram), 1);
 	}
 
-	if (egr_should_report(verdict)) {
+	/* A would-be deny is reported like a deny. */
+	if (egr_should_report(audited ? EGR_DENY : verdict)) {
 		e = egr_event_new(hook == EGR_HOOK_CONNECT ? EGR_EV_CONNECT : EGR_EV_SENDMSG,
 				  sandbox_id, sb, 1);
 		if (e) {
-			e->verdict = verdict;
+			e->verdict = audited ? EGR_VERDICT_AUDIT : verdict;
 			e->family = v6 ? EGR_AF_INET6 : EGR_AF_INET;
 			e->protocol = ctx->protocol;
 			e->sock_type = ctx->type;
@@ -739,16 +746,17 @@ int egr_getpeername6(struct bpf_sock_addr *ctx)
 static __always_inline void egr_report_refusal(__u32 type, __u32 sandbox_id,
 					       const struct egr_sandbox *sb, __u32 family,
 					       __u32 sock_type, __u32 protocol, int level,
-					       int optname)
+					       int optname, int audited)
 {
 	struct egr_event *e;
 
 	if (sb)
-		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(sock_denied), 1);
+		egr_meter_add(sandbox_id, sb->tenant_id,
+			      audited ? METER_FIELD(would_deny_sock) : METER_FIELD(sock_denied), 1);
 	e = egr_event_new(type, sandbox_id, sb, 1);
 	if (!e)
 		return;
-	e->verdict = EGR_DENY;
+	e->verdict = audited ? EGR_VERDICT_AUDIT : EGR_DENY;
 	e->family = family;
 	e->sock_type = sock_type;
 	e->protocol = protocol;
@@ -764,17 +772,19 @@ int egr_sock_create(struct bpf_sock *sk)
 {
 	__u32 sandbox_id = 0, family = sk->family, type = sk->type, proto = sk->protocol;
 	const struct egr_sandbox *sb = egr_current_sandbox(&sandbox_id);
-	int verdict;
+	int verdict, audited = 0;
 
 	if (!sb) {
 		egr_count(EGR_CNT_NO_SANDBOX);
 		verdict = EGR_DENY;
 	} else {
 		verdict = egr_sock_create_allows(sb->flags, family, type, proto);
+		verdict = egr_apply_mode(sb, verdict, 1, &audited);
 	}
 	egr_count(verdict == EGR_ALLOW ? EGR_CNT_SOCK_CREATE_ALLOW : EGR_CNT_SOCK_CREATE_DENY);
-	if (verdict != EGR_ALLOW)
-		egr_report_refusal(EGR_EV_SOCK_CREATE, sandbox_id, sb, family, type, proto, 0, 0);
+	if (verdict != EGR_ALLOW || audited)
+		egr_report_refusal(EGR_EV_SOCK_CREATE, sandbox_id, sb, family, type, proto, 0, 0,
+				   audited);
 	return verdict;
 }
 
@@ -787,14 +797,20 @@ int egr_setsockopt(struct bpf_sockopt *ctx)
 	int level = ctx->level, optname = ctx->optname;
 	__u32 sandbox_id = 0;
 	const struct egr_sandbox *sb = egr_current_sandbox(&sandbox_id);
+	int verdict = egr_setsockopt_allows(level, optname), audited = 0;
 
+	/* Options of sockets outside any sandbox entry are judged as before
+	 * (by the option alone); a sandbox's own go through its mode. */
+	if (sb)
+		verdict = egr_apply_mode(sb, verdict, 1, &audited);
 	/* Leave optval and optlen alone: the kernel then uses the caller's
 	 * buffer as is, whatever its size. */
-	if (egr_setsockopt_allows(level, optname) == EGR_ALLOW)
+	if (verdict == EGR_ALLOW && !audited)
 		return 1;
-	egr_count(EGR_CNT_SETSOCKOPT_DENY);
-	egr_report_refusal(EGR_EV_SETSOCKOPT, sandbox_id, sb, 0, 0, 0, level, optname);
-	return 0;
+	if (verdict != EGR_ALLOW)
+		egr_count(EGR_CNT_SETSOCKOPT_DENY);
+	egr_report_refusal(EGR_EV_SETSOCKOPT, sandbox_id, sb, 0, 0, 0, level, optname, audited);
+	return verdict == EGR_ALLOW ? 1 : 0;
 }
 
 /*
@@ -819,7 +835,7 @@ int BPF_PROG(egr_lsm_socket_create, int family, int type, int protocol, int kern
 	if (verdict != EGR_ALLOW) {
 		egr_count(EGR_CNT_SOCK_CREATE_DENY);
 		egr_report_refusal(EGR_EV_SOCK_CREATE, sandbox_id, sb, (__u32)family, (__u32)type,
-				   (__u32)protocol, 0, 0);
+				   (__u32)protocol, 0, 0, 0);
 	}
 	return verdict;
 }
@@ -1007,13 +1023,13 @@ static __always_inline int egr_charge_quota(void *map, __u32 id, __u64 len, __u6
 
 static __always_inline void egr_report_skb(__u32 type, __u32 sandbox_id,
 					   const struct egr_sandbox *sb, const struct egr_l3 *l3,
-					   int inbound)
+					   int inbound, __u32 verdict)
 {
 	struct egr_event *e = egr_event_new(type, sandbox_id, sb, 0);
 
 	if (!e)
 		return;
-	e->verdict = EGR_DENY;
+	e->verdict = verdict;
 	e->family = l3->family;
 	e->protocol = l3->protocol;
 	e->port = inbound ? l3->sport : l3->dport;
@@ -1091,24 +1107,30 @@ int egr_skb_egress(struct __sk_buff *skb)
 	const struct egr_sandbox *sb;
 	__u32 sandbox_id = 0, len = skb->len;
 	__u64 now;
-	int q;
+	int q, ip, verdict, audited;
 
 	sb = egr_current_sandbox(&sandbox_id);
 	if (!sb) {
 		egr_count(EGR_CNT_NO_SANDBOX);
 		return EGR_DENY;
 	}
-	if (egr_parse_l3(skb, &l3) < 0) {
-		/* Not IP: nothing egressd allows. */
+	/* Not IP: nothing egressd allows. */
+	ip = egr_parse_l3(skb, &l3) == 0;
+	verdict = ip ? egr_backstop(skb, sb, &l3) : EGR_DENY;
+	verdict = egr_apply_mode(sb, verdict, 1, &audited);
+	if (verdict != EGR_ALLOW) {
 		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(backstop_drops), 1);
 		egr_count(EGR_CNT_BACKSTOP_DROP);
+		if (ip)
+			egr_report_skb(EGR_EV_BACKSTOP, sandbox_id, sb, &l3, 0, EGR_DENY);
 		return EGR_DENY;
 	}
-	if (egr_backstop(skb, sb, &l3) != EGR_ALLOW) {
-		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(backstop_drops), 1);
-		egr_count(EGR_CNT_BACKSTOP_DROP);
-		egr_report_skb(EGR_EV_BACKSTOP, sandbox_id, sb, &l3, 0);
-		return EGR_DENY;
+	if (audited) {
+		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(would_deny_backstop), 1);
+		/* Every datagram of an audited sendmsg would come here again:
+		 * counted in full, reported within the allow sample budget. */
+		if (ip && egr_should_report(EGR_ALLOW))
+			egr_report_skb(EGR_EV_BACKSTOP, sandbox_id, sb, &l3, 0, EGR_VERDICT_AUDIT);
 	}
 
 	now = bpf_ktime_get_boot_ns();
@@ -1119,7 +1141,7 @@ int egr_skb_egress(struct __sk_buff *skb)
 		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(quota_drops), 1);
 		egr_count(EGR_CNT_QUOTA_DROP);
 		if (q < 0)
-			egr_report_skb(EGR_EV_QUOTA, sandbox_id, sb, &l3, 0);
+			egr_report_skb(EGR_EV_QUOTA, sandbox_id, sb, &l3, 0, EGR_DENY);
 		return EGR_DENY;
 	}
 	egr_meter_pkt(sandbox_id, sb->tenant_id, 1, len);
@@ -1142,7 +1164,7 @@ int egr_skb_ingress(struct __sk_buff *skb)
 	const struct egr_sandbox *sb;
 	struct bpf_sock *sk;
 	__u32 sandbox_id = 0, len = skb->len;
-	int verdict = EGR_ALLOW;
+	int verdict = EGR_ALLOW, audited;
 
 	sb = egr_current_sandbox(&sandbox_id);
 	if (!sb) {
@@ -1169,10 +1191,13 @@ int egr_skb_ingress(struct __sk_buff *skb)
 						  : egr_decide6(sb, src, l3.sport, l3.protocol);
 		}
 	}
+	/* Inbound deny is not the egress allowlist: audit mode does not
+	 * open it; a quarantine drops every inbound packet. */
+	verdict = egr_apply_mode(sb, verdict, 0, &audited);
 	if (verdict != EGR_ALLOW) {
 		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(inbound_drops), 1);
 		egr_count(EGR_CNT_INBOUND_DROP);
-		egr_report_skb(EGR_EV_INBOUND, sandbox_id, sb, &l3, 1);
+		egr_report_skb(EGR_EV_INBOUND, sandbox_id, sb, &l3, 1, EGR_DENY);
 		return EGR_DENY;
 	}
 	egr_meter_pkt(sandbox_id, sb->tenant_id, 0, len);

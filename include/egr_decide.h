@@ -310,4 +310,25 @@ static __always_inline int egr_family_allowed(__u64 families, int family, int ke
 	return (families >> family) & 1 ? EGR_ALLOW : EGR_DENY;
 }
 
+/*
+ * The last word on every decision of a sandbox, after the rule that judged
+ * it: a quarantined sandbox (circuit breaker) is denied everything, what its
+ * policy allows included; a sandbox in audit mode is let through where the
+ * policy denied, and *audited says so (the caller reports and counts it).
+ * auditable is 0 for decisions that are not the allowlist's (no DNS proxy
+ * to redirect to): those deny in audit mode too, fail closed.
+ */
+static __always_inline int egr_apply_mode(const struct egr_sandbox *sb, int verdict, int auditable,
+					  int *audited)
+{
+	*audited = 0;
+	if (!sb || sb->quarantined)
+		return EGR_DENY;
+	if (verdict != EGR_ALLOW && auditable && (sb->flags & EGR_SB_AUDIT)) {
+		*audited = 1;
+		return EGR_ALLOW;
+	}
+	return verdict == EGR_ALLOW ? EGR_ALLOW : EGR_DENY;
+}
+
 #endif /* EGR_DECIDE_H */

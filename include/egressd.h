@@ -48,6 +48,8 @@
 #define EGR_SB_INSPECT       0x200 /* network.inspect: TCP through the inspecting proxy */
 #define EGR_SB_ESCAPE_ALERT  0x400 /* network.on_escape = "alert": a task leaving the
 				    * sandbox cgroup is reported, not killed */
+#define EGR_SB_AUDIT         0x800 /* network.mode = "audit": allowlist denies are let
+				    * through and reported (egr_apply_mode) */
 
 /* Policy id 0 and sandbox id 0 are never allocated: a zeroed cgroup storage
  * (a link attached before egressd wrote the sandbox id) therefore resolves to
@@ -100,7 +102,9 @@ struct egr_sandbox {
 	__u16 dns_port6; /* and on ::1 */
 	__u16 inspect_port4; /* its inspecting proxy on 127.0.0.1 (EGR_SB_INSPECT); 0 = none */
 	__u16 inspect_port6; /* and on ::1 */
-	__u32 pad;
+	/* Appended after version 1 (migrate.c gives them their defaults). */
+	__u32 quarantined; /* nonzero: the circuit breaker tripped; every decision of
+			    * the sandbox denies, allowed or not, until released */
 };
 
 /*
@@ -170,6 +174,12 @@ struct egr_meter {
 	__u64 backstop_drops;  /* egress packets no earlier hook stopped */
 	__u64 inbound_drops;   /* unsolicited inbound packets dropped */
 	__u64 quota_drops;     /* egress packets dropped past a quota */
+	/* Appended after version 1: what audit mode let through that
+	 * enforce mode would have denied (counted as allowed above too). */
+	__u64 would_deny_conn;
+	__u64 would_deny_dgram;
+	__u64 would_deny_sock;
+	__u64 would_deny_backstop;
 };
 
 /* Value of the per-attachment cgroup storage: which sandbox this cgroup is.
@@ -260,6 +270,10 @@ enum egr_escape_action {
 	EGR_ESCAPE_KILL_FAILED = 4, /* bpf_send_signal refused: reported */
 };
 
+/* Event verdict of a decision the policy denies and audit mode let through
+ * (EGR_ALLOW and EGR_DENY are the others, include/egr_decide.h). */
+#define EGR_VERDICT_AUDIT 2
+
 struct egr_event {
 	__u64 ts_ns;          /* bpf_ktime_get_boot_ns() */
 	__u64 cgroup_id;      /* the current task's cgroup; 0 in softirq context */
@@ -269,7 +283,7 @@ struct egr_event {
 	__u32 tenant_id;
 	__u32 policy_id;
 	__u32 pid;            /* tgid; 0 when not in task context */
-	__u32 verdict;        /* EGR_ALLOW / EGR_DENY */
+	__u32 verdict;        /* EGR_ALLOW / EGR_DENY / EGR_VERDICT_AUDIT */
 	__u32 family;         /* AF_INET / AF_INET6 */
 	__u32 protocol;
 	__u32 sock_type;
@@ -301,7 +315,7 @@ _Static_assert(sizeof(struct egr_rule) == 64, "egr_rule is ABI");
 _Static_assert(sizeof(struct egr_sandbox) == 48, "egr_sandbox is ABI");
 _Static_assert(sizeof(struct egr_dns_orig) == 24, "egr_dns_orig is ABI");
 _Static_assert(sizeof(struct egr_quota) == 40, "egr_quota is ABI");
-_Static_assert(sizeof(struct egr_meter) == 96, "egr_meter is ABI");
+_Static_assert(sizeof(struct egr_meter) == 128, "egr_meter is ABI");
 _Static_assert(sizeof(struct egr_cg_ref) == 8, "egr_cg_ref is frozen forever");
 _Static_assert(sizeof(struct egr_dest_key) == 24, "egr_dest_key is ABI");
 _Static_assert(sizeof(struct egr_dest_val) == 32, "egr_dest_val is ABI");

@@ -425,10 +425,46 @@ static void test_family_allowed(void **state)
 	assert_int_equal(egr_family_allowed(~0ull, -1, 0), EGR_DENY);
 }
 
+/* The last word of every hook (issue 12): quarantine denies everything,
+ * audit mode lets a policy deny through and says so, nothing else changes. */
+static void test_apply_mode(void **state)
+{
+	struct egr_sandbox sb = { .policy_id = 1 };
+	int audited = 7;
+
+	/* Enforce: the rule's verdict, normalised. */
+	assert_int_equal(egr_apply_mode(&sb, EGR_ALLOW, 1, &audited), EGR_ALLOW);
+	assert_int_equal(audited, 0);
+	assert_int_equal(egr_apply_mode(&sb, EGR_DENY, 1, &audited), EGR_DENY);
+	assert_int_equal(audited, 0);
+	assert_int_equal(egr_apply_mode(&sb, 42, 1, &audited), EGR_DENY);
+
+	/* Audit: a deny goes through, audited; an allow stays a plain allow. */
+	sb.flags = EGR_SB_AUDIT | EGR_SB_INBOUND_ALLOW;
+	assert_int_equal(egr_apply_mode(&sb, EGR_DENY, 1, &audited), EGR_ALLOW);
+	assert_int_equal(audited, 1);
+	assert_int_equal(egr_apply_mode(&sb, EGR_ALLOW, 1, &audited), EGR_ALLOW);
+	assert_int_equal(audited, 0);
+	/* ... but not what is not the allowlist's (no DNS proxy, inbound). */
+	assert_int_equal(egr_apply_mode(&sb, EGR_DENY, 0, &audited), EGR_DENY);
+	assert_int_equal(audited, 0);
+
+	/* Quarantine: deny, allowed or audited alike; no sandbox: deny. */
+	sb.quarantined = 1;
+	assert_int_equal(egr_apply_mode(&sb, EGR_ALLOW, 1, &audited), EGR_DENY);
+	assert_int_equal(egr_apply_mode(&sb, EGR_DENY, 1, &audited), EGR_DENY);
+	assert_int_equal(audited, 0);
+	sb.flags = 0;
+	assert_int_equal(egr_apply_mode(&sb, EGR_ALLOW, 0, &audited), EGR_DENY);
+	assert_int_equal(egr_apply_mode(NULL, EGR_ALLOW, 1, &audited), EGR_DENY);
+	assert_int_equal(audited, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_family_allowed),
+		cmocka_unit_test(test_apply_mode),
 		cmocka_unit_test(test_constants),
 		cmocka_unit_test(test_proto_bit),
 		cmocka_unit_test(test_rule_ports),

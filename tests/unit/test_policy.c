@@ -866,6 +866,52 @@ static void test_inspect(void **state)
 }
 
 /* allow_sockets address families and network.trust. */
+/* network.mode and network.breaker (issue 12). */
+static void test_mode_and_breaker(void **state)
+{
+	struct egr_policy p;
+	struct egr_error e;
+
+	/* Defaults: enforce, no breaker. */
+	assert_int_equal(parse(with_net("\"outbound_allow\":[]"), &p, &e), 0);
+	assert_int_equal(p.audit_mode, 0);
+	assert_int_equal(p.breaker_max_denies, 0);
+	assert_int_equal(p.breaker_window_s, 0);
+	egr_policy_free(&p);
+
+	assert_int_equal(parse(with_net("\"outbound_allow\":[],\"mode\":\"audit\",\"breaker\":{\"max_denies\":5,"
+					"\"window_s\":10}"),
+			       &p, &e),
+			 0);
+	assert_int_equal(p.audit_mode, 1);
+	assert_int_equal(p.breaker_max_denies, 5);
+	assert_int_equal(p.breaker_window_s, 10);
+	egr_policy_free(&p);
+	assert_int_equal(parse(with_net("\"outbound_allow\":[],\"mode\":\"enforce\""), &p, &e), 0);
+	assert_int_equal(p.audit_mode, 0);
+	egr_policy_free(&p);
+
+	expect_fail(with_net("\"mode\":\"permissive\""), "network.mode",
+		    "must be \"enforce\" or \"audit\", not \"permissive\"");
+	expect_fail(with_net("\"mode\":1"), "network.mode", "must be \"enforce\" or \"audit\"");
+	expect_fail(with_net("\"breaker\":5"), "network.breaker", "must be an object");
+	expect_fail(with_net("\"breaker\":{\"window_s\":10}"), "network.breaker.max_denies",
+		    "missing");
+	expect_fail(with_net("\"breaker\":{\"max_denies\":3}"), "network.breaker.window_s",
+		    "missing");
+	expect_fail(with_net("\"breaker\":{\"max_denies\":0,\"window_s\":10}"),
+		    "network.breaker.max_denies", "out of range 1-100000000");
+	expect_fail(with_net("\"breaker\":{\"max_denies\":3,\"window_s\":86401}"),
+		    "network.breaker.window_s", "out of range 1-86400");
+	expect_fail(with_net("\"breaker\":{\"max_denies\":\"3\",\"window_s\":1}"),
+		    "network.breaker.max_denies", "must be an integer");
+	expect_fail(with_net("\"breaker\":{\"max_denies\":3,\"window_s\":1,\"x\":1}"),
+		    "network.breaker.x", "unknown field");
+	/* audit is not "default": "allow": that stays refused. */
+	expect_fail("{\"tenant\":\"t\",\"network\":{\"default\":\"allow\",\"mode\":\"audit\"}}",
+		    "network.default", "not supported");
+}
+
 static void test_families_and_trust(void **state)
 {
 	struct egr_policy p;
@@ -1102,6 +1148,7 @@ int main(void)
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_families_and_trust),
 		cmocka_unit_test(test_inspect),
+		cmocka_unit_test(test_mode_and_breaker),
 		cmocka_unit_test(test_fuzz_regressions),
 	};
 

@@ -62,6 +62,9 @@ static void test_check_request(void **state)
 	check("{\"op\":\"attach\",\"cgroup\":\"/x\",\"policy\":{},\"netns\":\"/n\"}", 0, NULL);
 	check("{\"op\":\"detach\",\"id\":1,\"status\":\"exited:0\"}", 0, NULL);
 	check("{\"op\":\"events\",\"follow\":true,\"sandbox\":2,\"limit\":3}", 0, NULL);
+	check("{\"op\":\"release\",\"id\":4}", 0, NULL);
+	check("{\"op\":\"release\",\"cgroup\":\"/x\"}", 0, NULL);
+	check("{\"op\":\"release\",\"id\":4,\"policy\":{}}", -EINVAL, "policy");
 	check("{}", -EINVAL, "op");
 	check("{\"op\":7}", -EINVAL, "op");
 	check("{\"op\":\"frob\"}", -EINVAL, "op");

@@ -118,6 +118,8 @@ int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv);
 /* --- stats.c ---------------------------------------------------------------------- */
 
 int ctl_cmd_stats(struct ctl *c, int argc, char **argv);
+/* suggest.c: a policy from an execution's audit record. */
+int ctl_cmd_suggest(struct ctl *c, int argc, char **argv);
 
 /* --- main.c: shared helpers ---------------------------------------------------- */
 

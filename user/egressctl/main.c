@@ -29,6 +29,8 @@ static const char top_help[] =
 	"  update                       replace a sandbox's policy (atomically)\n"
 	"  detach                       stop confining a sandbox\n"
 	"  list                         the sandboxes\n"
+	"  release                      lift a sandbox's circuit-breaker quarantine\n"
+	"  suggest                      a policy for what an execution did\n"
 	"  run                          run a command in a transient sandbox\n"
 	"  stats                        bytes, packets, connections per tenant and sandbox\n"
 	"  events                       the event stream (denies, DNS, lifecycle)\n"
@@ -70,6 +72,11 @@ static const char update_help[] =
 static const char detach_help[] =
 	"Usage: egressctl detach (--cgroup PATH | --id N) [--json]\n"
 	"Stop confining a sandbox. Its processes are no longer restricted.\n";
+
+static const char release_help[] =
+	"Usage: egressctl release (--cgroup PATH | --id N) [--json]\n"
+	"Lift the quarantine the circuit breaker (network.breaker) put on a sandbox:\n"
+	"its policy is enforced again. Audited (a \"release\" record).\n";
 
 static const char list_help[] =
 	"Usage: egressctl list [--json] [--held]\n"
@@ -381,6 +388,11 @@ static int cmd_detach(struct ctl *c, int argc, char **argv)
 	return cmd_sandbox(c, "detach", detach_help, "cij", "detached", argc, argv);
 }
 
+static int cmd_release(struct ctl *c, int argc, char **argv)
+{
+	return cmd_sandbox(c, "release", release_help, "cij", "released", argc, argv);
+}
+
 static int cmd_list(struct ctl *c, int argc, char **argv)
 {
 	struct cmd_args a;
@@ -432,7 +444,8 @@ static const struct {
 } commands[] = {
 	{ "status", cmd_status }, { "attach", cmd_attach }, { "update", cmd_update },
 	{ "detach", cmd_detach }, { "list", cmd_list },     { "run", ctl_cmd_run },
-	{ "stats", ctl_cmd_stats },
+	{ "stats", ctl_cmd_stats },       { "release", cmd_release },
+	{ "suggest", ctl_cmd_suggest },
 	{ "events", ctl_cmd_events }, { "audit", ctl_cmd_audit },
 	{ "seccomp-profile", ctl_cmd_seccomp_profile },
 	{ "oci-hook", ctl_cmd_oci_hook },

@@ -60,6 +60,17 @@ void ctl_print_status(const json_t *resp)
 				printf(" %s", key);
 		putchar('\n');
 	}
+	if (json_is_object(json_object_get(resp, "breaker"))) {
+		const json_t *b = json_object_get(resp, "breaker");
+		const json_t *d = json_object_get(b, "default");
+
+		printf("  breaker:    %lld quarantined now, %lld trip(s); default ",
+		       num(b, "quarantined"), num(b, "trips"));
+		if (json_is_object(d))
+			printf("%lld denies / %lld s\n", num(d, "max_denies"), num(d, "window_s"));
+		else
+			printf("none\n");
+	}
 	if (!json_is_object(cnt) || json_object_size(cnt) == 0) {
 		printf("  counters:   unavailable\n");
 		return;
@@ -97,12 +108,30 @@ void ctl_print_sandbox(const char *verb, const json_t *sb)
 	printf("  rules:         %s (v4/v6/names)\n", r);
 	printf("  attached at:   %s\n", str(sb, "attached_at"));
 	printf("  updated at:    %s\n", str(sb, "updated_at"));
+	if (json_is_string(json_object_get(sb, "mode")))
+		printf("  mode:          %s\n", str(sb, "mode"));
+	if (json_is_true(json_object_get(sb, "quarantined")))
+		printf("  QUARANTINED:   since %s (egressctl release --id %lld)\n",
+		       json_is_string(json_object_get(sb, "quarantined_at"))
+			       ? str(sb, "quarantined_at")
+			       : "before egressd restarted",
+		       num(sb, "id"));
 }
 
-enum { COL_ID, COL_TENANT, COL_EXEC, COL_CGROUP, COL_POLICY, COL_RULES, COL_ATTACHED, NCOLS };
+enum {
+	COL_ID,
+	COL_TENANT,
+	COL_EXEC,
+	COL_CGROUP,
+	COL_POLICY,
+	COL_RULES,
+	COL_STATE,
+	COL_ATTACHED,
+	NCOLS
+};
 
 static const char *const heads[NCOLS] = {
-	"ID", "TENANT", "EXECUTION", "CGROUP", "POLICY", "RULES", "ATTACHED",
+	"ID", "TENANT", "EXECUTION", "CGROUP", "POLICY", "RULES", "STATE", "ATTACHED",
 };
 
 /* One row's cells; long strings point into the JSON, short ones into bufs. */
@@ -122,6 +151,11 @@ static void fill_row(const json_t *sb, struct row *r)
 	r->cell[COL_CGROUP] = str(sb, "cgroup");
 	r->cell[COL_POLICY] = r->policy;
 	r->cell[COL_RULES] = r->rules;
+	/* enforce, audit, or quarantined (which trumps either). */
+	r->cell[COL_STATE] = json_is_true(json_object_get(sb, "quarantined"))
+				     ? "quarantined"
+				     : (json_is_string(json_object_get(sb, "mode")) ? str(sb, "mode")
+										   : "-");
 	r->cell[COL_ATTACHED] = str(sb, "attached_at");
 }
 

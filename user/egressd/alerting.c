@@ -122,6 +122,8 @@ void egr_alerting_event(struct egr_alerting *al, const json_t *ev)
 		egr_alerting_raise(al, &in);
 		return;
 	}
+	if (strcmp(type, "backstop") == 0 && strcmp(verdict, "audit") == 0)
+		return; /* audit mode let it through: a would-be deny, not an attack */
 	if (strcmp(type, "backstop") == 0) {
 		/* The skb backstop stopped what no earlier hook did: a path
 		 * around the sock_addr hooks is in use (docs/security.md). */

@@ -15,9 +15,11 @@
 #include "audit.h"
 #include "auditlog.h"
 #include "egr_decide.h"
+#include "dnsproxy.h"
 #include "events.h"
 #include "inspect.h"
 #include "learned.h"
+#include "execobs.h"
 #include "log.h"
 
 /* Destinations listed per execution record at most. */
@@ -37,6 +39,7 @@ struct egr_auditlog {
 	struct ucred actor;
 	bool have_actor;
 	uint64_t records, failures;
+	struct egr_execobs *obs; /* names and denied destinations per execution */
 };
 
 static uint64_t clock_ns(clockid_t c)
@@ -70,6 +73,10 @@ int egr_auditlog_open(struct egr_auditlog **out, const struct egr_auditlog_opts 
 
 	if (!al)
 		return -ENOMEM;
+	if (egr_execobs_new(&al->obs)) {
+		free(al);
+		return -ENOMEM;
+	}
 	al->bpf = bpf;
 	if (o && o->path) {
 		snprintf(al->path, sizeof(al->path), "%s", o->path);
@@ -77,6 +84,7 @@ int egr_auditlog_open(struct egr_auditlog **out, const struct egr_auditlog_opts 
 			log_error("audit: key %s: %s", o->key_file,
 				  err == -EPERM ? "group or other can access it (chmod 600)" :
 						  strerror(-err));
+			egr_execobs_free(al->obs);
 			free(al);
 			return err;
 		}
@@ -84,6 +92,7 @@ int egr_auditlog_open(struct egr_auditlog **out, const struct egr_auditlog_opts 
 		if (key)
 			egr_audit_free_key(key, keylen);
 		if (err) {
+			egr_execobs_free(al->obs);
 			free(al);
 			return err;
 		}
@@ -97,6 +106,7 @@ void egr_auditlog_close(struct egr_auditlog *al)
 	if (!al)
 		return;
 	egr_audit_close(al->a);
+	egr_execobs_free(al->obs);
 	free(al);
 }
 
@@ -107,6 +117,48 @@ void egr_auditlog_set_names(struct egr_auditlog *al, struct egr_learned *learned
 		return;
 	al->learned = learned;
 	al->inspect = inspect;
+}
+
+void egr_auditlog_dns(struct egr_auditlog *al, const struct egr_dns_event *d)
+{
+	static const char *const v[] = {
+		[EGR_DNS_V_ALLOWED] = "allow", [EGR_DNS_V_REFUSED] = "deny",
+		[EGR_DNS_V_EXFIL] = "deny", [EGR_DNS_V_AUDIT] = "audit",
+	};
+	int fam[EGR_DNSPROXY_EVENT_ADDRS];
+	uint8_t addr[EGR_DNSPROXY_EVENT_ADDRS][16];
+	size_t n = 0;
+
+	/* Servfails say nothing about what the tool needs. */
+	if (!al || !d || (unsigned)d->verdict >= sizeof(v) / sizeof(v[0]) || !v[d->verdict])
+		return;
+	for (size_t i = 0; i < d->naddrs_listed && i < EGR_DNSPROXY_EVENT_ADDRS; i++, n++) {
+		fam[n] = d->addrs[i].family;
+		memcpy(addr[n], d->addrs[i].addr, 16);
+	}
+	egr_execobs_dns(al->obs, d->sandbox_id, d->qname, v[d->verdict], fam,
+			(const uint8_t(*)[16])addr, n);
+}
+
+void egr_auditlog_kernel_event(struct egr_auditlog *al, const json_t *ev)
+{
+	const char *verdict = json_string_value(json_object_get(ev, "verdict"));
+	const char *type = json_string_value(json_object_get(ev, "type"));
+	const char *dst = json_string_value(json_object_get(ev, "dst"));
+	const json_t *proto = json_object_get(ev, "protocol");
+	char pbuf[16];
+
+	if (!al || !verdict || !type || !dst || !strcmp(verdict, "allow"))
+		return;
+	if (strcmp(type, "connect") && strcmp(type, "sendmsg") && strcmp(type, "backstop"))
+		return;
+	if (json_is_integer(proto))
+		snprintf(pbuf, sizeof(pbuf), "%lld", (long long)json_integer_value(proto));
+	else
+		snprintf(pbuf, sizeof(pbuf), "%s", json_string_value(proto) ?: "");
+	egr_execobs_denied(al->obs, (uint32_t)json_integer_value(json_object_get(ev, "sandbox")),
+			   dst, (uint16_t)json_integer_value(json_object_get(ev, "port")), pbuf,
+			   type, !strcmp(verdict, "audit"));
 }
 
 void egr_auditlog_set_sinks(struct egr_auditlog *al, struct egr_events *ev,
@@ -262,6 +314,7 @@ static void h_attached(void *ctx, const struct egr_sb *sb, const json_t *policy)
 {
 	struct egr_auditlog *al = ctx;
 
+	egr_execobs_forget(al->obs, sb->id);
 	policy_change(al, "attach", sb, NULL, 0);
 	lifecycle_event(al, "attach", sb, NULL, -1);
 	if (al->next.attached)
@@ -409,12 +462,17 @@ static void h_detaching(void *ctx, const struct egr_sb *sb)
 	uint64_t boot_off = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_BOOTTIME);
 	struct egr_meter m;
 	bool complete = false;
-	json_t *rec, *egress;
+	json_t *rec, *egress, *obs;
+	json_int_t dns_wd;
 
+	obs = egr_execobs_take(al->obs, sb->id);
 	if (al->a) {
 		if (egr_bpf_meter_sandbox(al->bpf, sb->id, &m))
 			memset(&m, 0, sizeof(m));
 		egress = egress_json(al, sb, &complete, boot_off);
+		dns_wd = json_integer_value(json_object_get(obs, "dns_would_deny"));
+		if (obs)
+			json_object_del(obs, "dns_would_deny");
 		rec = identity(sb);
 		if (rec) {
 			json_object_set_new(rec, "type", json_string("execution"));
@@ -445,11 +503,31 @@ static void h_detaching(void *ctx, const struct egr_sb *sb)
 					  "backstop_drops", (json_int_t)m.backstop_drops,
 					  "inbound_drops", (json_int_t)m.inbound_drops,
 					  "quota_drops", (json_int_t)m.quota_drops));
+			json_object_set_new(rec, "mode",
+					    json_string(sb->audit_mode ? "audit" : "enforce"));
+			json_object_set_new(
+				rec, "would_deny",
+				json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "connect",
+					  (json_int_t)m.would_deny_conn, "datagram",
+					  (json_int_t)m.would_deny_dgram, "socket",
+					  (json_int_t)m.would_deny_sock, "backstop",
+					  (json_int_t)m.would_deny_backstop, "dns", dns_wd, "total",
+					  (json_int_t)(m.would_deny_conn + m.would_deny_dgram +
+						       m.would_deny_sock + m.would_deny_backstop) +
+						  dns_wd));
+			json_object_set_new(rec, "quarantined", json_boolean(sb->quarantined));
+			/* Its own DNS proxy is not a destination it chose. */
+			json_object_set_new(rec, "dns_proxy",
+					    json_pack("{s:i, s:i}", "port4", (int)sb->dns_port4,
+						      "port6", (int)sb->dns_port6));
+			json_object_set_new(rec, "observed", obs ? obs : json_null());
+			obs = NULL;
 		} else {
 			json_decref(egress);
 		}
 		append(al, rec);
 	}
+	json_decref(obs);
 	lifecycle_event(al, "detach", sb, NULL, -1);
 	egr_alerting_forget_sandbox(al->alerting, sb->id);
 	if (al->next.detaching)
@@ -470,6 +548,35 @@ static void h_tampered(void *ctx, const char *type, uint32_t id, const char *cgr
 				      "enforcing", held ? json_string("deny-all") : json_null()));
 	if (al->next.tampered)
 		al->next.tampered(al->next.ctx, type, id, cgroup, reason, held);
+}
+
+int egr_auditlog_quarantine(struct egr_auditlog *al, const struct egr_sb *sb, bool on,
+			    json_t *evidence, unsigned closed)
+{
+	json_t *rec;
+
+	if (!al) {
+		json_decref(evidence);
+		return -EINVAL;
+	}
+	rec = identity(sb);
+	if (!rec) {
+		json_decref(evidence);
+		append(al, NULL);
+		return -ENOMEM;
+	}
+	json_object_set_new(rec, "type", json_string(on ? "quarantine" : "release"));
+	json_object_set_new(rec, "evidence", evidence ? evidence : json_null());
+	json_object_set_new(rec, "torn_down", json_integer(closed));
+	/* The breaker acts alone; a release is somebody's request. */
+	json_object_set_new(rec, "actor",
+			    !on && al->have_actor
+				    ? json_pack("{s:i, s:i, s:i}", "pid", (int)al->actor.pid, "uid",
+						(int)al->actor.uid, "gid", (int)al->actor.gid)
+				    : json_string(on ? "breaker" : "unknown"));
+	append(al, rec);
+	lifecycle_event(al, on ? "quarantine" : "release", sb, NULL, (int)closed);
+	return 0;
 }
 
 void egr_auditlog_hooks(struct egr_auditlog *al, struct egr_reg_hooks *h,

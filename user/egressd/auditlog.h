@@ -62,6 +62,17 @@ void egr_auditlog_tamper(struct egr_auditlog *al, const char *type, uint32_t san
 /* An explicit gap record. 0 or -errno. */
 int egr_auditlog_gap(struct egr_auditlog *al, const char *reason, uint64_t lost);
 uint64_t egr_auditlog_failures(const struct egr_auditlog *al);
+
+struct egr_dns_event;
+/* What the execution record's "observed" keeps (user/egressd/execobs.h):
+ * every DNS verdict, and kernel events (the event stream's JSON) whose
+ * verdict is deny or audit. */
+void egr_auditlog_dns(struct egr_auditlog *al, const struct egr_dns_event *d);
+void egr_auditlog_kernel_event(struct egr_auditlog *al, const json_t *ev);
+/* A "quarantine" record (on: the breaker tripped; evidence says why) or a
+ * "release" record (actor: the current control request). 0 or -errno. */
+int egr_auditlog_quarantine(struct egr_auditlog *al, const struct egr_sb *sb, bool on,
+			    json_t *evidence, unsigned closed);
 json_t *egr_auditlog_status(const struct egr_auditlog *al);
 
 #endif /* EGR_AUDITLOG_H */

@@ -164,6 +164,8 @@ const char *egr_dns_verdict_name(enum egr_dns_verdict v)
 		return "cap";
 	case EGR_DNS_V_REBIND:
 		return "rebind";
+	case EGR_DNS_V_AUDIT:
+		return "audit";
 	}
 	return "?";
 }
@@ -983,13 +985,28 @@ static void handle_query(struct sb *sb, const struct client *cl, const uint8_t *
 		return;
 	}
 	if (egr_dnspolicy_match(sb->pol, q.qname, &m) != 1) {
-		reply_rcode(sb, cl, pkt, len, EGR_DNS_R_REFUSED);
-		sb->st.refused++;
-		emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_REFUSED, "name not allowed", 0,
-		     EGR_DNS_R_REFUSED, NULL, 0);
-		return;
+		if (egr_dnspolicy_audit(sb->pol)) {
+			/* Audit mode: resolve it; its addresses are learned
+			 * without ports, so reaching them is a would-be deny
+			 * the kernel reports too. */
+			memset(&m, 0, sizeof(m));
+			snprintf(m.domain, sizeof(m.domain), "%s", q.qname);
+			sb->st.would_deny++;
+			emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_AUDIT,
+			     "name not allowed", 0, 0, NULL, 0);
+		} else {
+			reply_rcode(sb, cl, pkt, len, EGR_DNS_R_REFUSED);
+			sb->st.refused++;
+			emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_REFUSED,
+			     "name not allowed", 0, EGR_DNS_R_REFUSED, NULL, 0);
+			return;
+		}
 	}
-	if (!egr_dnspolicy_qtype_allowed(sb->pol, q.qtype)) {
+	if (!egr_dnspolicy_qtype_allowed(sb->pol, q.qtype) && egr_dnspolicy_audit(sb->pol)) {
+		sb->st.would_deny++;
+		emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_AUDIT, "qtype not allowed", 0,
+		     0, NULL, 0);
+	} else if (!egr_dnspolicy_qtype_allowed(sb->pol, q.qtype)) {
 		reply_rcode(sb, cl, pkt, len, EGR_DNS_R_REFUSED);
 		sb->st.refused++;
 		emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_REFUSED, "qtype not allowed",

@@ -65,6 +65,8 @@ enum egr_dns_verdict {
 	EGR_DNS_V_EXFIL,        /* exfiltration signal past a limit: REFUSED */
 	EGR_DNS_V_CAP,          /* learn() failed (cap hit, map full): SERVFAIL */
 	EGR_DNS_V_REBIND,       /* answer addresses stripped (then an ALLOWED event) */
+	EGR_DNS_V_AUDIT,        /* not allowed, forwarded anyway: the policy is in
+				 * audit mode (its answer gets an ALLOWED event) */
 };
 
 /* An answer address removed as a rebinding target. */
@@ -127,6 +129,8 @@ struct egr_dnsproxy_stats {
 	uint64_t learned;       /* addresses handed to learn() successfully */
 	uint64_t rebind;        /* answers with rebinding addresses stripped */
 	uint64_t rebind_addrs;  /* address records stripped */
+	uint64_t would_deny;    /* audit mode: names/qtypes forwarded that enforce
+				 * mode refuses */
 	uint32_t tcp_conns;     /* client TCP connections open now */
 	uint32_t inflight;      /* queries upstream now */
 };

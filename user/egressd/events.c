@@ -450,7 +450,9 @@ static int on_ring(void *ctx, void *data, size_t size)
 	json_object_set_new(o, "sandbox", json_integer(e->sandbox_id));
 	put_identity(ev, o, e->sandbox_id, e->tenant_id);
 	json_object_set_new(o, "policy_id", json_integer(e->policy_id));
-	json_object_set_new(o, "verdict", json_string(e->verdict == EGR_ALLOW ? "allow" : "deny"));
+	json_object_set_new(o, "verdict", json_string(e->verdict == EGR_ALLOW		? "allow"
+						     : e->verdict == EGR_VERDICT_AUDIT ? "audit"
+											: "deny"));
 	if (e->pid) {
 		memcpy(comm, e->comm, sizeof(e->comm));
 		comm[sizeof(e->comm)] = '\0';
@@ -490,6 +492,10 @@ static int on_ring(void *ctx, void *data, size_t size)
 	default:
 		break;
 	}
+	/* Denied and would-be denied destinations go into the execution's
+	 * audit record (what `egressctl suggest` reads). */
+	if (ev->audit && e->verdict != EGR_ALLOW)
+		egr_auditlog_kernel_event(ev->audit, o);
 	publish(ev, o);
 	json_decref(o);
 	/* Returning < 0 stops libbpf's consume loop after this sample (it
@@ -557,7 +563,7 @@ void egr_events_dns(struct egr_events *ev, const struct egr_dns_event *d)
 	static const char *const verdicts[] = {
 		[EGR_DNS_V_ALLOWED] = "allow", [EGR_DNS_V_REFUSED] = "deny",
 		[EGR_DNS_V_SERVFAIL] = "servfail", [EGR_DNS_V_EXFIL] = "exfil",
-		[EGR_DNS_V_CAP] = "servfail", [EGR_DNS_V_REBIND] = "rebind",
+		[EGR_DNS_V_CAP] = "servfail", [EGR_DNS_V_REBIND] = "rebind", [EGR_DNS_V_AUDIT] = "audit",
 	};
 	char a[INET6_ADDRSTRLEN];
 	json_t *o, *arr;

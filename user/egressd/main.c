@@ -37,6 +37,7 @@
 #include "notify.h"
 #include "options.h"
 #include "billing.h"
+#include "breaker.h"
 #include "proto.h"
 #include "sandbox.h"
 #include "server.h"
@@ -63,6 +64,7 @@ struct dns_ctx {
 	struct egr_learned *learned;
 	struct egr_events *events; /* NULL until the event stream is up */
 	struct egr_metrics *metrics;
+	struct egr_auditlog *audit; /* NULL until the audit log is open */
 };
 
 /* The proxy learned addresses: into the sandbox's current policy. */
@@ -86,11 +88,12 @@ static void on_dns_event(void *ctx, const struct egr_dns_event *ev)
 
 	if (d->events)
 		egr_events_dns(d->events, ev);
+	egr_auditlog_dns(d->audit, ev);
 	/* Counts for /metrics, stats and billing; refusals are counted with
 	 * everything the proxy did not forward. */
-	/* A REBIND event accompanies the ALLOWED or SERVFAIL verdict of the
-	 * same answer: counted there. */
-	if (d->metrics && sb && ev->verdict != EGR_DNS_V_REBIND) {
+	/* A REBIND or AUDIT event accompanies the ALLOWED or SERVFAIL verdict of
+	 * the same answer: counted there. */
+	if (d->metrics && sb && ev->verdict != EGR_DNS_V_REBIND && ev->verdict != EGR_DNS_V_AUDIT) {
 		egr_metrics_count_dns(d->metrics, ev->sandbox_id, sb->tenant_id,
 				      ev->verdict == EGR_DNS_V_ALLOWED);
 		if (ev->latency_ns)
@@ -270,6 +273,7 @@ int main(int argc, char **argv)
 	struct egr_server srv = { 0 };
 	struct egr_metrics *metrics = NULL;
 	struct egr_billing *billing = NULL;
+	struct egr_breaker *breaker = NULL;
 	char billing_path[512], billing_state[512];
 	struct egr_loop *loop = NULL;
 	struct egr_auditlog *audit = NULL;
@@ -389,6 +393,7 @@ int main(int argc, char **argv)
 	egr_auditlog_hooks(audit, &hooks, NULL);
 	egr_auditlog_set_names(audit, learned, inspect);
 	/* Alerts before adoption too: it may find tampered state. */
+	dctx.audit = audit;
 	snprintf(alerts_path, sizeof(alerts_path), "%s/alerts.jsonl", o.state_dir);
 	if (!o.alerts.file)
 		o.alerts.file = alerts_path;
@@ -467,6 +472,16 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
+	err = egr_breaker_new(&breaker, &o.breaker, &reg, dns, loop);
+	if (!err)
+		err = egr_breaker_add_metrics(breaker, metrics);
+	if (err) {
+		log_error("circuit breaker: %s", strerror(-err));
+		rc = 1;
+		goto out;
+	}
+	egr_breaker_set_sinks(breaker, alerting, audit);
+	srv.breaker = breaker;
 	if (egr_cgroup2_mount(srv.cgroup_root, sizeof(srv.cgroup_root)) < 0)
 		srv.cgroup_root[0] = '\0';
 	err = egr_loop_add(loop, lfd, EPOLLIN, on_control, &srv);
@@ -516,8 +531,10 @@ out:
 	/* The proxy outlives the stream and the metrics: unhook them first. */
 	dctx.events = NULL;
 	dctx.metrics = NULL;
+	dctx.audit = NULL;
 	egr_billing_free(billing);
 	egr_metrics_free(metrics);
+	egr_breaker_free(breaker);
 	egr_events_free(events);
 	egr_guard_free(guard);
 	egr_reg_free(&reg);

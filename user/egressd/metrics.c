@@ -268,6 +268,20 @@ static const struct field fields[] = {
 	  offsetof(struct egr_figures, dns_allowed) },
 	{ "dns_queries_refused", "dns_queries_total", "refused", "dns_policy", NULL,
 	  offsetof(struct egr_figures, dns_refused) },
+	/* Audit mode (network.mode "audit"): let through, counted as allowed
+	 * above, and here as what enforce mode would have denied. */
+	{ "would_deny_connections", "would_deny_connections_total", NULL, NULL,
+	  "connect() calls audit mode let through that enforce mode denies.",
+	  MF(would_deny_conn) },
+	{ "would_deny_datagrams", "would_deny_datagrams_total", NULL, NULL,
+	  "Unconnected UDP datagrams audit mode let through that enforce mode denies.",
+	  MF(would_deny_dgram) },
+	{ "would_deny_sockets", "would_deny_sockets_total", NULL, NULL,
+	  "socket() and setsockopt() calls audit mode let through that enforce mode refuses.",
+	  MF(would_deny_sock) },
+	{ "would_deny_backstop", "would_deny_backstop_total", NULL, NULL,
+	  "Egress packets audit mode let through that the backstop drops in enforce mode.",
+	  MF(would_deny_backstop) },
 };
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 

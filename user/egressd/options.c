@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "billing.h"
+#include "policy.h"
 #include "events.h"
 #include "metrics.h"
 #include "options.h"
@@ -44,6 +45,8 @@ enum {
 	OPT_METRICS_MAX,
 	OPT_BILLING_INTERVAL,
 	OPT_BILLING_FILE,
+	OPT_BREAKER,
+	OPT_BREAKER_INTERVAL,
 	OPT_CONFIG,
 	OPT_CHECK_CONFIG,
 	OPT_HELP,
@@ -80,6 +83,8 @@ static const struct option longopts[] = {
 	{ "metrics-max-sandboxes", required_argument, NULL, OPT_METRICS_MAX },
 	{ "billing-interval", required_argument, NULL, OPT_BILLING_INTERVAL },
 	{ "billing-file", required_argument, NULL, OPT_BILLING_FILE },
+	{ "breaker", required_argument, NULL, OPT_BREAKER },
+	{ "breaker-interval", required_argument, NULL, OPT_BREAKER_INTERVAL },
 	{ "config", required_argument, NULL, OPT_CONFIG },
 	{ "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
 	{ "help", no_argument, NULL, OPT_HELP },
@@ -144,6 +149,10 @@ static void usage(FILE *out)
 		"                     sandbox=\"_other\" (default 1000)\n"
 		"  --billing-interval SEC  billing export interval (default 60)\n"
 		"  --billing-file PATH  billing JSON lines (default <state-dir>/billing.jsonl)\n"
+		"  --breaker N/S      circuit breaker of policies without network.breaker:\n"
+		"                     quarantine a sandbox past N denies within S seconds\n"
+		"                     (default: none)\n"
+		"  --breaker-interval MS  how often the breaker reads the counters (default 200)\n"
 		"  --help             this text\n"
 		"  --version          print the version\n",
 		EGR_DEFAULT_SOCKET);
@@ -353,6 +362,30 @@ static int apply(struct egr_options *o, int c, const struct cursor *at, const ch
 		break;
 	case OPT_BILLING_FILE:
 		o->billing_file = arg;
+		break;
+	case OPT_BREAKER: {
+		char *end;
+		unsigned long n = strtoul(arg, &end, 10), sec = 0;
+
+		if (end != arg && *end == '/' && arg[0] != '-') {
+			const char *w = end + 1;
+
+			sec = strtoul(w, &end, 10);
+			if (end == w || *w == '-')
+				sec = 0;
+		}
+		if (*end || !n || n > EGR_POLICY_MAX_BREAKER_DENIES || !sec ||
+		    sec > EGR_POLICY_MAX_BREAKER_WINDOW_S)
+			return bad(o, at, "expected MAX_DENIES/WINDOW_S (1-%u/1-%u), got \"%s\"",
+				   EGR_POLICY_MAX_BREAKER_DENIES, EGR_POLICY_MAX_BREAKER_WINDOW_S, arg);
+		o->breaker.max_denies = (uint32_t)n;
+		o->breaker.window_s = (uint32_t)sec;
+		break;
+	}
+	case OPT_BREAKER_INTERVAL:
+		rc = num(o, at, arg, 10, 60000, &v);
+		if (!rc)
+			o->breaker.interval_ms = (uint32_t)v;
 		break;
 	case OPT_CHECK_CONFIG:
 		o->check_config = true;

@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include "alerting.h"
+#include "breaker.h"
 #include "config.h"
 #include "dnsproxy.h"
 #include "log.h"
@@ -37,6 +38,7 @@ struct egr_options {
 	/* metering export (docs/metering.md) */
 	const char *metrics_addr, *billing_file;
 	unsigned metrics_max_sandboxes, billing_interval_s;
+	struct egr_breaker_opts breaker; /* --breaker, --breaker-interval */
 	const char *config;    /* --config FILE (NULL: none) */
 	bool check_config;     /* --check-config: validate and exit */
 

@@ -552,8 +552,8 @@ static int kernel_deny_all(struct egr_registry *r, uint32_t id, uint32_t tenant_
  * in egressd's network namespace and in the sandbox's: a socket handed out
  * of the sandbox keeps the sandbox's cgroup, so nothing it held may live
  * on with a connection the sandbox's policy once allowed. */
-static void destroy_sockets(uint32_t id, const char *cgroup, uint64_t cgroup_id,
-			    const char *netns)
+static unsigned destroy_sockets(uint32_t id, const char *cgroup, uint64_t cgroup_id,
+				const char *netns)
 {
 	uint64_t *ids = NULL, one = cgroup_id;
 	unsigned here = 0, there = 0;
@@ -585,6 +585,7 @@ static void destroy_sockets(uint32_t id, const char *cgroup, uint64_t cgroup_id,
 		log_info("sandbox %u: destroyed %u socket(s)%s", id, here + there,
 			 netns ? " (its network namespace included)" : "");
 	free(ids);
+	return here + there;
 }
 
 /* The kernel released the cgroup (its links are defunct): nothing of the
@@ -674,6 +675,9 @@ static void sb_set_meta(struct egr_sb *sb, struct egr_policy *p, const struct eg
 	sb->n4 = c->n4;
 	sb->n6 = c->n6;
 	sb->nnames = 0;
+	sb->audit_mode = p->audit_mode;
+	sb->breaker_max_denies = p->breaker_max_denies;
+	sb->breaker_window_s = p->breaker_window_s;
 	for (size_t i = 0; i < p->nallow; i++)
 		if (p->allow[i].kind == EGR_HOST_NAME)
 			sb->nnames++;
@@ -684,7 +688,8 @@ static uint32_t sandbox_flags(const struct egr_policy *p)
 {
 	return p->sb_flags | (p->inbound_allow ? EGR_SB_INBOUND_ALLOW : 0) |
 	       (p->inspect ? EGR_SB_INSPECT : 0) |
-	       (p->escape_alert ? EGR_SB_ESCAPE_ALERT : 0);
+	       (p->escape_alert ? EGR_SB_ESCAPE_ALERT : 0) |
+	       (p->audit_mode ? EGR_SB_AUDIT : 0);
 }
 
 /* --- egress quotas (docs/metering.md) ----------------------------------------- */
@@ -1162,7 +1167,8 @@ named:
 		 * backstop trusts connected ones): judge them now. */
 		unsigned closed;
 
-		close_refused(r, sb, &c, p.inbound_allow, &closed);
+		if (!p.audit_mode)
+			close_refused(r, sb, &c, p.inbound_allow, &closed);
 	}
 	if (r->hooks.attached)
 		r->hooks.attached(r->hooks.ctx, sb, policy);
@@ -1348,6 +1354,8 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	ksb.dns_port6 = sb->dns_port6;
 	ksb.inspect_port4 = sb->inspect_port4;
 	ksb.inspect_port6 = sb->inspect_port6;
+	/* A policy update does not lift a quarantine: only release does. */
+	ksb.quarantined = sb->quarantined;
 	err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
 	if (err) {
 		fail(f, "internal", NULL, "switch sandbox %u to the new policy: %s", sb->id,
@@ -1371,7 +1379,10 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 			log_error("sandbox %u: DNS proxy kept the old DNS policy", sb->id);
 		dpol = NULL;
 	}
-	close_refused(r, sb, &c, p.inbound_allow, closed);
+	/* Audit mode refuses nothing; an update to enforce tears down. */
+	*closed = 0;
+	if (!p.audit_mode)
+		close_refused(r, sb, &c, p.inbound_allow, closed);
 	if (r->hooks.updated)
 		r->hooks.updated(r->hooks.ctx, sb, old_sha, policy, *closed);
 	/* Reclaim the old rule set; nothing refers to it any more. */
@@ -1388,6 +1399,37 @@ out:
 	egr_compiled_free(&c);
 	egr_policy_free(&p);
 	return err;
+}
+
+int egr_reg_set_quarantine(struct egr_registry *r, struct egr_sb *sb, bool on, unsigned *closed,
+			   struct egr_fail *f)
+{
+	struct egr_sandbox ksb;
+	int err;
+
+	*closed = 0;
+	err = egr_bpf_get_sandbox(r->bpf, sb->id, &ksb);
+	if (err) {
+		fail(f, "internal", NULL, "read sandbox %u: %s", sb->id, strerror(-err));
+		return err;
+	}
+	/* The one map update that switches every hook of the sandbox. */
+	ksb.quarantined = on ? 1 : 0;
+	err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
+	if (err) {
+		fail(f, "internal", NULL, "%s sandbox %u: %s", on ? "quarantine" : "release",
+		     sb->id, strerror(-err));
+		return err;
+	}
+	sb->quarantined = on;
+	sb->quarantined_at = on ? time(NULL) : 0;
+	if (!on)
+		return 0;
+	/* Established connections were judged at connect time: end them all,
+	 * in its network namespace too (the backstop already drops their
+	 * packets). */
+	*closed = destroy_sockets(sb->id, sb->cgroup, sb->cgroup_id, sb->netns);
+	return 0;
 }
 
 /* Tear down everything of a sandbox, links first so that no program runs
@@ -1500,6 +1542,10 @@ json_t *egr_sb_json(const struct egr_sb *sb)
 	json_t *o = sb_json_base(sb);
 
 	if (o) {
+		json_object_set_new(o, "mode", json_string(sb->audit_mode ? "audit" : "enforce"));
+		json_object_set_new(o, "quarantined", json_boolean(sb->quarantined));
+		if (sb->quarantined)
+			json_object_set_new(o, "quarantined_at", iso_time(sb->quarantined_at));
 		json_object_set_new(o, "netns", str_or_null(sb->netns));
 		json_object_set_new(o, "dns", json_pack("{s:i, s:i}", "port4", sb->dns_port4,
 							 "port6", sb->dns_port6));
@@ -1721,6 +1767,8 @@ static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st,
 	sb->attached_at = (time_t)json_integer_value(json_object_get(st, "attached_at"));
 	sb->updated_at = (time_t)json_integer_value(json_object_get(st, "updated_at"));
 
+	/* A quarantine lives in the kernel entry: adoption keeps it. */
+	sb->quarantined = !err && ksb.quarantined;
 	if (err || ksb.policy_id != policy_id) {
 		/* A crash mid-update (the authenticated state is the newer one):
 		 * apply the stored policy again under a fresh id; start-up GC
@@ -1729,6 +1777,7 @@ static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st,
 			 "applying the stored policy", id, err ? 0 : ksb.policy_id, policy_id);
 		sb->policy_id = alloc_policy_id(r);
 		memset(&ksb, 0, sizeof(ksb));
+		ksb.quarantined = sb->quarantined;
 		ksb.policy_id = sb->policy_id;
 		ksb.tenant_id = sb->tenant_id;
 		ksb.flags = sandbox_flags(&p);

@@ -33,6 +33,10 @@ struct egr_sb {
 	/* limits in force (docs/metering.md); 0 = none */
 	uint64_t quota_bytes, tenant_quota_bytes, quota_window_ns;
 	char *end_status;         /* how its command ended, as the detach request said */
+	int audit_mode;           /* network.mode "audit" */
+	uint32_t breaker_max_denies, breaker_window_s; /* network.breaker; 0 = none */
+	bool quarantined;         /* mirrors egr_sandbox.quarantined in the kernel */
+	time_t quarantined_at;    /* 0 when adopted quarantined (unknown) */
 };
 
 /* A cgroup egressd holds under deny-all without a policy of its own
@@ -142,6 +146,11 @@ json_t *egr_held_json(const struct egr_held *h);
  * defunct lose their links, kernel entries and state. */
 void egr_reg_reclaim(struct egr_registry *r);
 size_t egr_reg_held_count(const struct egr_registry *r, enum egr_held_state state);
+/* Quarantine (on) or release a sandbox: one update of its kernel entry;
+ * quarantining then destroys every connected socket of its cgroups
+ * (*closed counts them). 0 or -errno with f filled. */
+int egr_reg_set_quarantine(struct egr_registry *r, struct egr_sb *sb, bool on, unsigned *closed,
+			   struct egr_fail *f);
 
 /* By cgroup path (compared after realpath) or id; NULL when absent. */
 struct egr_sb *egr_reg_find(struct egr_registry *r, const char *cgroup, uint32_t id);

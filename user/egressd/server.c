@@ -14,6 +14,7 @@
 
 #include "alerting.h"
 #include "auditlog.h"
+#include "breaker.h"
 #include "events.h"
 #include "inspect.h"
 #include "log.h"
@@ -257,6 +258,26 @@ static json_t *do_detach(struct egr_server *s, const json_t *req)
 	return json_pack("{s:b, s:o}", "ok", 1, "sandbox", snap ? snap : json_null());
 }
 
+/* {"op":"release","cgroup"|"id"}: lift a circuit-breaker quarantine. */
+static json_t *do_release(struct egr_server *s, const json_t *req)
+{
+	json_t *reply = NULL;
+	struct egr_fail f;
+	struct egr_sb *sb;
+
+	sb = target(s, req, &reply);
+	if (!sb)
+		return reply;
+	if (!sb->quarantined)
+		return error_reply("not_quarantined", json_object_get(req, "id") ? "id" : "cgroup",
+				   "the sandbox is not quarantined");
+	if (!s->breaker)
+		return error_reply("unavailable", NULL, "the circuit breaker is not running");
+	if (egr_breaker_release(s->breaker, sb, &f))
+		return fail_reply(&f);
+	return sandbox_reply(sb);
+}
+
 static json_t *do_list(struct egr_server *s, const json_t *req)
 {
 	json_t *arr, *held = json_array();
@@ -334,6 +355,8 @@ static json_t *do_status_obs(struct egr_server *s, const json_t *req)
 		json_object_set_new(reply, "audit", egr_auditlog_status(s->audit));
 	if (s->reg->inspect)
 		json_object_set_new(reply, "inspect", egr_inspect_status(s->reg->inspect));
+	if (s->breaker)
+		json_object_set_new(reply, "breaker", egr_breaker_status(s->breaker));
 	return reply;
 }
 
@@ -405,6 +428,8 @@ static json_t *dispatch(struct egr_server *s, const json_t *req)
 		return do_detach(s, req);
 	if (strcmp(op, "list") == 0)
 		return do_list(s, req);
+	if (strcmp(op, "release") == 0)
+		return do_release(s, req);
 	if (strcmp(op, "stats") == 0)
 		return do_stats(s, req);
 	return error_reply("bad_request", "op", "unknown op");

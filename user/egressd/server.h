@@ -16,6 +16,7 @@ struct egr_alerting;
 struct egr_auditlog;
 struct egr_metrics;
 struct egr_guard;
+struct egr_breaker;
 
 struct egr_server {
 	struct egr_registry *reg;
@@ -28,6 +29,7 @@ struct egr_server {
 	struct egr_alerting *alerting;
 	struct egr_auditlog *audit;
 	struct egr_metrics *metrics; /* the `stats` op (NULL: unavailable) */
+	struct egr_breaker *breaker; /* the `release` op, status (NULL: unavailable) */
 	struct egr_hardening hardening; /* what egressd gave up (status) */
 	struct egr_guard *guard;        /* pin checks (status; NULL: none) */
 	const char *cgroup_ns;          /* "host" or "joined host" (status) */

@@ -28,7 +28,13 @@ struct egr_dnspolicy {
 	size_t nqtypes;
 	struct egr_cidr *rebind; /* network.dns_rebind_allow */
 	size_t nrebind;
+	bool audit;
 };
+
+bool egr_dnspolicy_audit(const struct egr_dnspolicy *pol)
+{
+	return pol && pol->audit;
+}
 
 static const uint16_t default_qtypes[] = {
 	EGR_DNS_T_A, EGR_DNS_T_AAAA, EGR_DNS_T_CNAME, EGR_DNS_T_HTTPS, EGR_DNS_T_SVCB,
@@ -202,6 +208,7 @@ int egr_dnspolicy_new(const struct egr_policy *p, const uint16_t *qtypes, size_t
 		memcpy(pol->rebind, p->rebind_allow, p->nrebind * sizeof(*pol->rebind));
 		pol->nrebind = p->nrebind;
 	}
+	pol->audit = p->audit_mode != 0;
 
 	maxn = p->ndns + p->nallow;
 	pol->exact = calloc(maxn ? maxn : 1, sizeof(*pol->exact));

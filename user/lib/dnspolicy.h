@@ -78,6 +78,9 @@ void egr_dnspolicy_free(struct egr_dnspolicy *pol);
 int egr_dnspolicy_match(const struct egr_dnspolicy *pol, const char *qname,
 			struct egr_dnspolicy_match *m);
 bool egr_dnspolicy_qtype_allowed(const struct egr_dnspolicy *pol, uint16_t qtype);
+/* network.mode "audit": names and qtypes outside the policy are forwarded
+ * anyway (and reported), docs/dns.md. */
+bool egr_dnspolicy_audit(const struct egr_dnspolicy *pol);
 /* Number of exact names / wildcards compiled (for logs and tests). */
 size_t egr_dnspolicy_nexact(const struct egr_dnspolicy *pol);
 size_t egr_dnspolicy_nwild(const struct egr_dnspolicy *pol);

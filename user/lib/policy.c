@@ -1004,12 +1004,87 @@ static int parse_dns_types(const json_t *arr, struct egr_policy *p, struct egr_e
 	return 0;
 }
 
+/* A string that is one of two words: *out is 0 for first (the default when
+ * in is absent), 1 for second; anything else is an error naming field. */
+static int parse_choice(const json_t *in, const char *field, const char *first,
+			const char *second, int *out, struct egr_error *err)
+{
+	const char *s = json_is_string(in) ? json_string_value(in) : NULL;
+	char q[QUOTE_BUF];
+
+	if (!in)
+		return 0;
+	set_field(err, "%s", field);
+	if (s && strlen(s) != json_string_length(in))
+		s = NULL; /* an embedded NUL */
+	if (s && !strcmp(s, first)) {
+		*out = 0;
+	} else if (s && !strcmp(s, second)) {
+		*out = 1;
+	} else {
+		set_msg(err, "must be \"%s\" or \"%s\"%s%s", first, second, s ? ", not " : "",
+			s ? quote(q, s) : "");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* network.breaker: {"max_denies": N, "window_s": S}, both required. */
+static int parse_breaker(const json_t *b, struct egr_policy *p, struct egr_error *err)
+{
+	static const char *const known[] = { "max_denies", "window_s", NULL };
+	static const struct {
+		const char *key;
+		json_int_t max;
+	} f[] = {
+		{ "max_denies", EGR_POLICY_MAX_BREAKER_DENIES },
+		{ "window_s", EGR_POLICY_MAX_BREAKER_WINDOW_S },
+	};
+	uint32_t val[2];
+	size_t i;
+	int ret;
+
+	if (!b)
+		return 0;
+	set_field(err, "network.breaker");
+	if (!json_is_object(b)) {
+		set_msg(err, "must be an object {\"max_denies\": N, \"window_s\": S}");
+		return -EINVAL;
+	}
+	ret = check_keys(b, known, "network.breaker.", err);
+	if (ret)
+		return ret;
+	for (i = 0; i < 2; i++) {
+		const json_t *v = json_object_get(b, f[i].key);
+		json_int_t n;
+
+		set_field(err, "network.breaker.%s", f[i].key);
+		if (!v) {
+			set_msg(err, "missing (required)");
+			return -EINVAL;
+		}
+		if (!json_is_integer(v)) {
+			set_msg(err, "must be an integer");
+			return -EINVAL;
+		}
+		n = json_integer_value(v);
+		if (n < 1 || n > f[i].max) {
+			set_msg(err, "%lld out of range 1-%lld", (long long)n, (long long)f[i].max);
+			return -EINVAL;
+		}
+		val[i] = (uint32_t)n;
+	}
+	p->breaker_max_denies = val[0];
+	p->breaker_window_s = val[1];
+	return 0;
+}
+
 static int parse_network(const json_t *net, struct egr_policy *p, struct allow_vec *av,
 			 struct egr_error *err)
 {
 	static const char *const known[] = { "default",	  "outbound_allow", "dns_allow",
 					     "inbound",	  "allow_sockets",  "trust",
-					     "dns_types", "dns_rebind_allow", "inspect", "on_escape", NULL };
+					     "dns_types", "dns_rebind_allow", "inspect", "on_escape", "mode", "breaker", NULL };
 	const json_t *def, *in;
 	char q[QUOTE_BUF];
 	int ret;
@@ -1087,23 +1162,17 @@ static int parse_network(const json_t *net, struct egr_policy *p, struct allow_v
 		}
 		p->inspect = json_is_true(in);
 	}
-	in = json_object_get(net, "on_escape");
-	if (in) {
-		const char *s = json_is_string(in) ? json_string_value(in) : NULL;
-
-		set_field(err, "network.on_escape");
-		if (s && strlen(s) != json_string_length(in))
-			s = NULL;
-		if (s && !strcmp(s, "kill")) {
-			p->escape_alert = 0;
-		} else if (s && !strcmp(s, "alert")) {
-			p->escape_alert = 1;
-		} else {
-			set_msg(err, "must be \"kill\" or \"alert\"%s%s", s ? ", not " : "",
-				s ? quote(q, s) : "");
-			return -EINVAL;
-		}
-	}
+	ret = parse_choice(json_object_get(net, "on_escape"), "network.on_escape", "kill",
+			   "alert", &p->escape_alert, err);
+	if (ret)
+		return ret;
+	ret = parse_choice(json_object_get(net, "mode"), "network.mode", "enforce", "audit",
+			   &p->audit_mode, err);
+	if (ret)
+		return ret;
+	ret = parse_breaker(json_object_get(net, "breaker"), p, err);
+	if (ret)
+		return ret;
 	ret = parse_sockets(json_object_get(net, "allow_sockets"), &p->sb_flags, &p->families,
 			    err);
 	if (ret)

@@ -23,6 +23,8 @@
 #define EGR_POLICY_MAX_WINDOW_S 31622400 /* limits.window_seconds: 366 days */
 #define EGR_POLICY_DEFAULT_WINDOW_S 3600
 #define EGR_POLICY_MAX_QUOTA    (1ULL << 60) /* limits.*egress_bytes */
+#define EGR_POLICY_MAX_BREAKER_DENIES 100000000 /* network.breaker.max_denies */
+#define EGR_POLICY_MAX_BREAKER_WINDOW_S 86400   /* network.breaker.window_s: one day */
 
 enum egr_host_kind {
 	EGR_HOST_V4 = 1,   /* addr[0..3], prefixlen 0..32 */
@@ -63,6 +65,10 @@ struct egr_policy {
 	int inspect;           /* network.inspect: TCP goes through the inspecting proxy
 	                        * (docs/inspect.md); default 1 for trust "strict", else 0 */
 	int escape_alert;      /* network.on_escape: "kill" (0, default) or "alert" (1) */
+	int audit_mode;        /* network.mode: "enforce" (0, default) or "audit" (1) */
+	uint32_t breaker_max_denies; /* network.breaker.max_denies; 0 = no breaker in the
+	                              * policy (egressd's --breaker default applies) */
+	uint32_t breaker_window_s;   /* network.breaker.window_s */
 	uint16_t dns_types[EGR_POLICY_MAX_DNS_TYPES]; /* network.dns_types; */
 	size_t ndns_types;     /* 0: the proxy's default set */
 	struct egr_allow *allow;

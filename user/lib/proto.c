@@ -202,6 +202,7 @@ static const struct {
 	{ "attach", { "cgroup", "policy", "netns", NULL } },
 	{ "update", { "cgroup", "id", "policy", NULL } },
 	{ "detach", { "cgroup", "id", "status", NULL } },
+	{ "release", { "cgroup", "id", NULL } },
 	{ "events", { "follow", "sandbox", "limit", NULL } },
 	{ "stats", { "tenant", NULL } },
 };

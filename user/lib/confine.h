@@ -5,8 +5,9 @@
  * skip seccomp: a libseccomp filter that allows socket() only for AF_INET,
  * AF_INET6 and AF_UNIX (plus families a policy names) and refuses the
  * io_uring syscalls, bpf, perf_event_open and the calls that reach into
- * another process (ptrace, process_vm_readv/writev, pidfd_getfd, kcmp), and
- * capability drops. `egressctl run` applies the filter and the full drop in
+ * another process (ptrace, process_vm_readv/writev, pidfd_getfd, kcmp), the
+ * keyring calls, terminal injection (ioctl TIOCSTI/TIOCLINUX) and new user
+ * namespaces (clone3: ENOSYS), and capability drops. `egressctl run` applies the filter and the full drop in
  * the command before exec; egressd writes the same filter as an OCI seccomp
  * profile for container runtimes.
  */

@@ -92,7 +92,7 @@ def redteam1_run_userns_reaches_v1_cgroups(c):
     else:
         victim = "no-v1-freezer-on-this-host"
     pol = c.policy(["127.0.0.1:1"])
-    r = hr_run(c, pol, [sys.executable, "-c", RT1_V1_FREEZE, scratch, victim])
+    r = hr_run(c, pol, [HR_PY, "-c", RT1_V1_FREEZE, scratch, victim])
     f = hr_findings(r, "v1 freeze script under run")
     if root:
         with open(os.path.join(victim_cg, "freezer.state")) as fp:
@@ -212,9 +212,13 @@ def redteam1_run_cannot_inject_into_the_terminal(c):
 
 
 RT1_KILL_GROUP = RT1_PRELUDE + r"""
-import signal
+import signal, time
+# kill(0) includes the caller itself: it handles the signal (and so shows
+# that kill(0) does reach its own group, the twin).
+signal.signal(signal.SIGUSR1, lambda *a: out("self_signalled", 1))
 out("pgrp", os.getpgrp())
 out("kill0", err_of(lambda: os.kill(0, signal.SIGUSR1)))
+time.sleep(0.2)
 """
 
 
@@ -243,6 +247,8 @@ def redteam1_run_cannot_signal_its_callers_group(c):
             c.ctl("detach", "--cgroup", os.path.join(parent, d))
     check("rc=0" in r.stdout, "egressctl itself was killed from inside its sandbox: %r" %
           r.stdout)
+    check("self_signalled 1" in r.stdout and "kill0 ok" in r.stdout,
+          "twin: kill(0, SIGUSR1) did not reach the command's own group: %r" % r.stdout)
     hr_no_leftovers(c, parent, before)
 
 
@@ -268,7 +274,7 @@ def redteam1_run_proc_host_knobs_read_only(c):
     # PCI config space (/proc/bus/pci/*/*) for writing. The test writes an
     # IRQ's current value back (no change) and only opens the PCI file.
     pol = c.policy(["127.0.0.1:1"])
-    r = hr_run(c, pol, [sys.executable, "-c", RT1_PROC_WRITE])
+    r = hr_run(c, pol, [HR_PY, "-c", RT1_PROC_WRITE])
     f = hr_findings(r, "procfs script under run")
     check(f.get("irq_write") in ("EROFS", "EACCES", "ENOENT"),
           "uid 0 under run may write host IRQ affinity %s: %r" % (f.get("path"), f))
@@ -294,7 +300,7 @@ def redteam1_run_no_shared_root_keyring(c):
         return
     desc = "rt1-key-%s" % RAND
     pol = c.policy(["127.0.0.1:1"])
-    r = hr_run(c, pol, [sys.executable, "-c", RT1_KEYRING, desc])
+    r = hr_run(c, pol, [HR_PY, "-c", RT1_KEYRING, desc])
     f = hr_findings(r, "keyring script under run")
     left = subprocess.run(["sh", "-c", "grep -c ' %s: ' /proc/keys" % desc],
                           stdout=subprocess.PIPE, text=True).stdout.strip()

@@ -322,3 +322,76 @@ def libc_revoke(key_id):
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall(250, 3, key_id)                        # keyctl(KEYCTL_REVOKE)
     libc.syscall(250, 9, key_id, ctypes.c_long(-4))     # keyctl(KEYCTL_UNLINK, @u)
+
+
+RT1_TERMINAL = r"""
+import errno, os, signal, sys, time
+signal.signal(signal.SIGINT, lambda *a: (print("sigint", flush=True), os._exit(42)))
+try:
+    os.close(os.open("/dev/tty", os.O_RDWR))
+    print("ctty yes", flush=True)
+except OSError as e:
+    print("ctty", errno.errorcode.get(e.errno, e.errno), flush=True)
+# Its session and group are those of the sandbox's pid 1 (0: a leader outside).
+print("sid", os.getsid(0), "pgrp", os.getpgrp(), flush=True)
+print("ready", flush=True)
+print("got", sys.stdin.readline().strip(), flush=True)
+end = time.monotonic() + 10
+while time.monotonic() < end:
+    time.sleep(0.05)
+os._exit(3)
+"""
+
+
+def rt1_read_until(fd, want, timeout=10):
+    import select
+    buf = b""
+    end = time.time() + timeout
+    while want not in buf and time.time() < end:
+        r, _, _ = select.select([fd], [], [], 0.1)
+        if r:
+            try:
+                buf += os.read(fd, 4096)
+            except OSError:
+                break
+    return buf
+
+
+@test
+def hostile_run2_terminal_still_usable(c):
+    # Twin of redteam1_run_cannot_inject_into_the_terminal: with its own
+    # session and no controlling terminal the command still reads and writes
+    # the caller's terminal, and Ctrl-C typed there reaches it (the terminal
+    # signals egressctl's foreground group; egressctl forwards).
+    import pty
+    import fcntl
+    import termios
+    master, slave = pty.openpty()
+    CLEANUP.push("rt1 pty", lambda: [os.close(fd) for fd in (master, slave)])
+
+    def as_shell():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    pol = c.policy(["127.0.0.1:1"])
+    p = subprocess.Popen([c.egressctl, "--socket", c.sock, "run", "--policy", pol, "--user",
+                          str(NOBODY), "--", HR_PY, "-c", RT1_TERMINAL],
+                         stdin=slave, stdout=slave, stderr=slave, preexec_fn=as_shell)
+    CLEANUP.push("run", lambda: p.poll() is None and (p.kill(), p.wait(10)))
+    out = rt1_read_until(master, b"ready")
+    check(b"ready" in out, "the command under run did not start on the terminal: %r" % out)
+    check(b"ctty ENXIO" in out, "the command has a controlling terminal: %r" % out)
+    check(b"sid 1 pgrp 1" in out, "the command is not in a session of the sandbox's pid 1: "
+          "%r" % out)
+    os.write(master, b"hello-from-the-terminal\n")
+    out = rt1_read_until(master, b"got hello-from-the-terminal")
+    check(b"got hello-from-the-terminal" in out,
+          "the command could not read a line typed on the terminal: %r" % out)
+    os.write(master, b"\x03")   # Ctrl-C, as typed
+    try:
+        p.wait(15)
+    except subprocess.TimeoutExpired:
+        raise TestFailure("Ctrl-C on the terminal did not end the command under run")
+    out += rt1_read_until(master, b"sigint", 2)
+    check(p.returncode == 42 and b"sigint" in out,
+          "Ctrl-C on the terminal: exit %d, expected the command's 42: %r" % (p.returncode, out))

@@ -48,12 +48,7 @@ static const char *const refused_calls[] = {
 /* Calls refused for some argument values: arg & mask == value. The ioctl
  * request is an int: only its low 32 bits are compared (the kernel ignores
  * the rest, CVE-2019-10063). */
-static const struct arg_rule {
-	const char *name;
-	unsigned int arg;
-	uint64_t mask, value;
-	int errno_ret;
-} refused_args[] = {
+static const struct egr_confine_arg_rule refused_args[] = {
 	/* Typing into a terminal the command shares (red team 1, F1). */
 	{ "ioctl", 1, 0xffffffffu, TIOCSTI, EPERM },
 	{ "ioctl", 1, 0xffffffffu, TIOCLINUX, EPERM },
@@ -130,7 +125,7 @@ int egr_confine_seccomp(const struct egr_confine *c)
 			err = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
 	}
 	for (size_t i = 0; i < sizeof(refused_args) / sizeof(refused_args[0]) && !err; i++) {
-		const struct arg_rule *r = &refused_args[i];
+		const struct egr_confine_arg_rule *r = &refused_args[i];
 		int nr = seccomp_syscall_resolve_name(r->name);
 		struct scmp_arg_cmp cmp = { .arg = r->arg, .op = SCMP_CMP_MASKED_EQ,
 					    .datum_a = r->mask, .datum_b = r->value };
@@ -277,6 +272,12 @@ static json_t *arg0(unsigned long value, const char *op)
 	return json_pack("[{s:i, s:I, s:s}]", "index", 0, "value", (json_int_t)value, "op", op);
 }
 
+size_t egr_confine_refused_args(const struct egr_confine_arg_rule **rules)
+{
+	*rules = refused_args;
+	return sizeof(refused_args) / sizeof(refused_args[0]);
+}
+
 int egr_confine_oci_profile(const struct egr_confine *c, json_t **out)
 {
 	json_t *prof, *rules;
@@ -299,7 +300,7 @@ int egr_confine_oci_profile(const struct egr_confine *c, json_t **out)
 	for (size_t i = 0; i < sizeof(refused_calls) / sizeof(refused_calls[0]); i++)
 		json_array_append_new(rules, errno_rule(refused_calls[i], NULL));
 	for (size_t i = 0; i < sizeof(refused_args) / sizeof(refused_args[0]); i++) {
-		const struct arg_rule *r = &refused_args[i];
+		const struct egr_confine_arg_rule *r = &refused_args[i];
 		json_t *args = NULL;
 
 		if (r->mask)

@@ -15,6 +15,7 @@
 #define EGR_CONFINE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
 
@@ -55,6 +56,21 @@ int egr_caps_restrict(bool (*keep)(int cap, void *ctx), void *ctx, unsigned int 
 /* The filter as an OCI runtime-spec "linux.seccomp" object. *out is a new
  * reference. 0 or -ENOMEM. */
 int egr_confine_oci_profile(const struct egr_confine *c, json_t **out);
+
+/* A call refused for some argument values: args[arg] & mask == value
+ * (mask 0: every call) answers -errno_ret. */
+struct egr_confine_arg_rule {
+	const char *name;
+	unsigned int arg;
+	uint64_t mask, value;
+	int errno_ret;
+};
+
+/* The filter's argument rules (*rules: a static table), for the OCI
+ * profile. An allow-list profile must not also allow these calls
+ * unconditionally: libseccomp lets an unconditional rule override a
+ * conditional one of the same call. */
+size_t egr_confine_refused_args(const struct egr_confine_arg_rule **rules);
 
 /* Family name ("packet", "netlink", ...) to number; -EINVAL if unknown. */
 int egr_confine_family(const char *name);

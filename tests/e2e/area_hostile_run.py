@@ -719,5 +719,5 @@ def hostile_run_seccomp_profile_matches(c):
                    if r.get("action") == "SCMP_ACT_ERRNO" and r.get("errnoRet") == errno_mod.EPERM
                    and not r.get("args")}
         for name in ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
-                     "bpf", "io_uring_setup"):
+                     "bpf", "io_uring_setup", "add_key", "keyctl", "request_key"):
             check(name in refused, "%s does not refuse %s: %r" % (what, name, sorted(refused)))

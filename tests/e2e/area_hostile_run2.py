@@ -395,3 +395,86 @@ def hostile_run2_terminal_still_usable(c):
     out += rt1_read_until(master, b"sigint", 2)
     check(p.returncode == 42 and b"sigint" in out,
           "Ctrl-C on the terminal: exit %d, expected the command's 42: %r" % (p.returncode, out))
+
+
+RT1_IDENTITY = RT1_PRELUDE + r"""
+import socket
+secret, public, abstract = sys.argv[1], sys.argv[2], sys.argv[3]
+out("uid", "%d:%d" % (os.getuid(), os.getgid()))
+out("uid_map", open("/proc/self/uid_map").read().split() == ["0", "65534", "1"])
+out("gid_map", open("/proc/self/gid_map").read().split() == ["0", "65534", "1"])
+out("secret", err_of(lambda: open(secret).read()))
+out("public", err_of(lambda: open(public).read()))
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect("\0" + abstract)
+s.sendall(b"x")
+s.recv(1)
+s.close()
+out("connected", "yes")
+"""
+
+
+def rt1_peer_uids(name, n):
+    """Accept n connections on abstract socket name; the SO_PEERCRED uid:gid of each."""
+    import struct
+    lis = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lis.bind("\0" + name)
+    lis.listen(4)
+    lis.settimeout(PROBE_TIMEOUT_S)
+    got = []
+
+    def serve():
+        try:
+            for _ in range(n):
+                conn, _ = lis.accept()
+                with conn:
+                    cred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                           struct.calcsize("3i"))
+                    _, uid, gid = struct.unpack("3i", cred)
+                    got.append("%d:%d" % (uid, gid))
+                    conn.recv(1)
+                    conn.sendall(b"y")
+        except OSError as e:
+            got.append("error %s" % e)
+        finally:
+            lis.close()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return t, got
+
+
+@test
+def hostile_run2_root_is_nobody_to_the_host(c):
+    # F2 beyond file writes: uid 0 under run reads no root-only file (like
+    # /etc/shadow) and is uid 65534 to a unix socket peer (a root-only host
+    # agent that trusts SO_PEERCRED uid 0). Twins: a 0644 file of the same
+    # directory is readable, and a root process outside is uid 0 to the peer.
+    d = tempfile.mkdtemp(prefix="rt1-id-")
+    CLEANUP.push("rt1 id", shutil.rmtree, d, True)
+    os.chmod(d, 0o755)
+    secret, public = os.path.join(d, "shadow"), os.path.join(d, "motd")
+    for p, mode in ((secret, 0o600), (public, 0o644)):
+        with open(p, "w") as f:
+            f.write("root-only\n" if mode == 0o600 else "public\n")
+        os.chmod(p, mode)
+    name = "egr-rt1-peer-%s" % RUN_ID
+    t, got = rt1_peer_uids(name, 2)
+    # Twin outside run: root is uid 0 to the peer.
+    r = subprocess.run([sys.executable, "-c", "import socket; s = socket.socket(socket.AF_UNIX);"
+                        "s.connect('\\0%s'); s.sendall(b'x'); s.recv(1)" % name],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=PROBE_TIMEOUT_S)
+    check(r.returncode == 0, "twin: root outside could not connect: %r" % r.stderr)
+    pol = c.policy(["127.0.0.1:1"])
+    r = hr_run(c, pol, [HR_PY, "-c", RT1_IDENTITY, secret, public, name])
+    t.join(PROBE_TIMEOUT_S)
+    f = hr_findings(r, "identity script under run")
+    check(f.get("uid") == "0:0" and f.get("uid_map") == "True" and f.get("gid_map") == "True",
+          "uid 0 under run is not 0:0 mapped to host 65534: %r" % f)
+    check(f.get("secret") == "EACCES", "uid 0 under run read a root-only 0600 file: %r" % f)
+    check(f.get("public") == "ok", "twin: a 0644 file was not readable under run: %r" % f)
+    check(len(got) == 2 and got[0] == "0:0",
+          "twin: root outside run is not uid 0 to the peer: %r" % got)
+    check(got[1] == "%d:%d" % (NOBODY, NOBODY),
+          "uid 0 under run is %s to a unix socket peer, expected %d:%d" %
+          (got[1] if len(got) > 1 else "nothing", NOBODY, NOBODY))

@@ -478,3 +478,45 @@ def hostile_run2_root_is_nobody_to_the_host(c):
     check(got[1] == "%d:%d" % (NOBODY, NOBODY),
           "uid 0 under run is %s to a unix socket peer, expected %d:%d" %
           (got[1] if len(got) > 1 else "nothing", NOBODY, NOBODY))
+
+
+RT1_MAP_ROOT = r"""
+import os, sys
+print("uid", "%d:%d" % (os.getuid(), os.getgid()), flush=True)
+print("uid_map", " ".join(open("/proc/self/uid_map").read().split()), flush=True)
+with open(os.path.join(sys.argv[1], "made-as-root"), "w") as f:
+    f.write("x")
+"""
+
+
+@test
+def hostile_run2_map_root_to(c):
+    # --map-root-to: the host identity of uid 0 inside is the operator's
+    # choice (one uid per tenant, so uid-0 sandboxes do not share 65534's
+    # files); never host root. Twin: the default is 65534.
+    d = tempfile.mkdtemp(prefix="rt1-map-")
+    CLEANUP.push("rt1 map", shutil.rmtree, d, True)
+    os.chmod(d, 0o777)
+    pol = c.policy(["127.0.0.1:1"])
+    uid = 40000 + random.randrange(20000)
+    for opts, want in ((["--map-root-to", "%d:%d" % (uid, uid + 1)], (uid, uid + 1)),
+                       ([], (NOBODY, NOBODY))):
+        made = os.path.join(d, "made-as-root")
+        if os.path.exists(made):
+            os.unlink(made)
+        r = hr_run(c, pol, [HR_PY, "-c", RT1_MAP_ROOT, d], opts)
+        f = hr_findings(r, "map-root script %r" % opts)
+        check(f.get("uid") == "0:0" and f.get("uid_map") == "0 %d 1" % want[0],
+              "%r: not uid 0 mapped to %d: %r" % (opts, want[0], f))
+        st = os.stat(made)
+        check((st.st_uid, st.st_gid) == want, "%r: the file uid 0 made is %d:%d on the host, "
+              "expected %d:%d" % (opts, st.st_uid, st.st_gid, want[0], want[1]))
+    # Host root, or together with --user: refused before anything exists.
+    before = c.list_json()
+    for opts in (["--map-root-to", "0"], ["--map-root-to", "%d:0" % uid],
+                 ["--map-root-to", "x"], ["--user", str(NOBODY), "--map-root-to", str(uid)]):
+        r = hr_run(c, pol, ["/bin/echo", "started"], opts)
+        check(r.returncode == 2 and "--map-root-to" in r.stderr and "started" not in r.stdout,
+              "%r: exit %d %r %r (expected 2 naming --map-root-to)" %
+              (opts, r.returncode, r.stdout, r.stderr))
+    check(c.list_json() == before, "a refused --map-root-to left sandboxes: %r" % c.list_json())

@@ -75,6 +75,8 @@ static const char run_help[] =
 	"                       host (default gid: the uid's primary group, else UID);\n"
 	"                       supplementary groups: GID. Without it CMD is uid 0 in a\n"
 	"                       user namespace of its own and uid 65534 on the host\n"
+	"  --map-root-to UID[:GID]  the host uid and gid of CMD's uid 0 (not --user;\n"
+	"                       default 65534:65534; never 0)\n"
 	"  --pids-max N         at most N tasks in the sandbox (cgroup2 pids.max)\n"
 	"  --memory-max BYTES   memory limit of the sandbox (cgroup2 memory.max; K, M, G\n"
 	"                       and T suffixes, 1024-based; at least 1M)\n"
@@ -108,6 +110,8 @@ struct run_opts {
 	const char *parent;
 	bool has_user;
 	struct egr_run_user user;
+	bool has_map_root;
+	struct egr_run_user map_root; /* the host ids of uid 0 inside */
 	uint64_t pids_max;   /* 0: no limit asked for */
 	uint64_t memory_max; /* 0: no limit asked for */
 	const char *hide[RUN_HIDE_MAX];
@@ -205,7 +209,7 @@ static int parse_user(const char *s, struct egr_run_user *u)
 static int parse_run(struct ctl *c, int argc, char **argv, struct run_opts *o)
 {
 	enum { O_SOCKET = 256, O_TIMEOUT, O_HELP, O_POLICY, O_TENANT, O_PARENT, O_USER,
-	       O_PIDS_MAX, O_MEMORY_MAX, O_HIDE };
+	       O_PIDS_MAX, O_MEMORY_MAX, O_HIDE, O_MAP_ROOT };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "timeout", required_argument, NULL, O_TIMEOUT },
@@ -217,6 +221,7 @@ static int parse_run(struct ctl *c, int argc, char **argv, struct run_opts *o)
 		{ "pids-max", required_argument, NULL, O_PIDS_MAX },
 		{ "memory-max", required_argument, NULL, O_MEMORY_MAX },
 		{ "hide", required_argument, NULL, O_HIDE },
+		{ "map-root-to", required_argument, NULL, O_MAP_ROOT },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt;
@@ -258,6 +263,15 @@ static int parse_run(struct ctl *c, int argc, char **argv, struct run_opts *o)
 						       "below 4294967295), got '%s'", optarg);
 			o->has_user = true;
 			break;
+		case O_MAP_ROOT:
+			/* uid 0 outside would be host root again: the whole point. */
+			if (parse_user(optarg, &o->map_root) || o->map_root.uid == 0 ||
+			    o->map_root.gid == 0)
+				return ctl_usage_error("run", "--map-root-to: expected UID or UID:GID "
+						       "(numbers from 1 to 4294967294), got '%s'",
+						       optarg);
+			o->has_map_root = true;
+			break;
 		case O_PIDS_MAX:
 			if (parse_u64(optarg, &o->pids_max) || o->pids_max < 1 ||
 			    o->pids_max > PIDS_MAX_LIMIT)
@@ -283,6 +297,9 @@ static int parse_run(struct ctl *c, int argc, char **argv, struct run_opts *o)
 	}
 	if (!o->policy)
 		return ctl_usage_error("run", "run: --policy FILE is required");
+	if (o->has_user && o->has_map_root)
+		return ctl_usage_error("run", "--map-root-to: not with --user (CMD is not uid 0 "
+				       "then)");
 	if (optind >= argc)
 		return ctl_usage_error("run", "run: no command given (egressctl run --policy FILE "
 				       "-- CMD [ARGS...])");
@@ -1116,7 +1133,8 @@ static int exit_status(int status)
 
 /* The command's ids in its user namespace and on the host: --user UID:GID
  * is itself on both sides (its files are UID's, as asked); without it the
- * command is 0:0 inside and RUN_ROOT_HOST_ID outside. */
+ * command is 0:0 inside and --map-root-to's ids (RUN_ROOT_HOST_ID by
+ * default) outside. */
 struct run_ids {
 	struct egr_run_user ns, host;
 };
@@ -1128,7 +1146,8 @@ static void run_ids(const struct run_opts *o, struct run_ids *ids)
 		ids->host = o->user;
 	} else {
 		ids->ns = (struct egr_run_user){ .uid = 0, .gid = 0 };
-		ids->host = (struct egr_run_user){ .uid = RUN_ROOT_HOST_ID, .gid = RUN_ROOT_HOST_ID };
+		ids->host = o->has_map_root ? o->map_root :
+			    (struct egr_run_user){ .uid = RUN_ROOT_HOST_ID, .gid = RUN_ROOT_HOST_ID };
 	}
 }
 

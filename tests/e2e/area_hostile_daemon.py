@@ -645,7 +645,7 @@ def hd_run_end_leaves_no_socket_unconfined(c):
     est = None
     try:
         pol = c.policy(["127.0.0.1:%d" % a.port, "127.0.0.1:%d" % hp])
-        r = adv_run(c, pol, sys.executable, "-c", HD_RUN_SMUGGLE, name, hp)
+        r = adv_run(c, pol, RUN_PY, "-c", HD_RUN_SMUGGLE, name, hp)
         t.join(PROBE_TIMEOUT_S)
         check(r.returncode == 0 and "sent" in r.stdout,
               "the command under run could not hand out a socket: exit %d %r %r" %

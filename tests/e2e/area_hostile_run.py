@@ -8,6 +8,10 @@
 # exec'd by run.py in its namespace (see "tests by area" there).
 
 NOBODY = 65534
+# uid 0 under run is this host uid (its own user namespace maps 0 to it).
+RUN_ROOT_HOST_UID = NOBODY
+# A python that uid 65534 can run (sys.executable may live under /root).
+HR_PY = RUN_PY
 
 # The attacker's scripts run as `python3 -c SCRIPT ARGS...` under run. Each
 # prints one line per finding ("name value") and exits 0 when it could do
@@ -155,7 +159,7 @@ def hostile_run_cgroup_escape(c):
           "twin: a uid-0 write to a visible cgroup.procs did not move the process (%d %r %r): "
           "the test proves nothing" % (r.returncode, r.stdout, r.stderr))
 
-    r = hr_run(c, pol, [sys.executable, "-c", HR_ESCAPE, c.cg_mount, sibling, a.port, b.port],
+    r = hr_run(c, pol, [HR_PY, "-c", HR_ESCAPE, c.cg_mount, sibling, a.port, b.port],
                ["--cgroup-parent", parent])
     f = hr_findings(r, "escape script under run")
     check(f.get("uid") == "0", "the script did not run as uid 0: %r" % f)
@@ -174,7 +178,7 @@ def hostile_run_cgroup_escape(c):
     hr_no_leftovers(c, parent, before)
 
     # Twin inside run: a child cgroup of its own works, and stays confined.
-    r = hr_run(c, pol, [sys.executable, "-c", HR_CHILD_CGROUP, c.cg_mount, a.port, b.port],
+    r = hr_run(c, pol, [HR_PY, "-c", HR_CHILD_CGROUP, c.cg_mount, a.port, b.port],
                ["--cgroup-parent", parent])
     f = hr_findings(r, "child cgroup script under run")
     check(f.get("mkdir") == "ok" and f.get("move") == "ok" and f.get("cgroup") == "/tool-child",
@@ -183,9 +187,6 @@ def hostile_run_cgroup_escape(c):
     check(f.get("allowed") == "ok", "a child cgroup lost the allowed destination: %r" % f)
     hr_no_leftovers(c, parent, before)
 
-
-# A python that uid 65534 can run (sys.executable may live under /root).
-HR_PY = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
 
 # Sandbox B: holds a secret in its environment and waits (bounded) until
 # SIGTERM; exits 42 on it, so the test sees the signal was forwarded.
@@ -242,14 +243,21 @@ _, st = os.waitpid(child, 0)
 out("child_signalled", os.WTERMSIG(st) if os.WIFSIGNALED(st) else "no")
 """
 
-# Outside any run, as the same uid: what the pid namespace takes away.
+# Outside any run: what the pid namespace takes away. As root, because B is
+# in a user namespace of its own: even its own host uid needs CAP_SYS_PTRACE
+# over that namespace to read its /proc files (shown too; it may signal it).
 HR_SIBLING_OUTSIDE = r"""
 import os, sys
 victim = int(sys.argv[1])
-os.setgroups([]); os.setgid(65534); os.setuid(65534)
 print("environ", "secret" if b"HR_SECRET" in open("/proc/%d/environ" % victim, "rb").read() else "none")
 os.kill(victim, 0)
 print("kill0 ok")
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+try:
+    open("/proc/%d/environ" % victim, "rb").read()
+    print("same_uid_environ ok")
+except PermissionError:
+    print("same_uid_environ EACCES")
 """
 
 
@@ -305,8 +313,11 @@ def hostile_run_same_uid_sibling(c):
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            timeout=PROBE_TIMEOUT_S)
         check(r.returncode == 0 and "environ secret" in r.stdout and "kill0 ok" in r.stdout,
-              "twin: uid %d outside run cannot reach B (%d %r %r): the test proves nothing" %
-              (NOBODY, r.returncode, r.stdout, r.stderr))
+              "twin: root outside run cannot reach B (%d %r %r): the test proves nothing" %
+              (r.returncode, r.stdout, r.stderr))
+        check("same_uid_environ EACCES" in r.stdout,
+              "uid %d outside run reads B's environment (B has no user namespace of its "
+              "own?): %r" % (NOBODY, r.stdout))
         r = hr_run(c, pol, [HR_PY, "-c", HR_SIBLING, victim],
                    ["--user", str(NOBODY), "--cgroup-parent", parent_a],
                    env=dict(os.environ, HR_MINE="1"))
@@ -360,7 +371,9 @@ tv = timeval(int(now), int((now % 1) * 1e6))
 out("settimeofday", sys_err(libc.settimeofday(ctypes.byref(tv), None)))
 out("setuid", err_of(lambda: os.setuid(1000)))
 out("setgid", err_of(lambda: os.setgid(1000)))
-out("chown", err_of(lambda: os.chown(scratch, 1000, 1000)))
+# The scratch dir is host root's: giving it to itself (uid 0 here) needs
+# CAP_CHOWN; 1000 has no mapping in its user namespace (EINVAL).
+out("chown", err_of(lambda: os.chown(scratch, 0, 0)))
 out("raw_socket", err_of(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, 1).close()))
 # The sandbox's pid 1 is root's and not dumpable: not a way around any of it.
 out("init_environ", err_of(lambda: open("/proc/1/environ").read()))
@@ -388,21 +401,25 @@ def hostile_run_root_has_no_capabilities(c):
     pol = c.policy(["127.0.0.1:%d" % a.port])
     scratch = tempfile.mkdtemp(prefix=RUN_ID + ".caps.", dir="/var/tmp")
     CLEANUP.push("scratch dir", shutil.rmtree, scratch, True)
+    os.chmod(scratch, 0o777)   # so mknod meets the capability check, not the mode
     r = subprocess.run([sys.executable, "-c", HR_CAPS_OUTSIDE, scratch], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=PROBE_TIMEOUT_S)
     check(r.returncode == 0 and r.stdout.startswith("ok ") and
           int(r.stdout.split()[1], 16) != 0,
           "twin: root outside run cannot mknod/chown/setuid (%d %r %r): the test proves "
           "nothing" % (r.returncode, r.stdout, r.stderr))
-    r = hr_run(c, pol, [sys.executable, "-c", HR_CAPS, scratch, a.port])
+    r = hr_run(c, pol, [HR_PY, "-c", HR_CAPS, scratch, a.port])
     f = hr_findings(r, "capability script under run")
     check(f.get("uid") == "0", "the script did not run as uid 0: %r" % f)
     for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
         check(f.get(k) is not None and int(f[k], 16) == 0, "%s is %r under run" % (k, f.get(k)))
     check(f.get("NoNewPrivs") == "1", "NoNewPrivs is %r" % f.get("NoNewPrivs"))
     check(f.get("Seccomp") == "2", "no seccomp filter: Seccomp %r" % f.get("Seccomp"))
-    for k in ("mknod", "settimeofday", "setuid", "setgid", "chown", "raw_socket"):
+    for k in ("mknod", "settimeofday", "chown", "raw_socket"):
         check(f.get(k) == "EPERM", "%s as uid 0 under run: %r (expected EPERM)" % (k, f.get(k)))
+    # Uid 1000 does not exist in its user namespace: EINVAL before EPERM.
+    for k in ("setuid", "setgid"):
+        check(f.get(k) in ("EPERM", "EINVAL"), "%s(1000) as uid 0 under run: %r" % (k, f.get(k)))
     check(f.get("init_environ") == "EACCES" and f.get("init_mem") == "EACCES",
           "the sandbox's pid 1 is reachable: %r" % f)
     check(not os.path.exists(os.path.join(scratch, "hr-null")), "a device node was made")
@@ -495,7 +512,8 @@ def hostile_run_cannot_reach_egressd(c):
     check(not blockdev or os.path.exists(blockdev), "%s vanished" % blockdev)
     cwd = tempfile.mkdtemp(prefix=RUN_ID + ".cwd.", dir="/var/tmp")
     CLEANUP.push("cwd dir", shutil.rmtree, cwd, True)
-    r = hr_run(c, pol, [sys.executable, "-c", HR_LOOK, c.bpffs, c.sock, c.state, c.cg_mount,
+    os.chown(cwd, RUN_ROOT_HOST_UID, RUN_ROOT_HOST_UID)   # a directory given to the sandbox
+    r = hr_run(c, pol, [HR_PY, "-c", HR_LOOK, c.bpffs, c.sock, c.state, c.cg_mount,
                         c.cg_root, sysfile, blockdev], cwd=cwd)
     f = hr_findings(r, "look-around script under run")
     dev = set(f.get("dev", "").split(","))
@@ -516,21 +534,26 @@ def hostile_run_cannot_reach_egressd(c):
           "mounts under run: %r" % types)
     check(f.get("cg_root_visible") == "no" and f.get("cg_entries") == "-",
           "the cgroup2 mount shows more than its own subtree: %r" % f)
-    check(f.get("proc_sys") == "EROFS", "/proc/sys writable: %r" % f.get("proc_sys"))
-    check(f.get("sysfs") in ("EROFS", "none"), "%s writable: %r" % (sysfile, f.get("sysfs")))
+    # Read-only, and root's on the host: either refusal holds.
+    check(f.get("proc_sys") in ("EROFS", "EACCES"), "/proc/sys writable: %r" % f.get("proc_sys"))
+    check(f.get("sysfs") in ("EROFS", "EACCES", "none"), "%s writable: %r" %
+          (sysfile, f.get("sysfs")))
     check(f.get("remount_bpf") == "EPERM", "a bpffs mount of its own: %r" % f.get("remount_bpf"))
     # Twin: its own files work, and they are real files on the host.
     check(f.get("cwd") == cwd and f.get("cwd_file") == "mine" and f.get("tmp_file") == "tmp",
           "twin: the command's own cwd or /tmp files failed: %r" % f)
     with open(os.path.join(cwd, "own-file")) as fp:
         check(fp.read() == "mine", "the file written in the cwd is not on the host")
+    st = os.stat(os.path.join(cwd, "own-file"))
+    check(st.st_uid == RUN_ROOT_HOST_UID, "the file uid 0 wrote under run is host uid %d's, "
+          "expected %d's" % (st.st_uid, RUN_ROOT_HOST_UID))
     # Started from inside egressd's work directory (hidden): the old
     # directory under the cover must not stay reachable as ".".
-    r = hr_run(c, pol, [sys.executable, "-c", HR_CWD], cwd=c.work)
+    r = hr_run(c, pol, [HR_PY, "-c", HR_CWD], cwd=c.work)
     check(r.returncode == 0 and "entries -\n" in r.stdout,
           "started in a hidden directory, it sees: %d %r %r" % (r.returncode, r.stdout, r.stderr))
     # --hide covers a path of the operator's choice.
-    r = hr_run(c, pol, [sys.executable, "-c", HR_CWD], ["--hide", cwd], cwd=cwd)
+    r = hr_run(c, pol, [HR_PY, "-c", HR_CWD], ["--hide", cwd], cwd=cwd)
     check(r.returncode == 0 and "entries -\n" in r.stdout, "--hide %s: %d %r %r" %
           (cwd, r.returncode, r.stdout, r.stderr))
     # A path that cannot be covered stops the run before the command exists.
@@ -581,7 +604,7 @@ def hostile_run_limits(c):
     before = c.list_json()
     for opt, val, ctrl, script, arg in (("--pids-max", "8", "pids", HR_FORKS, 20),
                                         ("--memory-max", "32M", "memory", HR_ALLOC, 128)):
-        r = hr_run(c, pol, [sys.executable, "-c", script, arg], [opt, val, "--cgroup-parent", parent])
+        r = hr_run(c, pol, [HR_PY, "-c", script, arg], [opt, val, "--cgroup-parent", parent])
         if not hr_cgroup2_offers(c, ctrl):
             check(r.returncode == 125 and ("%s needs the %s controller" % (opt, ctrl)) in r.stderr
                   and "cgroup2 does not offer" in r.stderr and r.stdout == "",
@@ -596,7 +619,7 @@ def hostile_run_limits(c):
                   "--memory-max 32M let 128 MiB be touched: %d %r" % (r.returncode, r.stdout))
         hr_no_leftovers(c, parent, before)
         # Twin: the same script without the limit runs to the end.
-        r = hr_run(c, pol, [sys.executable, "-c", script, arg], ["--cgroup-parent", parent])
+        r = hr_run(c, pol, [HR_PY, "-c", script, arg], ["--cgroup-parent", parent])
         check(r.returncode == 0 and ("refused 0" in r.stdout or "allocated %d" % arg in r.stdout),
               "twin: %s without %s: %d %r %r" % (script.split()[1], opt, r.returncode, r.stdout,
                                                 r.stderr))
@@ -639,7 +662,7 @@ def hostile_run_status_and_signals(c):
     # SIGINT and SIGHUP reach the command (SIGTERM: hostile_run_same_uid_sibling).
     for sig in (signal.SIGINT, signal.SIGHUP):
         p = subprocess.Popen([c.egressctl, "--socket", c.sock, "run", "--policy", pol, "--",
-                              sys.executable, "-c", HR_VICTIM.replace("SIGTERM", sig.name)],
+                              HR_PY, "-c", HR_VICTIM.replace("SIGTERM", sig.name)],
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
         CLEANUP.push("run", lambda p=p: p.poll() is None and (p.kill(), p.wait(10)))
@@ -662,13 +685,13 @@ def hostile_run_dies_with_egressctl(c):
     pol = c.policy(["127.0.0.1:%d" % c.tcp("a").port])
     parent = hr_parent(c)
     p = subprocess.Popen([c.egressctl, "--socket", c.sock, "run", "--policy", pol,
-                          "--cgroup-parent", parent, "--", sys.executable, "-c", HR_VICTIM],
+                          "--cgroup-parent", parent, "--", HR_PY, "-c", HR_VICTIM],
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     CLEANUP.push("run", lambda: p.poll() is None and (p.kill(), p.wait(10)))
     try:
         check(p.stdout.readline().startswith("ready"), "the command did not start")
-        victim = hr_host_pid_of(parent, 0)
+        victim = hr_host_pid_of(parent, RUN_ROOT_HOST_UID)
         check(victim is not None, "no process of the command under %s" % parent)
         check(os.path.exists("/proc/%d" % victim), "twin: the command is not running")
         p.kill()
@@ -696,5 +719,5 @@ def hostile_run_seccomp_profile_matches(c):
                    if r.get("action") == "SCMP_ACT_ERRNO" and r.get("errnoRet") == errno_mod.EPERM
                    and not r.get("args")}
         for name in ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
-                     "bpf", "io_uring_setup"):
+                     "bpf", "io_uring_setup", "add_key", "keyctl", "request_key"):
             check(name in refused, "%s does not refuse %s: %r" % (what, name, sorted(refused)))

@@ -2305,6 +2305,12 @@ def adv_probe_as_nobody(c, cg, *action):
     return res
 
 
+# A python the command under `egressctl run` can execute: uid 0 there is the
+# unprivileged host uid 65534 (its own user namespace), and sys.executable
+# may live under /root (0700).
+RUN_PY = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+
+
 def adv_run(c, policy, *cmd, pass_fds=()):
     """egressctl run --policy POLICY -- CMD; the CompletedProcess."""
     argv = [c.egressctl, "--socket", c.sock, "run", "--policy", policy, "--"] + \
@@ -2582,7 +2588,7 @@ def adv_inherited_socket(c):
               "egressctl run passed descriptors to the command: exit %d %r %r" %
               (r.returncode, r.stdout, r.stderr))
         n = deny.received
-        r = adv_run(c, pol, sys.executable, "-c", SEND_ON_INHERITED, str(outside.fileno()),
+        r = adv_run(c, pol, RUN_PY, "-c", SEND_ON_INHERITED, str(outside.fileno()),
                     str(deny.port), pass_fds=fds)
         time.sleep(0.1)
         check(r.returncode != 0 and deny.received == n,

@@ -11,6 +11,8 @@
  */
 #include <errno.h>
 #include <linux/capability.h>
+#include <linux/keyctl.h>
+#include <linux/sched.h>
 #include <linux/io_uring.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -27,6 +30,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <sched.h>
 #include <cmocka.h>
 #include <jansson.h>
 #include <linux/if_ether.h>
@@ -95,6 +99,27 @@ static bool allows(const json_t *prof, const char *name)
 	return false;
 }
 
+/* Is there an ALLOW of name conditioned on args[arg] >= 0 (always true)? */
+static bool has_guarded_allow(const json_t *prof, const char *name, int arg)
+{
+	const json_t *r, *n;
+	size_t i, j;
+
+	json_array_foreach(json_object_get(prof, "syscalls"), i, r) {
+		const json_t *a = json_array_get(json_object_get(r, "args"), 0);
+
+		if (strcmp(json_string_value(json_object_get(r, "action")) ?: "", "SCMP_ACT_ALLOW") ||
+		    json_integer_value(json_object_get(a, "index")) != arg ||
+		    json_integer_value(json_object_get(a, "value")) != 0 ||
+		    strcmp(json_string_value(json_object_get(a, "op")) ?: "", "SCMP_CMP_GE"))
+			continue;
+		json_array_foreach(json_object_get(r, "names"), j, n)
+			if (strcmp(json_string_value(n) ?: "", name) == 0)
+				return true;
+	}
+	return false;
+}
+
 /* Is there an ALLOW rule for name with arg0 == af? */
 static bool has_allow_family(const json_t *prof, const char *name, int af)
 {
@@ -122,7 +147,7 @@ static void test_oci_profile_merge(void **state)
 
 	base = json_loads("{\"defaultAction\": \"SCMP_ACT_ERRNO\", \"defaultErrnoRet\": 38,"
 			  " \"archMap\": [{\"architecture\": \"SCMP_ARCH_RISCV64\"}],"
-			  " \"syscalls\": [{\"names\": [\"read\", \"socket\", \"bpf\"],"
+			  " \"syscalls\": [{\"names\": [\"read\", \"socket\", \"bpf\", \"ioctl\"],"
 			  " \"action\": \"SCMP_ACT_ALLOW\"}, {\"names\": [\"io_uring_setup\"],"
 			  " \"action\": \"SCMP_ACT_ALLOW\"}, {\"names\": [\"chroot\"],"
 			  " \"action\": \"SCMP_ACT_ALLOW\", \"includes\": {\"caps\":"
@@ -140,6 +165,10 @@ static void test_oci_profile_merge(void **state)
 	assert_true(has_rule(prof, "bpf", -1, NULL));
 	assert_true(has_rule(prof, "socket", AF_PACKET, "SCMP_CMP_EQ"));
 	assert_true(has_allow_family(prof, "socket", AF_INET));
+	/* the base's unconditional ioctl becomes a conditional one, so that the
+	 * TIOCSTI refusal is not overridden */
+	assert_false(allows(prof, "ioctl"));
+	assert_true(has_guarded_allow(prof, "ioctl", 1));
 	assert_null(json_object_get(prof, "archMap"));
 	assert_true(json_is_array(json_object_get(prof, "architectures")));
 	json_decref(prof);
@@ -180,7 +209,14 @@ static void test_oci_profile_default(void **state)
 	/* A normal program's calls are allowed; egressd's refused ones are not. */
 	assert_true(allows(prof, "read"));
 	assert_true(allows(prof, "execve"));
-	assert_true(allows(prof, "clone3"));
+	/* clone3 gets ENOSYS (its flags are out of a filter's reach: libc falls
+	 * back to clone); ioctl and clone are allowed only under a condition that
+	 * always holds, so their argument rules are not overridden. */
+	assert_false(allows(prof, "clone3"));
+	assert_false(allows(prof, "ioctl"));
+	assert_false(allows(prof, "clone"));
+	assert_true(has_guarded_allow(prof, "ioctl", 1));
+	assert_true(has_guarded_allow(prof, "clone", 0));
 	assert_false(allows(prof, "bpf"));
 	assert_false(allows(prof, "io_uring_setup"));
 	assert_false(allows(prof, "socket"));
@@ -215,6 +251,62 @@ static void test_oci_profile_default(void **state)
 	assert_true(has_rule(prof, "pidfd_getfd", -1, NULL));
 	assert_true(has_rule(prof, "kcmp", -1, NULL));
 	assert_true(has_rule(prof, "bpf", -1, NULL));
+	/* The keyrings a uid shares with the host (red team 1, F8). */
+	assert_true(has_rule(prof, "add_key", -1, NULL));
+	assert_true(has_rule(prof, "keyctl", -1, NULL));
+	assert_true(has_rule(prof, "request_key", -1, NULL));
+	/* Twin: a call nobody refuses has no rule. */
+	assert_false(has_rule(prof, "read", -1, NULL));
+	json_decref(prof);
+}
+
+/* Is there an ERRNO(errno_ret) rule for name with args[0] = {index, value
+ * (the mask), valueTwo, SCMP_CMP_MASKED_EQ} (index < 0: no args)? */
+static int has_masked_rule(const json_t *prof, const char *name, int index, json_int_t mask,
+			   json_int_t value, int errno_ret)
+{
+	const json_t *rules = json_object_get(prof, "syscalls"), *r;
+	size_t i;
+
+	json_array_foreach(rules, i, r) {
+		const json_t *names = json_object_get(r, "names"), *args = json_object_get(r, "args");
+		const json_t *a0 = json_array_get(args, 0);
+
+		if (strcmp(json_string_value(json_array_get(names, 0)) ?: "", name) ||
+		    strcmp(json_string_value(json_object_get(r, "action")) ?: "", "SCMP_ACT_ERRNO") ||
+		    json_integer_value(json_object_get(r, "errnoRet")) != errno_ret)
+			continue;
+		if (index < 0) {
+			if (!args)
+				return 1;
+			continue;
+		}
+		if (json_array_size(args) == 1 &&
+		    json_integer_value(json_object_get(a0, "index")) == index &&
+		    json_integer_value(json_object_get(a0, "value")) == mask &&
+		    json_integer_value(json_object_get(a0, "valueTwo")) == value &&
+		    !strcmp(json_string_value(json_object_get(a0, "op")) ?: "", "SCMP_CMP_MASKED_EQ"))
+			return 1;
+	}
+	return 0;
+}
+
+static void test_oci_profile_arg_rules(void **state)
+{
+	struct egr_confine c = { 0 };
+	json_t *prof = NULL;
+
+	assert_int_equal(egr_confine_oci_profile(&c, &prof), 0);
+	/* ioctl: the low 32 bits of the request only (CVE-2019-10063). */
+	assert_true(has_masked_rule(prof, "ioctl", 1, 0xffffffff, TIOCSTI, EPERM));
+	assert_true(has_masked_rule(prof, "ioctl", 1, 0xffffffff, TIOCLINUX, EPERM));
+	assert_true(has_masked_rule(prof, "unshare", 0, CLONE_NEWUSER, CLONE_NEWUSER, EPERM));
+	assert_true(has_masked_rule(prof, "clone", 0, CLONE_NEWUSER, CLONE_NEWUSER, EPERM));
+	assert_true(has_masked_rule(prof, "clone3", -1, 0, 0, ENOSYS));
+	/* Twins: ioctl as a whole, and other unshare flags, are not refused. */
+	assert_false(has_rule(prof, "ioctl", -1, NULL));
+	assert_false(has_masked_rule(prof, "unshare", 0, CLONE_NEWNS, CLONE_NEWNS, EPERM));
+	assert_false(has_masked_rule(prof, "clone3", -1, 0, 0, EPERM));
 	json_decref(prof);
 }
 
@@ -459,6 +551,121 @@ static void test_seccomp_filter(void **state)
 	in_child(child_default_filter, "default filter");
 }
 
+static long try_ioctl(int fd, unsigned long req)
+{
+	char c = 'x';
+
+	return syscall(SYS_ioctl, fd, req, &c);
+}
+
+static long try_add_key(void)
+{
+	return syscall(SYS_add_key, "user", "egr-unit-test", "x", 1, KEY_SPEC_PROCESS_KEYRING);
+}
+
+static long try_keyctl(void)
+{
+	/* create: a process keyring lives and dies with this child */
+	return syscall(SYS_keyctl, KEYCTL_GET_KEYRING_ID, KEY_SPEC_PROCESS_KEYRING, 1);
+}
+
+static long try_request_key(void)
+{
+	return syscall(SYS_request_key, "user", "egr-unit-test-missing", NULL,
+		       KEY_SPEC_PROCESS_KEYRING);
+}
+
+static long try_clone_newuser(void)
+{
+	long pid = syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0);
+
+	if (pid == 0)
+		_exit(0);
+	if (pid > 0)
+		waitpid((pid_t)pid, NULL, 0);
+	return pid;
+}
+
+static long try_clone3(void)
+{
+	struct clone_args args = { .exit_signal = SIGCHLD };
+	long pid = syscall(SYS_clone3, &args, sizeof(args));
+
+	if (pid == 0)
+		_exit(0);
+	if (pid > 0)
+		waitpid((pid_t)pid, NULL, 0);
+	return pid;
+}
+
+/* Terminal injection, new user namespaces, keyrings (red team 1). The
+ * ioctls go to a pipe: without the filter they fail with ENOTTY, so EPERM
+ * is the filter's. */
+static void child_arg_rules(void)
+{
+	struct egr_confine c = { 0 };
+	int err, pfd[2];
+	pid_t pid;
+
+	if (pipe(pfd))
+		child_fail("pipe: %s", strerror(errno));
+	err = egr_confine_seccomp(&c);
+	if (err)
+		child_fail("egr_confine_seccomp: %s", strerror(-err));
+	expect_eperm(try_ioctl(pfd[0], TIOCSTI), "ioctl(TIOCSTI)");
+	expect_eperm(try_ioctl(pfd[0], TIOCSTI | (1UL << 32)), "ioctl(TIOCSTI | 1 << 32)");
+	expect_eperm(try_ioctl(pfd[0], TIOCLINUX), "ioctl(TIOCLINUX)");
+	expect_eperm(unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)");
+	expect_eperm(unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare(CLONE_NEWUSER|CLONE_NEWNS)");
+	expect_eperm(try_clone_newuser(), "clone(CLONE_NEWUSER)");
+	if (try_clone3() >= 0 || errno != ENOSYS)
+		child_fail("clone3: %s, expected ENOSYS", strerror(errno));
+	expect_eperm(try_add_key(), "add_key");
+	expect_eperm(try_keyctl(), "keyctl(KEYCTL_GET_KEYRING_ID)");
+	expect_eperm(try_request_key(), "request_key");
+	/* Still allowed: other ioctls, unshare without CLONE_NEWUSER, fork
+	 * (clone without it). */
+	if (try_ioctl(pfd[0], FIONREAD) < 0)
+		child_fail("ioctl(FIONREAD) refused: %s", strerror(errno));
+	if (unshare(0) < 0)
+		child_fail("unshare(0) refused: %s", strerror(errno));
+	pid = fork();
+	if (pid < 0)
+		child_fail("fork refused: %s", strerror(errno));
+	if (pid == 0)
+		_exit(0);
+	waitpid(pid, NULL, 0);
+}
+
+static void test_seccomp_arg_rules(void **state)
+{
+	in_child(child_arg_rules, "arg rules");
+}
+
+/* Sanity twin: the same calls without the filter are not refused. */
+static void child_arg_rules_unfiltered(void)
+{
+	int pfd[2];
+
+	if (pipe(pfd))
+		child_fail("pipe: %s", strerror(errno));
+	if (try_ioctl(pfd[0], TIOCSTI) >= 0 || errno != ENOTTY)
+		child_fail("ioctl(TIOCSTI) on a pipe without a filter: %s, expected ENOTTY",
+			   strerror(errno));
+	if (try_keyctl() < 0)
+		child_fail("keyctl(KEYCTL_GET_KEYRING_ID) without a filter: %s", strerror(errno));
+	if (try_clone3() < 0)
+		child_fail("clone3 without a filter: %s", strerror(errno));
+	/* Last: it changes our user namespace (this child only). */
+	if (unshare(CLONE_NEWUSER) < 0)
+		child_fail("unshare(CLONE_NEWUSER) without a filter: %s", strerror(errno));
+}
+
+static void test_arg_rules_unfiltered(void **state)
+{
+	in_child(child_arg_rules_unfiltered, "arg rules, no filter");
+}
+
 /* A family the policy names is left open; AF_NETLINK because it needs no
  * capability, so success proves the filter let it through. */
 static void child_extra_family(void)
@@ -626,6 +833,7 @@ int main(void)
 		cmocka_unit_test(test_oci_profile_default),
 		cmocka_unit_test(test_oci_profile_extra_families),
 		cmocka_unit_test(test_oci_profile_merge),
+		cmocka_unit_test(test_oci_profile_arg_rules),
 		cmocka_unit_test(test_family_names),
 		cmocka_unit_test(test_without_filter),
 		cmocka_unit_test(test_seccomp_filter),
@@ -633,6 +841,8 @@ int main(void)
 		cmocka_unit_test(test_drop_caps),
 		cmocka_unit_test(test_process_calls_unfiltered),
 		cmocka_unit_test(test_seccomp_process_calls),
+		cmocka_unit_test(test_arg_rules_unfiltered),
+		cmocka_unit_test(test_seccomp_arg_rules),
 		cmocka_unit_test(test_drop_all_caps),
 		cmocka_unit_test(test_drop_all_caps_user),
 	};

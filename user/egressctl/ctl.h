@@ -92,8 +92,9 @@ int run_view_add_hide(struct run_view *v, const char *path);
 
 /* In the command's pid 1, in new mount, pid and cgroup namespaces and with
  * every capability: private propagation, no procfs, bpffs or cgroup mount
- * of the host, a fresh /proc and cgroup2, a minimal read-only /dev,
- * read-only /sys and /proc/sys, v->hide covered, checked, and the working
+ * of the host, a fresh /proc (host knobs read-only, internals masked) and
+ * cgroup2, a minimal read-only /dev, read-only /sys, v->hide covered,
+ * checked, and the working
  * directory looked up again. 0 or -errno after printing why. */
 int run_view_enter(const struct run_view *v);
 

@@ -17,12 +17,15 @@
  * reach; it sees no process outside; its mount namespace (runns.c) has no
  * bpffs, no host cgroup tree, a /proc of its own and egressd's directories
  * covered. That pid 1
- * forks the command, forwards SIGINT, SIGTERM and SIGHUP to it and hands
- * its wait status back through a pipe; when it ends, the kernel kills
- * whatever else is left in the pid namespace.
+ * starts a session of its own (no controlling terminal, no process group
+ * shared with the caller), forks the command, maps the user namespace the
+ * command makes (uid 0 inside is 65534 on the host; --user maps itself),
+ * forwards SIGINT, SIGTERM and SIGHUP to it and hands its wait status back
+ * through a pipe; when it ends, the kernel kills whatever else is left in
+ * the pid namespace.
  *
- * Before exec the command gives up every capability (also as uid 0), may
- * switch to --user, and installs the seccomp filter (user/lib/confine.c),
+ * Before exec the command gives up every capability (also as uid 0) and
+ * installs the seccomp filter (user/lib/confine.c),
  * so the families no cgroup hook sees (AF_PACKET, AF_XDP, AF_VSOCK, ...),
  * io_uring, bpf() and ptrace-like calls are closed too. If any step fails
  * the command is not run.
@@ -31,6 +34,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
 #include <limits.h>
 #include <linux/capability.h>
 #include <linux/sched.h>
@@ -67,8 +71,12 @@ static const char run_help[] =
 	"  --tenant T           use tenant T instead of the policy's\n"
 	"  --cgroup-parent DIR  where to create the cgroup (default: egressd/ under the\n"
 	"                       cgroup2 mount, created when missing)\n"
-	"  --user UID[:GID]     run CMD as this numeric uid and gid (default gid: the\n"
-	"                       uid's primary group, else UID); supplementary groups: GID\n"
+	"  --user UID[:GID]     run CMD as this numeric uid and gid, inside and on the\n"
+	"                       host (default gid: the uid's primary group, else UID);\n"
+	"                       supplementary groups: GID. Without it CMD is uid 0 in a\n"
+	"                       user namespace of its own and uid 65534 on the host\n"
+	"  --map-root-to UID[:GID]  the host uid and gid of CMD's uid 0 (not --user;\n"
+	"                       default 65534:65534; never 0)\n"
 	"  --pids-max N         at most N tasks in the sandbox (cgroup2 pids.max)\n"
 	"  --memory-max BYTES   memory limit of the sandbox (cgroup2 memory.max; K, M, G\n"
 	"                       and T suffixes, 1024-based; at least 1M)\n"
@@ -76,15 +84,17 @@ static const char run_help[] =
 	"\n"
 	"A policy without execution_id gets \"run-\" and 16 random hex digits. SIGINT,\n"
 	"SIGTERM and SIGHUP are forwarded to CMD. CMD runs in its own cgroup, pid,\n"
-	"mount and IPC namespaces: it cannot move out of its cgroup, sees and signals\n"
-	"no process outside, sees no bpffs, a cgroup2 tree of only its own cgroup, a\n"
-	"/proc of its own, a minimal read-only /dev, read-only /sys and /proc/sys, and\n"
-	"egressd's state, run and socket directories empty. It gets only descriptors\n"
-	"0, 1 and 2, no capability at all (also as uid 0; no_new_privs) and a seccomp\n"
-	"filter that refuses sockets of families other than inet, inet6 and unix (plus\n"
-	"those the policy's allow_sockets names), io_uring, bpf, perf_event_open,\n"
-	"ptrace, process_vm_readv/writev, pidfd_getfd and kcmp; see `egressctl\n"
-	"seccomp-profile`. It dies with egressctl.\n"
+	"mount, IPC and user namespaces and its own session (no controlling terminal):\n"
+	"it cannot move out of its cgroup, sees and signals no process outside, owns\n"
+	"no host file as uid 0, sees no bpffs, a cgroup2 tree of only its own cgroup,\n"
+	"a /proc of its own (host knobs read-only or masked), a minimal read-only /dev,\n"
+	"read-only /sys, and egressd's state, run and socket directories empty. It\n"
+	"gets only descriptors 0, 1 and 2, no capability at all (also as uid 0;\n"
+	"no_new_privs) and a seccomp filter that refuses sockets of families other\n"
+	"than inet, inet6 and unix (plus those the policy's allow_sockets names),\n"
+	"io_uring, bpf, perf_event_open, ptrace, process_vm_readv/writev, pidfd_getfd,\n"
+	"kcmp, the keyring calls, TIOCSTI/TIOCLINUX and new user namespaces; see\n"
+	"`egressctl seccomp-profile`. It dies with egressctl.\n"
 	"A limit whose controller cgroup2 does not offer is refused, never ignored.\n"
 	"Exit status: CMD's, 128+N when it was killed by signal N; 125 when it could not\n"
 	"be started (2 for a bad option, 3 when egressd is not reachable, 4 for an\n"
@@ -100,6 +110,8 @@ struct run_opts {
 	const char *parent;
 	bool has_user;
 	struct egr_run_user user;
+	bool has_map_root;
+	struct egr_run_user map_root; /* the host ids of uid 0 inside */
 	uint64_t pids_max;   /* 0: no limit asked for */
 	uint64_t memory_max; /* 0: no limit asked for */
 	const char *hide[RUN_HIDE_MAX];
@@ -197,7 +209,7 @@ static int parse_user(const char *s, struct egr_run_user *u)
 static int parse_run(struct ctl *c, int argc, char **argv, struct run_opts *o)
 {
 	enum { O_SOCKET = 256, O_TIMEOUT, O_HELP, O_POLICY, O_TENANT, O_PARENT, O_USER,
-	       O_PIDS_MAX, O_MEMORY_MAX, O_HIDE };
+	       O_PIDS_MAX, O_MEMORY_MAX, O_HIDE, O_MAP_ROOT };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "timeout", required_argument, NULL, O_TIMEOUT },
@@ -209,6 +221,7 @@ static int parse_run(struct ctl *c, int argc, char **argv, struct run_opts *o)
 		{ "pids-max", required_argument, NULL, O_PIDS_MAX },
 		{ "memory-max", required_argument, NULL, O_MEMORY_MAX },
 		{ "hide", required_argument, NULL, O_HIDE },
+		{ "map-root-to", required_argument, NULL, O_MAP_ROOT },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt;
@@ -250,6 +263,15 @@ static int parse_run(struct ctl *c, int argc, char **argv, struct run_opts *o)
 						       "below 4294967295), got '%s'", optarg);
 			o->has_user = true;
 			break;
+		case O_MAP_ROOT:
+			/* uid 0 outside would be host root again: the whole point. */
+			if (parse_user(optarg, &o->map_root) || o->map_root.uid == 0 ||
+			    o->map_root.gid == 0)
+				return ctl_usage_error("run", "--map-root-to: expected UID or UID:GID "
+						       "(numbers from 1 to 4294967294), got '%s'",
+						       optarg);
+			o->has_map_root = true;
+			break;
 		case O_PIDS_MAX:
 			if (parse_u64(optarg, &o->pids_max) || o->pids_max < 1 ||
 			    o->pids_max > PIDS_MAX_LIMIT)
@@ -275,6 +297,9 @@ static int parse_run(struct ctl *c, int argc, char **argv, struct run_opts *o)
 	}
 	if (!o->policy)
 		return ctl_usage_error("run", "run: --policy FILE is required");
+	if (o->has_user && o->has_map_root)
+		return ctl_usage_error("run", "--map-root-to: not with --user (CMD is not uid 0 "
+				       "then)");
 	if (optind >= argc)
 		return ctl_usage_error("run", "run: no command given (egressctl run --policy FILE "
 				       "-- CMD [ARGS...])");
@@ -489,9 +514,19 @@ struct run_child {
 	int leaffd;     /* the command's cgroup (S/cmd) */
 	int status_fd;  /* write end: pid 1 reports the command's wait status */
 	const struct egr_confine *conf;
-	const struct egr_run_user *user; /* NULL: keep the caller's uid */
 	const struct run_view *view;
+	/* The command's user namespace maps ns_id (its uid and gid inside) to
+	 * host_id (what the host sees: file owners, peer credentials). */
+	struct egr_run_user ns_id, host_id;
 };
+
+/* The host uid and gid of a command that is uid 0 in its user namespace
+ * (no --user): the kernel's overflow ids, "nobody", which own nothing. */
+#define RUN_ROOT_HOST_ID 65534u
+
+/* Sync bytes between pid 1 and the command over the user namespace setup. */
+#define USERNS_MADE   'u'
+#define USERNS_MAPPED 'm'
 
 static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...)
 {
@@ -505,18 +540,46 @@ static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt,
 	_exit(CTL_EXIT_RUN_FAILED);
 }
 
+/*
+ * In the command, before anything else: a user namespace of its own in
+ * which it is rc->ns_id and the host sees rc->host_id (pid 1 writes the
+ * maps; a uid 0 without the namespace owns every root-owned file of the
+ * host). The namespace is made while still host root, so only host root
+ * holds capabilities over it; the supplementary groups are set first
+ * (setgroups is denied inside). The mount, cgroup, pid and IPC namespaces
+ * stay those pid 1 made and owns: the command can change none of them.
+ */
+static void userns_enter(const struct run_child *rc, int to_init, int from_init)
+{
+	gid_t gid = rc->host_id.gid;
+	char c = USERNS_MADE;
+
+	if (setgroups(1, &gid) < 0)
+		die("cannot set the command's groups: %s", strerror(errno));
+	if (unshare(CLONE_NEWUSER) < 0)
+		die("cannot make the command's user namespace: %s", strerror(errno));
+	if (write(to_init, &c, 1) != 1 || read(from_init, &c, 1) != 1 || c != USERNS_MAPPED)
+		die("pid 1 did not map the command's user namespace");
+	if (setresgid(rc->ns_id.gid, rc->ns_id.gid, rc->ns_id.gid) < 0 ||
+	    setresuid(rc->ns_id.uid, rc->ns_id.uid, rc->ns_id.uid) < 0)
+		die("cannot become %u:%u in the command's user namespace: %s", rc->ns_id.uid,
+		    rc->ns_id.gid, strerror(errno));
+}
+
 /* The command itself, forked by pid 1: never returns, and never runs CMD
  * with a capability or without its seccomp filter. */
-static void __attribute__((noreturn)) command_exec(const struct run_child *rc)
+static void __attribute__((noreturn)) command_exec(const struct run_child *rc, int to_init,
+						   int from_init)
 {
 	int err;
 
 	reset_signals();
+	userns_enter(rc, to_init, from_init);
 	close_inherited_fds();
-	err = egr_confine_drop_all_caps(rc->user);
+	/* The identity is set already (setgroups is denied in the namespace). */
+	err = egr_confine_drop_all_caps(NULL);
 	if (err)
-		die("cannot drop the command's capabilities%s: %s",
-		    rc->user ? " and switch to --user" : "", strerror(-err));
+		die("cannot drop the command's capabilities: %s", strerror(-err));
 	err = egr_confine_seccomp(rc->conf);
 	if (err)
 		die("cannot install the seccomp filter: %s", strerror(-err));
@@ -524,6 +587,48 @@ static void __attribute__((noreturn)) command_exec(const struct run_child *rc)
 	err = errno;
 	dprintf(STDERR_FILENO, "egressctl: cannot run %s: %s\n", rc->cmd[0], strerror(err));
 	_exit(err == ENOENT ? 127 : 126);
+}
+
+static int write_proc(pid_t pid, const char *name, const char *val)
+{
+	char path[64];
+	int dfd, err;
+
+	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+	dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	err = write_file_at(dfd, name, val);
+	close(dfd);
+	return err;
+}
+
+/* In pid 1 (still every capability): map the command's new user namespace,
+ * one uid and one gid, setgroups denied. 0 or -errno (printed). */
+static int userns_map(const struct run_child *rc, pid_t cmd, int from_cmd, int to_cmd)
+{
+	char map[64], c = 0;
+	int err;
+
+	if (read(from_cmd, &c, 1) != 1 || c != USERNS_MADE)
+		return -ECHILD; /* it said why */
+	err = write_proc(cmd, "setgroups", "deny");
+	if (!err) {
+		snprintf(map, sizeof(map), "%u %u 1\n", rc->ns_id.uid, rc->host_id.uid);
+		err = write_proc(cmd, "uid_map", map);
+	}
+	if (!err) {
+		snprintf(map, sizeof(map), "%u %u 1\n", rc->ns_id.gid, rc->host_id.gid);
+		err = write_proc(cmd, "gid_map", map);
+	}
+	if (err) {
+		dprintf(STDERR_FILENO, "egressctl: cannot map the command's user namespace (%u:%u "
+			"as host %u:%u): %s; not running the command\n", rc->ns_id.uid,
+			rc->ns_id.gid, rc->host_id.uid, rc->host_id.gid, strerror(-err));
+		return err;
+	}
+	c = USERNS_MAPPED;
+	return write(to_cmd, &c, 1) == 1 ? 0 : -errno;
 }
 
 static bool keep_kill(int cap, void *ctx)
@@ -538,13 +643,19 @@ static bool keep_kill(int cap, void *ctx)
  */
 static void __attribute__((noreturn)) run_init(const struct run_child *rc, bool join)
 {
+	int err, status, to_init[2], to_cmd[2];
 	sigset_t none;
-	int err, status;
 	pid_t pid, cmd;
 
 	/* The sandbox does not outlive egressctl: when it dies, so does this
 	 * pid 1, and with it every process of the pid namespace. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	/* A session of its own: no controlling terminal (TIOCSTI into the
+	 * caller's terminal needs CAP_SYS_ADMIN then) and no process group
+	 * shared with egressctl or its caller (kill(0) reaches only the
+	 * sandbox). */
+	if (setsid() < 0)
+		die("cannot start a session of its own: %s", strerror(errno));
 	if (join) {
 		/* fork fallback: we are pid 1 of the new pid namespace already;
 		 * into the cgroup first, then a cgroup namespace rooted there. */
@@ -563,12 +674,26 @@ static void __attribute__((noreturn)) run_init(const struct run_child *rc, bool 
 	syscall(SYS_close_range, 4U, ~0U, 0U);
 #endif
 	fflush(stderr);
+	if (pipe2(to_init, O_CLOEXEC) < 0 || pipe2(to_cmd, O_CLOEXEC) < 0)
+		die("pipe: %s", strerror(errno));
 	cmd = fork();
 	if (cmd < 0)
 		die("cannot fork the command: %s", strerror(errno));
-	if (cmd == 0)
-		command_exec(rc);
+	if (cmd == 0) {
+		close(to_init[0]);
+		close(to_cmd[1]);
+		command_exec(rc, to_init[1], to_cmd[0]);
+	}
 	child_pid = cmd;
+	close(to_init[1]);
+	close(to_cmd[0]);
+	err = userns_map(rc, cmd, to_init[0], to_cmd[1]);
+	close(to_init[0]);
+	close(to_cmd[1]);
+	if (err) {
+		kill(cmd, SIGKILL);
+		_exit(CTL_EXIT_RUN_FAILED);
+	}
 	/* Nothing in the sandbox may reach into pid 1: not dumpable (its /proc
 	 * files are root's and ptrace-protected), no capability but CAP_KILL,
 	 * the same seccomp filter. */
@@ -1006,6 +1131,42 @@ static int exit_status(int status)
 	return CTL_EXIT_RUN_FAILED;
 }
 
+/* The command's ids in its user namespace and on the host: --user UID:GID
+ * is itself on both sides (its files are UID's, as asked); without it the
+ * command is 0:0 inside and --map-root-to's ids (RUN_ROOT_HOST_ID by
+ * default) outside. */
+struct run_ids {
+	struct egr_run_user ns, host;
+};
+
+static void run_ids(const struct run_opts *o, struct run_ids *ids)
+{
+	if (o->has_user) {
+		ids->ns = o->user;
+		ids->host = o->user;
+	} else {
+		ids->ns = (struct egr_run_user){ .uid = 0, .gid = 0 };
+		ids->host = o->has_map_root ? o->map_root :
+			    (struct egr_run_user){ .uid = RUN_ROOT_HOST_ID, .gid = RUN_ROOT_HOST_ID };
+	}
+}
+
+/* The command's cgroup is its own to subdivide (cgroup v2 delegation: the
+ * directory and its cgroup.procs, cgroup.threads and cgroup.subtree_control
+ * go to the command's host uid; the limits stay on S, root's). 0 or -errno. */
+static int delegate_leaf(int leaffd, const struct egr_run_user *host)
+{
+	static const char *const files[] = { "cgroup.procs", "cgroup.threads",
+					     "cgroup.subtree_control" };
+
+	if (fchown(leaffd, host->uid, host->gid) < 0)
+		return -errno;
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+		if (fchownat(leaffd, files[i], host->uid, host->gid, 0) < 0 && errno != ENOENT)
+			return -errno;
+	return 0;
+}
+
 /* Big (RUN_HIDE_MAX paths); one run per process. */
 static struct run_view view;
 
@@ -1018,6 +1179,7 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	json_t *policy = NULL;
 	struct egr_confine conf;
 	struct run_child child;
+	struct run_ids ids;
 	struct run_opts o;
 	int rc, err, status = 0, cgfd = -1, leaffd = -1, spipe[2] = { -1, -1 };
 	int cmd_status;
@@ -1070,6 +1232,14 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 		rc = CTL_EXIT_RUN_FAILED;
 		goto out_rmdir;
 	}
+	run_ids(&o, &ids);
+	err = delegate_leaf(leaffd, &ids.host);
+	if (err) {
+		fprintf(stderr, "egressctl: cannot delegate cgroup %s to uid %u: %s\n", leaf,
+			ids.host.uid, strerror(-err));
+		rc = CTL_EXIT_RUN_FAILED;
+		goto out_rmdir;
+	}
 	if (pipe2(spipe, O_CLOEXEC) < 0) {
 		fprintf(stderr, "egressctl: pipe: %s\n", strerror(errno));
 		rc = CTL_EXIT_RUN_FAILED;
@@ -1106,8 +1276,8 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	sigfillset(&block);
 	sigprocmask(SIG_BLOCK, &block, &old_mask);
 	child = (struct run_child){ .cmd = o.cmd, .leaffd = leaffd, .status_fd = spipe[1],
-				    .conf = &conf, .user = o.has_user ? &o.user : NULL,
-				    .view = &view };
+				    .conf = &conf, .view = &view, .ns_id = ids.ns,
+				    .host_id = ids.host };
 	pid = spawn(&child);
 	close(spipe[1]);
 	spipe[1] = -1;

@@ -12,7 +12,8 @@
  *    of egressd and of every other bpffs user are gone, and so are the
  *    cgroup trees of the host;
  *  - a fresh procfs of the new pid namespace goes on /proc (no /proc/<pid>
- *    of anything outside), /proc/sys and /proc/sysrq-trigger read-only;
+ *    of anything outside); its host-wide knobs are read-only and its
+ *    kernel-internal files masked, as runc does (proc_ro, proc_masked);
  *  - a fresh cgroup2 goes on the cgroup2 mount point: mounted from inside
  *    the new cgroup namespace it shows only the command's own subtree;
  *  - /sys and every mount under it are made read-only (module parameters and
@@ -23,6 +24,7 @@
  *    empty read-only tmpfs over them;
  *  - the result is read back from the new /proc/self/mountinfo and checked.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -33,11 +35,24 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "ctl.h"
 
 #define MAX_MOUNTS 4096
+
+/* Host-wide settings in procfs that uid 0 writes without any capability
+ * (IRQ affinity, PCI config space, sysctls, SysRq): read-only. */
+static const char *const proc_ro[] = { "/proc/sys", "/proc/sysrq-trigger", "/proc/irq",
+				       "/proc/bus", "/proc/fs" };
+/* Kernel internals and host devices: an empty read-only tmpfs (directories)
+ * or /dev/null (files) over them. */
+static const char *const proc_masked[] = {
+	"/proc/kcore",	     "/proc/keys",	    "/proc/key-users", "/proc/timer_list",
+	"/proc/timer_stats", "/proc/sched_debug", "/proc/latency_stats", "/proc/kmsg",
+	"/proc/acpi",	     "/proc/scsi",	    "/proc/asound",
+};
 
 struct mnt {
 	char *point; /* decoded mount point */
@@ -280,11 +295,64 @@ out:
 	return err;
 }
 
+/* A masked path is empty: a tmpfs with no entry, or the null device. */
+static bool masked(const char *path)
+{
+	struct stat st;
+	struct statvfs sv;
+	bool empty = true;
+	struct dirent *de;
+	DIR *d;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT;
+	if (S_ISCHR(st.st_mode))
+		return st.st_rdev == makedev(1, 3);
+	if (!S_ISDIR(st.st_mode) || statvfs(path, &sv) < 0 || !(sv.f_flag & ST_RDONLY))
+		return false;
+	d = opendir(path);
+	if (!d)
+		return false;
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			empty = false;
+	closedir(d);
+	return empty;
+}
+
+/* proc_ro read-only and proc_masked empty in the new procfs. */
+static int check_proc(void)
+{
+	struct statvfs sv;
+
+	for (size_t i = 0; i < sizeof(proc_ro) / sizeof(proc_ro[0]); i++) {
+		if (statvfs(proc_ro[i], &sv) < 0 && errno == ENOENT)
+			continue;
+		if (statvfs(proc_ro[i], &sv) < 0 || !(sv.f_flag & ST_RDONLY)) {
+			fprintf(stderr, "egressctl: run: %s is not read-only; not running the "
+					"command\n", proc_ro[i]);
+			return -EEXIST;
+		}
+	}
+	for (size_t i = 0; i < sizeof(proc_masked) / sizeof(proc_masked[0]); i++) {
+		if (!masked(proc_masked[i])) {
+			fprintf(stderr, "egressctl: run: %s is not masked; not running the "
+					"command\n", proc_masked[i]);
+			return -EEXIST;
+		}
+	}
+	return 0;
+}
+
 /* The result, read back: no host procfs, bpffs or cgroup mount is left. */
 static int check_view(const struct run_view *v)
 {
 	struct mnt_list l;
 	int err;
+
+	err = check_proc();
+	if (err)
+		return err;
 
 	err = read_mounts(&l);
 	if (err)
@@ -370,12 +438,16 @@ int run_view_enter(const struct run_view *v)
 	err = make_dev();
 	if (err)
 		return err;
-	err = bind_ro("/proc/sys");
-	if (err)
-		return fail("cannot make read-only:", "/proc/sys", err);
-	err = bind_ro("/proc/sysrq-trigger");
-	if (err && err != -ENOENT)
-		return fail("cannot make read-only:", "/proc/sysrq-trigger", err);
+	for (size_t i = 0; i < sizeof(proc_ro) / sizeof(proc_ro[0]); i++) {
+		err = bind_ro(proc_ro[i]);
+		if (err && err != -ENOENT)
+			return fail("cannot make read-only:", proc_ro[i], err);
+	}
+	for (size_t i = 0; i < sizeof(proc_masked) / sizeof(proc_masked[0]); i++) {
+		err = hide_path(proc_masked[i]);
+		if (err)
+			return fail("cannot mask", proc_masked[i], err);
+	}
 	/* Writable: the command may make child cgroups of its own (its
 	 * namespace root is a leaf below the sandbox cgroup, whose limits and
 	 * control files it cannot reach). */

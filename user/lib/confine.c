@@ -6,6 +6,8 @@
 #include <seccomp.h>
 #include <stdbool.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -34,11 +36,28 @@ static const int caps_to_drop[] = {
  * process_vm_readv/writev, pidfd_getfd and kcmp reach into another process
  * of the same uid (another sandbox's sockets and memory: row 6 of issue 8)
  * even where no pid namespace hides it (a runtime that applies only the
- * OCI profile). */
+ * OCI profile). The keyring calls: a uid's user keyring is shared with
+ * every process of that uid on the host (red team 1, F8). */
 static const char *const refused_calls[] = {
 	"io_uring_setup", "io_uring_enter",    "io_uring_register", "bpf",
 	"perf_event_open", "ptrace",	       "process_vm_readv",  "process_vm_writev",
-	"pidfd_getfd",	   "kcmp",
+	"pidfd_getfd",	   "kcmp",	       "add_key",	    "keyctl",
+	"request_key",
+};
+
+/* Calls refused for some argument values: arg & mask == value. The ioctl
+ * request is an int: only its low 32 bits are compared (the kernel ignores
+ * the rest, CVE-2019-10063). */
+static const struct egr_confine_arg_rule refused_args[] = {
+	/* Typing into a terminal the command shares (red team 1, F1). */
+	{ "ioctl", 1, 0xffffffffu, TIOCSTI, EPERM },
+	{ "ioctl", 1, 0xffffffffu, TIOCLINUX, EPERM },
+	/* A user namespace gives back every capability over new mount and
+	 * cgroup namespaces (red team 1, F3). clone3 passes its flags in
+	 * memory seccomp cannot read: ENOSYS, and libc falls back to clone. */
+	{ "unshare", 0, CLONE_NEWUSER, CLONE_NEWUSER, EPERM },
+	{ "clone", 0, CLONE_NEWUSER, CLONE_NEWUSER, EPERM },
+	{ "clone3", 0, 0, 0, ENOSYS }, /* mask 0: every call */
 };
 
 static const struct {
@@ -104,6 +123,19 @@ int egr_confine_seccomp(const struct egr_confine *c)
 
 		if (nr != __NR_SCMP_ERROR)
 			err = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
+	}
+	for (size_t i = 0; i < sizeof(refused_args) / sizeof(refused_args[0]) && !err; i++) {
+		const struct egr_confine_arg_rule *r = &refused_args[i];
+		int nr = seccomp_syscall_resolve_name(r->name);
+		struct scmp_arg_cmp cmp = { .arg = r->arg, .op = SCMP_CMP_MASKED_EQ,
+					    .datum_a = r->mask, .datum_b = r->value };
+
+		if (nr == __NR_SCMP_ERROR)
+			continue;
+		if (r->mask)
+			err = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(r->errno_ret), nr, 1, cmp);
+		else
+			err = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(r->errno_ret), nr, 0);
 	}
 	if (!err)
 		err = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 1);
@@ -231,4 +263,10 @@ size_t egr_confine_refused_calls(const char *const **names)
 bool egr_confine_family_allowed(const struct egr_confine *c, int af)
 {
 	return family_allowed(c, af);
+}
+
+size_t egr_confine_refused_args(const struct egr_confine_arg_rule **rules)
+{
+	*rules = refused_args;
+	return sizeof(refused_args) / sizeof(refused_args[0]);
 }

@@ -5,8 +5,9 @@
  * skip seccomp: a libseccomp filter that allows socket() only for AF_INET,
  * AF_INET6 and AF_UNIX (plus families a policy names) and refuses the
  * io_uring syscalls, bpf, perf_event_open and the calls that reach into
- * another process (ptrace, process_vm_readv/writev, pidfd_getfd, kcmp), and
- * capability drops. `egressctl run` applies the filter and the full drop in
+ * another process (ptrace, process_vm_readv/writev, pidfd_getfd, kcmp), the
+ * keyring calls, terminal injection (ioctl TIOCSTI/TIOCLINUX) and new user
+ * namespaces (clone3: ENOSYS), and capability drops. `egressctl run` applies the filter and the full drop in
  * the command before exec; egressd writes the same filter as an OCI seccomp
  * profile for container runtimes.
  */
@@ -67,6 +68,21 @@ size_t egr_confine_refused_calls(const char *const **names);
 
 /* May a sandbox open sockets of family af under c? */
 bool egr_confine_family_allowed(const struct egr_confine *c, int af);
+
+/* A call refused for some argument values: args[arg] & mask == value
+ * (mask 0: every call) answers -errno_ret. */
+struct egr_confine_arg_rule {
+	const char *name;
+	unsigned int arg;
+	uint64_t mask, value;
+	int errno_ret;
+};
+
+/* The filter's argument rules (*rules: a static table), for the OCI
+ * profile. An allow-list profile must not also allow these calls
+ * unconditionally: libseccomp lets an unconditional rule override a
+ * conditional one of the same call. */
+size_t egr_confine_refused_args(const struct egr_confine_arg_rule **rules);
 
 /* Family name ("packet", "netlink", ...) to number; -EINVAL if unknown. */
 int egr_confine_family(const char *name);

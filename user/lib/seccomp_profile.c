@@ -123,11 +123,13 @@ static const char *const host_arches[] = {
 
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
-/* Syscalls whose rules come from egressd only. */
+/* Syscalls whose rules come from egressd only (an argument rule with mask
+ * 0 refuses every call: clone3). */
 static bool owned(const char *name)
 {
+	const struct egr_confine_arg_rule *args;
 	const char *const *refused;
-	size_t n = egr_confine_refused_calls(&refused);
+	size_t n = egr_confine_refused_calls(&refused), na = egr_confine_refused_args(&args);
 
 	if (strcmp(name, "socket") == 0 || strcmp(name, "socketpair") == 0 ||
 	    strcmp(name, "socketcall") == 0)
@@ -135,6 +137,29 @@ static bool owned(const char *name)
 	for (size_t i = 0; i < n; i++)
 		if (strcmp(name, refused[i]) == 0)
 			return true;
+	for (size_t i = 0; i < na; i++)
+		if (!args[i].mask && strcmp(name, args[i].name) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Calls egressd refuses for some argument values only (ioctl TIOCSTI, unshare
+ * and clone with CLONE_NEWUSER): *arg gets the argument the rules test.
+ * libseccomp lets an unconditional ALLOW of a call override a conditional
+ * ERRNO of the same call, so such an ALLOW is rewritten as a conditional one
+ * that always holds (the argument >= 0), under which the ERRNO wins.
+ */
+static bool guarded(const char *name, unsigned int *arg)
+{
+	const struct egr_confine_arg_rule *args;
+	size_t na = egr_confine_refused_args(&args);
+
+	for (size_t i = 0; i < na; i++)
+		if (args[i].mask && strcmp(name, args[i].name) == 0) {
+			*arg = args[i].arg;
+			return true;
+		}
 	return false;
 }
 
@@ -143,12 +168,12 @@ static int append(json_t *arr, json_t *v)
 	return v && json_array_append_new(arr, v) == 0 ? 0 : -ENOMEM;
 }
 
-static json_t *rule(const char *name, const char *action, json_t *args)
+static json_t *rule_ret(const char *name, const char *action, json_t *args, int errno_ret)
 {
 	json_t *r = json_pack("{s:[s], s:s}", "names", name, "action", action);
 
 	if (r && strcmp(action, "SCMP_ACT_ERRNO") == 0 &&
-	    json_object_set_new(r, "errnoRet", json_integer(EPERM))) {
+	    json_object_set_new(r, "errnoRet", json_integer(errno_ret))) {
 		json_decref(r);
 		r = NULL;
 	}
@@ -161,6 +186,19 @@ static json_t *rule(const char *name, const char *action, json_t *args)
 	return r;
 }
 
+static json_t *rule(const char *name, const char *action, json_t *args)
+{
+	return rule_ret(name, action, args, EPERM);
+}
+
+/* An ALLOW of name that always holds but is conditional (see guarded()). */
+static json_t *guarded_allow(const char *name, unsigned int arg)
+{
+	return rule(name, "SCMP_ACT_ALLOW",
+		    json_pack("[{s:i, s:I, s:s}]", "index", (int)arg, "value", (json_int_t)0, "op",
+			      "SCMP_CMP_GE"));
+}
+
 static json_t *arg0(unsigned long value, const char *op)
 {
 	return json_pack("[{s:i, s:I, s:s}]", "index", 0, "value", (json_int_t)value, "op", op);
@@ -169,8 +207,9 @@ static json_t *arg0(unsigned long value, const char *op)
 /* egressd's rules: socket/socketpair by family, the refused calls. */
 static int add_owned_rules(const struct egr_confine *c, json_t *rules)
 {
+	const struct egr_confine_arg_rule *args;
 	const char *const *refused;
-	size_t n = egr_confine_refused_calls(&refused);
+	size_t n = egr_confine_refused_calls(&refused), na = egr_confine_refused_args(&args);
 	int err = 0;
 
 	for (int af = 0; af < EGR_CONFINE_AF_LIMIT && !err; af++) {
@@ -192,6 +231,16 @@ static int add_owned_rules(const struct egr_confine *c, json_t *rules)
 		err = append(rules, rule("socketcall", "SCMP_ACT_ERRNO", NULL));
 	for (size_t i = 0; i < n && !err; i++)
 		err = append(rules, rule(refused[i], "SCMP_ACT_ERRNO", NULL));
+	for (size_t i = 0; i < na && !err; i++) {
+		const struct egr_confine_arg_rule *r = &args[i];
+		json_t *cond = NULL;
+
+		if (r->mask)
+			cond = json_pack("[{s:i, s:I, s:I, s:s}]", "index", (int)r->arg, "value",
+					 (json_int_t)r->mask, "valueTwo", (json_int_t)r->value, "op",
+					 "SCMP_CMP_MASKED_EQ");
+		err = append(rules, rule_ret(r->name, "SCMP_ACT_ERRNO", cond, r->errno_ret));
+	}
 	return err;
 }
 
@@ -222,9 +271,15 @@ int egr_confine_oci_profile(const struct egr_confine *c, json_t **out)
 		return -ENOMEM;
 	names = json_object_get(json_array_get(json_object_get(prof, "syscalls"), 0), "names");
 	err = set_arches(prof);
-	for (size_t i = 0; i < ARRAY_LEN(default_allow) && !err; i++)
-		if (!owned(default_allow[i]))
+	for (size_t i = 0; i < ARRAY_LEN(default_allow) && !err; i++) {
+		unsigned int arg;
+
+		if (guarded(default_allow[i], &arg))
+			err = append(json_object_get(prof, "syscalls"),
+				     guarded_allow(default_allow[i], arg));
+		else if (!owned(default_allow[i]))
 			err = append(names, json_string(default_allow[i]));
+	}
 	if (!err)
 		err = add_owned_rules(c, json_object_get(prof, "syscalls"));
 	if (err) {
@@ -235,11 +290,17 @@ int egr_confine_oci_profile(const struct egr_confine *c, json_t **out)
 	return 0;
 }
 
-/* Remove owned syscalls from one base rule; *drop when none is left. */
-static int strip_rule(json_t *r, size_t idx, bool *drop, char *why, size_t whylen)
+/* Remove owned syscalls from one base rule, and guarded ones from an
+ * unconditional ALLOW (their conditional ALLOW goes to extra); *drop when
+ * none is left. */
+static int strip_rule(json_t *r, size_t idx, bool *drop, json_t *extra, char *why,
+		      size_t whylen)
 {
-	json_t *names = json_object_get(r, "names"), *kept;
+	json_t *names = json_object_get(r, "names"), *kept, *cond = json_object_get(r, "args");
 	const char *one = json_string_value(json_object_get(r, "name"));
+	const char *action = json_string_value(json_object_get(r, "action"));
+	bool uncond_allow;
+	unsigned int arg;
 	size_t i;
 	json_t *v;
 
@@ -252,7 +313,13 @@ static int strip_rule(json_t *r, size_t idx, bool *drop, char *why, size_t whyle
 		snprintf(why, whylen, "syscalls[%zu].action: not a string", idx);
 		return -EINVAL;
 	}
+	uncond_allow = !strcmp(action, "SCMP_ACT_ALLOW") &&
+		       (!cond || (json_is_array(cond) && json_array_size(cond) == 0));
 	if (one) { /* Moby's older one-name form */
+		if (uncond_allow && guarded(one, &arg)) {
+			*drop = true;
+			return append(extra, guarded_allow(one, arg));
+		}
 		*drop = owned(one);
 		return 0;
 	}
@@ -268,6 +335,13 @@ static int strip_rule(json_t *r, size_t idx, bool *drop, char *why, size_t whyle
 			json_decref(kept);
 			snprintf(why, whylen, "syscalls[%zu].names[%zu]: not a string", idx, i);
 			return -EINVAL;
+		}
+		if (uncond_allow && guarded(json_string_value(v), &arg)) {
+			if (append(extra, guarded_allow(json_string_value(v), arg))) {
+				json_decref(kept);
+				return -ENOMEM;
+			}
+			continue;
 		}
 		if (!owned(json_string_value(v)) && json_array_append(kept, v)) {
 			json_decref(kept);
@@ -311,7 +385,7 @@ int egr_seccomp_profile_merge(const struct egr_confine *c, const json_t *base, j
 	json_array_foreach(json_object_get(prof, "syscalls"), i, r) {
 		bool drop;
 
-		err = strip_rule(r, i, &drop, why, whylen);
+		err = strip_rule(r, i, &drop, merged, why, whylen);
 		if (err)
 			break;
 		if (!drop && json_array_append(merged, r)) {

@@ -283,3 +283,57 @@ def rebind_allow_removed_drops_learned(c):
             check(rc == "NOERROR" and addrs == [], "after the update: %r" % line)
     finally:
         hold.close()
+
+
+# --- red team 1 findings F4, F5 (copied from branch red1's area_redteam1.py) ---
+
+def rt1_local_addr(c, addr):
+    """A veth of our own with addr/32 on it in the host's network namespace:
+    a local address of the host outside loopback and private space (like the
+    public address of eth0 on a cloud host; on this dev VM eth0 has 192.0.2.2)."""
+    a, b = "rt1a" + IF_TAG, "rt1b" + IF_TAG
+    must(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
+    CLEANUP.push("rt1 veth", run, ["ip", "link", "del", a])
+    must(["ip", "addr", "add", addr + "/32", "dev", a])
+    must(["ip", "link", "set", a, "up"])
+    must(["ip", "link", "set", b, "up"])
+
+
+@test
+def redteam1_rebind_host_own_address(c):
+    # Finding R3: the rebinding filter knows ranges, not the host. An allowed
+    # name answering one of the host's own addresses (eth0's public address,
+    # a bridge's address) is learned, and the tool reaches every host service
+    # bound to the wildcard address: the classic rebind to "this machine".
+    addr = "198.51.100.177"
+    rt1_local_addr(c, addr)
+    srv = c.tcp("rt1-host", addr)
+    names = rebind_names(c, {"self": [addr]})
+    name = names["self"]
+    with c.sandbox(["%s:%d" % (name, srv.port)]) as sb:
+        rc, addrs, _, line = dns_query("udp", "127.0.0.2", 53, name, "A", cg=sb.cg)
+        before = srv.accepted
+        r = c.probe(sb.cg, "tcp", addr, srv.port)
+        time.sleep(0.3)
+        check(r.rc == 1 and r.errno == "EPERM" and srv.accepted == before,
+              "a DNS answer naming the host's own address %s was learned and the tool "
+              "reached a host listener on it (answer %r, connect %s)" % (addr, line, r))
+        check(rc == "NOERROR" and addrs == [],
+              "the answer with the host's own address %s was released: %r" % (addr, line))
+
+
+@test
+def redteam1_rebind_special_purpose_v4(c):
+    # Finding R4: special-purpose IPv4 space the classifier does not know is
+    # learned: 240.0.0.0/4 (reserved), 198.18.0.0/15 (benchmarking, used for
+    # internal networks), 192.0.0.0/24 (IETF protocol assignments, DS-Lite
+    # 192.0.0.1-7). The answer is checked, never the network.
+    cases = {"res": "240.0.0.1", "bench": "198.18.0.1", "ietf": "192.0.0.8"}
+    names = rebind_names(c, {k: [v] for k, v in cases.items()})
+    with c.sandbox(["%s:443" % n for n in names.values()]) as sb:
+        bad = []
+        for k, addr in cases.items():
+            rc, addrs, _, line = dns_query("udp", "127.0.0.2", 53, names[k], "A", cg=sb.cg)
+            if addr in addrs:
+                bad.append(addr)
+        check(not bad, "special-purpose IPv4 answers learned and released: %r" % bad)

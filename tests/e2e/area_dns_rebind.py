@@ -120,29 +120,29 @@ def rebind_local_answers_stripped(c):
 @test
 def rebind_mixed_answer_keeps_public(c):
     lo = c.tcp("rebind-lo", "127.0.0.1")
-    names = rebind_names(c, {"mix": ["198.51.100.7", "127.0.0.1", "203.0.113.9"],
-                             "mix6": ["2001:db8::7", "::1", "fd00::7"]})
+    names = rebind_names(c, {"mix": ["93.184.216.34", "127.0.0.1", "151.101.1.69"],
+                             "mix6": ["2606:4700::6810:84e5", "::1", "fd00::7"]})
     with c.sandbox(["%s:%d" % (names["mix"], lo.port),
                     "%s:%d" % (names["mix6"], lo.port)]) as sb:
         sid = sandbox_id(c, sb)
         for mode in ("udp", "tcp"):
             rc, addrs, _, line = dns_query(mode, "127.0.0.2", 53, names["mix"], "A", cg=sb.cg)
-            check(rc == "NOERROR" and sorted(addrs) == ["198.51.100.7", "203.0.113.9"],
+            check(rc == "NOERROR" and sorted(addrs) == ["151.101.1.69", "93.184.216.34"],
                   "%s A over %s: expected exactly the two public addresses, got %r" %
                   (names["mix"], mode, line))
         rc, addrs, _, line = dns_query("udp", "::1", 53, names["mix6"], "AAAA", cg=sb.cg)
-        check(rc == "NOERROR" and addrs == ["2001:db8::7"],
-              "%s AAAA: expected only 2001:db8::7, got %r" % (names["mix6"], line))
+        check(rc == "NOERROR" and addrs == ["2606:4700::6810:84e5"],
+              "%s AAAA: expected only 2606:4700::6810:84e5, got %r" % (names["mix6"], line))
         rebind_expect_event(c, sid, names["mix"], "127.0.0.1", "loopback")
         e = rebind_expect_event(c, sid, names["mix6"], "fd00::7", "private")
         check(any(s.get("addr") == "::1" for s in e["stripped"]), "::1 not stripped: %r" % e)
         # What was learned is exactly what was released.
         e = rebind_allow_event(c, sid, names["mix"])
         check(e.get("reason") == "learned" and
-              sorted(e.get("addrs") or []) == ["198.51.100.7", "203.0.113.9"],
+              sorted(e.get("addrs") or []) == ["151.101.1.69", "93.184.216.34"],
               "the learned addresses of %s: %r" % (names["mix"], e))
         e = rebind_allow_event(c, sid, names["mix6"])
-        check(e.get("addrs") == ["2001:db8::7"], "the learned addresses of %s: %r" %
+        check(e.get("addrs") == ["2606:4700::6810:84e5"], "the learned addresses of %s: %r" %
               (names["mix6"], e))
         before = lo.accepted
         sb.denied("tcp", "127.0.0.1", lo.port)

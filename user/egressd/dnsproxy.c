@@ -578,8 +578,8 @@ static void emit_rebind(struct sb *sb, const struct pending *q, uint16_t rcode,
 	/* Per answer, like every other DNS verdict: the event and the
 	 * (de-duplicated) alert carry it; a log line each would let a
 	 * sandbox flood the log. */
-	log_debug("dns: sandbox %u: %zu answer address(es) of %s in loopback/private/link-local "
-		  "ranges stripped (DNS rebinding)", sb->id, rc->n, q->qname);
+	log_debug("dns: sandbox %u: %zu answer address(es) of %s stripped (DNS rebinding)", sb->id,
+		  rc->n, q->qname);
 	if (p->cfg.event)
 		p->cfg.event(p->cfg.ctx, &ev);
 }

@@ -25,7 +25,7 @@ WARN     := -Wall -Wextra -Werror -Wundef -Wno-unused-parameter -Wno-format-trun
 CFLAGS   := -std=gnu11 -g -O2 $(WARN) $(SANFLAGS) -Iinclude -Iuser/lib -I$(OUT) \
 	    -DEGRESSD_VERSION='"$(VERSION)"' -D_GNU_SOURCE
 LDFLAGS  := $(SANFLAGS)
-LIBS     := -lbpf -lelf -lz -ljansson -lcrypto -lseccomp -lm -lmicrohttpd
+LIBS     := -lbpf -lelf -lz -ljansson -lcrypto -lseccomp -lm -lmicrohttpd -lmnl
 
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror -Wundef \
 	      -Iinclude -Ivmlinux -I$(OUT)

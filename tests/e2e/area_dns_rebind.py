@@ -337,3 +337,99 @@ def redteam1_rebind_special_purpose_v4(c):
             if addr in addrs:
                 bad.append(addr)
         check(not bad, "special-purpose IPv4 answers learned and released: %r" % bad)
+
+
+# --- F4: the host's (and the sandbox namespace's) own addresses -------------
+# Global addresses (no range matches them): only egressd's live set of local
+# addresses can tell. Traffic goes only to them while they are local.
+RB_OWN4, RB_OWN6, RB_NSOWN4 = "5.5.177.7", "2a00:5:177::7", "5.5.177.9"
+
+
+def rb_own_veth(c):
+    """A veth pair of our own in the host namespace with RB_OWN4/32 and
+    RB_OWN6/128 on it; returns a function that removes both addresses."""
+    a, b = "rbfa" + IF_TAG, "rbfb" + IF_TAG
+    must(["ip", "link", "add", a, "type", "veth", "peer", "name", b])
+    CLEANUP.push("rbf veth", run, ["ip", "link", "del", a])
+    must(["ip", "link", "set", a, "up"])
+    must(["ip", "link", "set", b, "up"])
+    must(["ip", "addr", "add", RB_OWN4 + "/32", "dev", a])
+    must(["ip", "-6", "addr", "add", RB_OWN6 + "/128", "dev", a, "nodad"])
+
+    def remove():
+        must(["ip", "addr", "del", RB_OWN4 + "/32", "dev", a])
+        must(["ip", "-6", "addr", "del", RB_OWN6 + "/128", "dev", a])
+    return remove
+
+
+@test
+def rebind_host_own_global_address(c):
+    # The address is added after egressd started: the set follows changes.
+    remove = rb_own_veth(c)
+    srv4 = c.tcp("rbf-own", RB_OWN4)
+    names = rebind_names(c, {"own": [RB_OWN4], "own6": [RB_OWN6],
+                             "ownmapped": ["::ffff:" + RB_OWN4],
+                             "ownmix": [RB_OWN4, "93.184.216.34"]})
+    allow = ["%s:%d" % (names[k], srv4.port) for k in names]
+    with c.sandbox(allow) as sb:
+        sid = sandbox_id(c, sb)
+        for key, qtype, addr in (("own", "A", RB_OWN4), ("own6", "AAAA", RB_OWN6),
+                                 ("ownmapped", "AAAA", "::ffff:" + RB_OWN4)):
+            for mode, server in (("udp", "127.0.0.2"), ("tcp", "127.0.0.53")):
+                rc, addrs, _, line = dns_query(mode, server, 53, names[key], qtype, cg=sb.cg)
+                check(rc == "NOERROR" and addrs == [],
+                      "%s %s over %s: the host's own address %s was released: %r" %
+                      (names[key], qtype, mode, addr, line))
+            rebind_expect_event(c, sid, names[key], addr, "host-local")
+        rc, addrs, _, line = dns_query("udp", "127.0.0.2", 53, names["ownmix"], "A", cg=sb.cg)
+        check(rc == "NOERROR" and addrs == ["93.184.216.34"],
+              "%s: expected only the global address, got %r" % (names["ownmix"], line))
+        before = srv4.accepted
+        sb.denied("tcp", RB_OWN4, srv4.port)
+        time.sleep(0.2)
+        check(srv4.accepted == before, "a stripped host address was reachable")
+    # Twin: a policy that expects it lists it; the same name resolves, is
+    # learned and reaches the listener the same way.
+    with c.sandbox(allow, extra_network={"dns_rebind_allow": [RB_OWN4 + "/32"]}) as sb:
+        dns_ok(c, sb, names["own"], want=RB_OWN4)
+        before = srv4.accepted
+        sb.allowed("tcp", RB_OWN4, srv4.port)
+        check(wait_until(lambda: srv4.accepted > before, 2, 0.05),
+              "the connection to the learned host address never arrived")
+    # Twin: once the addresses are gone from the host, they are global
+    # again and resolve (answer only: no traffic to them now).
+    remove()
+    with c.sandbox(allow) as sb:
+        for key, qtype, addr in (("own", "A", RB_OWN4), ("own6", "AAAA", RB_OWN6)):
+            got = []
+
+            def resolved():
+                rc, addrs, _, line = dns_query("udp", "127.0.0.2", 53, names[key], qtype,
+                                               cg=sb.cg)
+                got[:] = [line]
+                return rc == "NOERROR" and addrs == [addr]
+            check(wait_until(resolved, 3, 0.2), "%s after its address left the host: %r" %
+                  (names[key], got))
+
+
+@test
+def rebind_netns_own_address(c):
+    # A sandbox in its own network namespace: that namespace's addresses
+    # count as local too (egressd watches it from inside).
+    ns = c.need_netns()
+    nspath = "/run/netns/" + ns.name
+    must(["nsenter", "--net=" + nspath, "ip", "addr", "add", RB_NSOWN4 + "/32", "dev", "lo"])
+    CLEANUP.push("rbf ns addr", run, ["nsenter", "--net=" + nspath, "ip", "addr", "del",
+                                      RB_NSOWN4 + "/32", "dev", "lo"])
+    names = rebind_names(c, {"nsown": [RB_NSOWN4]})
+    pol = c.policy(["%s:443" % names["nsown"]])
+    with NsSandbox(c, pol, nspath) as sb:
+        sid = sandbox_id(c, sb)
+        rc, addrs, _, line = dns_query("udp", "127.0.0.2", 53, names["nsown"], "A", cg=sb.cg,
+                                       netns=nspath)
+        check(rc == "NOERROR" and addrs == [],
+              "the sandbox namespace's own address %s was released: %r" % (RB_NSOWN4, line))
+        rebind_expect_event(c, sid, names["nsown"], RB_NSOWN4, "host-local")
+    # Twin: for a sandbox in the host namespace it is a global address.
+    with c.sandbox(["%s:443" % names["nsown"]]) as sb:
+        dns_ok(c, sb, names["nsown"], want=RB_NSOWN4)

@@ -21,8 +21,10 @@
  * sees TC retries over TCP).
  *
  * Rebinding: before anything is learned, every A/AAAA record of the answer
- * whose address egr_dnspolicy_rebind_blocked() refuses (loopback, private,
- * link-local, ... not covered by network.dns_rebind_allow) is removed from
+ * whose address egr_dnspolicy_rebind_blocked_local() refuses (loopback,
+ * private, link-local, reserved, or an address of the host or of the
+ * sandbox's own network namespace, egr_localaddr; not covered by
+ * network.dns_rebind_allow) is removed from
  * the message (egr_dns_filter_addrs()), and the rewritten message is what is
  * learned from and released; a REBIND event lists what was removed. A
  * rewrite that fails gets SERVFAIL; one too large for the client's UDP size

@@ -536,7 +536,8 @@ static void pend_fail(struct egr_dnsproxy *p, struct pending *q, enum egr_dns_ve
 /* What egr_dns_filter_addrs() removed, for the REBIND event. */
 struct rebind_ctx {
 	const struct sb *sb;
-	size_t n;
+	size_t n;                  /* addresses drop() removed */
+	size_t total;              /* with records removed without asking (non-IN A/AAAA) */
 	struct egr_dns_stripped listed[EGR_DNSPROXY_EVENT_ADDRS];
 };
 
@@ -606,7 +607,7 @@ static void emit_rebind(struct sb *sb, const struct pending *q, uint16_t rcode,
 		.verdict = EGR_DNS_V_REBIND,
 		.reason = reason,
 		.rcode = rcode,
-		.nstripped = rc->n,
+		.nstripped = rc->total > rc->n ? rc->total : rc->n,
 	};
 
 	ev.nstripped_listed = rc->n < EGR_DNSPROXY_EVENT_ADDRS ? rc->n : EGR_DNSPROXY_EVENT_ADDRS;
@@ -653,6 +654,7 @@ static void pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt,
 	 * addresses the policy does not let a name point to. */
 	err = egr_dns_filter_addrs(pkt, len, rebind_drop, &rc, p->obuf, sizeof(p->obuf), &olen,
 				   &nstripped);
+	rc.total = nstripped;
 	if (!err && nstripped)
 		err = egr_dns_parse_response(p->obuf, olen, &filtered);
 	if (err) {

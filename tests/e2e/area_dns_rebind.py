@@ -433,3 +433,193 @@ def rebind_netns_own_address(c):
     # Twin: for a sandbox in the host namespace it is a global address.
     with c.sandbox(["%s:443" % names["nsown"]]) as sb:
         dns_ok(c, sb, names["nsown"], want=RB_NSOWN4)
+
+
+# --- F9: SVCB/HTTPS hints and A/AAAA of other classes -----------------------
+# A tiny upstream on loopback that answers two names itself and relays every
+# other query to the harness's dnsmasq (which stays egressd's second
+# upstream), so the daemon works as usual while it runs.
+
+def rb_dns_name(data, off):
+    labels = []
+    jumps = 0
+    end = None
+    while True:
+        n = data[off]
+        if n & 0xc0 == 0xc0:
+            if end is None:
+                end = off + 2
+            off = ((n & 0x3f) << 8) | data[off + 1]
+            jumps += 1
+            if jumps > 32:
+                raise ValueError("pointer loop")
+            continue
+        if n == 0:
+            return ".".join(labels), (end if end is not None else off + 1)
+        labels.append(data[off + 1:off + 1 + n].decode("ascii", "replace"))
+        off += 1 + n
+
+
+def rb_dns_records(data):
+    """(type, class, rdata bytes, rdata offset) of every record of a message."""
+    qd, an, ns, ar = struct.unpack(">HHHH", data[4:12])
+    off = 12
+    for _ in range(qd):
+        _, off = rb_dns_name(data, off)
+        off += 4
+    out = []
+    for _ in range(an + ns + ar):
+        _, off = rb_dns_name(data, off)
+        t, cl, _, rdlen = struct.unpack(">HHIH", data[off:off + 10])
+        off += 10
+        out.append((t, cl, data[off:off + rdlen], off))
+        off += rdlen
+    return out
+
+
+def rb_svc_hints(rdata):
+    """{key: [address text]} of the ipv4hint/ipv6hint SvcParams, and the keys."""
+    _, off = rb_dns_name(rdata, 2)
+    hints, keys = {}, []
+    while off < len(rdata):
+        key, vlen = struct.unpack(">HH", rdata[off:off + 4])
+        val = rdata[off + 4:off + 4 + vlen]
+        keys.append(key)
+        if key in (4, 6):
+            fam, alen = (socket.AF_INET, 4) if key == 4 else (socket.AF_INET6, 16)
+            hints[key] = [socket.inet_ntop(fam, val[i:i + alen]) for i in range(0, vlen, alen)]
+        off += 4 + vlen
+    return hints, keys
+
+
+def rb_svcparam(key, value):
+    return struct.pack(">HH", key, len(value)) + value
+
+
+class RbUpstream:
+    """UDP upstream on 127.0.0.1 (bounded: one thread, 2 s per relay)."""
+
+    def __init__(self, relay_port, answers):
+        self.answers = answers  # lower-case qname -> function(query id, question bytes)
+        self.relay_port = relay_port
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", free_udp_tcp_port("127.0.0.1")))
+        self.port = self.sock.getsockname()[1]
+        self.sock.settimeout(0.2)
+        self.stopping = False
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self):
+        while not self.stopping:
+            try:
+                q, peer = self.sock.recvfrom(4096)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            try:
+                name, qend = rb_dns_name(q, 12)
+                fn = self.answers.get(name.lower())
+                if fn:
+                    self.sock.sendto(fn(q[:2], q[12:qend + 4]), peer)
+                    continue
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as r:
+                    r.settimeout(2)
+                    r.sendto(q, ("127.0.0.1", self.relay_port))
+                    self.sock.sendto(r.recv(65535), peer)
+            except (OSError, ValueError, IndexError, struct.error):
+                continue
+
+    def stop(self):
+        self.stopping = True
+        self.thread.join(2)
+        self.sock.close()
+
+
+def rb_answer(qid, question, records):
+    """A NOERROR response: records are (type, class, rdata), owner = the qname."""
+    msg = qid + struct.pack(">HHHHH", 0x8180, 1, len(records), 0, 0) + question
+    for t, cl, rdata in records:
+        msg += b"\xc0\x0c" + struct.pack(">HHIH", t, cl, 300, len(rdata)) + rdata
+    return msg
+
+
+RB_RAW_QUERY = r"""
+import os, socket, struct, sys
+name, qtype = sys.argv[1], int(sys.argv[2])
+q = os.urandom(2) + struct.pack(">HHHHH", 0x0100, 1, 0, 0, 0)
+for l in name.split("."):
+    q += bytes([len(l)]) + l.encode()
+q += b"\0" + struct.pack(">HH", qtype, 1)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(3)
+s.sendto(q, ("127.0.0.2", 53))
+try:
+    print(s.recv(65535).hex())
+except OSError as e:
+    print("err", e)
+"""
+
+
+def rb_raw_query(cg, name, qtype):
+    line = run_in_sandbox(cg, [sys.executable, "-c", RB_RAW_QUERY, name, str(qtype)])
+    check(line and not line.startswith("err"), "raw query %s/%d: %r" % (name, qtype, line))
+    return bytes.fromhex(line)
+
+
+@test
+def rebind_svcb_hints_and_other_classes(c):
+    z = need_dnsmasq(c)
+    svc, chaos = "rb-svc-%s.test" % RAND, "rb-chaos-%s.test" % RAND
+    lo4, lo6 = socket.inet_pton(socket.AF_INET, "127.0.0.1"), socket.inet_pton(socket.AF_INET6, "::1")
+    g4 = socket.inet_pton(socket.AF_INET, "93.184.216.34")
+    g6 = socket.inet_pton(socket.AF_INET6, "2606:4700::1111")
+    https = (b"\x00\x01\x00" + rb_svcparam(1, b"\x02h2") + rb_svcparam(4, lo4 + g4) +
+             rb_svcparam(6, lo6))
+    up = RbUpstream(z.port, {
+        svc: lambda qid, qn: rb_answer(qid, qn, [(65, 1, https)]),
+        chaos: lambda qid, qn: rb_answer(qid, qn, [(1, 3, lo4), (1, 255, lo4), (28, 3, lo6),
+                                                    (1, 1, g4)])})
+    CLEANUP.push("rb upstream", up.stop)
+    saved = list(c.dns_args)
+    c.daemon.stop()
+    c.dns_args = ["--dns-upstream", "127.0.0.1:%d" % up.port] + saved
+    try:
+        c.daemon.start()
+        # The upstream really sends the loopback hints and records.
+        raw = dns_query("udp", "127.0.0.1", up.port, chaos, "A")
+        check(raw[0] == "NOERROR", "the test upstream does not answer: %r" % (raw,))
+        allow = ["%s:443" % svc, "%s:443" % chaos]
+        with c.sandbox(allow) as sb:
+            sid = sandbox_id(c, sb)
+            msg = rb_raw_query(sb.cg, svc, 65)
+            recs = [r for r in rb_dns_records(msg) if r[0] == 65]
+            check(len(recs) == 1, "%s: expected the HTTPS record, got %r" % (svc, msg.hex()))
+            hints, keys = rb_svc_hints(recs[0][2])
+            check(hints.get(4) == ["93.184.216.34"] and 6 not in hints and 1 in keys,
+                  "%s: HTTPS hints after the filter: %r (keys %r); expected ipv4hint="
+                  "93.184.216.34 only, no ipv6hint, alpn kept" % (svc, hints, keys))
+            e = rebind_expect_event(c, sid, svc, "127.0.0.1", "loopback")
+            check(any(s.get("addr") == "::1" for s in e["stripped"]), "::1 hint: %r" % e)
+            msg = rb_raw_query(sb.cg, chaos, 1)
+            recs = [(t, cl, rd) for t, cl, rd, _ in rb_dns_records(msg)]
+            check(recs == [(1, 1, g4)], "%s: expected only the IN A 93.184.216.34, got %r" %
+                  (chaos, recs))
+            check(wait_until(lambda: rebind_events(c, sid, chaos, "rebind"), 3, 0.1) and
+                  rebind_events(c, sid, chaos, "rebind")[-1].get("stripped_total") == 3,
+                  "no rebind event counting the 3 non-IN records: %r" %
+                  rebind_events(c, sid, chaos, "rebind"))
+        # Twin: a policy that expects loopback keeps the same hints.
+        with c.sandbox(allow, extra_network={"dns_rebind_allow": ["127.0.0.0/8",
+                                                                  "[::1/128]"]}) as sb:
+            msg = rb_raw_query(sb.cg, svc, 65)
+            recs = [r for r in rb_dns_records(msg) if r[0] == 65]
+            hints, _ = rb_svc_hints(recs[0][2]) if recs else ({}, [])
+            check(hints.get(4) == ["127.0.0.1", "93.184.216.34"] and hints.get(6) == ["::1"],
+                  "%s with dns_rebind_allow: hints %r" % (svc, hints))
+    finally:
+        c.daemon.stop()
+        c.dns_args = saved
+        c.daemon.start()
+        up.stop()

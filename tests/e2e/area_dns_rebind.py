@@ -396,6 +396,14 @@ def rebind_host_own_global_address(c):
         sb.allowed("tcp", RB_OWN4, srv4.port)
         check(wait_until(lambda: srv4.accepted > before, 2, 0.05),
               "the connection to the learned host address never arrived")
+        # An update without the exception drops the learned host address
+        # (no range names it: only the local set can tell).
+        sb.update(c.policy(allow))
+        before = srv4.accepted
+        sb.denied("tcp", RB_OWN4, srv4.port)
+        time.sleep(0.2)
+        check(srv4.accepted == before, "a learned host address survived an update that no "
+              "longer lets the name point to it")
     # Twin: once the addresses are gone from the host, they are global
     # again and resolve (answer only: no traffic to them now).
     remove()

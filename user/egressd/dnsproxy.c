@@ -1686,6 +1686,19 @@ int egr_dnsproxy_remove_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id)
 	return -ENOENT;
 }
 
+bool egr_dnsproxy_is_local(void *ctx, int family, const uint8_t *addr)
+{
+	const struct egr_dnsproxy_local *lc = ctx;
+	const struct sb *sb;
+
+	if (!lc || !lc->p)
+		return true; /* cannot tell: fail closed */
+	sb = sb_find(lc->p, lc->sandbox_id);
+	if (sb)
+		return sb_is_local((void *)sb, family, addr);
+	return egr_localaddr_contains(lc->p->host_la, family, addr);
+}
+
 int egr_dnsproxy_stats(const struct egr_dnsproxy *p, uint32_t sandbox_id,
 		       struct egr_dnsproxy_stats *out)
 {

@@ -169,6 +169,15 @@ int egr_dnsproxy_update_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id,
 				struct egr_dnspolicy *pol);
 /* Close its sockets and TCP connections, drop its queries in flight. */
 int egr_dnsproxy_remove_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id);
+/* An egr_rebind_local_fn (dnspolicy.h) for one sandbox: does the host, or the
+ * sandbox's own network namespace, deliver addr locally? ctx: a struct
+ * egr_dnsproxy_local. True when it cannot tell. */
+struct egr_dnsproxy_local {
+	const struct egr_dnsproxy *p;
+	uint32_t sandbox_id;
+};
+bool egr_dnsproxy_is_local(void *ctx, int family, const uint8_t *addr);
+
 int egr_dnsproxy_stats(const struct egr_dnsproxy *p, uint32_t sandbox_id,
 		       struct egr_dnsproxy_stats *out);
 

@@ -351,31 +351,44 @@ int egr_localaddr_fd(const struct egr_localaddr *la)
 int egr_localaddr_process(struct egr_localaddr *la)
 {
 	static uint8_t buf[NL_BUF]; /* single-threaded callers */
-	bool overrun = false;
+	bool overrun = true; /* unless the queue is drained within the bound */
+	bool lost = false;
 	int err = 0;
 
 	if (!la || !la->notify)
 		return -EINVAL;
+	/* More than the bound queued: a dump is cheaper than reading on, and
+	 * it leaves the set current as of now (the caller relies on that). */
 	for (int i = 0; i < MSGS_PER_PROCESS; i++) {
 		ssize_t n = mnl_socket_recvfrom(la->notify, buf, sizeof(buf));
 
 		if (n < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
+			if (errno == EAGAIN || errno == EWOULDBLOCK) {
+				overrun = lost;
 				break;
+			}
 			if (errno == EINTR)
 				continue;
 			if (errno == ENOBUFS) { /* notifications were lost */
-				overrun = true;
+				lost = true;
 				continue;
 			}
-			err = -errno;
+			err = -errno; /* unexpected: re-read rather than guess */
 			break;
 		}
 		if (egr_localaddr_apply(la, buf, (size_t)n) == -EBADMSG)
-			overrun = true; /* cannot tell what changed: re-read */
+			lost = true; /* cannot tell what changed: re-read */
 	}
 	if (overrun) {
-		log_warn("localaddr %s: address notifications lost; re-reading", la->what);
+		if (lost)
+			log_warn("localaddr %s: address notifications lost; re-reading", la->what);
+		/* A namespace whose root churns addresses must not make egressd
+		 * dump it for every answer: at most one dump a second, the set
+		 * unknown (everything local) in between. */
+		if (mono_ns() - la->last_resync_ns < 1000000000ULL) {
+			la->synced = false;
+			return -EAGAIN;
+		}
 		return resync(la);
 	}
 	if (!la->synced && mono_ns() - la->last_resync_ns >= 1000000000ULL)

@@ -38,9 +38,11 @@ void egr_localaddr_free(struct egr_localaddr *la);
 
 /* The notification socket (non-blocking), -1 for a detached set. */
 int egr_localaddr_fd(const struct egr_localaddr *la);
-/* Apply every pending notification (bounded per call; the fd stays readable
- * if more are queued); on overrun re-dump. 0 or -errno (then the set stays
- * unknown until a later call succeeds). */
+/* Apply every pending notification; past a bound of queued datagrams, or
+ * when some were lost, re-dump instead (at most once a second; until then
+ * the set is unknown). On return the set holds every change made before the
+ * call, or is unknown. 0 or -errno (then the set stays unknown until a later
+ * call succeeds). */
 int egr_localaddr_process(struct egr_localaddr *la);
 /* Apply a buffer of netlink messages (RTM_NEWADDR / RTM_DELADDR; others are
  * ignored). 0 or -errno (-ENOSPC: the cap was hit, the set is unknown). */

@@ -30,7 +30,7 @@ WARN     := -Wall -Wextra -Werror -Wundef -Wno-unused-parameter -Wno-format-trun
 CFLAGS   := -std=gnu11 -g -O2 $(WARN) $(SANFLAGS) -Iinclude -Iuser/lib -I$(OUT) \
 	    -DEGRESSD_VERSION='"$(VERSION)"' -D_GNU_SOURCE
 LDFLAGS  := $(SANFLAGS)
-LIBS     := -lbpf -lelf -lz -ljansson -lcrypto -lseccomp -lm -lmicrohttpd
+LIBS     := -lbpf -lelf -lz -ljansson -lcrypto -lseccomp -lm -lmicrohttpd -lmnl
 
 # Install paths (docs/operations.md). PREFIX=/usr is a distribution's layout:
 # /etc, /lib/systemd/system and /usr/lib/sysusers.d; any other

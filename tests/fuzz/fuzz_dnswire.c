@@ -8,9 +8,11 @@
  *   - a REFUSED / SERVFAIL reply built from an accepted query parses back
  *     as a response with that rcode, id and question;
  *   - egr_dns_filter_addrs() (dropping what egr_rebind_classify() calls a
- *     rebinding target) either fails with a documented error or writes a
- *     response that parses, answers the same question, and in which the
- *     same filter finds nothing left to drop.
+ *     rebinding target, in A/AAAA records and in SVCB/HTTPS ipv4hint and
+ *     ipv6hint entries, and every A/AAAA of a class other than IN) either
+ *     fails with a documented error or writes a response that parses,
+ *     answers the same question, and in which the same filter finds
+ *     nothing left to drop (no record, no hint address).
  */
 #include <errno.h>
 #include <stdint.h>

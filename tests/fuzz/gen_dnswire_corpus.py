@@ -134,6 +134,32 @@ seeds["r_rebind_soa_mx"] = (hdr(23, QR | RD | RA, an=2, ns=1) + q("x.test", A)
                             + rr(ptr(24), SOA, 60, b"\x02ns" + ptr(24) + b"\x02hm" + ptr(24)
                                  + struct.pack(">IIIII", 1, 2, 3, 4, 5)))
 
+# HTTPS/SVCB hints (ipv4hint key 4, ipv6hint key 6) mixing local and global
+# addresses, a hint left empty by the filter, and A/AAAA of classes other
+# than IN (CH, ANY), which the filter removes without asking.
+SVCB = 64
+
+
+def svcparam(key, value):
+    return struct.pack(">HH", key, len(value)) + value
+
+
+https = (struct.pack(">H", 1) + b"\0" + svcparam(1, b"\x02h2")
+         + svcparam(4, lo4 + v4) + svcparam(6, lo6 + v6))
+svcb = struct.pack(">H", 2) + ptr(12) + svcparam(4, bytes([10, 0, 0, 1]))
+seeds["r_rebind_svcb_hints"] = (hdr(24, QR | RD | RA, an=3) + q("svc.test", HTTPS)
+                                + rr(ptr(12), HTTPS, 60, https)
+                                + rr(ptr(12), SVCB, 60, svcb)
+                                + rr(ptr(12), HTTPS, 60, struct.pack(">H", 3) + b"\0"
+                                     + svcparam(6, bytes.fromhex("fe80" + "00" * 13 + "01"))))
+seeds["r_rebind_svcb_bad_hint"] = (hdr(25, QR | RD | RA, an=1) + q("svc.test", HTTPS)
+                                   + rr(ptr(12), HTTPS, 60, struct.pack(">H", 1) + b"\0"
+                                        + svcparam(4, lo4 + b"\x01")))
+seeds["r_rebind_other_class"] = (hdr(26, QR | RD | RA, an=3) + q("ch.test", A)
+                                 + rr(ptr(12), A, 60, lo4, cls=3)
+                                 + rr(ptr(12), AAAA, 60, lo6, cls=255)
+                                 + rr(ptr(12), A, 60, v4))
+
 os.makedirs(OUT, exist_ok=True)
 for k, v in seeds.items():
     with open(os.path.join(OUT, k), "wb") as f:

@@ -370,9 +370,35 @@ static void test_rebind_classify(void **state)
 		{ "126.255.255.255", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
 		{ "128.0.0.0", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
 		{ "223.255.255.255", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
-		{ "255.255.255.254", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
-		{ "198.51.100.7", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
-		{ "203.0.113.9", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "255.255.255.254", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "93.184.216.34", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		/* IANA special-purpose, not globally reachable, and the edges */
+		{ "192.0.0.0", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "192.0.0.8", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "192.0.0.9", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "192.0.0.10", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "192.0.0.11", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "192.0.0.255", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "191.255.255.255", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "192.0.1.0", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "192.0.2.0", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "192.0.2.255", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "192.0.3.0", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "198.17.255.255", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "198.18.0.0", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "198.19.255.255", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "198.20.0.0", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "198.51.99.255", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "198.51.100.0", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "198.51.100.255", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "198.51.101.0", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "203.0.112.255", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "203.0.113.0", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "203.0.113.255", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "203.0.114.0", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "239.255.255.255", EGR_REBIND_MULTICAST, EGR_REBIND_NATIVE },
+		{ "240.0.0.0", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "240.0.0.1", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
 		/* IPv6 */
 		{ "::", EGR_REBIND_UNSPECIFIED, EGR_REBIND_NATIVE },
 		{ "::1", EGR_REBIND_LOOPBACK, EGR_REBIND_NATIVE },
@@ -385,27 +411,62 @@ static void test_rebind_classify(void **state)
 		{ "64:ff9b:1::a", EGR_REBIND_PRIVATE, EGR_REBIND_NATIVE },
 		{ "fe00::1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
 		{ "fbff::1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
-		{ "2001:db8::1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "2001:db8::1", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "2001:db7:ffff:ffff:ffff:ffff:ffff:ffff", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "2001:db9::", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "100::", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "100::ffff:ffff:ffff:ffff", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "100:0:0:1::", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "101::", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "2001:1::", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "2001:1::1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "2001:1::3", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "2001:1::4", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "2001:2::", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "2001:2:0:ffff::1", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "2001:3::1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "2001:4:112::1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "2001:4:113::1", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "2001:10::1", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "2001:1f::1", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "2001:20::1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "2001:3f::1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "2001:40::1", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "2001:1ff:ffff:ffff:ffff:ffff:ffff:ffff", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "2001:200::", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "3fff::1", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "3fff:fff:ffff::1", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "3fff:1000::1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "3ffe:ffff::1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "5f00::1", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "5f00:ffff::1", EGR_REBIND_RESERVED, EGR_REBIND_NATIVE },
+		{ "5f01::1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
+		{ "5eff:ffff::1", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
 		{ "2606:4700::1111", EGR_REBIND_NONE, EGR_REBIND_NATIVE },
 		/* embedded IPv4 */
 		{ "::ffff:127.0.0.1", EGR_REBIND_LOOPBACK, EGR_REBIND_V4MAPPED },
 		{ "::ffff:0.0.0.0", EGR_REBIND_UNSPECIFIED, EGR_REBIND_V4MAPPED },
 		{ "::ffff:169.254.169.254", EGR_REBIND_LINK_LOCAL, EGR_REBIND_V4MAPPED },
 		{ "::ffff:10.0.0.1", EGR_REBIND_PRIVATE, EGR_REBIND_V4MAPPED },
-		{ "::ffff:198.51.100.7", EGR_REBIND_NONE, EGR_REBIND_V4MAPPED },
+		{ "::ffff:93.184.216.34", EGR_REBIND_NONE, EGR_REBIND_V4MAPPED },
+		{ "::ffff:198.51.100.7", EGR_REBIND_RESERVED, EGR_REBIND_V4MAPPED },
+		{ "64:ff9b::240.0.0.1", EGR_REBIND_RESERVED, EGR_REBIND_NAT64 },
 		{ "::127.0.0.1", EGR_REBIND_LOOPBACK, EGR_REBIND_V4COMPAT },
 		{ "::2", EGR_REBIND_UNSPECIFIED, EGR_REBIND_V4COMPAT },
-		{ "::198.51.100.7", EGR_REBIND_NONE, EGR_REBIND_V4COMPAT },
+		{ "::93.184.216.34", EGR_REBIND_NONE, EGR_REBIND_V4COMPAT },
 		{ "::ffff:0:192.168.0.1", EGR_REBIND_PRIVATE, EGR_REBIND_V4TRANSLATED },
 		{ "64:ff9b::127.0.0.1", EGR_REBIND_LOOPBACK, EGR_REBIND_NAT64 },
 		{ "64:ff9b::a9fe:a9fe", EGR_REBIND_LINK_LOCAL, EGR_REBIND_NAT64 },
-		{ "64:ff9b::198.51.100.7", EGR_REBIND_NONE, EGR_REBIND_NAT64 },
+		{ "64:ff9b::93.184.216.34", EGR_REBIND_NONE, EGR_REBIND_NAT64 },
 		{ "2002:7f00:1::", EGR_REBIND_LOOPBACK, EGR_REBIND_6TO4 },
 		{ "2002:a00:1:5::1", EGR_REBIND_PRIVATE, EGR_REBIND_6TO4 },
-		{ "2002:c633:6407::1", EGR_REBIND_NONE, EGR_REBIND_6TO4 },
+		{ "2002:5db8:d822::1", EGR_REBIND_NONE, EGR_REBIND_6TO4 },
+		{ "2002:c633:6407::1", EGR_REBIND_RESERVED, EGR_REBIND_6TO4 },
 		/* Teredo: client 127.0.0.1 stored as ~ = 80ff:fffe */
 		{ "2001:0:4136:e378:8000:63bf:80ff:fffe", EGR_REBIND_LOOPBACK, EGR_REBIND_TEREDO },
-		{ "2001:0:4136:e378:8000:63bf:39cc:9bf8", EGR_REBIND_NONE, EGR_REBIND_TEREDO },
+		{ "2001:0:4136:e378:8000:63bf:a247:27dd", EGR_REBIND_NONE, EGR_REBIND_TEREDO },
+		{ "2001:0:4136:e378:8000:63bf:39cc:9bf8", EGR_REBIND_RESERVED, EGR_REBIND_TEREDO },
 	};
 	struct egr_rebind_verdict v;
 
@@ -450,9 +511,12 @@ static void test_rebind_allow(void **state)
 	assert_true(blocked(none, "10.1.2.3"));
 	assert_true(blocked(none, "::ffff:127.0.0.1"));
 	assert_true(blocked(NULL, "169.254.169.254"));
-	assert_false(blocked(none, "198.51.100.7"));
-	assert_false(blocked(none, "2001:db8::1"));
-	assert_false(blocked(NULL, "203.0.113.1"));
+	assert_false(blocked(none, "93.184.216.34"));
+	assert_false(blocked(none, "2606:4700::1111"));
+	assert_false(blocked(NULL, "1.1.1.1"));
+	assert_true(blocked(none, "198.51.100.7"));
+	assert_true(blocked(none, "2001:db8::1"));
+	assert_true(blocked(NULL, "240.0.0.1"));
 	/* Covered ones pass, in every form that embeds them. */
 	assert_false(blocked(pol, "10.1.2.3"));
 	assert_false(blocked(pol, "::ffff:10.1.2.3"));
@@ -475,6 +539,70 @@ static void test_rebind_allow(void **state)
 	egr_dnspolicy_free(pol);
 }
 
+/* A fake local-address set: 93.184.216.34 and 2606:4700::1111 are "ours". */
+static int local_calls;
+static bool fake_local(void *ctx, int family, const uint8_t *a)
+{
+	static const uint8_t v4[4] = { 93, 184, 216, 34 };
+	static const uint8_t v6[16] = { 0x26, 0x06, 0x47, 0, [14] = 0x11, [15] = 0x11 };
+
+	local_calls++;
+	assert_ptr_equal(ctx, &local_calls);
+	return family == AF_INET ? !memcmp(a, v4, 4) : !memcmp(a, v6, 16);
+}
+
+static bool blocked_local(const struct egr_dnspolicy *pol, const char *text,
+			  enum egr_rebind_class *cls)
+{
+	uint8_t a[16] = { 0 };
+	int fam = strchr(text, ':') ? AF_INET6 : AF_INET;
+	struct egr_rebind_verdict v;
+	bool b;
+
+	assert_int_equal(inet_pton(fam, text, a), 1);
+	b = egr_dnspolicy_rebind_blocked_local(pol, fam, a, fake_local, &local_calls, &v);
+	*cls = v.cls;
+	return b;
+}
+
+static void test_rebind_local(void **state)
+{
+	struct egr_dnspolicy *none = compile(policy_json, NULL, 0);
+	struct egr_dnspolicy *pol = compile(
+		"{\"tenant\": \"acme\", \"network\": {\"default\": \"deny\", \"outbound_allow\": [],"
+		" \"dns_rebind_allow\": [\"93.184.216.0/24\", \"[2606:4700::/32]\"]}}", NULL, 0);
+	enum egr_rebind_class cls;
+
+	/* The host's own addresses, plain and embedded, are blocked... */
+	assert_true(blocked_local(none, "93.184.216.34", &cls));
+	assert_int_equal(cls, EGR_REBIND_LOCAL);
+	assert_string_equal(egr_rebind_class_name(cls), "host-local");
+	assert_true(blocked_local(none, "2606:4700::1111", &cls));
+	assert_int_equal(cls, EGR_REBIND_LOCAL);
+	assert_true(blocked_local(none, "::ffff:93.184.216.34", &cls));
+	assert_int_equal(cls, EGR_REBIND_LOCAL);
+	assert_true(blocked_local(none, "64:ff9b::93.184.216.34", &cls));
+	assert_true(blocked_local(none, "2002:5db8:d822::1", &cls));
+	assert_true(blocked_local(NULL, "2001:0:4136:e378:8000:63bf:a247:27dd", &cls));
+	/* ...their neighbours are not... */
+	assert_false(blocked_local(none, "93.184.216.35", &cls));
+	assert_int_equal(cls, EGR_REBIND_NONE);
+	assert_false(blocked_local(none, "2606:4700::1112", &cls));
+	assert_false(blocked_local(none, "::ffff:93.184.216.35", &cls));
+	/* ...a range class wins without asking, and dns_rebind_allow exempts. */
+	local_calls = 0;
+	assert_true(blocked_local(none, "127.0.0.1", &cls));
+	assert_int_equal(cls, EGR_REBIND_LOOPBACK);
+	assert_int_equal(local_calls, 0);
+	assert_false(blocked_local(pol, "93.184.216.34", &cls));
+	assert_false(blocked_local(pol, "::ffff:93.184.216.34", &cls));
+	assert_false(blocked_local(pol, "2606:4700::1111", &cls));
+	/* Without a lookup: ranges only. */
+	assert_false(blocked(none, "93.184.216.34"));
+	egr_dnspolicy_free(none);
+	egr_dnspolicy_free(pol);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -490,6 +618,7 @@ int main(void)
 		cmocka_unit_test(test_nxdomain_rate),
 		cmocka_unit_test(test_rebind_classify),
 		cmocka_unit_test(test_rebind_allow),
+		cmocka_unit_test(test_rebind_local),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

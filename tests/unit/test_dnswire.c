@@ -948,6 +948,12 @@ static bool drop_all(void *ctx, int family, const uint8_t *a)
 	return true;
 }
 
+static bool drop_none(void *ctx, int family, const uint8_t *a)
+{
+	drop_calls++;
+	return false;
+}
+
 static bool contains(const uint8_t *hay, size_t n, const void *needle, size_t m)
 {
 	for (size_t i = 0; i + m <= n; i++)
@@ -1091,22 +1097,167 @@ static void test_filter_none_and_all(void **state)
 	assert_int_equal(r->rcode, EGR_DNS_R_NOERROR);
 	assert_int_equal(r->ancount, 0);
 	assert_int_equal(olen, 24); /* header + question */
-	/* A class other than IN is not an address record: kept, not asked. */
-	hdr(&p, 3, RESP, 1, 2, 0, 0);
+	/* A/AAAA of a class other than IN (CH, HS, ANY; any length, any
+	 * address) are removed without asking; an IN one is asked. */
+	hdr(&p, 3, RESP, 1, 5, 0, 0);
 	question(&p, "a.test", EGR_DNS_T_A);
 	name(&p, "a.test");
 	rrfix(&p, EGR_DNS_T_A, 3 /* CH */, 60, 4);
 	bytes(&p, "\x7f\0\0\1", 4);
-	rr_a(&p, "a.test", 60, 127, 0, 0, 2);
+	ptr(&p, 12);
+	rrfix(&p, EGR_DNS_T_A, EGR_DNS_C_ANY, 60, 4);
+	bytes(&p, "\x5d\xb8\xd8\x22", 4);
+	ptr(&p, 12);
+	rrfix(&p, EGR_DNS_T_A, 3 /* CH: a name and a 16-bit address */, 60, 9);
+	bytes(&p, "\x01x\x01y\0\x00\x01\x00\x02", 9);
+	ptr(&p, 12);
+	rrfix(&p, EGR_DNS_T_AAAA, 4 /* HS */, 60, 16);
+	bytes(&p, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1", 16);
+	rr_a(&p, "a.test", 60, 93, 184, 216, 34);
 	drop_calls = 0;
 	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
 					      &nd), 0);
 	assert_int_equal(drop_calls, 1);
-	assert_int_equal(nd, 1);
+	assert_int_equal(nd, 4);
 	assert_int_equal(egr_dns_parse_response(out, olen, r), 0);
 	assert_int_equal(r->ancount, 1);
-	assert_int_equal(r->naddrs, 0);
+	assert_int_equal(r->naddrs, 1);
+	assert_memory_equal(r->addrs[0].addr, "\x5d\xb8\xd8\x22", 4);
 	free(r);
+}
+
+/*
+ * h.test HTTPS: 1 . alpn=h2 ipv4hint=127.0.0.1,93.184.216.34 ipv6hint=::1;
+ * SVCB 2 h.test(compressed) ipv4hint=93.184.216.34; HTTPS 3 . alpn=h2
+ * ipv4hint=10.0.0.1.
+ */
+static void svcb_response(struct pkt *p)
+{
+	static const uint8_t lo6[16] = { [15] = 1 };
+
+	hdr(p, 0x6666, RESP, 1, 3, 0, 0);
+	question(p, "h.test", EGR_DNS_T_HTTPS);
+	ptr(p, 12);
+	rrfix(p, EGR_DNS_T_HTTPS, EGR_DNS_C_IN, 60, 2 + 1 + 7 + 12 + 20);
+	bytes(p, "\x00\x01\x00", 3);
+	bytes(p, "\x00\x01\x00\x03\x02h2", 7);
+	bytes(p, "\x00\x04\x00\x08\x7f\x00\x00\x01\x5d\xb8\xd8\x22", 12);
+	bytes(p, "\x00\x06\x00\x10", 4);
+	bytes(p, lo6, 16);
+	ptr(p, 12);
+	rrfix(p, EGR_DNS_T_SVCB, EGR_DNS_C_IN, 60, 2 + 2 + 8);
+	bytes(p, "\x00\x02", 2);
+	ptr(p, 12);
+	bytes(p, "\x00\x04\x00\x04\x5d\xb8\xd8\x22", 8);
+	ptr(p, 12);
+	rrfix(p, EGR_DNS_T_HTTPS, EGR_DNS_C_IN, 60, 2 + 1 + 7 + 8);
+	bytes(p, "\x00\x03\x00", 3);
+	bytes(p, "\x00\x01\x00\x03\x02h2", 7);
+	bytes(p, "\x00\x04\x00\x04\x0a\x00\x00\x01", 8);
+}
+
+static void test_filter_svcb_hints(void **state)
+{
+	struct egr_dns_response *r = resp_alloc();
+	uint8_t out[1024], again[1024];
+	size_t olen, nd, olen2 = 7, nd2 = 7;
+	struct pkt p;
+
+	svcb_response(&p);
+	drop_calls = 0;
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), 0);
+	assert_int_equal(drop_calls, 5); /* every hint address, once */
+	assert_int_equal(nd, 3);         /* 127.0.0.1, ::1, 10.0.0.1 */
+	assert_int_equal(egr_dns_parse_response(out, olen, r), 0);
+	assert_int_equal(r->ancount, 3);
+	assert_string_equal(r->qname, "h.test");
+	/* 1: the global hint kept, ipv6hint gone with its key, alpn as it was. */
+	assert_true(contains(out, olen,
+			     "\x00\x41\x00\x01\x00\x00\x00\x3c\x00\x12"
+			     "\x00\x01\x00\x00\x01\x00\x03\x02h2\x00\x04\x00\x04\x5d\xb8\xd8\x22",
+			     28));
+	/* 2: unchanged but its TargetName written out (RFC 9460: uncompressed). */
+	assert_true(contains(out, olen,
+			     "\x00\x40\x00\x01\x00\x00\x00\x3c\x00\x12"
+			     "\x00\x02\x01h\x04test\x00\x00\x04\x00\x04\x5d\xb8\xd8\x22",
+			     28));
+	/* 3: its only hint was dropped: the key goes, the record stays. */
+	assert_true(olen > 20);
+	assert_memory_equal(out + olen - 20,
+			    "\x00\x41\x00\x01\x00\x00\x00\x3c\x00\x0a\x00\x03\x00\x00\x01\x00\x03"
+			    "\x02h2",
+			    20);
+	assert_false(contains(out, olen, "\x7f\x00\x00\x01", 4));
+	assert_false(contains(out, olen, "\x0a\x00\x00\x01", 4));
+	/* Nothing left to strip. */
+	assert_int_equal(egr_dns_filter_addrs(out, olen, drop_local, NULL, again, sizeof(again),
+					      &olen2, &nd2), 0);
+	assert_int_equal(nd2, 0);
+	assert_int_equal(olen2, 0);
+	/* Nothing to strip in the hints: nothing written. */
+	drop_calls = 0;
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_none, NULL, out, sizeof(out), &olen,
+					      &nd), 0);
+	assert_int_equal(drop_calls, 5);
+	assert_int_equal(nd, 0);
+	assert_int_equal(olen, 0);
+	free(r);
+}
+
+static void test_filter_svcb_malformed(void **state)
+{
+	uint8_t out[1024];
+	size_t olen, nd;
+	struct pkt p;
+
+	/* ipv4hint of 5 bytes */
+	hdr(&p, 1, RESP, 1, 1, 0, 0);
+	question(&p, "h.test", EGR_DNS_T_HTTPS);
+	ptr(&p, 12);
+	rrfix(&p, EGR_DNS_T_HTTPS, EGR_DNS_C_IN, 60, 3 + 9);
+	bytes(&p, "\x00\x01\x00\x00\x04\x00\x05\x5d\xb8\xd8\x22\x01", 12);
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), -EBADMSG);
+	/* an empty ipv6hint */
+	hdr(&p, 1, RESP, 1, 1, 0, 0);
+	question(&p, "h.test", EGR_DNS_T_HTTPS);
+	ptr(&p, 12);
+	rrfix(&p, EGR_DNS_T_HTTPS, EGR_DNS_C_IN, 60, 3 + 4);
+	bytes(&p, "\x00\x01\x00\x00\x06\x00\x00", 7);
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), -EBADMSG);
+	/* a SvcParam longer than the rdata, a truncated key, no TargetName */
+	hdr(&p, 1, RESP, 1, 1, 0, 0);
+	question(&p, "h.test", EGR_DNS_T_HTTPS);
+	ptr(&p, 12);
+	rrfix(&p, EGR_DNS_T_HTTPS, EGR_DNS_C_IN, 60, 3 + 6);
+	bytes(&p, "\x00\x01\x00\x00\x01\x00\x09\x02h", 9);
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), -EBADMSG);
+	hdr(&p, 1, RESP, 1, 1, 0, 0);
+	question(&p, "h.test", EGR_DNS_T_HTTPS);
+	ptr(&p, 12);
+	rrfix(&p, EGR_DNS_T_HTTPS, EGR_DNS_C_IN, 60, 3 + 2);
+	bytes(&p, "\x00\x01\x00\x00\x01", 5);
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), -EBADMSG);
+	hdr(&p, 1, RESP, 1, 1, 0, 0);
+	question(&p, "h.test", EGR_DNS_T_HTTPS);
+	ptr(&p, 12);
+	rrfix(&p, EGR_DNS_T_HTTPS, EGR_DNS_C_IN, 60, 2);
+	bytes(&p, "\x00\x01", 2);
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), -EBADMSG);
+	/* A class other than IN: SvcParams not looked at. */
+	hdr(&p, 1, RESP, 1, 1, 0, 0);
+	question(&p, "h.test", EGR_DNS_T_HTTPS);
+	ptr(&p, 12);
+	rrfix(&p, EGR_DNS_T_HTTPS, 3, 60, 2);
+	bytes(&p, "\x00\x01", 2);
+	assert_int_equal(egr_dns_filter_addrs(p.b, p.n, drop_local, NULL, out, sizeof(out), &olen,
+					      &nd), 0);
+	assert_int_equal(nd, 0);
 }
 
 static void test_filter_tc_and_many(void **state)
@@ -1288,6 +1439,8 @@ int main(void)
 	    cmocka_unit_test(test_answer_caps),
 	    cmocka_unit_test(test_builders),
 	    cmocka_unit_test(test_filter_mixed),
+	    cmocka_unit_test(test_filter_svcb_hints),
+	    cmocka_unit_test(test_filter_svcb_malformed),
 	    cmocka_unit_test(test_filter_none_and_all),
 	    cmocka_unit_test(test_filter_tc_and_many),
 	    cmocka_unit_test(test_filter_errors),

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "dnsproxy.h"
+#include "localaddr.h"
 #include "log.h"
 
 #define RX_BATCH      64
@@ -78,6 +79,7 @@ struct sb {
 	struct egr_dnspolicy *pol;
 	struct egr_exfil *exfil;
 	struct listener lis[4];    /* udp4, tcp4, udp6, tcp6; fd -1 if absent */
+	struct egr_localaddr *ns_la; /* its own network namespace's addresses, or NULL */
 	uint16_t port4, port6;
 	struct tconn *conns;
 	uint32_t nconns;
@@ -120,6 +122,7 @@ struct egr_dnsproxy {
 	int up4, up6;
 	int timer_fd;
 	int self_netns;
+	struct egr_localaddr *host_la; /* egressd's network namespace's addresses */
 	struct sb *sbs;
 	struct pending *pend;
 	uint32_t npend;
@@ -534,17 +537,51 @@ static void pend_fail(struct egr_dnsproxy *p, struct pending *q, enum egr_dns_ve
 
 /* What egr_dns_filter_addrs() removed, for the REBIND event. */
 struct rebind_ctx {
-	const struct egr_dnspolicy *pol;
-	size_t n;
+	const struct sb *sb;
+	size_t n;                  /* addresses drop() removed */
+	size_t total;              /* with records removed without asking (non-IN A/AAAA) */
 	struct egr_dns_stripped listed[EGR_DNSPROXY_EVENT_ADDRS];
 };
+
+/* An address the host delivers to itself (egressd's namespace: the one a
+ * sandbox without its own shares, and the one a namespaced sandbox reaches
+ * through its veth), or the sandbox's own namespace does. */
+static bool sb_is_local(void *ctx, int family, const uint8_t *addr)
+{
+	const struct sb *sb = ctx;
+
+	return egr_localaddr_contains(sb->p->host_la, family, addr) ||
+	       (sb->ns_la && egr_localaddr_contains(sb->ns_la, family, addr));
+}
+
+static bool sb_rebind_blocked(const struct sb *sb, int family, const uint8_t *addr,
+			      struct egr_rebind_verdict *v)
+{
+	return egr_dnspolicy_rebind_blocked_local(sb->pol, family, addr, sb_is_local, (void *)sb,
+						  v);
+}
+
+/* Apply queued address changes before an answer is judged: an address added
+ * before the answer arrived is known, whatever order epoll reported the two
+ * in. One non-blocking recv per set when nothing is queued. */
+static void localaddr_refresh(struct sb *sb)
+{
+	egr_localaddr_process(sb->p->host_la);
+	if (sb->ns_la)
+		egr_localaddr_process(sb->ns_la);
+}
+
+static void on_localaddr(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
+{
+	egr_localaddr_process(ctx);
+}
 
 static bool rebind_drop(void *ctx, int family, const uint8_t *addr)
 {
 	struct rebind_ctx *rc = ctx;
 	struct egr_rebind_verdict v;
 
-	if (!egr_dnspolicy_rebind_blocked(rc->pol, family, addr, &v))
+	if (!sb_rebind_blocked(rc->sb, family, addr, &v))
 		return false;
 	if (rc->n < EGR_DNSPROXY_EVENT_ADDRS) {
 		struct egr_dns_stripped *st = &rc->listed[rc->n];
@@ -572,7 +609,7 @@ static void emit_rebind(struct sb *sb, const struct pending *q, uint16_t rcode,
 		.verdict = EGR_DNS_V_REBIND,
 		.reason = reason,
 		.rcode = rcode,
-		.nstripped = rc->n,
+		.nstripped = rc->total > rc->n ? rc->total : rc->n,
 	};
 
 	ev.nstripped_listed = rc->n < EGR_DNSPROXY_EVENT_ADDRS ? rc->n : EGR_DNSPROXY_EVENT_ADDRS;
@@ -580,8 +617,8 @@ static void emit_rebind(struct sb *sb, const struct pending *q, uint16_t rcode,
 	/* Per answer, like every other DNS verdict: the event and the
 	 * (de-duplicated) alert carry it; a log line each would let a
 	 * sandbox flood the log. */
-	log_debug("dns: sandbox %u: %zu answer address(es) of %s in loopback/private/link-local "
-		  "ranges stripped (DNS rebinding)", sb->id, rc->n, q->qname);
+	log_debug("dns: sandbox %u: %zu answer address(es) of %s stripped (DNS rebinding)", sb->id,
+		  rc->n, q->qname);
 	if (p->cfg.event)
 		p->cfg.event(p->cfg.ctx, &ev);
 }
@@ -606,7 +643,7 @@ static void pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt,
 	static struct egr_dns_response filtered; /* large; single-threaded */
 	struct egr_dns_addr addrs[EGR_DNSPROXY_MAX_LEARN];
 	struct egr_dns_learned learned[EGR_DNSPROXY_MAX_LEARN];
-	struct rebind_ctx rc = { .pol = q->sb->pol };
+	struct rebind_ctx rc = { .sb = q->sb };
 	struct sb *sb = q->sb;
 	struct tconn *conn = q->conn;
 	struct client cl;
@@ -614,10 +651,12 @@ static void pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt,
 	int err;
 
 	egr_exfil_note_rcode(sb->exfil, q->qname, r->rcode, mono_ns());
+	localaddr_refresh(sb);
 	/* Rebinding: what is learned and released is the answer without the
 	 * addresses the policy does not let a name point to. */
 	err = egr_dns_filter_addrs(pkt, len, rebind_drop, &rc, p->obuf, sizeof(p->obuf), &olen,
 				   &nstripped);
+	rc.total = nstripped;
 	if (!err && nstripped)
 		err = egr_dns_parse_response(p->obuf, olen, &filtered);
 	if (err) {
@@ -665,8 +704,8 @@ static void pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt,
 				uint32_t ttl = addrs[i].ttl;
 
 				/* The filter removed them all; never learn one. */
-				if (egr_dnspolicy_rebind_blocked(sb->pol, addrs[i].family,
-								 addrs[i].addr, NULL)) {
+				if (sb_rebind_blocked(sb, addrs[i].family, addrs[i].addr,
+						      NULL)) {
 					pend_fail(p, q, EGR_DNS_V_SERVFAIL,
 						  "rebinding address left in the answer", -EFAULT,
 						  addrs, n);
@@ -1330,6 +1369,16 @@ int egr_dnsproxy_new(struct egr_loop *loop, const struct egr_dnsproxy_config *cf
 	if (p->self_netns < 0)
 		log_warn("dns: cannot open /proc/self/ns/net (%m): sandboxes with their own "
 			 "network namespace are not supported");
+	/* Without the host's addresses no answer could be judged: refuse to
+	 * start rather than let "this machine" be learned. */
+	err = egr_localaddr_open("host", &p->host_la);
+	if (!err)
+		err = egr_loop_add(loop, egr_localaddr_fd(p->host_la), EPOLLIN, on_localaddr,
+				   p->host_la);
+	if (err) {
+		log_error("dns: the host's local addresses (rtnetlink): %s", strerror(-err));
+		goto fail;
+	}
 
 	p->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (p->timer_fd < 0) {
@@ -1382,6 +1431,10 @@ static void sb_free(struct sb *sb)
 		if (p->pend[i].used && p->pend[i].sb == sb)
 			pend_free(p, &p->pend[i]);
 	close_listeners(sb);
+	if (sb->ns_la) {
+		egr_loop_del(p->loop, egr_localaddr_fd(sb->ns_la));
+		egr_localaddr_free(sb->ns_la);
+	}
 	egr_dnspolicy_free(sb->pol);
 	egr_exfil_free(sb->exfil);
 	free(sb->tenant);
@@ -1412,6 +1465,10 @@ void egr_dnsproxy_free(struct egr_dnsproxy *p)
 	}
 	if (p->self_netns >= 0)
 		close(p->self_netns);
+	if (p->host_la) {
+		egr_loop_del(p->loop, egr_localaddr_fd(p->host_la));
+		egr_localaddr_free(p->host_la);
+	}
 	free(p->pend);
 	free(p->by_id);
 	free(p);
@@ -1486,7 +1543,7 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
 			     uint16_t want_port6, uint16_t *port4, uint16_t *port6)
 {
 	struct sb *sb;
-	int err, err6;
+	int err, err6, errla = 0;
 
 	if (!p || !pol || sandbox_id == EGR_ID_NONE) {
 		egr_dnspolicy_free(pol);
@@ -1527,6 +1584,14 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
 	err = open_family(sb, AF_INET, want_port4, &sb->lis[0], &sb->lis[1], &sb->port4);
 	err6 = err ? 0 :
 		     open_family(sb, AF_INET6, want_port6, &sb->lis[2], &sb->lis[3], &sb->port6);
+	if (!err && netns_fd >= 0) {
+		/* Its own addresses too: the netlink sockets belong to the
+		 * namespace they are opened in. */
+		char what[32];
+
+		snprintf(what, sizeof(what), "sandbox %u", sandbox_id);
+		errla = egr_localaddr_open(what, &sb->ns_la);
+	}
 	if (netns_fd >= 0 && setns(p->self_netns, CLONE_NEWNET) < 0) {
 		/* Cannot happen short of a kernel bug; nothing more we can do
 		 * than say so loudly: every later socket would be in the wrong
@@ -1536,6 +1601,12 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
 	}
 	if (err) {
 		log_error("dns: sandbox %u: 127.0.0.1 listeners: %s", sandbox_id, strerror(-err));
+		goto fail;
+	}
+	if (errla) {
+		err = errla;
+		log_error("dns: sandbox %u: the local addresses of its network namespace: %s",
+			  sandbox_id, strerror(-err));
 		goto fail;
 	}
 	if (err6) {
@@ -1567,6 +1638,14 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
 			goto fail;
 		}
 	}
+	if (sb->ns_la) {
+		err = egr_loop_add(p->loop, egr_localaddr_fd(sb->ns_la), EPOLLIN, on_localaddr,
+				   sb->ns_la);
+		if (err) {
+			close_listeners(sb);
+			goto fail;
+		}
+	}
 	sb->next = p->sbs;
 	p->sbs = sb;
 	if (port4)
@@ -1581,6 +1660,7 @@ fail:
 	for (int j = 0; j < 4; j++)
 		if (sb->lis[j].fd >= 0)
 			close(sb->lis[j].fd);
+	egr_localaddr_free(sb->ns_la);
 	egr_dnspolicy_free(sb->pol);
 	egr_exfil_free(sb->exfil);
 	free(sb->tenant);
@@ -1654,6 +1734,19 @@ int egr_dnsproxy_remove_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id)
 		return 0;
 	}
 	return -ENOENT;
+}
+
+bool egr_dnsproxy_is_local(void *ctx, int family, const uint8_t *addr)
+{
+	const struct egr_dnsproxy_local *lc = ctx;
+	const struct sb *sb;
+
+	if (!lc || !lc->p)
+		return true; /* cannot tell: fail closed */
+	sb = sb_find(lc->p, lc->sandbox_id);
+	if (sb)
+		return sb_is_local((void *)sb, family, addr);
+	return egr_localaddr_contains(lc->p->host_la, family, addr);
 }
 
 int egr_dnsproxy_stats(const struct egr_dnsproxy *p, uint32_t sandbox_id,

@@ -21,8 +21,10 @@
  * sees TC retries over TCP).
  *
  * Rebinding: before anything is learned, every A/AAAA record of the answer
- * whose address egr_dnspolicy_rebind_blocked() refuses (loopback, private,
- * link-local, ... not covered by network.dns_rebind_allow) is removed from
+ * whose address egr_dnspolicy_rebind_blocked_local() refuses (loopback,
+ * private, link-local, reserved, or an address of the host or of the
+ * sandbox's own network namespace, egr_localaddr; not covered by
+ * network.dns_rebind_allow) is removed from
  * the message (egr_dns_filter_addrs()), and the rewritten message is what is
  * learned from and released; a REBIND event lists what was removed. A
  * rewrite that fails gets SERVFAIL; one too large for the client's UDP size
@@ -176,6 +178,15 @@ int egr_dnsproxy_set_limits(struct egr_dnsproxy *p, uint32_t min_ttl_s,
 			    const struct egr_exfil_limits *exfil);
 /* Close its sockets and TCP connections, drop its queries in flight. */
 int egr_dnsproxy_remove_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id);
+/* An egr_rebind_local_fn (dnspolicy.h) for one sandbox: does the host, or the
+ * sandbox's own network namespace, deliver addr locally? ctx: a struct
+ * egr_dnsproxy_local. True when it cannot tell. */
+struct egr_dnsproxy_local {
+	const struct egr_dnsproxy *p;
+	uint32_t sandbox_id;
+};
+bool egr_dnsproxy_is_local(void *ctx, int family, const uint8_t *addr);
+
 int egr_dnsproxy_stats(const struct egr_dnsproxy *p, uint32_t sandbox_id,
 		       struct egr_dnsproxy_stats *out);
 

@@ -348,6 +348,14 @@ int egr_learned_add(struct egr_learned *l, uint32_t sandbox_id, uint32_t policy_
 int egr_learned_rebase(struct egr_learned *l, uint32_t sandbox_id, uint32_t old_policy_id,
 		       uint32_t new_policy_id, const struct egr_dnspolicy *pol)
 {
+	return egr_learned_rebase_local(l, sandbox_id, old_policy_id, new_policy_id, pol, NULL,
+					NULL);
+}
+
+int egr_learned_rebase_local(struct egr_learned *l, uint32_t sandbox_id, uint32_t old_policy_id,
+			     uint32_t new_policy_id, const struct egr_dnspolicy *pol,
+			     egr_rebind_local_fn is_local, void *local_ctx)
+{
 	struct sbl *s = find_sbl(l, sandbox_id, false);
 	uint64_t now = boot_ns();
 	int err = 0;
@@ -372,7 +380,8 @@ int egr_learned_rebase(struct egr_learned *l, uint32_t sandbox_id, uint32_t old_
 		/* An address the new policy's dns_rebind_allow no longer
 		 * covers would not be learned now: it goes, whatever names
 		 * resolved to it. */
-		bool rebind = pol && egr_dnspolicy_rebind_blocked(pol, e->family, e->addr, NULL);
+		bool rebind = pol && egr_dnspolicy_rebind_blocked_local(pol, e->family, e->addr,
+									is_local, local_ctx, NULL);
 
 		for (size_t j = 0; j < e->nnames; j++) {
 			struct egr_dnspolicy_match m;

@@ -34,6 +34,12 @@ int egr_learned_add(struct egr_learned *l, uint32_t sandbox_id, uint32_t policy_
  * until egr_learned_drop_stale(), after the switch. pol NULL drops all. */
 int egr_learned_rebase(struct egr_learned *l, uint32_t sandbox_id, uint32_t old_policy_id,
 		       uint32_t new_policy_id, const struct egr_dnspolicy *pol);
+/* The same, with is_local (egr_dnsproxy_is_local) telling which addresses the
+ * host or the sandbox's namespace delivers locally: those need
+ * dns_rebind_allow too (docs/dns.md "Rebinding"). */
+int egr_learned_rebase_local(struct egr_learned *l, uint32_t sandbox_id, uint32_t old_policy_id,
+			     uint32_t new_policy_id, const struct egr_dnspolicy *pol,
+			     egr_rebind_local_fn is_local, void *local_ctx);
 /* The switch is done: remove the old id's learned entries. */
 void egr_learned_drop_stale(struct egr_learned *l, uint32_t sandbox_id);
 

@@ -1284,6 +1284,7 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	char old_sha[sizeof(sb->sha256)];
 	uint32_t old_policy_id = sb->policy_id;
 	struct egr_dnspolicy *dpol = NULL;
+	struct egr_dnsproxy_local lc;
 	struct egr_error e = { { 0 }, { 0 } };
 	json_t *old_policy;
 	int err;
@@ -1339,8 +1340,11 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	}
 	/* DNS-learned addresses the new policy still resolves move to the new
 	 * id, with the new policy's ports; the rest are dropped. */
-	if (r->learned && egr_learned_rebase(r->learned, sb->id, old_policy_id, next.policy_id,
-					     dpol))
+	lc.p = r->dns;
+	lc.sandbox_id = sb->id;
+	if (r->learned && egr_learned_rebase_local(r->learned, sb->id, old_policy_id,
+						   next.policy_id, dpol,
+						   r->dns ? egr_dnsproxy_is_local : NULL, &lc))
 		log_warn("sandbox %u: some DNS-learned addresses did not fit the new policy's "
 			 "rules; they need resolving again", sb->id);
 	/* The switch: one map update, so every hook sees the old policy or the

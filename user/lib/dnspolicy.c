@@ -371,6 +371,8 @@ size_t egr_dnspolicy_nwild(const struct egr_dnspolicy *pol)
 
 /* --- rebinding ------------------------------------------------------------- */
 
+static bool all_zero(const uint8_t *a, size_t n);
+
 static enum egr_rebind_class v4_class(const uint8_t *a)
 {
 	if (a[0] == 0)
@@ -386,7 +388,49 @@ static enum egr_rebind_class v4_class(const uint8_t *a)
 	if (a[0] == 10 || (a[0] == 172 && (a[1] & 0xf0) == 16) || (a[0] == 192 && a[1] == 168) ||
 	    (a[0] == 100 && (a[1] & 0xc0) == 64))
 		return EGR_REBIND_PRIVATE;
+	/* IANA IPv4 special-purpose registry, "Globally Reachable: False":
+	 * 192.0.0.0/24 (IETF protocol assignments, DS-Lite 192.0.0.0/29; its
+	 * 192.0.0.9 and .10 are global anycast), 192.0.2.0/24, 198.51.100.0/24,
+	 * 203.0.113.0/24 (documentation: never routed, so whoever answers
+	 * there is a network that borrowed them, like this dev VM's eth0),
+	 * 198.18.0.0/15 (benchmarking) and 240.0.0.0/4 (reserved). */
+	if ((a[0] == 192 && a[1] == 0 && a[2] == 0 && a[3] != 9 && a[3] != 10) ||
+	    (a[0] == 192 && a[1] == 0 && a[2] == 2) || (a[0] == 198 && (a[1] & 0xfe) == 18) ||
+	    (a[0] == 198 && a[1] == 51 && a[2] == 100) || (a[0] == 203 && a[1] == 0 && a[2] == 113) ||
+	    (a[0] & 0xf0) == 240)
+		return EGR_REBIND_RESERVED;
 	return EGR_REBIND_NONE;
+}
+
+/*
+ * IANA IPv6 special-purpose registry, "Globally Reachable: False", that the
+ * classes above do not already name: 100::/64 (discard-only), 2001::/23
+ * (IETF protocol assignments) except its global entries (2001:1::1-3/128,
+ * 2001:3::/32 AMT, 2001:4:112::/48 AS112, 2001:20::/28 ORCHIDv2,
+ * 2001:30::/28 DRIP), 2001:2::/48 (benchmarking) and 2001:10::/28 (ORCHID)
+ * fall in it; 2001:db8::/32 and 3fff::/20 (documentation), 5f00::/16 (SRv6
+ * SIDs). Teredo (2001::/32) is judged by the address it embeds, before.
+ */
+static bool v6_reserved(const uint8_t *a)
+{
+	static const uint8_t discard[8] = { 0x01, 0x00 };
+
+	if (!memcmp(a, discard, 8))
+		return true;
+	if (a[0] == 0x20 && a[1] == 0x01 && (a[2] & 0xfe) == 0) {
+		bool global = (a[2] == 0 && a[3] == 1 && all_zero(a + 4, 11) && a[15] >= 1 &&
+			       a[15] <= 3) ||
+			      (a[2] == 0 && a[3] == 3) ||
+			      (a[2] == 0 && a[3] == 4 && a[4] == 0x01 && a[5] == 0x12) ||
+			      (a[2] == 0 && (a[3] & 0xf0) == 0x20) ||
+			      (a[2] == 0 && (a[3] & 0xf0) == 0x30);
+		return !global;
+	}
+	if (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0x0d && a[3] == 0xb8)
+		return true;
+	if (a[0] == 0x3f && a[1] == 0xff && (a[2] & 0xf0) == 0)
+		return true;
+	return a[0] == 0x5f && a[1] == 0x00;
 }
 
 static bool all_zero(const uint8_t *a, size_t n)
@@ -457,6 +501,10 @@ enum egr_rebind_class egr_rebind_classify(int family, const uint8_t *a,
 		r.cls = v4_class(r.v4);
 		goto out;
 	}
+	if (!v4 && v6_reserved(a)) {
+		r.cls = EGR_REBIND_RESERVED;
+		goto out;
+	}
 	if (!v4)
 		goto out;
 judge_v4:
@@ -485,6 +533,10 @@ const char *egr_rebind_class_name(enum egr_rebind_class c)
 		return "broadcast";
 	case EGR_REBIND_PRIVATE:
 		return "private";
+	case EGR_REBIND_RESERVED:
+		return "reserved";
+	case EGR_REBIND_LOCAL:
+		return "host-local";
 	}
 	return "?";
 }
@@ -522,9 +574,24 @@ static bool prefix_covers(const uint8_t *net, unsigned int plen, const uint8_t *
 bool egr_dnspolicy_rebind_blocked(const struct egr_dnspolicy *pol, int family,
 				  const uint8_t *addr, struct egr_rebind_verdict *v)
 {
+	return egr_dnspolicy_rebind_blocked_local(pol, family, addr, NULL, NULL, v);
+}
+
+bool egr_dnspolicy_rebind_blocked_local(const struct egr_dnspolicy *pol, int family,
+					const uint8_t *addr, egr_rebind_local_fn is_local,
+					void *ctx, struct egr_rebind_verdict *v)
+{
 	struct egr_rebind_verdict r;
 
-	if (egr_rebind_classify(family, addr, &r) == EGR_REBIND_NONE) {
+	egr_rebind_classify(family, addr, &r);
+	/* A global-looking address the kernel delivers locally: the address
+	 * itself, or the IPv4 address an IPv6 form embeds. */
+	if (r.cls == EGR_REBIND_NONE && is_local && addr &&
+	    (family == AF_INET || family == AF_INET6) &&
+	    (is_local(ctx, family, addr) ||
+	     (family == AF_INET6 && r.form != EGR_REBIND_NATIVE && is_local(ctx, AF_INET, r.v4))))
+		r.cls = EGR_REBIND_LOCAL;
+	if (r.cls == EGR_REBIND_NONE) {
 		if (v)
 			*v = r;
 		return false;

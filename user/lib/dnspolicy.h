@@ -95,6 +95,14 @@ enum egr_rebind_class {
 	EGR_REBIND_BROADCAST,    /* 255.255.255.255 */
 	EGR_REBIND_PRIVATE,      /* 10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7,
 				  * fec0::/10 (site-local), 64:ff9b:1::/48 (local NAT64) */
+	EGR_REBIND_RESERVED,     /* IANA special-purpose, not globally reachable:
+				  * 192.0.0.0/24 (but .9, .10), 192.0.2.0/24,
+				  * 198.18.0.0/15, 198.51.100.0/24, 203.0.113.0/24,
+				  * 240.0.0.0/4; 100::/64, 2001::/23 (but its global
+				  * entries), 2001:db8::/32, 3fff::/20, 5f00::/16 */
+	EGR_REBIND_LOCAL,        /* an address of the host (or of the sandbox's
+				  * network namespace): egr_localaddr, never from
+				  * egr_rebind_classify() */
 };
 
 /* How an IPv6 address carries the IPv4 address it was judged by. */
@@ -120,7 +128,7 @@ struct egr_rebind_verdict {
 enum egr_rebind_class egr_rebind_classify(int family, const uint8_t *addr,
 					  struct egr_rebind_verdict *v);
 /* "loopback", "unspecified", "link-local", "multicast", "broadcast", "private",
- * "" for NONE. */
+ * "reserved", "host-local", "" for NONE. */
 const char *egr_rebind_class_name(enum egr_rebind_class c);
 /* "native", "ipv4-mapped", "ipv4-compatible", "ipv4-translated", "nat64",
  * "6to4", "teredo". */
@@ -134,6 +142,16 @@ const char *egr_rebind_form_name(enum egr_rebind_form f);
  */
 bool egr_dnspolicy_rebind_blocked(const struct egr_dnspolicy *pol, int family,
 				  const uint8_t *addr, struct egr_rebind_verdict *v);
+/*
+ * The same, and an address egr_rebind_classify() finds global is blocked too
+ * (class EGR_REBIND_LOCAL) when is_local says the kernel delivers it (or the
+ * IPv4 address its IPv6 form embeds) locally. is_local must answer true when
+ * it cannot tell (fail closed). is_local NULL: ranges only.
+ */
+typedef bool (*egr_rebind_local_fn)(void *ctx, int family, const uint8_t *addr);
+bool egr_dnspolicy_rebind_blocked_local(const struct egr_dnspolicy *pol, int family,
+					const uint8_t *addr, egr_rebind_local_fn is_local,
+					void *ctx, struct egr_rebind_verdict *v);
 size_t egr_dnspolicy_nrebind(const struct egr_dnspolicy *pol);
 
 /* ------------------------------------------------------------------------

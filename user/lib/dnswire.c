@@ -674,15 +674,123 @@ done:
 /* At most this many records fit in a 65535-byte message (each takes at
  * least 11 bytes after the 12-byte header and a 5-byte question). */
 #define MAX_RRS ((65535 - EGR_DNS_HDR_LEN - 5) / 11 + 1)
+/* At most this many SVCB/HTTPS hint addresses (4 bytes each, at least). */
+#define MAX_HINTS (65536 / 4)
+
+#define SVC_KEY_IPV4HINT 4
+#define SVC_KEY_IPV6HINT 6
+
+static bool is_svcb(const struct rr *rr)
+{
+	return rr->cls == EGR_DNS_C_IN && (rr->type == EGR_DNS_T_SVCB || rr->type == EGR_DNS_T_HTTPS);
+}
+
+/* The address length of a hint SvcParamKey, 0 for any other key. */
+static size_t hint_alen(uint16_t key)
+{
+	return key == SVC_KEY_IPV4HINT ? 4 : key == SVC_KEY_IPV6HINT ? 16 : 0;
+}
+
+/*
+ * Pass 1 of an SVCB/HTTPS record (RFC 9460 2.2): SvcPriority, TargetName,
+ * then SvcParams (key, length, value). Asks drop() about every address of
+ * its ipv4hint and ipv6hint; *hidx numbers them across the message.
+ */
+static int svcb_scan(const uint8_t *pkt, const struct rr *rr, egr_dns_addr_drop_fn drop,
+		     void *ctx, uint8_t *hintbits, size_t *hidx, size_t *ndrop)
+{
+	size_t end = rr->rdata + rr->rdlen, p;
+	char name[EGR_DNS_NAME_BUF];
+	int err;
+
+	if (rr->rdlen < 3)
+		return -EBADMSG;
+	err = name_decode_case(pkt, end, rr->rdata + 2, name, &p, false);
+	if (err)
+		return err;
+	while (p < end) {
+		uint16_t key, vlen;
+		size_t alen;
+
+		if (end - p < 4)
+			return -EBADMSG;
+		key = get16(pkt + p);
+		vlen = get16(pkt + p + 2);
+		p += 4;
+		if (vlen > end - p)
+			return -EBADMSG;
+		alen = hint_alen(key);
+		if (alen && (!vlen || vlen % alen))
+			return -EBADMSG;
+		for (size_t off = 0; alen && off < vlen; off += alen, (*hidx)++) {
+			if (*hidx >= MAX_HINTS)
+				return -EBADMSG;
+			if (drop(ctx, alen == 4 ? AF_INET : AF_INET6, pkt + p + off)) {
+				hintbits[*hidx / 8] |= (uint8_t)(1u << (*hidx % 8));
+				(*ndrop)++;
+			}
+		}
+		p += vlen;
+	}
+	return 0;
+}
+
+/* Pass 2 of an SVCB/HTTPS record: the TargetName written uncompressed (as
+ * RFC 9460 wants), hint addresses pass 1 marked left out, a hint left empty
+ * removed with its key; every other SvcParam copied as it is. */
+static int enc_svcb(struct enc *e, const uint8_t *pkt, const struct rr *rr,
+		    const uint8_t *hintbits, size_t *hidx)
+{
+	size_t end = rr->rdata + rr->rdlen, lenpos = e->o, p;
+	char name[EGR_DNS_NAME_BUF];
+	int err;
+
+	err = enc_16(e, 0);
+	if (!err)
+		err = enc_bytes(e, pkt + rr->rdata, 2);
+	if (!err)
+		err = name_decode_case(pkt, end, rr->rdata + 2, name, &p, false);
+	if (!err)
+		err = enc_name(e, name, false);
+	while (!err && p < end) {
+		uint16_t key = get16(pkt + p), vlen = get16(pkt + p + 2);
+		size_t alen = hint_alen(key), kept = 0, first = *hidx;
+
+		p += 4;
+		if (!alen) {
+			err = enc_bytes(e, pkt + p - 4, 4 + (size_t)vlen);
+			p += vlen;
+			continue;
+		}
+		for (size_t off = 0; off < vlen; off += alen, (*hidx)++)
+			if (!(hintbits[*hidx / 8] & (1u << (*hidx % 8))))
+				kept++;
+		if (kept) {
+			err = enc_16(e, key);
+			if (!err)
+				err = enc_16(e, (uint16_t)(kept * alen));
+			for (size_t i = first, off = 0; !err && off < vlen; off += alen, i++)
+				if (!(hintbits[i / 8] & (1u << (i % 8))))
+					err = enc_bytes(e, pkt + p + off, alen);
+		}
+		p += vlen;
+	}
+	if (err)
+		return err;
+	if (e->o - lenpos - 2 > 0xffff)
+		return -EMSGSIZE;
+	put16(e->out + lenpos, (uint16_t)(e->o - lenpos - 2));
+	return 0;
+}
 
 int egr_dns_filter_addrs(const uint8_t *pkt, size_t len, egr_dns_addr_drop_fn drop, void *ctx,
 			 uint8_t *out, size_t outlen, size_t *olen, size_t *ndropped)
 {
-	uint8_t dropbits[(MAX_RRS + 7) / 8];
+	uint8_t dropbits[(MAX_RRS + 7) / 8], hintbits[(MAX_HINTS + 7) / 8];
 	uint16_t hdr[6], qtype, qclass, counts[3] = { 0 };
 	char qname[EGR_DNS_NAME_BUF];
 	struct enc enc, *e = &enc; /* 16 KiB: fixed, whatever the input */
-	size_t qend, pos, nrr = 0, ndrop = 0;
+	size_t qend, pos, nrr = 0, ndrop = 0, nhint = 0, nhintdrop = 0;
 	struct rr rr;
 	int err;
 
@@ -700,6 +808,7 @@ int egr_dns_filter_addrs(const uint8_t *pkt, size_t len, egr_dns_addr_drop_fn dr
 
 	/* Pass 1: validate every record, ask about each address once. */
 	memset(dropbits, 0, sizeof(dropbits));
+	memset(hintbits, 0, sizeof(hintbits));
 	pos = qend;
 	for (int sec = 0; sec < 3; sec++) {
 		for (unsigned int i = 0; i < hdr[3 + sec]; i++, nrr++) {
@@ -718,9 +827,22 @@ int egr_dns_filter_addrs(const uint8_t *pkt, size_t len, egr_dns_addr_drop_fn dr
 					return err;
 				continue;
 			}
-			if (rr.cls != EGR_DNS_C_IN ||
-			    (rr.type != EGR_DNS_T_A && rr.type != EGR_DNS_T_AAAA))
+			if (is_svcb(&rr)) {
+				err = svcb_scan(pkt, &rr, drop, ctx, hintbits, &nhint, &nhintdrop);
+				if (err)
+					return err;
 				continue;
+			}
+			if (rr.type != EGR_DNS_T_A && rr.type != EGR_DNS_T_AAAA)
+				continue;
+			if (rr.cls != EGR_DNS_C_IN) {
+				/* An address in CHAOS, Hesiod or ANY class: no
+				 * client has a use for it that a rebinding
+				 * filter should let through. */
+				dropbits[nrr / 8] |= (uint8_t)(1u << (nrr % 8));
+				ndrop++;
+				continue;
+			}
 			if (rr.rdlen != (rr.type == EGR_DNS_T_A ? 4 : 16))
 				return -EBADMSG;
 			if (drop(ctx, rr.type == EGR_DNS_T_A ? AF_INET : AF_INET6, pkt + rr.rdata)) {
@@ -730,7 +852,7 @@ int egr_dns_filter_addrs(const uint8_t *pkt, size_t len, egr_dns_addr_drop_fn dr
 		}
 	}
 pass2:
-	if (!ndrop)
+	if (!ndrop && !nhintdrop)
 		return 0;
 
 	/* Pass 2: header, the question as it is, the records kept. */
@@ -751,6 +873,7 @@ pass2:
 	e->o = qend;
 	pos = qend;
 	nrr = 0;
+	nhint = 0;
 	for (int sec = 0; sec < 3; sec++) {
 		for (unsigned int i = 0; i < hdr[3 + sec]; i++, nrr++) {
 			uint8_t fixed[8];
@@ -770,7 +893,8 @@ pass2:
 			put32(fixed + 4, rr.ttl);
 			err = enc_bytes(e, fixed, sizeof(fixed));
 			if (!err)
-				err = enc_rdata(e, pkt, &rr);
+				err = is_svcb(&rr) ? enc_svcb(e, pkt, &rr, hintbits, &nhint) :
+						     enc_rdata(e, pkt, &rr);
 			if (err)
 				return err;
 			counts[sec]++;
@@ -785,7 +909,7 @@ done:
 	put16(out + 8, counts[1]);
 	put16(out + 10, counts[2]);
 	*olen = e->o;
-	*ndropped = ndrop;
+	*ndropped = ndrop + nhintdrop;
 	return 0;
 }
 

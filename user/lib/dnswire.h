@@ -217,9 +217,13 @@ typedef bool (*egr_dns_addr_drop_fn)(void *ctx, int family, const uint8_t *addr)
 /*
  * Remove address records from a response (DNS rebinding, docs/dns.md).
  * drop() is asked once about every class IN A and AAAA record of every
- * section, in packet order. If it says no to all of them nothing is written,
- * *olen = 0 and pkt can be relayed as it is. Otherwise out gets the response
- * without those records: the same id and flags except AD (cleared: the data
+ * section and every address of the ipv4hint / ipv6hint SvcParams of class
+ * IN SVCB and HTTPS records, in packet order; A and AAAA records of any
+ * other class are removed without asking. If nothing is to be removed
+ * nothing is written, *olen = 0 and pkt can be relayed as it is. Otherwise
+ * out gets the response without those records and hint addresses (a hint
+ * left empty goes with its key; the SVCB TargetName is written
+ * uncompressed): the same id and flags except AD (cleared: the data
  * changed), the question bytes verbatim, every other record in its order
  * with ANCOUNT/NSCOUNT/ARCOUNT recounted; owner names and the domain names
  * in the rdata of the types RFC 3597 4 lists (NS, CNAME, SOA, PTR, MX, SRV,
@@ -227,10 +231,12 @@ typedef bool (*egr_dns_addr_drop_fn)(void *ctx, int family, const uint8_t *addr)
  * and the RFC 1035 types only) against names written before; any other rdata
  * is copied as it is. Case is kept. A response with TC set may end early at
  * a record boundary, as egr_dns_parse_response() allows; trailing bytes are
- * dropped. Fixed memory (about 17 KiB of stack), two linear passes; each
+ * dropped. Fixed memory (about 19 KiB of stack), two linear passes; each
  * name written is compared with at most 64 earlier name suffixes.
  *
- * Returns 0 (*ndropped records removed, *olen bytes in out), -EBADMSG /
+ * Returns 0 (*ndropped records and hint addresses removed, *olen bytes in
+ * out), -EBADMSG (also for SVCB/HTTPS rdata whose SvcParams or hint lengths
+ * do not add up) /
  * -EINVAL / -EOPNOTSUPP for a response egr_dns_parse_response() would refuse
  * or a known type whose rdata does not hold its names, -EMSGSIZE if the
  * result does not fit outlen (or len > 65535). out must not overlap pkt.

@@ -732,13 +732,16 @@ SEC("cgroup/setsockopt")
 int egr_setsockopt(struct bpf_sockopt *ctx)
 {
 	int level = ctx->level, optname = ctx->optname;
+	const struct egr_sandbox *sb;
 	__u32 sandbox_id = 0;
-	const struct egr_sandbox *sb = egr_current_sandbox(&sandbox_id);
 
 	/* Leave optval and optlen alone: the kernel then uses the caller's
-	 * buffer as is, whatever its size. */
+	 * buffer as is, whatever its size. The verdict depends on the option
+	 * alone, so the sandbox is looked up only to report a refusal (every
+	 * socket sets a few options: this keeps two map lookups off each). */
 	if (egr_setsockopt_allows(level, optname) == EGR_ALLOW)
 		return 1;
+	sb = egr_current_sandbox(&sandbox_id);
 	egr_count(EGR_CNT_SETSOCKOPT_DENY);
 	egr_report_refusal(EGR_EV_SETSOCKOPT, sandbox_id, sb, 0, 0, 0, level, optname);
 	return 0;
@@ -1059,7 +1062,11 @@ int egr_skb_egress(struct __sk_buff *skb)
 	}
 
 	now = bpf_ktime_get_boot_ns();
-	q = egr_charge_quota(&egr_quota_sb, sandbox_id, len, now);
+	/* The sandbox's quota entry exists only when its policy sets one, and
+	 * the sandbox entry carries that limit (sandbox.c writes both): no
+	 * limit, no lookup. The tenant's quota can come from any sandbox of
+	 * the tenant, so it is always looked up. */
+	q = sb->quota_bytes ? egr_charge_quota(&egr_quota_sb, sandbox_id, len, now) : EGR_ALLOW;
 	if (q == EGR_ALLOW)
 		q = egr_charge_quota(&egr_quota_tenant, sb->tenant_id, len, now);
 	if (q != EGR_ALLOW) {
@@ -1096,10 +1103,16 @@ int egr_skb_ingress(struct __sk_buff *skb)
 		egr_count(EGR_CNT_NO_SANDBOX);
 		return EGR_DENY;
 	}
+	sk = skb->sk;
+	if (sk)
+		sk = bpf_sk_fullsock(sk);
+	/* The common case first, without parsing the packet: a reply on a TCP
+	 * connection (not a listener) or on a connected UDP socket passes, as
+	 * below; only listeners and unconnected UDP sockets need the headers. */
+	if (sk && ((sk->protocol == EGR_IPPROTO_TCP && sk->state != TCP_LISTEN) ||
+		   (sk->protocol == EGR_IPPROTO_UDP && sk->dst_port)))
+		goto pass;
 	if (!(sb->flags & EGR_SB_INBOUND_ALLOW) && egr_parse_l3(skb, &l3) == 0) {
-		sk = skb->sk;
-		if (sk)
-			sk = bpf_sk_fullsock(sk);
 		if (sk && sk->protocol == EGR_IPPROTO_TCP && sk->state == TCP_LISTEN) {
 			verdict = EGR_DENY;
 		} else if (sk && sk->protocol == EGR_IPPROTO_UDP && !sk->dst_port) {
@@ -1122,6 +1135,7 @@ int egr_skb_ingress(struct __sk_buff *skb)
 		egr_report_skb(EGR_EV_INBOUND, sandbox_id, sb, &l3, 1);
 		return EGR_DENY;
 	}
+pass:
 	egr_meter_pkt(sandbox_id, sb->tenant_id, 0, len);
 	return EGR_ALLOW;
 }

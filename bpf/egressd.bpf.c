@@ -286,7 +286,12 @@ static __always_inline int egr_should_report(int verdict)
 static __always_inline int egr_judge_rule(const struct egr_rule *rule, __u16 port, __u32 protocol,
 					  int *expired)
 {
-	int verdict = egr_rule_allows(rule, port, protocol, bpf_ktime_get_boot_ns(), expired);
+	/* The clock only for a rule that can expire (DNS-learned): static
+	 * rules and misses, most lookups, skip a clock read. 0 is never past
+	 * an expiry, and egr_rule_allows looks at the time only when expires_ns
+	 * is set. */
+	__u64 now = rule && rule->expires_ns ? bpf_ktime_get_boot_ns() : 0;
+	int verdict = egr_rule_allows(rule, port, protocol, now, expired);
 
 	if (*expired)
 		egr_count(EGR_CNT_EXPIRED);

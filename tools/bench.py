@@ -674,6 +674,8 @@ def main():
     ap.add_argument("--no-compare", action="store_true",
                     help="skip the side-by-side benchmark against nftables and tinyproxy "
                          "(tools/bench_compare.py), which otherwise runs after this one")
+    ap.add_argument("--no-scale", action="store_true",
+                    help="skip the start/scale/events benchmark (tools/bench_scale.py)")
     ap.add_argument("--no-docs", action="store_true",
                     help="write results only to build/, not into docs/benchmarks.md")
     ap.add_argument("--no-inspect", action="store_true",
@@ -713,8 +715,11 @@ def main():
         dns = os.path.join(here, "bench_dns.py")
         rc = subprocess.call([sys.executable, dns, "--build", args.build] + nodocs) or rc
     if not args.no_inspect:
-        ins = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_inspect.py")
+        ins = os.path.join(here, "bench_inspect.py")
         rc = subprocess.call([sys.executable, ins, "--build", args.build]) or rc
+    if not args.no_scale:
+        sc = os.path.join(here, "bench_scale.py")
+        rc = subprocess.call([sys.executable, sc, "--build", args.build] + nodocs) or rc
     return rc
 
 

@@ -11,6 +11,9 @@
  * (p50/p99 of the time from socket() to an established connection; with
  * --proxy, to the proxy's "200" answer to "CONNECT ADDR:PORT", which is when
  * a client of an HTTP CONNECT proxy such as tinyproxy can send its first byte)
+ * With --expect-deny every connect must fail with EPERM (a sandbox whose
+ * policy refuses ADDR:PORT): the loop counts refusals instead, for the
+ * deny-event rate of tools/bench_scale.py, and stops at anything else.
  * Exit status: 0 when every connect succeeded, 1 when one failed (errno
  * printed on stderr; the loop stops at the first failure), 2 on bad usage.
  *
@@ -198,11 +201,12 @@ static double pct_us(const unsigned int *v, size_t n, unsigned int p)
 
 static void usage(FILE *out)
 {
-	fprintf(out, "Usage: connect_loop [--listen] [--cgroup DIR] [--proxy PADDR:PPORT] ADDR "
+	fprintf(out, "Usage: connect_loop [--listen] [--cgroup DIR] [--proxy PADDR:PPORT] [--expect-deny] ADDR "
 		     "PORT SECONDS\n"
 		     "  --listen      serve ADDR:PORT from an accept thread in this process\n"
 		     "  --cgroup DIR  join cgroup DIR (after the listener is up) before looping\n"
 		     "  --proxy A:P   connect to the HTTP proxy A:P and CONNECT to ADDR:PORT\n"
+		     "  --expect-deny every connect must fail with EPERM; count the refusals\n"
 		     "  SECONDS       1-%d\n",
 		MAX_SECONDS);
 }
@@ -216,7 +220,7 @@ int main(int argc, char **argv)
 	unsigned int *lat = NULL;
 	size_t nlat = 0;
 	unsigned long long connects = 0;
-	bool listen_self = false;
+	bool listen_self = false, expect_deny = false;
 	pthread_t thr;
 	double t0, t1, deadline, elapsed;
 	long port, secs;
@@ -228,6 +232,8 @@ int main(int argc, char **argv)
 			listen_self = true;
 		} else if (strcmp(argv[i], "--cgroup") == 0 && i + 1 < argc) {
 			cgroup = argv[++i];
+		} else if (strcmp(argv[i], "--expect-deny") == 0) {
+			expect_deny = true;
 		} else if (strcmp(argv[i], "--proxy") == 0 && i + 1 < argc) {
 			proxy_s = argv[++i];
 		} else if (strcmp(argv[i], "--help") == 0) {
@@ -327,6 +333,21 @@ int main(int argc, char **argv)
 		 * socket runs egr_setsockopt, which would add to its cost. */
 		if (proxy_s)
 			setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &snd_to, sizeof(snd_to));
+		if (expect_deny) {
+			bool allowed = connect(fd, (const struct sockaddr *)dst, sizeof(*dst)) == 0;
+
+			if (allowed || errno != EPERM) {
+				fprintf(stderr, "connect_loop: connect to %s:%ld after %llu refusals: "
+						"%s, expected EPERM\n",
+					addr_s, port, connects, allowed ? "allowed" : strerror(errno));
+				close(fd);
+				rc = 1;
+				break;
+			}
+			close(fd);
+			connects++;
+			continue;
+		}
 		if (connect(fd, (const struct sockaddr *)dst, sizeof(*dst)) < 0) {
 			fprintf(stderr, "connect_loop: connect to %s:%ld after %llu connects: %s "
 					"(errno %d)\n",

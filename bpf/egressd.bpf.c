@@ -800,18 +800,33 @@ static __always_inline int egr_parse_l3(struct __sk_buff *skb, struct egr_l3 *l3
 	__u8 nexthdr;
 
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
-		struct iphdr ip;
+		/* The header and, when it has no options, the ports in one
+		 * load: one helper call per packet instead of two. */
+		struct {
+			struct iphdr ip;
+			__be16 ports[2];
+		} h;
+		int ports_loaded = bpf_skb_load_bytes(skb, 0, &h, sizeof(h)) == 0;
 
-		if (bpf_skb_load_bytes(skb, 0, &ip, sizeof(ip)))
+		if (!ports_loaded && bpf_skb_load_bytes(skb, 0, &h.ip, sizeof(h.ip)))
 			return -1;
 		l3->family = EGR_AF_INET;
-		l3->daddr[0] = ip.daddr;
-		l3->saddr[0] = ip.saddr;
-		l3->protocol = ip.protocol;
+		l3->daddr[0] = h.ip.daddr;
+		l3->saddr[0] = h.ip.saddr;
+		l3->protocol = h.ip.protocol;
 		/* Later fragments carry no ports. */
-		if (ip.frag_off & bpf_htons(0x1fff))
+		if (h.ip.frag_off & bpf_htons(0x1fff))
 			return 0;
-		off = ip.ihl * 4;
+		off = h.ip.ihl * 4;
+		if (ports_loaded && off == sizeof(h.ip)) {
+			if (l3->protocol == EGR_IPPROTO_TCP || l3->protocol == EGR_IPPROTO_UDP ||
+			    l3->protocol == EGR_IPPROTO_UDPLITE) {
+				l3->sport = bpf_ntohs(h.ports[0]);
+				l3->dport = bpf_ntohs(h.ports[1]);
+				l3->has_ports = 1;
+			}
+			return 0;
+		}
 	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr ip6;
 

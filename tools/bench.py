@@ -487,8 +487,10 @@ class Bench:
         if base_stray:
             self.notes.append(f"egr_connect4 ran {base_stray} times during no-sandbox runs: "
                               "the baseline was not free of the programs.")
-        denied = {c: counters1.get(c, 0) - counters0.get(c, 0)
-                  for c in ("connect_deny", "no_sandbox", "expired") if c in counters1}
+        # (These names were misspelt before, so the check never fired; a
+        # counter egressd does not report is now a KeyError, not a pass.)
+        denied = {c: counters1[c] - counters0[c]
+                  for c in ("connect_denied", "no_sandbox_denied", "expired_denied")}
         if any(denied.values()):
             self.notes.append(f"egressd counted denials during the loop: {denied}")
 
@@ -652,7 +654,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build", help="build directory (default build)")
     ap.add_argument("--seconds", type=int, default=3, help="seconds per connect_loop run (1-60)")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds of alternating runs (1-50)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of alternating runs (1-50)")
     ap.add_argument("--entries", type=parse_entries, default=parse_entries("10,10k,100k,1M"),
                     help="policy sizes, fillers spread over 10.0.0.0/8 (default 10,10k,100k,1M)")
     ap.add_argument("--deep-entries", type=parse_entries, default=parse_entries("100k,1M"),

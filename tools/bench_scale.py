@@ -250,7 +250,7 @@ class Scale:
             if got + lost >= refused or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        cnt = st1["counters"].get("connect_deny", 0) - st0["counters"].get("connect_deny", 0)
+        cnt = st1["counters"].get("connect_denied", 0) - st0["counters"].get("connect_denied", 0)
         B.must_ok(self.ctl.call({"op": "detach", "cgroup": cg}), "detach deny")
         self.attached.remove(cg)
         os.rmdir(cg)
@@ -281,8 +281,8 @@ class Scale:
         n = sc["n"]
         lines = []
         w = lines.append
-        w(f"### Start, scale, events ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d "
-          f"%H:%M} UTC)")
+        now = datetime.datetime.now(datetime.timezone.utc)
+        w(f"### Start, scale, events ({now:%Y-%m-%d %H:%M} UTC)")
         w("")
         w(f"Machine: {os.cpu_count()} CPUs, Linux {platform.release()}, state dir on "
           f"{B.fs_type(os.path.realpath(self.tmp))} ({a.state_parent}); load average {load0} "

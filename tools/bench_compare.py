@@ -429,7 +429,7 @@ class Compare:
             for p in pts:
                 f.write(f"{p['n']} {p['egressd_us']:.3f} {p['nft_us']:.3f} "
                         f"{p['bpf_ns'] / 1e3:.3f}\n")
-        gp = (f"set terminal svg size 720,420 dynamic font 'sans,11'\n"
+        gp = (f"set terminal svg size 720,420 dynamic noenhanced font 'sans,11'\n"
               f"set output '{svg}'\n"
               "set title 'Added cost per loopback connect vs allowlist size'\n"
               "set logscale x\nset xlabel 'allowlist entries'\n"

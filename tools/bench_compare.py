@@ -393,23 +393,30 @@ class Compare:
         return self.report(conn, ip, bk, sweep)
 
     def sweep(self, big_cg):
-        """Connect cost against rule count, egressd and nftables, each
-        point between two unconfined runs of the same length."""
+        """Connect cost against rule count, egressd and nftables: per rule
+        count, rounds of an unconfined, an egressd and an nftables run."""
         a = self.a
         pts = []
         secs = a.sweep_seconds
         for n in a.sweep:
             cg = big_cg if n == a.entries else self.sandbox(n)
             self.nft(n)
-            b0 = self.connect_run(NS_A, seconds=secs)["rate"]
-            e = self.connect_run(NS_A, cgroup=cg, seconds=secs)
-            f = self.connect_run(NS_NFT, seconds=secs)["rate"]
-            b1 = self.connect_run(NS_A, seconds=secs)["rate"]
-            base_us = 2e6 / (b0 + b1)
-            bpf_ns = sum(d[0] for d in e["bpf"].values()) / max(1, e["connects"])
-            pts.append({"n": n, "egressd_us": 1e6 / e["rate"] - base_us,
-                        "nft_us": 1e6 / f - base_us, "bpf_ns": bpf_ns,
-                        "base_us": base_us})
+            # Rounds of unconfined, egressd, nftables: each added cost is
+            # against the unconfined run just before it; medians over rounds.
+            e_add, f_add, bpf, base = [], [], [], []
+            for _ in range(a.sweep_rounds):
+                b = self.connect_run(NS_A, seconds=secs)["rate"]
+                e = self.connect_run(NS_A, cgroup=cg, seconds=secs)
+                f = self.connect_run(NS_NFT, seconds=secs)["rate"]
+                base.append(1e6 / b)
+                e_add.append(1e6 / e["rate"] - 1e6 / b)
+                f_add.append(1e6 / f - 1e6 / b)
+                bpf.append(sum(d[0] for d in e["bpf"].values()) / max(1, e["connects"]))
+            med = statistics.median
+            bpf_ns = med(bpf)
+            pts.append({"n": n, "egressd_us": med(e_add), "nft_us": med(f_add),
+                        "bpf_ns": bpf_ns, "base_us": med(base)})
+            base_us = pts[-1]["base_us"]
             log(f"sweep {n:>9,}: unconfined {base_us:.1f} us/connect, egressd "
                 f"{pts[-1]['egressd_us']:+.2f} us (BPF {bpf_ns:.0f} ns), nftables "
                 f"{pts[-1]['nft_us']:+.2f} us")
@@ -436,7 +443,7 @@ class Compare:
               "set ylabel 'µs per connect (vs unconfined, same run)'\n"
               "set key top left\nset grid\n"
               f"plot '{dat}' using 1:2 with linespoints title 'egressd (rate difference)', "
-              f"'' using 1:3 with linespoints title 'nftables set (rate difference)', "
+              f"'' using 1:3 with linespoints title 'nftables sets (rate difference)', "
               f"'' using 1:4 with linespoints title 'egressd BPF time (bpf_stats)'\n")
         B.gnuplot_svg(gp)
 
@@ -458,7 +465,7 @@ class Compare:
                 x[1] += cnt
         bpf_total = sum(x[0] for x in per_prog.values()) / max(1, tot_conn)
         base = rate["unconfined"]
-        labels = {"unconfined": "unconfined", "nftables": f"nftables set, {B.human(a.entries)}",
+        labels = {"unconfined": "unconfined", "nftables": f"nftables sets, {B.human(a.entries)}",
                   "egressd": f"egressd, {B.human(a.entries)}",
                   "tinyproxy": f"tinyproxy CONNECT, {B.human(a.entries)} filter",
                   "tinyproxy10": "tinyproxy CONNECT, 10-entry filter"}
@@ -515,9 +522,10 @@ class Compare:
               f"| {ns / max(1, tot_conn):.0f} |")
         w(f"| **total** | | | **{bpf_total:.0f}** |")
         w("")
-        w("Connect cost against rule count (each point: one "
-          f"{a.sweep_seconds} s run of each, between two unconfined runs; "
-          "added µs = 1/rate − 1/unconfined rate):")
+        w(f"Connect cost against rule count (each point: {a.sweep_rounds} rounds of "
+          f"unconfined, egressd, nftables, {a.sweep_seconds} s each; added µs = 1/rate − "
+          "1/rate of the unconfined run before it, median over the rounds; BPF µs is "
+          "bpf_stats time per connect):")
         w("")
         w("| entries | unconfined µs/connect | egressd added µs | egressd BPF µs "
           "| nftables added µs |")
@@ -566,10 +574,11 @@ def main():
     ap.add_argument("--seconds", type=int, default=3, help="seconds per run (1-30)")
     ap.add_argument("--sweep-seconds", type=int, default=2, help="seconds per sweep run (1-30)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds (1-20)")
+    ap.add_argument("--sweep-rounds", type=int, default=3, help="rounds per sweep point (1-20)")
     args = ap.parse_args()
     args.entries = args.entries[0] if args.entries else 100_000
     if not (1 <= args.seconds <= 30 and 1 <= args.sweep_seconds <= 30
-            and 1 <= args.rounds <= 20):
+            and 1 <= args.rounds <= 20 and 1 <= args.sweep_rounds <= 20):
         ap.error("--seconds/--sweep-seconds 1-30, --rounds 1-20")
     if os.geteuid() != 0:
         print("bench-compare: needs root (netns, nftables, BPF, cgroups, sysctl)",

@@ -5,7 +5,8 @@
  * succeeded. tools/bench.py runs it inside a sandbox cgroup and outside any
  * sandbox, alternately, to measure what egressd's cgroup programs cost.
  *
- *   connect_loop [--listen] [--cgroup DIR] [--proxy PADDR:PPORT] ADDR PORT SECONDS
+ *   connect_loop [--listen] [--cgroup DIR] [--proxy PADDR:PPORT] [--expect-deny]
+ *                ADDR PORT SECONDS
  *
  * Output (one line on stdout):  connects=N seconds=S rate=R p50_us=X p99_us=Y
  * (p50/p99 of the time from socket() to an established connection; with

@@ -41,6 +41,7 @@ GOAL_START_X = 2.0        # egressctl run p95 <= 2x unshare --net p95
 GOAL_START_P95_MS = 5.0   # the tool runtime's authorization budget
 GOAL_ATTACH_P99_MS = 2.0
 GOAL_KIB_PER_SB = 16.0
+FDS_PER_SANDBOX = 4       # its DNS listeners
 
 
 def log(msg):
@@ -73,6 +74,7 @@ class Scale:
         self.cgroups = []
         self.attached = []
         self.procs = []
+        self.fd_limit = None
         self.daemon = None
         self.daemon_log = None
 
@@ -183,6 +185,16 @@ class Scale:
     def scale(self):
         a = self.a
         n = a.sandboxes
+        # egressd keeps 4 DNS listener sockets per sandbox (UDP and TCP, 127.0.0.1
+        # and ::1) and raises its own RLIMIT_NOFILE to 65536 where it may; a host
+        # that forbids that (no CAP_SYS_RESOURCE) caps the sandboxes it can hold.
+        soft = int(open(f"/proc/{self.daemon.pid}/limits").read().split(
+            "Max open files")[1].split()[0])
+        fit = (soft - 256) // FDS_PER_SANDBOX
+        self.fd_limit = (soft, fit)
+        if n > fit:
+            log(f"egressd may open {soft:,} files: {fit:,} sandboxes fit, not {n:,}")
+            n = fit
         mem0, rss0, maps0 = meminfo(), B.rss_kib(self.daemon.pid), self.kernel_map_bytes()
         att, det = [], []
         cgs = []
@@ -309,6 +321,11 @@ class Scale:
           f"{pct(sc['att'][-k:], 50):.2f} ms | — | — | — | — |")
         w(f"| detach, {n:,}th to 1st | {pct(sc['det'], 50):.2f} ms | {pct(sc['det'], 95):.2f} "
           f"ms | {pct(sc['det'], 99):.2f} ms | — | — |")
+        if n < a.sandboxes:
+            w(f"| **{a.sandboxes:,} sandboxes** | — | — | — | all attached | **no**: egressd's "
+              f"file limit here is {self.fd_limit[0]:,} (this host's hard limit; egressd "
+              f"cannot raise it without CAP_SYS_RESOURCE) and each sandbox holds "
+              f"{FDS_PER_SANDBOX} DNS listener sockets, so {self.fd_limit[1]:,} fit |")
         w(f"| `list` with {n:,} attached ({sc['listed']:,} listed, 5 calls) "
           f"| {pct(sc['list'], 50):.1f} ms | — | {max(sc['list']):.1f} ms (max) | — | — |")
         w(f"| `status` with {n:,} attached (5 calls) | {pct(sc['status'], 50):.1f} ms | — "

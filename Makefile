@@ -5,7 +5,7 @@
 # make test       deps + build + unit, fuzz smoke and end-to-end tests (root)
 # make test-asan  the same tests against an ASan/UBSan build
 # make demo       a sandboxed command with one allowed and one denied connection
-# make bench      benchmarks (docs/benchmarks.md)
+# make bench      benchmarks, written into docs/benchmarks.md (installs tinyproxy, gnuplot)
 # make vmlinux    regenerate vmlinux/vmlinux.h from this host's BTF
 # make install    install into $(DESTDIR)$(PREFIX) (default /usr/local; paths below)
 # make deb        a Debian package (PREFIX=/usr) in $(OUT)/; tools/check-deb tries it
@@ -234,7 +234,8 @@ demo: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)tools/demo $(OUT)
 
-bench: deps
+bench:
+	$(Q)tools/install-deps --bench
 	$(Q)$(MAKE) --no-print-directory all $(E2E_BINS) $(BENCH_BINS)
 	$(Q)python3 tools/bench.py --build $(OUT)
 

@@ -45,7 +45,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import Control, cgroup2_mount, must_ok  # noqa: E402
+from bench import Control, cgroup2_mount, must_ok, write_section, gnuplot_svg  # noqa: E402
 
 PID = os.getpid()
 TAG = f"egressd-bench-dns-{PID}"
@@ -102,7 +102,8 @@ lat.sort()
 def pct(p):
     return lat[max(0, min(len(lat) - 1, -(-p * len(lat) // 100) - 1))] / 1e9
 print(json.dumps({"n": len(lat), "lost": lost, "bad": bad, "p50": pct(50), "p99": pct(99),
-                  "max": lat[-1] / 1e9 if lat else None}))
+                  "max": lat[-1] / 1e9 if lat else None,
+                  "us": [round(x / 1e3, 1) for x in lat]}))
 """
 
 
@@ -356,6 +357,34 @@ class BenchDns:
                     f"p99 {x['p99'] * 1e6:.0f} us, max {x['max'] * 1e6:.0f} us")
         return self.report(sat, lat)
 
+    def plot_cdf(self, lat):
+        """Latency CDF at the fixed rate, every sample of every round, for
+        the three paths (an SVG next to docs/benchmarks.md)."""
+        a = self.args
+        dats = {}
+        for p in PATHS:
+            xs = sorted(u for x in lat[p] for u in x["us"])
+            dats[p] = os.path.join(self.build, f"bench-dns-cdf-{p}.dat")
+            with open(dats[p], "w") as f:
+                # Every rank would make a ~0.7 MB SVG: 400 even ranks plus
+                # every one of the top 1% (the tail is what differs).
+                n = len(xs)
+                ranks = sorted(set(range(0, n, max(1, n // 400))) |
+                               set(range(max(0, n - n // 100 - 1), n)))
+                for i in ranks:
+                    f.write(f"{xs[i]} {(i + 1) / n:.5f}\n")
+        svg = os.path.join(self.build if a.no_docs else a.docs, "bench-dns-cdf.svg")
+        title = {"direct": "direct (dnsmasq)", "proxy": "sandbox proxy, learning",
+                 "nolearn": "sandbox proxy, no learning"}
+        gnuplot_svg(f"set terminal svg size 720,420 dynamic noenhanced font 'sans,11'\n"
+                    f"set output '{svg}'\n"
+                    f"set title 'DNS query latency at {a.qps:,} q/s (all rounds)'\n"
+                    "set logscale x\nset xlabel 'latency (µs)'\nset ylabel 'fraction of queries'\n"
+                    "set key bottom right\nset grid\nset yrange [0:1]\n"
+                    "plot " + ", ".join(f"'{dats[p]}' using 1:2 with lines lw 2 title '{title[p]}'"
+                                        for p in PATHS) + "\n")
+        return svg
+
     def report(self, sat, lat):
         a = self.args
         med = statistics.median
@@ -403,8 +432,14 @@ class BenchDns:
             w(f"- {p}: q/s per round " + ", ".join(f"{s['qps']:.0f}" for s in sat[p]) +
               "; p50/p99 µs per round " +
               ", ".join(f"{x['p50'] * 1e6:.0f}/{x['p99'] * 1e6:.0f}" for x in lat[p]))
+        svg = self.plot_cdf(lat)
+        w("")
+        w(f"![DNS latency CDF, direct vs proxy]({os.path.basename(svg)})")
         text = "\n".join(lines) + "\n"
         print(text)
+        if not a.no_docs:
+            write_section(os.path.join(a.docs, "benchmarks.md"), "bench-dns", text)
+            log(f"wrote {a.docs}/benchmarks.md and {svg}")
         out = os.path.join(self.build, "bench-dns-results.md")
         with open(out, "w") as f:
             f.write(text)
@@ -422,6 +457,9 @@ def main():
                     help="dnsperf -q at saturation (1-200; the proxy's per-sandbox in-flight "
                          "bound is 256)")
     ap.add_argument("--qps", type=int, default=1000, help="rate for the latency runs")
+    ap.add_argument("--docs", default=os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "docs"), help="where benchmarks.md and the SVG go")
+    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
     args = ap.parse_args()
     if not (1 <= args.seconds <= 60 and 1 <= args.rounds <= 20 and 1 <= args.clients <= 64
             and 1 <= args.outstanding <= 200 and 1 <= args.qps <= 100000):

@@ -156,7 +156,7 @@ def connected_udp_cmsg(c):
                              preexec_fn=join_cgroup_fn(sb.cg))
         CLEANUP.push("netprobe", lambda: p.poll() is None and p.kill())
         first = u.received
-        check(u.wait_for(first + 1, 2), "the first send of the connected socket never arrived")
+        check(u.wait_for(first + 1, 8), "the first send of the connected socket never arrived")
         hk_put_rule(c, sb, "127.0.0.1", [(u.port, u.port, 0x2)], expires_ns=1)
         out, err = p.communicate(timeout=PROBE_TIMEOUT_S)
         res = ProbeResult(argv[1:], p.returncode, out, err)

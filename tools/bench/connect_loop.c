@@ -5,9 +5,16 @@
  * succeeded. tools/bench.py runs it inside a sandbox cgroup and outside any
  * sandbox, alternately, to measure what egressd's cgroup programs cost.
  *
- *   connect_loop [--listen] [--cgroup DIR] ADDR PORT SECONDS
+ *   connect_loop [--listen] [--cgroup DIR] [--proxy PADDR:PPORT] [--expect-deny]
+ *                ADDR PORT SECONDS
  *
- * Output (one line on stdout):  connects=N seconds=S rate=R
+ * Output (one line on stdout):  connects=N seconds=S rate=R p50_us=X p99_us=Y
+ * (p50/p99 of the time from socket() to an established connection; with
+ * --proxy, to the proxy's "200" answer to "CONNECT ADDR:PORT", which is when
+ * a client of an HTTP CONNECT proxy such as tinyproxy can send its first byte)
+ * With --expect-deny every connect must fail with EPERM (a sandbox whose
+ * policy refuses ADDR:PORT): the loop counts refusals instead, for the
+ * deny-event rate of tools/bench_scale.py, and stops at anything else.
  * Exit status: 0 when every connect succeeded, 1 when one failed (errno
  * printed on stderr; the loop stops at the first failure), 2 on bad usage.
  *
@@ -55,6 +62,8 @@
 
 #define MAX_SECONDS 3600
 #define BACKLOG 4096
+/* Latency samples kept (16 MiB); later connects still count in the rate. */
+#define MAX_SAMPLES (4u << 20)
 
 static atomic_bool stop_accepting;
 static atomic_ulong accepted;
@@ -144,22 +153,75 @@ static int join_cgroup(const char *dir)
 	return err;
 }
 
+/* CONNECT ADDR:PORT through an HTTP proxy on fd; 0 once it answered 2xx.
+ * The answer head is read to its end (bounded) so the next connection
+ * starts clean; anything else is -EPROTO. */
+static int proxy_connect(int fd, const char *addr_s, long port)
+{
+	char req[160], buf[1024];
+	size_t have = 0;
+	int n;
+
+	n = snprintf(req, sizeof(req), "CONNECT %s:%ld HTTP/1.1\r\nHost: %s:%ld\r\n\r\n", addr_s,
+		     port, addr_s, port);
+	if (write(fd, req, (size_t)n) != n)
+		return -errno;
+	while (have < sizeof(buf) - 1) {
+		ssize_t r = read(fd, buf + have, sizeof(buf) - 1 - have);
+
+		if (r <= 0)
+			return r < 0 ? -errno : -ECONNRESET;
+		have += (size_t)r;
+		buf[have] = 0;
+		if (strstr(buf, "\r\n\r\n"))
+			return (strncmp(buf, "HTTP/1.", 7) == 0 && have > 9 && buf[9] == '2')
+				       ? 0
+				       : -EPROTO;
+	}
+	return -EPROTO;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	unsigned int x = *(const unsigned int *)a, y = *(const unsigned int *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile in microseconds of n sorted ns samples. */
+static double pct_us(const unsigned int *v, size_t n, unsigned int p)
+{
+	size_t k;
+
+	if (!n)
+		return 0.0;
+	k = (n * p + 99) / 100;
+	k = k ? k - 1 : 0;
+	return (double)v[k < n ? k : n - 1] / 1e3;
+}
+
 static void usage(FILE *out)
 {
-	fprintf(out, "Usage: connect_loop [--listen] [--cgroup DIR] ADDR PORT SECONDS\n"
+	fprintf(out, "Usage: connect_loop [--listen] [--cgroup DIR] [--proxy PADDR:PPORT] [--expect-deny] ADDR "
+		     "PORT SECONDS\n"
 		     "  --listen      serve ADDR:PORT from an accept thread in this process\n"
 		     "  --cgroup DIR  join cgroup DIR (after the listener is up) before looping\n"
+		     "  --proxy A:P   connect to the HTTP proxy A:P and CONNECT to ADDR:PORT\n"
+		     "  --expect-deny every connect must fail with EPERM; count the refusals\n"
 		     "  SECONDS       1-%d\n",
 		MAX_SECONDS);
 }
 
 int main(int argc, char **argv)
 {
-	const char *cgroup = NULL, *addr_s, *port_s, *secs_s;
+	const char *cgroup = NULL, *proxy_s = NULL, *addr_s, *port_s, *secs_s;
 	struct timeval snd_to = { .tv_sec = 2 };
-	struct sockaddr_in sin = { .sin_family = AF_INET };
+	struct sockaddr_in sin = { .sin_family = AF_INET }, psin = { .sin_family = AF_INET };
+	const struct sockaddr_in *dst = &sin;
+	unsigned int *lat = NULL;
+	size_t nlat = 0;
 	unsigned long long connects = 0;
-	bool listen_self = false;
+	bool listen_self = false, expect_deny = false;
 	pthread_t thr;
 	double t0, t1, deadline, elapsed;
 	long port, secs;
@@ -171,6 +233,10 @@ int main(int argc, char **argv)
 			listen_self = true;
 		} else if (strcmp(argv[i], "--cgroup") == 0 && i + 1 < argc) {
 			cgroup = argv[++i];
+		} else if (strcmp(argv[i], "--expect-deny") == 0) {
+			expect_deny = true;
+		} else if (strcmp(argv[i], "--proxy") == 0 && i + 1 < argc) {
+			proxy_s = argv[++i];
 		} else if (strcmp(argv[i], "--help") == 0) {
 			usage(stdout);
 			return 0;
@@ -202,6 +268,31 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	sin.sin_port = htons((unsigned short)port);
+	if (proxy_s) {
+		char host[64];
+		const char *colon = strrchr(proxy_s, ':');
+		long pport;
+
+		if (!colon || (size_t)(colon - proxy_s) >= sizeof(host)) {
+			fprintf(stderr, "connect_loop: --proxy must be ADDR:PORT, got %s\n", proxy_s);
+			return 2;
+		}
+		memcpy(host, proxy_s, (size_t)(colon - proxy_s));
+		host[colon - proxy_s] = 0;
+		pport = strtol(colon + 1, &end, 10);
+		if (inet_pton(AF_INET, host, &psin.sin_addr) != 1 || *end || pport < 1 ||
+		    pport > 65535) {
+			fprintf(stderr, "connect_loop: --proxy must be ADDR:PORT, got %s\n", proxy_s);
+			return 2;
+		}
+		psin.sin_port = htons((unsigned short)pport);
+		dst = &psin;
+	}
+	lat = malloc(MAX_SAMPLES * sizeof(*lat));
+	if (!lat) {
+		fprintf(stderr, "connect_loop: no memory for latency samples\n");
+		return 1;
+	}
 
 	if (listen_self) {
 		err = start_listener(&sin, &lfd);
@@ -230,6 +321,7 @@ int main(int argc, char **argv)
 	deadline = t0 + (double)secs;
 	for (t1 = t0; t1 < deadline; t1 = now_s()) {
 		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		double ts = t1;
 
 		if (fd < 0) {
 			fprintf(stderr, "connect_loop: socket after %llu connects: %s (errno %d)\n",
@@ -238,7 +330,26 @@ int main(int argc, char **argv)
 			break;
 		}
 		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &snd_to, sizeof(snd_to));
-		if (connect(fd, (const struct sockaddr *)&sin, sizeof(sin)) < 0) {
+		/* Only for the proxy's answer: every setsockopt() of a sandboxed
+		 * socket runs egr_setsockopt, which would add to its cost. */
+		if (proxy_s)
+			setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &snd_to, sizeof(snd_to));
+		if (expect_deny) {
+			bool allowed = connect(fd, (const struct sockaddr *)dst, sizeof(*dst)) == 0;
+
+			if (allowed || errno != EPERM) {
+				fprintf(stderr, "connect_loop: connect to %s:%ld after %llu refusals: "
+						"%s, expected EPERM\n",
+					addr_s, port, connects, allowed ? "allowed" : strerror(errno));
+				close(fd);
+				rc = 1;
+				break;
+			}
+			close(fd);
+			connects++;
+			continue;
+		}
+		if (connect(fd, (const struct sockaddr *)dst, sizeof(*dst)) < 0) {
 			fprintf(stderr, "connect_loop: connect to %s:%ld after %llu connects: %s "
 					"(errno %d)\n",
 				addr_s, port, connects, strerror(errno), errno);
@@ -246,12 +357,27 @@ int main(int argc, char **argv)
 			rc = 1;
 			break;
 		}
+		if (proxy_s) {
+			err = proxy_connect(fd, addr_s, port);
+			if (err) {
+				fprintf(stderr, "connect_loop: CONNECT %s:%ld via %s after %llu "
+						"connects: %s\n",
+					addr_s, port, proxy_s, connects, strerror(-err));
+				close(fd);
+				rc = 1;
+				break;
+			}
+		}
+		if (nlat < MAX_SAMPLES)
+			lat[nlat++] = (unsigned int)((now_s() - ts) * 1e9);
 		connects++;
 		rst_close(fd);
 	}
 	elapsed = t1 - t0;
-	printf("connects=%llu seconds=%.3f rate=%.1f\n", connects, elapsed,
-	       elapsed > 0 ? (double)connects / elapsed : 0.0);
+	qsort(lat, nlat, sizeof(*lat), cmp_u32);
+	printf("connects=%llu seconds=%.3f rate=%.1f p50_us=%.1f p99_us=%.1f\n", connects, elapsed,
+	       elapsed > 0 ? (double)connects / elapsed : 0.0, pct_us(lat, nlat, 50),
+	       pct_us(lat, nlat, 99));
 	fflush(stdout);
 out:
 	if (listen_self) {
@@ -264,5 +390,6 @@ out:
 			rc = 1;
 		}
 	}
+	free(lat);
 	return rc;
 }

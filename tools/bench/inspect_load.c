@@ -7,6 +7,9 @@
  *   inspect_load bulk HOST PORT SECONDS  one connection: an HTTP head, then
  *                                        1 MiB writes for SECONDS; prints
  *                                        "bytes SECONDS_ELAPSED"
+ *   inspect_load bulk HOST PORT SECONDS PROXY:PPORT
+ *                                        the same through an HTTP CONNECT
+ *                                        proxy (tools/bench_compare.py)
  *   inspect_load setup HOST PORT N       N connections one after another:
  *                                        connect, head, wait for "1", close;
  *                                        prints every setup time in ns
@@ -103,7 +106,30 @@ static int dial(const struct sockaddr_in *sa)
 	return fd;
 }
 
-static int bulk(const char *host, int port, double secs)
+/* "CONNECT host:port" on fd and read the proxy's answer head: 0 on a 2xx. */
+static int proxy_connect(int fd, const char *host, int port)
+{
+	char req[160], buf[1024];
+	size_t have = 0;
+	int n = snprintf(req, sizeof(req), "CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n", host,
+			 port, host, port);
+
+	if (write(fd, req, (size_t)n) != n)
+		return -1;
+	while (have < sizeof(buf) - 1) {
+		ssize_t r = read(fd, buf + have, sizeof(buf) - 1 - have);
+
+		if (r <= 0)
+			return -1;
+		have += (size_t)r;
+		buf[have] = 0;
+		if (strstr(buf, "\r\n\r\n"))
+			return strncmp(buf, "HTTP/1.", 7) == 0 && have > 9 && buf[9] == '2' ? 0 : -1;
+	}
+	return -1;
+}
+
+static int bulk(const char *host, int port, double secs, const char *proxy)
 {
 	static char buf[1 << 20];
 	struct sockaddr_in sa;
@@ -111,7 +137,23 @@ static int bulk(const char *host, int port, double secs)
 	double t0, end;
 	int fd;
 
-	if (addr_of(host, port, &sa) || (fd = dial(&sa)) < 0) {
+	if (proxy) {
+		char phost[64];
+		const char *colon = strrchr(proxy, ':');
+
+		if (!colon || (size_t)(colon - proxy) >= sizeof(phost))
+			return 2;
+		memcpy(phost, proxy, (size_t)(colon - proxy));
+		phost[colon - proxy] = 0;
+		if (addr_of(phost, atoi(colon + 1), &sa) || (fd = dial(&sa)) < 0) {
+			perror("bulk connect to proxy");
+			return 1;
+		}
+		if (proxy_connect(fd, host, port)) {
+			fprintf(stderr, "bulk: the proxy refused CONNECT %s:%d\n", host, port);
+			return 1;
+		}
+	} else if (addr_of(host, port, &sa) || (fd = dial(&sa)) < 0) {
 		perror("bulk connect");
 		return 1;
 	}
@@ -163,11 +205,11 @@ int main(int argc, char **argv)
 {
 	if (argc == 4 && !strcmp(argv[1], "server"))
 		return server(argv[2], atoi(argv[3]));
-	if (argc == 5 && !strcmp(argv[1], "bulk"))
-		return bulk(argv[2], atoi(argv[3]), atof(argv[4]));
+	if ((argc == 5 || argc == 6) && !strcmp(argv[1], "bulk"))
+		return bulk(argv[2], atoi(argv[3]), atof(argv[4]), argc == 6 ? argv[5] : NULL);
 	if (argc == 5 && !strcmp(argv[1], "setup"))
 		return setup(argv[2], atoi(argv[3]), atoi(argv[4]));
-	fprintf(stderr, "usage: inspect_load server HOST PORT | bulk HOST PORT SECONDS | "
+	fprintf(stderr, "usage: inspect_load server HOST PORT | bulk HOST PORT SECONDS [PROXY:PORT] | "
 			"setup HOST PORT N\n");
 	return 2;
 }

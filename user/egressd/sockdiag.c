@@ -128,6 +128,58 @@ static int nl_send(int fd, uint16_t type, uint16_t flags, const struct inet_diag
 	return 0;
 }
 
+/* Most cgroup ids one filter program takes: a jump ("no", 16 bits) spans
+ * the rest of the program. */
+#define BC_MAX_IDS 4000
+
+/*
+ * A dump request with an INET_DIAG_REQ_BYTECODE program that accepts only
+ * sockets whose cgroup is one of ids, so the kernel skips the host's other
+ * sockets instead of copying every one of them here (an attach dumped all
+ * of them four times). Per id: CGROUP_COND (match: on to the next op, a
+ * jump to the end = accept; no match: skip that jump), then one final jump
+ * 4 bytes past the end = reject. The kernel's audit walks the "yes" chain,
+ * so every op's yes is its own length. The userspace check in dump() stays.
+ */
+static int nl_send_filtered(int fd, const struct inet_diag_req_v2 *req, const uint64_t *ids,
+			    size_t n)
+{
+	size_t bc_len = n * 16 + 4, len = NLMSG_LENGTH(sizeof(*req)) + NLA_HDRLEN + bc_len;
+	struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
+	struct nlmsghdr *nlh;
+	struct nlattr *nla;
+	unsigned char *bc;
+	int err = 0;
+
+	nlh = calloc(1, len);
+	if (!nlh)
+		return -ENOMEM;
+	nlh->nlmsg_len = (uint32_t)len;
+	nlh->nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+	memcpy(NLMSG_DATA(nlh), req, sizeof(*req));
+	nla = (struct nlattr *)((char *)nlh + NLMSG_LENGTH(sizeof(*req)));
+	nla->nla_type = INET_DIAG_REQ_BYTECODE;
+	nla->nla_len = (uint16_t)(NLA_HDRLEN + bc_len);
+	bc = (unsigned char *)nla + NLA_HDRLEN;
+	for (size_t i = 0; i < n; i++) {
+		struct inet_diag_bc_op cond = { INET_DIAG_BC_CGROUP_COND, 12, 16 };
+		struct inet_diag_bc_op jmp = { INET_DIAG_BC_JMP, 4, 0 };
+		size_t off = i * 16;
+
+		jmp.no = (unsigned short)(bc_len - (off + 12));
+		memcpy(bc + off, &cond, sizeof(cond));
+		memcpy(bc + off + 4, &ids[i], sizeof(ids[i]));
+		memcpy(bc + off + 12, &jmp, sizeof(jmp));
+	}
+	memcpy(bc + n * 16, &(struct inet_diag_bc_op){ INET_DIAG_BC_JMP, 4, 8 },
+	       sizeof(struct inet_diag_bc_op));
+	if (sendto(fd, nlh, len, 0, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		err = -errno;
+	free(nlh);
+	return err;
+}
+
 static uint64_t msg_cgroup_id(const struct nlmsghdr *h, const struct inet_diag_msg *m)
 {
 	int len = (int)h->nlmsg_len - NLMSG_LENGTH(sizeof(*m));
@@ -144,8 +196,9 @@ static uint64_t msg_cgroup_id(const struct nlmsghdr *h, const struct inet_diag_m
 }
 
 /* One dump of (family, protocol): listeners and connected sockets of the
- * sandbox's cgroups. */
-static int dump(struct scan *s, uint8_t family, uint8_t protocol)
+ * sandbox's cgroups. filter: let the kernel select them (see
+ * nl_send_filtered); without it every socket of the host comes back. */
+static int dump(struct scan *s, uint8_t family, uint8_t protocol, bool filter)
 {
 	struct inet_diag_req_v2 req = {
 		.sdiag_family = family,
@@ -159,7 +212,10 @@ static int dump(struct scan *s, uint8_t family, uint8_t protocol)
 	fd = open_diag(s->netns_fd);
 	if (fd < 0)
 		return fd;
-	err = nl_send(fd, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, &req);
+	if (filter)
+		err = nl_send_filtered(fd, &req, s->cgids, s->ncg);
+	else
+		err = nl_send(fd, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, &req);
 	while (!err && !done) {
 		ssize_t n = recv(fd, buf, sizeof(buf), 0);
 		struct nlmsghdr *h;
@@ -251,12 +307,23 @@ static int destroy_matching(struct scan *s, bool keep_accepted, egr_sock_judge_f
 {
 	static const uint8_t families[] = { AF_INET, AF_INET6 };
 	static const uint8_t protocols[] = { IPPROTO_TCP, IPPROTO_UDP };
+	bool filter = s->ncg > 0 && s->ncg <= BC_MAX_IDS;
 	int fd = -1, err = 0;
 
 	*destroyed = 0;
-	for (size_t f = 0; f < 2 && !err; f++)
-		for (size_t p = 0; p < 2 && !err; p++)
-			err = dump(s, families[f], protocols[p]);
+	for (size_t f = 0; f < 2 && !err; f++) {
+		for (size_t p = 0; p < 2 && !err; p++) {
+			err = dump(s, families[f], protocols[p], filter);
+			if (err == -EINVAL && filter) {
+				/* A kernel without the cgroup condition (before
+				 * 5.9): the same dump unfiltered. Nothing was
+				 * collected from the refused one. */
+				log_warn("sock_diag: cgroup filter refused; dumping every socket");
+				filter = false;
+				err = dump(s, families[f], protocols[p], false);
+			}
+		}
+	}
 	if (err) {
 		log_error("sock_diag dump: %s", strerror(-err));
 		goto out;

@@ -78,6 +78,17 @@ def lt_start_run(c, pol, parent):
     return p, runs[0], [int(x) for x in procs]
 
 
+def lt_client(c, cg, who, pol, preexec_fn=None, python=sys.executable):
+    """LT_CLIENT attaching cg; returns (Popen, its reply)."""
+    q = subprocess.Popen([python, "-c", LT_CLIENT, c.sock, cg, who, pol],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         preexec_fn=preexec_fn)
+    CLEANUP.push("client", lambda: q.poll() is None and (q.kill(), q.wait(5)))
+    line = q.stdout.readline()
+    check(line.strip(), "the client printed no reply")
+    return q, json.loads(line)
+
+
 def lt_alive(pid):
     """Running (not a zombie) on the host."""
     try:
@@ -168,10 +179,7 @@ def lifetime_launcher_pid_must_be_the_peer(c):
     CLEANUP.push("forge cgroup", cgroup_remove_tree, cg)
 
     def client(who):
-        q = subprocess.Popen([sys.executable, "-c", LT_CLIENT, c.sock, cg, who, pol],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        CLEANUP.push("client", lambda: q.poll() is None and (q.kill(), q.wait(5)))
-        return q, json.loads(q.stdout.readline())
+        return lt_client(c, cg, who, pol)
     try:
         for who in (str(other.pid), str(os.getpid()), "1"):
             q, rep = client(who)
@@ -181,6 +189,19 @@ def lifetime_launcher_pid_must_be_the_peer(c):
                   rep.get("field") == "launcher_pid",
                   "attach naming pid %s as launcher was not refused: %r" % (who, rep))
             check(c.find_sandbox(cg) is None, "a refused attach left a sandbox: %s" % who)
+        # A cgroup with processes in it is not a launcher's to kill.
+        busy = subprocess.Popen(["sleep", "30"], preexec_fn=join_cgroup_fn(cg))
+        CLEANUP.push("sleep", lambda: busy.poll() is None and (busy.kill(), busy.wait(5)))
+        q, rep = client("self")
+        q.stdin.close()
+        q.wait(5)
+        check(rep.get("ok") is False and rep.get("code") == "bad_cgroup",
+              "a populated cgroup was tied to a launcher: %r" % rep)
+        check(c.find_sandbox(cg) is None, "a refused attach left a sandbox (populated)")
+        busy.kill()
+        busy.wait(5)
+        check(wait_until(lambda: "populated 0" in open(os.path.join(cg, "cgroup.events")).read(),
+                         5), "the cgroup did not empty")
         q, rep = client("self")
         check(rep.get("ok") is True, "twin: attach naming itself refused: %r" % rep)
         sb = c.find_sandbox(cg)
@@ -284,3 +305,58 @@ def lifetime_edited_launcher_in_state_not_trusted(c):
         for sb in lt_mine(c, parent):
             c.ctl("detach", "--id", str(sb["id"]))
         c.ctl("detach", "--cgroup", cg)
+
+
+@test
+def lifetime_member_cannot_tie_others_cgroup(c):
+    # A non-root member of the control group (--group) must not get egressd
+    # (root) to kill and remove a cgroup that is not its own by naming
+    # itself launcher of it. Twin: a cgroup delegated to it (its uid owns it)
+    # is tied, and ended when it exits.
+    a = c.tcp("a")
+    pol = c.policy(["127.0.0.1:%d" % a.port])
+    mode = os.stat(c.work).st_mode & 0o7777
+    theirs = c.mkcgroup("ltroot")
+    CLEANUP.push("root cgroup", cgroup_remove_tree, theirs)
+    mine = c.mkcgroup("ltdelegated")
+    CLEANUP.push("delegated cgroup", cgroup_remove_tree, mine)
+    os.chown(mine, 65534, 65534)
+    os.chmod(pol, 0o644)
+
+    # The test's own interpreter may be under /root: the system one for uid 65534.
+    py = shutil.which("python3", path="/usr/bin:/bin")
+    check(py is not None, "no /usr/bin/python3 for uid 65534")
+
+    def nobody():
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+    try:
+        c.daemon.stop()
+        c.daemon.extra_args = ["--group", "nogroup"]
+        c.daemon.start()
+        os.chmod(c.work, 0o711)  # the socket's directory, for uid 65534
+        q, rep = lt_client(c, theirs, "self", pol, nobody, py)
+        q.stdin.close()
+        q.wait(5)
+        check(rep.get("ok") is False and rep.get("code") == "forbidden" and
+              rep.get("field") == "launcher_pid",
+              "uid 65534 tied root's cgroup to itself: %r" % rep)
+        check(c.find_sandbox(theirs) is None, "a refused attach left a sandbox")
+        q, rep = lt_client(c, mine, "self", pol, nobody, py)
+        check(rep.get("ok") is True, "twin: uid 65534 cannot tie its own cgroup: %r" % rep)
+        q.stdin.close()
+        q.wait(5)
+        check(wait_until(lambda: c.find_sandbox(mine) is None, 3),
+              "twin: the delegated cgroup's sandbox outlived its launcher")
+        rec = lt_execution(c, pol)
+        check(rec is not None and rec.get("status") == "launcher gone", "audit record: %r" % rec)
+        check(os.path.isdir(theirs), "root's cgroup was removed")
+    finally:
+        os.chmod(c.work, mode)
+        c.daemon.stop()
+        c.daemon.extra_args = []
+        c.daemon.start()
+        for cg in (theirs, mine):
+            if c.find_sandbox(cg):
+                c.ctl("detach", "--cgroup", cg)

@@ -4,12 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -52,10 +54,13 @@ static int pidfd_open_(pid_t pid)
 	return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
-/* Has the process behind pidfd not exited yet? */
+/* Has the process behind pidfd not exited yet? (A pidfd polls readable
+ * once it has, zombie or not.) */
 static bool pidfd_alive(int pidfd)
 {
-	return syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0;
+	struct pollfd p = { .fd = pidfd, .events = POLLIN };
+
+	return poll(&p, 1, 0) == 0;
 }
 
 /* /proc/<pid>/stat field 22 (starttime, clock ticks after boot). */
@@ -88,23 +93,64 @@ static int read_start(pid_t pid, uint64_t *start)
 	return errno ? -errno : 0;
 }
 
-int egr_lifetime_peer_launcher(int cfd, pid_t peer_pid, long long pid, struct egr_launcher *l,
-			       int *pidfd)
+/* "populated 0" in <cgroup>/cgroup.events: no process in it or below. */
+static int cgroup_empty(const char *cgroup)
+{
+	char path[PATH_MAX], buf[256];
+	ssize_t n;
+	int fd;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/cgroup.events", cgroup) >= sizeof(path))
+		return -ENAMETOOLONG;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n < 0)
+		return -errno;
+	buf[n] = '\0';
+	if (strstr(buf, "populated 0"))
+		return 0;
+	return strstr(buf, "populated 1") ? -EBUSY : -EIO;
+}
+
+int egr_lifetime_peer_launcher(int cfd, const struct ucred *peer, long long pid,
+			       const char *cgroup, struct egr_launcher *l, int *pidfd,
+			       const char **why)
 {
 	socklen_t len = sizeof(int);
+	struct stat st;
 	int fd = -1, err;
 
-	if (pid <= 0 || pid != (long long)peer_pid)
+	*why = NULL;
+	if (pid <= 0 || pid != (long long)peer->pid) {
+		*why = "launcher_pid must be the pid of the process that sends the request (as "
+		       "egressd sees it)";
 		return -EPERM;
+	}
+	/* What the launcher's end kills must be the launcher's to kill: a
+	 * cgroup it owns (root: any), with nothing running in it yet. */
+	if (stat(cgroup, &st) < 0)
+		return -errno;
+	if (peer->uid != 0 && st.st_uid != peer->uid) {
+		*why = "a launcher's cgroup must be owned by the launcher's uid";
+		return -EPERM;
+	}
+	err = cgroup_empty(cgroup);
+	if (err == -EBUSY)
+		*why = "a launcher's cgroup must have no process in it at attach";
+	if (err)
+		return err;
 	/* The peer itself, not whatever holds its pid by now. */
 	if (getsockopt(cfd, SOL_SOCKET, SO_PEERPIDFD, &fd, &len) < 0) {
 		if (errno != ENOPROTOOPT)
 			return -errno;
-		fd = pidfd_open_(peer_pid);
+		fd = pidfd_open_(peer->pid);
 		if (fd < 0)
 			return -errno;
 	}
-	err = read_start(peer_pid, &l->start);
+	err = read_start(peer->pid, &l->start);
 	/* Still alive after the read: /proc/<pid> was the process of pidfd. */
 	if (!err && !pidfd_alive(fd))
 		err = -ESRCH;
@@ -112,7 +158,7 @@ int egr_lifetime_peer_launcher(int cfd, pid_t peer_pid, long long pid, struct eg
 		close(fd);
 		return err;
 	}
-	l->pid = (int)peer_pid;
+	l->pid = (int)peer->pid;
 	*pidfd = fd;
 	return 0;
 }
@@ -147,6 +193,9 @@ static void queue_removal(struct egr_lifetime *lt, const char *path, uint64_t cg
 {
 	struct removal *n;
 
+	for (size_t i = 0; i < lt->nrm; i++)
+		if (lt->rm[i].cgroup_id == cgroup_id)
+			return; /* a detach retried */
 	if (lt->nrm == lt->caprm) {
 		size_t cap = lt->caprm ? lt->caprm * 2 : 4;
 

@@ -16,6 +16,7 @@
 #define EGR_LIFETIME_H
 
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "loop.h"
@@ -31,10 +32,14 @@ void egr_lifetime_free(struct egr_lifetime *lt);
 
 /* The launcher an attach names: pid must be the control connection's peer
  * (SO_PEERCRED's pid, as egressd sees it), so a client cannot tie a sandbox
- * to another process. Fills *l and *pidfd (the peer's, from SO_PEERPIDFD
- * where the kernel has it). 0, -EPERM (another pid) or -errno. */
-int egr_lifetime_peer_launcher(int cfd, pid_t peer_pid, long long pid, struct egr_launcher *l,
-			       int *pidfd);
+ * to another process; cgroup (resolved) must be the peer uid's (root: any)
+ * and empty, so its end kills only what was started in it for the launcher.
+ * Fills *l and *pidfd (the peer's, from SO_PEERPIDFD where the kernel has
+ * it). 0, -EPERM (another pid, another uid's cgroup), -EBUSY (populated)
+ * with *why set, or -errno. */
+int egr_lifetime_peer_launcher(int cfd, const struct ucred *peer, long long pid,
+			       const char *cgroup, struct egr_launcher *l, int *pidfd,
+			       const char **why);
 /* Watch sb's launcher through pidfd (taken, closed on error too). 0 or -errno. */
 int egr_lifetime_tie(struct egr_lifetime *lt, const struct egr_sb *sb, int pidfd);
 /* One check now (also what the timer does). */

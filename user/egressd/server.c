@@ -192,6 +192,7 @@ static json_t *do_attach(struct egr_server *s, const json_t *req)
 	json_t *netns = json_object_get(req, "netns");
 	json_t *lpid = json_object_get(req, "launcher_pid");
 	struct egr_launcher l = { 0 };
+	char real[PATH_MAX];
 	struct egr_fail f;
 	struct egr_sb *sb;
 	int pidfd = -1, err;
@@ -209,22 +210,27 @@ static json_t *do_attach(struct egr_server *s, const json_t *req)
 		return error_reply("unavailable", "launcher_pid",
 				   "launcher ties are not available in this egressd");
 	if (lpid) {
-		/* Only the connecting process can tie a sandbox to itself. */
-		err = egr_lifetime_peer_launcher(s->peer_fd, s->peer_pid,
-						 json_integer_value(lpid), &l, &pidfd);
-		if (err == -EPERM)
-			return error_reply("forbidden", "launcher_pid",
-					   "launcher_pid must be the pid of the process that sends "
-					   "the request (as egressd sees it)");
-		if (err) {
-			char msg[128];
+		const char *why;
 
-			snprintf(msg, sizeof(msg), "cannot watch launcher %lld: %s",
-				 (long long)json_integer_value(lpid), strerror(-err));
+		/* Resolved once: the cgroup checked is the cgroup attached. */
+		if (!realpath(json_string_value(cg), real))
+			return error_reply("bad_cgroup", "cgroup", "the cgroup does not exist");
+		/* Only the connecting process can tie a sandbox to itself. */
+		err = egr_lifetime_peer_launcher(s->peer_fd, &s->peer, json_integer_value(lpid),
+						 real, &l, &pidfd, &why);
+		if (err == -EPERM)
+			return error_reply("forbidden", "launcher_pid", why);
+		if (err == -EBUSY)
+			return error_reply("bad_cgroup", "cgroup", why);
+		if (err) {
+			char msg[160];
+
+			snprintf(msg, sizeof(msg), "cannot watch launcher %lld of %s: %s",
+				 (long long)json_integer_value(lpid), real, strerror(-err));
 			return error_reply("internal", "launcher_pid", msg);
 		}
 	}
-	if (egr_reg_attach(s->reg, json_string_value(cg), json_string_value(netns), pol,
+	if (egr_reg_attach(s->reg, lpid ? real : json_string_value(cg), json_string_value(netns), pol,
 			   lpid ? &l : NULL, &sb, &f)) {
 		if (pidfd >= 0)
 			close(pidfd);
@@ -529,10 +535,10 @@ void egr_server_handle(struct egr_server *s, int cfd)
 	} else {
 		egr_auditlog_set_actor(s->audit, &cred);
 		s->peer_fd = cfd;
-		s->peer_pid = cred.pid;
+		s->peer = cred;
 		reply = dispatch(s, req);
 		s->peer_fd = -1;
-		s->peer_pid = 0;
+		memset(&s->peer, 0, sizeof(s->peer));
 		egr_auditlog_set_actor(s->audit, NULL);
 		log_debug("control: pid %d uid %u op %s -> %s", cred.pid, cred.uid,
 			  json_string_value(json_object_get(req, "op")) ?: "?",

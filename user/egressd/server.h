@@ -4,6 +4,7 @@
 #define EGR_SERVER_H
 
 #include <stdbool.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "bpfstate.h"
@@ -38,7 +39,7 @@ struct egr_server {
 	struct egr_lifetime *lifetime; /* launcher ties (NULL: attach refuses launcher_pid) */
 	/* The connection of the request being served (a launcher is its peer). */
 	int peer_fd;
-	pid_t peer_pid;
+	struct ucred peer;
 };
 
 /* Create the socket (mode 0660, group `group`) and its directory. */

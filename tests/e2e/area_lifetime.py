@@ -61,7 +61,7 @@ def lt_mine(c, parent):
 
 
 def lt_start_run(c, pol, parent):
-    """egressctl run of LT_VICTIM under parent; returns (Popen, run cgroup, victim pid)."""
+    """egressctl run of LT_VICTIM under parent; returns (Popen, run cgroup, host pids in its cmd cgroup)."""
     p = subprocess.Popen([c.egressctl, "--socket", c.sock, "run", "--policy", pol,
                           "--cgroup-parent", parent, "--", sys.executable, "-c", LT_VICTIM],
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

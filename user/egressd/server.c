@@ -230,8 +230,8 @@ static json_t *do_attach(struct egr_server *s, const json_t *req)
 			return error_reply("internal", "launcher_pid", msg);
 		}
 	}
-	if (egr_reg_attach(s->reg, lpid ? real : json_string_value(cg), json_string_value(netns), pol,
-			   lpid ? &l : NULL, &sb, &f)) {
+	if (egr_reg_attach(s->reg, lpid ? real : json_string_value(cg), json_string_value(netns),
+			   pol, lpid ? &l : NULL, &sb, &f)) {
 		if (pidfd >= 0)
 			close(pidfd);
 		return fail_reply(&f);

@@ -415,6 +415,8 @@ void egr_lifetime_check(struct egr_lifetime *lt)
 
 		if (!sb)
 			continue;
+		/* cgroup2 refuses rename (EPERM): a path that no longer names
+		 * the cgroup means it was removed. Other errors: kept. */
 		err = egr_cgroup_id(sb->cgroup, &now);
 		if (err == -ENOENT || err == -ENOTDIR || (!err && now != sb->cgroup_id)) {
 			log_info("sandbox %u: cgroup %s is gone; detaching it", sb->id,

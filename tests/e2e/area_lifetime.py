@@ -25,6 +25,10 @@ print(buf.decode().strip(), flush=True)
 sys.stdin.readline()
 """
 
+# The interpreter of commands under `run`: one every uid can execute (the
+# test's own may be under /root).
+LT_PY = "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+
 # Runs long under `egressctl run`: says it is ready, then sleeps.
 LT_VICTIM = r"""
 import os, time
@@ -63,7 +67,7 @@ def lt_mine(c, parent):
 def lt_start_run(c, pol, parent):
     """egressctl run of LT_VICTIM under parent; returns (Popen, run cgroup, host pids in its cmd cgroup)."""
     p = subprocess.Popen([c.egressctl, "--socket", c.sock, "run", "--policy", pol,
-                          "--cgroup-parent", parent, "--", sys.executable, "-c", LT_VICTIM],
+                          "--cgroup-parent", parent, "--", LT_PY, "-c", LT_VICTIM],
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     CLEANUP.push("lifetime run", lambda: p.poll() is None and (p.kill(), p.wait(10)))

@@ -681,7 +681,8 @@ def hostile_run_status_and_signals(c):
 def hostile_run_dies_with_egressctl(c):
     # The command cannot outlive its launcher: SIGKILL to egressctl (which
     # cannot forward it) takes the sandbox's pid 1, and the pid namespace
-    # with it. The cgroup stays attached (confined) until detached.
+    # with it; egressd, tied to the launcher, then detaches the sandbox
+    # (area_lifetime.py checks the audit record and the cgroup).
     pol = c.policy(["127.0.0.1:%d" % c.tcp("a").port])
     parent = hr_parent(c)
     p = subprocess.Popen([c.egressctl, "--socket", c.sock, "run", "--policy", pol,
@@ -689,22 +690,25 @@ def hostile_run_dies_with_egressctl(c):
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     CLEANUP.push("run", lambda: p.poll() is None and (p.kill(), p.wait(10)))
+
+    def mine():
+        return [sb for sb in c.list_json()
+                if os.path.realpath(sb.get("cgroup", "")).startswith(parent + "/")]
     try:
         check(p.stdout.readline().startswith("ready"), "the command did not start")
         victim = hr_host_pid_of(parent, RUN_ROOT_HOST_UID)
         check(victim is not None, "no process of the command under %s" % parent)
         check(os.path.exists("/proc/%d" % victim), "twin: the command is not running")
+        check(len(mine()) == 1, "twin: the running command's sandbox is not attached")
         p.kill()
         p.wait(10)
         check(wait_until(lambda: not os.path.exists("/proc/%d" % victim), 5),
               "the command (pid %d) outlived egressctl run" % victim)
-        sbs = [sb for sb in c.list_json()
-               if os.path.realpath(sb.get("cgroup", "")).startswith(parent + "/")]
-        check(len(sbs) == 1, "the sandbox of the killed run is not attached: %r" % sbs)
+        check(wait_until(lambda: not mine(), 3),
+              "the sandbox of the killed run is still attached: %r" % mine())
     finally:
-        for sb in c.list_json():
-            if os.path.realpath(sb.get("cgroup", "")).startswith(parent + "/"):
-                c.ctl("detach", "--id", str(sb["id"]))
+        for sb in mine():
+            c.ctl("detach", "--id", str(sb["id"]))
 
 
 @test

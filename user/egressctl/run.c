@@ -6,7 +6,9 @@
  * command is born inside it (clone3 CLONE_INTO_CGROUP, or a fork child that
  * moves itself in before exec), so not one instruction of it runs
  * unconfined. Afterwards everything left in the cgroup is killed
- * (cgroup.kill), the sandbox detached and the cgroup tree removed.
+ * (cgroup.kill), the sandbox detached and the cgroup tree removed. The
+ * attach names us as the sandbox's launcher: if we are killed before that,
+ * egressd does the same (user/egressd/lifetime.c).
  *
  * The sandbox cgroup S gets a leaf S/cmd, and the command's pid 1 is born
  * there in new cgroup, pid, mount and IPC namespaces: S/cmd is the root of
@@ -899,6 +901,10 @@ static int request_cgroup(struct ctl *c, const char *op, const char *cg, json_t 
 	req = json_pack("{s:s, s:s}", "op", op, "cgroup", cg);
 	if (req && status)
 		json_object_set_new(req, "status", json_string(status));
+	/* The sandbox (and the cgroup we made for it) lives as long as we do:
+	 * killed, egressd kills the cgroup, detaches and removes it. */
+	if (req && strcmp(op, "attach") == 0)
+		json_object_set_new(req, "launcher_pid", json_integer(getpid()));
 	if (!req || (policy && json_object_set(req, "policy", policy))) {
 		json_decref(req);
 		fprintf(stderr, "egressctl: out of memory\n");

@@ -27,6 +27,7 @@
 #include "events.h"
 #include "escape.h"
 #include "guard.h"
+#include "lifetime.h"
 #include "harden.h"
 #include "health.h"
 #include "hostns.h"
@@ -286,6 +287,7 @@ int main(int argc, char **argv)
 	struct dns_ctx dctx = { .reg = &reg };
 	struct egr_inspect *inspect = NULL;
 	struct egr_guard *guard = NULL;
+	struct egr_lifetime *lifetime = NULL;
 	char why[512];
 	int lfd = -1, rc, err;
 
@@ -419,6 +421,14 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	srv.guard = guard;
+	/* Cgroups removed and launchers gone are noticed within a second. */
+	err = egr_lifetime_start(&lifetime, loop, &reg);
+	if (err) {
+		log_error("sandbox lifetime watch: %s", strerror(-err));
+		rc = 1;
+		goto out;
+	}
+	srv.lifetime = lifetime;
 	err = egr_events_new(&events, &bpf, &reg, loop, o.events_keep, o.state_dir);
 	if (!err)
 		dctx.events = events;
@@ -536,6 +546,7 @@ out:
 	egr_metrics_free(metrics);
 	egr_breaker_free(breaker);
 	egr_events_free(events);
+	egr_lifetime_free(lifetime);
 	egr_guard_free(guard);
 	egr_reg_free(&reg);
 	egr_alerting_free(alerting);

@@ -227,6 +227,10 @@ static int save_state(struct egr_registry *r, const struct egr_sb *sb, const jso
 	json_object_set_new(o, "inspect_port6", json_integer(sb->inspect_port6));
 	if (sb->netns)
 		json_object_set_new(o, "netns", json_string(sb->netns));
+	if (sb->launcher.pid)
+		json_object_set_new(o, "launcher", json_pack("{s:i, s:I}", "pid", sb->launcher.pid,
+							     "start",
+							     (json_int_t)sb->launcher.start));
 	err = write_state_obj(r, sb->id, o);
 	json_decref(o);
 	return err;
@@ -1010,7 +1014,8 @@ static void home_procs(struct egr_registry *r, const struct egr_sb *sb, const ch
 }
 
 int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns,
-		   const json_t *policy, struct egr_sb **out, struct egr_fail *f)
+		   const json_t *policy, const struct egr_launcher *launcher,
+		   struct egr_sb **out, struct egr_fail *f)
 {
 	char real[PATH_MAX];
 	struct egr_policy p = { 0 };
@@ -1032,7 +1037,9 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 		/* The same cgroup with the same policy (and netns): a retried
 		 * request (an OCI hook run twice) gets the sandbox in force. */
 		bool same = strcmp(sb->sha256, p.sha256) == 0 &&
-			    !sb->netns == !netns && (!netns || strcmp(sb->netns, netns) == 0);
+			    !sb->netns == !netns && (!netns || strcmp(sb->netns, netns) == 0) &&
+			    sb->launcher.pid == (launcher ? launcher->pid : 0) &&
+			    sb->launcher.start == (launcher ? launcher->start : 0);
 
 		egr_compiled_free(&c);
 		egr_policy_free(&p);
@@ -1074,6 +1081,8 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 	sb->policy_id = alloc_policy_id(r);
 	sb->tenant_id = tenant_id(r, p.tenant);
 	sb->attached_at = sb->updated_at = time(NULL);
+	if (launcher)
+		sb->launcher = *launcher;
 	if (!sb->tenant_id || (netns && !(sb->netns = strdup(netns)))) {
 		err = -ENOMEM;
 		fail(f, "internal", NULL, "out of memory");
@@ -1551,6 +1560,9 @@ json_t *egr_sb_json(const struct egr_sb *sb)
 		if (sb->quarantined)
 			json_object_set_new(o, "quarantined_at", iso_time(sb->quarantined_at));
 		json_object_set_new(o, "netns", str_or_null(sb->netns));
+		json_object_set_new(o, "launcher_pid", sb->launcher.pid
+							       ? json_integer(sb->launcher.pid)
+							       : json_null());
 		json_object_set_new(o, "dns", json_pack("{s:i, s:i}", "port4", sb->dns_port4,
 							 "port6", sb->dns_port6));
 		if (sb->inspect_port4 || sb->inspect_port6)
@@ -1758,6 +1770,17 @@ static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st,
 	if (json_is_string(json_object_get(st, "netns")) &&
 	    !(sb->netns = strdup(json_string_value(json_object_get(st, "netns")))))
 		goto oom;
+	{
+		/* Authenticated with the rest of the file (lifetime.c checks it). */
+		json_t *l = json_object_get(st, "launcher");
+		json_int_t pid = json_integer_value(json_object_get(l, "pid"));
+
+		if (pid > 0 && pid <= INT32_MAX) {
+			sb->launcher.pid = (int)pid;
+			sb->launcher.start =
+				(uint64_t)json_integer_value(json_object_get(l, "start"));
+		}
+	}
 	/* Reopen the DNS listeners on the ports the sandbox knows; if they are
 	 * taken, new ones (the kernel entry follows below). */
 	if (start_dns(r, sb, &p, (uint16_t)json_integer_value(json_object_get(st, "dns_port4")),
@@ -1825,6 +1848,8 @@ static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st,
 	 * it, or it is dying and only sockets hold it): the execution ended. */
 	if (!link_cg || egr_cgroup_id(cgroup, &now_cgid) < 0 || now_cgid != cgid) {
 		log_info("sandbox %u: cgroup %s is gone; detaching it", id, cgroup);
+		free(sb->end_status);
+		sb->end_status = strdup("cgroup gone"); /* NULL: "detached" */
 		gone = sb;
 	}
 	sb = NULL;

@@ -17,6 +17,14 @@
 #include "bpfstate.h"
 #include "policy.h"
 
+/* The process a sandbox lives as long as (docs/operations.md, "Lifetime"):
+ * an `egressctl run` whose cgroup is the sandbox's own. pid 0: none. start:
+ * its start time (/proc/<pid>/stat field 22), so a reused pid is not it. */
+struct egr_launcher {
+	int pid;
+	uint64_t start;
+};
+
 struct egr_sb {
 	uint32_t id;
 	uint32_t policy_id;
@@ -37,6 +45,7 @@ struct egr_sb {
 	uint32_t breaker_max_denies, breaker_window_s; /* network.breaker; 0 = none */
 	bool quarantined;         /* mirrors egr_sandbox.quarantined in the kernel */
 	time_t quarantined_at;    /* 0 when adopted quarantined (unknown) */
+	struct egr_launcher launcher; /* pid 0: not tied to a launcher */
 };
 
 /* A cgroup egressd holds under deny-all without a policy of its own
@@ -122,9 +131,12 @@ int egr_reg_init(struct egr_registry *r, struct egr_bpf *bpf, const char *state_
 void egr_reg_free(struct egr_registry *r);
 
 /* netns: path of the sandbox's network namespace (its DNS proxy listens
- * there), or NULL when it shares egressd's. */
+ * there), or NULL when it shares egressd's. launcher: the process the
+ * sandbox (and its cgroup, the launcher's own) lives as long as, kept in
+ * its state; NULL: none (user/egressd/lifetime.c). */
 int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns,
-		   const json_t *policy, struct egr_sb **out, struct egr_fail *f);
+		   const json_t *policy, const struct egr_launcher *launcher,
+		   struct egr_sb **out, struct egr_fail *f);
 /* Atomic switch to a new policy; then connected sockets whose peer it
  * refuses are destroyed (*closed counts them). */
 int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *policy,

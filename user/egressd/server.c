@@ -20,6 +20,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "guard.h"
+#include "lifetime.h"
 #include "proto.h"
 #include "server.h"
 
@@ -189,8 +190,12 @@ static json_t *do_attach(struct egr_server *s, const json_t *req)
 {
 	json_t *cg = json_object_get(req, "cgroup"), *pol = json_object_get(req, "policy");
 	json_t *netns = json_object_get(req, "netns");
+	json_t *lpid = json_object_get(req, "launcher_pid");
+	struct egr_launcher l = { 0 };
+	char real[PATH_MAX];
 	struct egr_fail f;
 	struct egr_sb *sb;
+	int pidfd = -1, err;
 
 	if (!json_is_string(cg))
 		return error_reply("bad_request", "cgroup", "cgroup (a path string) is required");
@@ -198,8 +203,43 @@ static json_t *do_attach(struct egr_server *s, const json_t *req)
 		return error_reply("bad_request", "policy", "policy (an object) is required");
 	if (netns && !json_is_string(netns))
 		return error_reply("bad_request", "netns", "netns must be a path string");
-	if (egr_reg_attach(s->reg, json_string_value(cg), json_string_value(netns), pol, &sb, &f))
+	if (lpid && (!json_is_integer(lpid) || json_integer_value(lpid) <= 0))
+		return error_reply("bad_request", "launcher_pid",
+				   "launcher_pid must be a positive integer (a pid)");
+	if (lpid && !s->lifetime)
+		return error_reply("unavailable", "launcher_pid",
+				   "launcher ties are not available in this egressd");
+	if (lpid) {
+		const char *why;
+
+		/* Resolved once: the cgroup checked is the cgroup attached. */
+		if (!realpath(json_string_value(cg), real))
+			return error_reply("bad_cgroup", "cgroup", "the cgroup does not exist");
+		/* Only the connecting process can tie a sandbox to itself. */
+		err = egr_lifetime_peer_launcher(s->peer_fd, &s->peer, json_integer_value(lpid),
+						 real, &l, &pidfd, &why);
+		if (err == -EPERM)
+			return error_reply("forbidden", "launcher_pid", why);
+		if (err == -EBUSY)
+			return error_reply("bad_cgroup", "cgroup", why);
+		if (err) {
+			char msg[160];
+
+			snprintf(msg, sizeof(msg), "cannot watch launcher %lld of %s: %s",
+				 (long long)json_integer_value(lpid), real, strerror(-err));
+			return error_reply("internal", "launcher_pid", msg);
+		}
+	}
+	if (egr_reg_attach(s->reg, lpid ? real : json_string_value(cg), json_string_value(netns),
+			   pol, lpid ? &l : NULL, &sb, &f)) {
+		if (pidfd >= 0)
+			close(pidfd);
 		return fail_reply(&f);
+	}
+	/* A tie that fails here is made by the next lifetime check. */
+	if (pidfd >= 0 && (err = egr_lifetime_tie(s->lifetime, sb, pidfd)))
+		log_warn("sandbox %u: watch launcher pid %d: %s; retried within a second", sb->id,
+			 l.pid, strerror(-err));
 	return sandbox_reply(sb);
 }
 
@@ -494,7 +534,11 @@ void egr_server_handle(struct egr_server *s, int cfd)
 		return;
 	} else {
 		egr_auditlog_set_actor(s->audit, &cred);
+		s->peer_fd = cfd;
+		s->peer = cred;
 		reply = dispatch(s, req);
+		s->peer_fd = -1;
+		memset(&s->peer, 0, sizeof(s->peer));
 		egr_auditlog_set_actor(s->audit, NULL);
 		log_debug("control: pid %d uid %u op %s -> %s", cred.pid, cred.uid,
 			  json_string_value(json_object_get(req, "op")) ?: "?",

@@ -4,6 +4,7 @@
 #define EGR_SERVER_H
 
 #include <stdbool.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "bpfstate.h"
@@ -17,6 +18,7 @@ struct egr_auditlog;
 struct egr_metrics;
 struct egr_guard;
 struct egr_breaker;
+struct egr_lifetime;
 
 struct egr_server {
 	struct egr_registry *reg;
@@ -34,6 +36,10 @@ struct egr_server {
 	struct egr_guard *guard;        /* pin checks (status; NULL: none) */
 	const char *cgroup_ns;          /* "host" or "joined host" (status) */
 	struct egr_health *health; /* status "healthy"/"problems" (NULL: not judged) */
+	struct egr_lifetime *lifetime; /* launcher ties (NULL: attach refuses launcher_pid) */
+	/* The connection of the request being served (a launcher is its peer). */
+	int peer_fd;
+	struct ucred peer;
 };
 
 /* Create the socket (mode 0660, group `group`) and its directory. */

@@ -194,12 +194,12 @@ out:
 /* Every operation and the fields it takes besides "op". */
 static const struct {
 	const char *op;
-	const char *fields[4];
+	const char *fields[5];
 } known_ops[] = {
 	{ "ping", { NULL } },
 	{ "status", { NULL } },
 	{ "list", { NULL } },
-	{ "attach", { "cgroup", "policy", "netns", NULL } },
+	{ "attach", { "cgroup", "policy", "netns", "launcher_pid", NULL } },
 	{ "update", { "cgroup", "id", "policy", NULL } },
 	{ "detach", { "cgroup", "id", "status", NULL } },
 	{ "release", { "cgroup", "id", NULL } },

@@ -107,7 +107,9 @@ static int follow(const struct ctl *c, json_t *req, bool json)
 			close(fd);
 		return CTL_EXIT_UNREACHABLE;
 	}
-	if (egr_proto_write(fd, req)) {
+	/* A refused peer is answered and closed unread: its answer may still be
+	 * there to read when the write fails. */
+	if (egr_proto_write(fd, req) && errno != EPIPE && errno != ECONNRESET) {
 		fprintf(stderr, "egressctl: sending the request: %s\n", strerror(errno));
 		close(fd);
 		return CTL_EXIT_ERROR;

@@ -22,6 +22,7 @@
 #include "bpfstate.h"
 #include "cgroup.h"
 #include "confine.h"
+#include "ctlconn.h"
 #include "fileio.h"
 #include "dnsproxy.h"
 #include "events.h"
@@ -327,23 +328,6 @@ static int parse_args(int argc, char **argv, struct options *o)
 	return -1;
 }
 
-static void on_control(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
-{
-	struct egr_server *srv = ctx;
-
-	/* One request per connection, served to completion (bounded by the
-	 * per-client deadline in server.c). At most a few per wake-up, so
-	 * DNS and events get their turn; the listener is level-triggered. */
-	for (int i = 0; i < 8; i++) {
-		int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
-
-		if (cfd < 0)
-			break;
-		egr_server_handle(srv, cfd);
-		close(cfd);
-	}
-}
-
 struct dns_ctx {
 	struct egr_registry *reg;
 	struct egr_learned *learned;
@@ -477,6 +461,7 @@ int main(int argc, char **argv)
 	struct egr_bpf bpf;
 	struct options o;
 	struct egr_server srv = { 0 };
+	struct egr_ctl *ctl = NULL;
 	struct egr_metrics *metrics = NULL;
 	struct egr_billing *billing = NULL;
 	char billing_path[512], billing_state[512];
@@ -610,7 +595,8 @@ int main(int argc, char **argv)
 	}
 	if (egr_cgroup2_mount(srv.cgroup_root, sizeof(srv.cgroup_root)) < 0)
 		srv.cgroup_root[0] = '\0';
-	err = egr_loop_add(loop, lfd, EPOLLIN, on_control, &srv);
+	/* Non-blocking connections, judged at accept (ctlconn.c). */
+	err = egr_ctl_start(loop, lfd, &srv, &ctl);
 	if (err) {
 		log_error("event loop: %s", strerror(-err));
 		rc = 1;
@@ -629,6 +615,7 @@ int main(int argc, char **argv)
 	if (err)
 		log_error("event loop: %s", strerror(-err));
 out_sock:
+	egr_ctl_free(ctl);
 	close(lfd);
 	unlink(o.socket);
 out:

@@ -151,3 +151,224 @@ def tenant_control_trickle(c):
         check("closed yes" in o, "a sandboxed trickler's connection stayed open: %r" % o)
     # Not read: a trickler got its answer before it had sent a whole request.
     slow.close()
+
+
+# --- DNS proxy fairness -------------------------------------------------------
+#
+# A second dnsmasq (the harness's one cannot be given a forwarder) serves
+# api.test itself and forwards blackhole.test to a UDP socket of this
+# process that never answers. egressd is restarted on it for the test and
+# back on the harness's dnsmasq after.
+
+class TnBlackholeUpstream:
+    def __init__(self, c):
+        self.hole = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.hole.bind(("127.0.0.1", 0))    # never read: never answers
+        self.proc = None
+        self.port = None
+        for _ in range(20):
+            port = free_udp_tcp_port("127.0.0.1")
+            argv = [DNSMASQ, "--conf-file=/dev/null", "--no-daemon", "--bind-interfaces",
+                    "--listen-address=127.0.0.1", "--port=%d" % port, "--no-resolv",
+                    "--no-hosts", "--no-negcache", "--user=root", "--dns-forward-max=10000",
+                    "--pid-file=" + os.path.join(c.work, "dnsmasq-tn.pid"),
+                    "--local-ttl=%d" % DNS_LONG_TTL,
+                    "--host-record=api.test,%s" % DNS_ZONE["api.test"],
+                    "--server=/blackhole.test/127.0.0.1#%d" % self.hole.getsockname()[1]]
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                         text=True)
+            self.port = port
+            if wait_until(lambda: self.proc.poll() is not None or
+                          dns_query("udp", "127.0.0.1", port, "api.test", "A",
+                                    timeout=0.5)[0] == "NOERROR", 5, 0.05) \
+                    and self.proc.poll() is None:
+                return
+            self.stop()
+        raise TestFailure("the black-hole dnsmasq did not start")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.hole.close()
+
+
+def tn_with_upstream(c, upstream_port, extra, fn):
+    """Run fn() with egressd restarted on 127.0.0.1:upstream_port (plus extra
+    options), then restart it as it was."""
+    saved_dns, saved_extra = c.dns_args, c.daemon.extra_args
+    c.dns_args = ["--dns-upstream", "127.0.0.1:%d" % upstream_port,
+                  "--dns-min-ttl", str(DNS_MIN_TTL)]
+    c.daemon.extra_args = list(saved_extra) + list(extra)
+    try:
+        c.daemon.stop()
+        c.daemon.start()
+        return fn()
+    finally:
+        c.dns_args, c.daemon.extra_args = saved_dns, saved_extra
+        c.daemon.stop()
+        c.daemon.start()
+
+
+# N sequential lookups of NAME through 127.0.0.2:53 (redirected to the
+# sandbox's proxy), one socket. Prints "fail F p50 MS p99 MS max MS rcodes".
+TN_VICTIM = r"""
+import random, socket, struct, sys, time
+name, n = sys.argv[1], int(sys.argv[2])
+server = sys.argv[3] if len(sys.argv) > 3 else "127.0.0.2"
+port = int(sys.argv[4]) if len(sys.argv) > 4 else 53
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(2.0)
+def query(qid):
+    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+    for label in name.split("."):
+        q += bytes([len(label)]) + label.encode()
+    return q + b"\0" + struct.pack(">HH", 1, 1)
+rtts, fails, rcodes = [], 0, {}
+for i in range(n):
+    qid = random.getrandbits(16)
+    t0 = time.monotonic()
+    s.sendto(query(qid), (server, port))
+    try:
+        while True:
+            m = s.recv(4096)
+            if len(m) >= 12 and struct.unpack(">H", m[:2])[0] == qid:
+                break
+        rc = struct.unpack(">H", m[2:4])[0] & 15
+    except socket.timeout:
+        rc = "timeout"
+    rtts.append(time.monotonic() - t0)
+    rcodes[rc] = rcodes.get(rc, 0) + 1
+    if rc != 0:
+        fails += 1
+rtts.sort()
+def pct(p):
+    return rtts[min(len(rtts) - 1, int(len(rtts) * p))] * 1000
+print("fail %d p50 %.3f p99 %.3f max %.3f %s" % (fails, pct(0.5), pct(0.99), rtts[-1] * 1000,
+      ",".join("%s:%d" % kv for kv in sorted(rcodes.items(), key=str))))
+"""
+
+# A noisy neighbour: QPS queries per second of NAME (which the upstream
+# never answers) for DURATION seconds, at nice 10. Prints "sent N".
+TN_FLOODER = r"""
+import os, random, socket, struct, sys, time
+name, qps, duration = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+os.nice(10)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setblocking(False)
+base = struct.pack(">HHHH", 0x0100, 1, 0, 0)
+q = b""
+for label in name.split("."):
+    q += bytes([len(label)]) + label.encode()
+q += b"\0" + struct.pack(">HH", 1, 1)
+sent, t0 = 0, time.monotonic()
+while True:
+    now = time.monotonic() - t0
+    if now >= duration:
+        break
+    while sent < now * qps:
+        try:
+            s.sendto(struct.pack(">HH", random.getrandbits(16), 0x0100) +
+                     struct.pack(">HHHH", 1, 0, 0, 0) + q, ("127.0.0.2", 53))
+        except BlockingIOError:
+            pass
+        sent += 1
+    try:
+        while s.recv(4096):
+            pass
+    except BlockingIOError:
+        pass
+    time.sleep(0.005)
+print("sent %d" % sent)
+"""
+
+
+def tn_victim_run(c, cg, name="api.test", n=300, server="127.0.0.2", port=53):
+    r = subprocess.run([sys.executable, "-c", TN_VICTIM, name, str(n), server, str(port)],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120,
+                       preexec_fn=join_cgroup_fn(cg))
+    w = r.stdout.split()
+    check(r.returncode == 0 and len(w) >= 8 and w[0] == "fail",
+          "the victim's lookups did not run: %r %r" % (r.stdout, r.stderr[-300:]))
+    return {"fail": int(w[1]), "p50": float(w[3]), "p99": float(w[5]), "max": float(w[7]),
+            "rcodes": w[8] if len(w) > 8 else ""}
+
+
+def tn_proxy_stats(c, sb):
+    s = c.find_sandbox(sb.cg)
+    check(s is not None, "sandbox %s not listed" % sb.cg)
+    p = (s.get("dns") or {}).get("proxy")
+    check(isinstance(p, dict), "`list --json` has no dns.proxy figures: %r" % s.get("dns"))
+    return p
+
+
+@test
+def tenant_dns_fairness(c):
+    need_dnsmasq(c)
+    up = TnBlackholeUpstream(c)
+    CLEANUP.push("black-hole dnsmasq", up.stop)
+
+    def body():
+        victim_pol = tn_dns_policy(c, ["api.test"], tenant="tn-victim")
+        noisy_pol = tn_dns_policy(c, ["blackhole.test"], tenant="tn-noisy")
+        with Sandbox(c, victim_pol, "tn-dns-victim") as victim:
+            tn_victim_run(c, victim.cg, n=30)    # warm-up: caches, first-packet costs
+            alone = tn_victim_run(c, victim.cg)
+            noisy = []
+            try:
+                for i in range(4):
+                    sb = Sandbox(c, noisy_pol, "tn-dns-noisy%d" % i)
+                    sb.__enter__()
+                    noisy.append(sb)
+                procs = []
+                for sb in noisy:
+                    p = subprocess.Popen([sys.executable, "-c", TN_FLOODER, "blackhole.test",
+                                          "3000", "6"], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         text=True, preexec_fn=join_cgroup_fn(sb.cg))
+                    CLEANUP.push("flooder", lambda p=p: p.poll() is None and p.kill())
+                    procs.append(p)
+                time.sleep(1.5)   # the table fills: 4 x 256 in flight for 2 s each
+                flood = tn_victim_run(c, victim.cg)
+                for p in procs:
+                    p.communicate(timeout=30)
+                vst = tn_proxy_stats(c, victim)
+                nst = [tn_proxy_stats(c, sb) for sb in noisy]
+                code, _, m = scrape(c)
+                check(code == 200, "GET /metrics: %d" % code)
+                st = stats(c)
+                srow = [r for r in st["sandboxes"] if r["id"] == c.find_sandbox(noisy[0].cg)["id"]]
+                check(srow and srow[0].get("dns_proxy", {}).get("shed_rate") ==
+                      nst[0]["shed_rate"], "`stats` does not show the shed counts: %r" % srow)
+                nid = c.find_sandbox(noisy[0].cg)["id"]
+                vid = c.find_sandbox(victim.cg)["id"]
+            finally:
+                for sb in noisy:
+                    sb.remove()
+        return alone, flood, vst, nst, m, nid, vid
+
+    alone, flood, vst, nst, m, nid, vid = tn_with_upstream(c, up.port, [], body)
+    want = 'egressd_dns_shed_total{sandbox="%d",tenant="tn-noisy",reason="rate"} %d' % (
+        nid, nst[0]["shed_rate"])
+    check(want in m, "/metrics lacks %r" % want)
+    check('egressd_dns_shed_total{sandbox="%d",tenant="tn-victim",reason="evicted"} 0' % vid
+          in m, "/metrics has no (zero) shed series for the victim")
+    tn_record("dns victim alone p50/p99/max ms", "%.3f/%.3f/%.3f" %
+              (alone["p50"], alone["p99"], alone["max"]))
+    tn_record("dns victim under 4 black-hole floods p50/p99/max ms", "%.3f/%.3f/%.3f" %
+              (flood["p50"], flood["p99"], flood["max"]))
+    tn_record("dns neighbours shed", nst)
+    check(alone["fail"] == 0, "the victim's lookups failed alone: %r" % alone)
+    # Sanity twin: the neighbours really flooded and were shed for it.
+    for st in nst:
+        check(st["shed_rate"] > 0 and st["shed_inflight"] + st["evicted"] > 0,
+              "a neighbour was not shed (the flood proves nothing): %r" % st)
+    check(flood["fail"] == 0, "%d of the victim's 300 lookups failed during the flood "
+          "(%s)" % (flood["fail"], flood["rcodes"]))
+    check(vst["shed_rate"] == 0 and vst["shed_inflight"] == 0 and vst["evicted"] == 0,
+          "the victim was shed for its neighbours: %r" % vst)
+    check(flood["p99"] <= 3 * alone["p99"],
+          "the victim's p99 went from %.3f ms alone to %.3f ms under the flood (> 3x)" %
+          (alone["p99"], flood["p99"]))

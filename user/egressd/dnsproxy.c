@@ -82,6 +82,8 @@ struct sb {
 	struct tconn *conns;
 	uint32_t nconns;
 	uint32_t inflight;
+	double tokens;             /* query rate bucket (rate_take) */
+	uint64_t tokens_ns;
 	struct egr_dnsproxy_stats st;
 	struct sb *next;
 };
@@ -738,6 +740,57 @@ static void on_upstream_tcp(struct egr_loop *loop, int fd, uint32_t events, void
 
 /* --- queries ------------------------------------------------------------------ */
 
+/*
+ * The table is full and sb wants a slot. A sandbox's queries in flight are
+ * its own business only up to its share: the sandbox with the most in
+ * flight, if it has at least two more than sb, loses its oldest query
+ * (SERVFAIL, counted as evicted) so that sb gets the slot. Otherwise sb is
+ * itself among the heaviest and is shed. So a neighbour that fills the
+ * table with queries the upstream never answers costs the others nothing.
+ */
+static bool evict_for(struct egr_dnsproxy *p, struct sb *sb)
+{
+	struct sb *heavy = NULL;
+	struct pending *oldest = NULL;
+
+	for (struct sb *o = p->sbs; o; o = o->next)
+		if (!heavy || o->inflight > heavy->inflight)
+			heavy = o;
+	if (!heavy || heavy == sb || heavy->inflight < sb->inflight + 2)
+		return false;
+	for (uint32_t i = 0; i < p->npend; i++) {
+		struct pending *q = &p->pend[i];
+
+		if (q->used && q->sb == heavy && (!oldest || q->received_ns < oldest->received_ns))
+			oldest = q;
+	}
+	if (!oldest)
+		return false;
+	heavy->st.evicted++;
+	pend_fail(p, oldest, EGR_DNS_V_SERVFAIL, "evicted: sandbox over its in-flight share",
+		  -EBUSY, NULL, 0);
+	return true;
+}
+
+/* Take one token of sb's query bucket; false when it is empty. */
+static bool rate_take(struct egr_dnsproxy *p, struct sb *sb)
+{
+	uint64_t now = mono_ns();
+
+	if (now > sb->tokens_ns) {
+		sb->tokens += (double)(now - sb->tokens_ns) * p->cfg.rate_qps / 1e9;
+		if (sb->tokens > p->cfg.burst)
+			sb->tokens = p->cfg.burst;
+	}
+	sb->tokens_ns = now;
+	if (sb->tokens < 1.0) {
+		sb->st.shed_rate++;
+		return false;
+	}
+	sb->tokens -= 1.0;
+	return true;
+}
+
 static int forward(struct egr_dnsproxy *p, struct sb *sb, const struct client *cl,
 		   const uint8_t *pkt, size_t len, const struct egr_dns_query *qq,
 		   const struct egr_dns_ports *ports)
@@ -747,7 +800,9 @@ static int forward(struct egr_dnsproxy *p, struct sb *sb, const struct client *c
 	uint16_t id = 0;
 	int err;
 
-	if (p->inflight >= p->npend || sb->inflight >= p->cfg.max_inflight_per_sb)
+	if (sb->inflight >= p->cfg.max_inflight_per_sb)
+		return -EDQUOT;
+	if (p->inflight >= p->npend && !evict_for(p, sb))
 		return -EBUSY;
 	for (uint32_t i = 0; i < p->npend; i++)
 		if (!p->pend[i].used) {
@@ -857,6 +912,13 @@ static void handle_query(struct sb *sb, const struct client *cl, const uint8_t *
 	struct egr_dns_query q;
 	int err;
 
+	if (!rate_take(p, sb)) {
+		/* Unanswered over UDP (the cheapest: nothing parsed, nothing
+		 * sent); over TCP the stream's order needs an answer. */
+		if (cl->transport == IPPROTO_TCP)
+			reply_rcode(sb, cl, pkt, len, EGR_DNS_R_SERVFAIL);
+		return;
+	}
 	err = egr_dns_parse_query(pkt, len, &q);
 	if (err) {
 		sb->st.malformed++;
@@ -906,7 +968,10 @@ static void handle_query(struct sb *sb, const struct client *cl, const uint8_t *
 	if (err) {
 		reply_rcode(sb, cl, pkt, len, EGR_DNS_R_SERVFAIL);
 		sb->st.servfail++;
+		if (err == -EBUSY || err == -EDQUOT)
+			sb->st.shed_inflight++;
 		emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_SERVFAIL,
+		     err == -EDQUOT ? "sandbox's in-flight limit" :
 		     err == -EBUSY ? "too many queries in flight" : "cannot forward", err,
 		     EGR_DNS_R_SERVFAIL, NULL, 0);
 	}
@@ -919,7 +984,8 @@ static void on_udp_listener(struct egr_loop *loop, int fd, uint32_t events, void
 	struct listener *l = ctx;
 	struct egr_dnsproxy *p = l->sb->p;
 
-	for (int i = 0; i < RX_BATCH; i++) {
+	/* One sandbox's turn (level-triggered: the rest on a later one). */
+	for (int i = 0; i < EGR_DNSPROXY_UDP_TURN; i++) {
 		struct sockaddr_storage from;
 		struct client cl = { .transport = IPPROTO_UDP, .lfd = fd, .caddr = &from };
 		ssize_t k;
@@ -1159,6 +1225,11 @@ int egr_dnsproxy_new(struct egr_loop *loop, const struct egr_dnsproxy_config *cf
 		p->cfg.tcp_idle_ms = 10000;
 	if (!p->cfg.tick_ms)
 		p->cfg.tick_ms = 100;
+	if (!p->cfg.rate_qps)
+		p->cfg.rate_qps = EGR_DNSPROXY_RATE;
+	if (!p->cfg.burst)
+		p->cfg.burst = p->cfg.rate_qps > EGR_DNSPROXY_BURST ? p->cfg.rate_qps :
+								      EGR_DNSPROXY_BURST;
 	if (!p->cfg.exfil.window_ns && !p->cfg.exfil.max_label_len && !p->cfg.exfil.max_name_len &&
 	    !p->cfg.exfil.max_subdomains && !p->cfg.exfil.max_nxdomain &&
 	    p->cfg.exfil.max_entropy == 0)
@@ -1380,6 +1451,8 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
 	sb->p = p;
 	sb->id = sandbox_id;
 	sb->pol = pol;
+	sb->tokens = p->cfg.burst;
+	sb->tokens_ns = mono_ns();
 	for (int i = 0; i < 4; i++) {
 		sb->lis[i].fd = -1;
 		sb->lis[i].sb = sb;

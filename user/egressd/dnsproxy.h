@@ -39,6 +39,12 @@
 #define EGR_DNSPROXY_MAX_UPSTREAMS 8
 #define EGR_DNSPROXY_EVENT_ADDRS   16 /* addresses carried in one event */
 #define EGR_DNSPROXY_MAX_LEARN     64 /* addresses learned from one answer */
+#define EGR_DNSPROXY_RATE          500  /* default queries per second, per sandbox */
+#define EGR_DNSPROXY_BURST         1000 /* default bucket size, per sandbox */
+/* Datagrams one sandbox's UDP listener takes per loop wake-up: a listener
+ * still ready goes behind the others in epoll's ready list, so a flooding
+ * sandbox gets this many turns' worth, never the loop. */
+#define EGR_DNSPROXY_UDP_TURN      8
 
 /* One address to add to a sandbox's allowlist. */
 struct egr_dns_learned {
@@ -91,6 +97,11 @@ struct egr_dnsproxy_config {
 	uint32_t max_tcp_per_sb;      /* client TCP connections (0: 16) */
 	uint32_t tcp_idle_ms;         /* client TCP idle timeout (0: 10000) */
 	uint32_t tick_ms;             /* timer period (0: 100) */
+	/* Per-sandbox query rate, a token bucket taken by every query before it
+	 * is parsed (0: EGR_DNSPROXY_RATE / EGR_DNSPROXY_BURST). A UDP query
+	 * past it is dropped unanswered, a TCP one gets SERVFAIL. */
+	uint32_t rate_qps;
+	uint32_t burst;
 	struct egr_exfil_limits exfil; /* all zero: egr_exfil_limits_default() */
 	egr_dnsproxy_learn_fn learn;  /* required */
 	egr_dnsproxy_event_fn event;  /* optional */
@@ -105,6 +116,14 @@ struct egr_dnsproxy_stats {
 	uint64_t cap;           /* learn() failures (also counted in servfail) */
 	uint64_t malformed;     /* dropped: not a parseable query */
 	uint64_t learned;       /* addresses handed to learn() successfully */
+	/* Shed, per sandbox (docs/dns.md "Fairness"): */
+	uint64_t shed_rate;     /* past its query rate */
+	uint64_t shed_inflight; /* past its own in-flight limit, or the table full
+				 * with it among the heaviest users */
+	uint64_t evicted;       /* its oldest query failed (SERVFAIL) to make room
+				 * for a sandbox with fewer in flight */
+	uint64_t foreign;       /* dropped: sent to its listener by a socket the
+				 * kernel did not redirect from this sandbox */
 	uint32_t tcp_conns;     /* client TCP connections open now */
 	uint32_t inflight;      /* queries upstream now */
 };

@@ -24,6 +24,7 @@
 #include "confine.h"
 #include "ctlconn.h"
 #include "fileio.h"
+#include "dnsfair.h"
 #include "dnsproxy.h"
 #include "events.h"
 #include "harden.h"
@@ -55,6 +56,8 @@ struct options {
 };
 
 enum { OPT_METRICS_ADDR = 1100, OPT_METRICS_MAX, OPT_BILLING_INTERVAL, OPT_BILLING_FILE };
+/* DNS proxy fairness (docs/dns.md "Fairness between sandboxes"). */
+enum { OPT_DNS_RATE = 1200, OPT_DNS_BURST, OPT_DNS_INFLIGHT, OPT_DNS_INFLIGHT_SB };
 
 enum {
 	OPT_AUDIT_LOG = 1000,
@@ -92,6 +95,13 @@ static void usage(FILE *out)
 		"  --dns-exfil-max-label N, --dns-exfil-max-name N, --dns-exfil-max-entropy BITS,\n"
 		"  --dns-exfil-max-subdomains N (per allowed domain and minute),\n"
 		"  --dns-exfil-max-nxdomain N (per minute): exfiltration limits; 0 turns one off\n"
+		"  --dns-rate QPS     queries per second per sandbox (default 500); a UDP query\n"
+		"                     past it is dropped, a TCP one gets SERVFAIL\n"
+		"  --dns-burst N      queries per sandbox above the rate at once (default 1000)\n"
+		"  --dns-max-inflight N  queries upstream at once, all sandboxes (default 1024)\n"
+		"  --dns-max-inflight-per-sandbox N  and per sandbox (default max-inflight/4,\n"
+		"                     at least 64); a full table evicts the heaviest sandbox's\n"
+		"                     oldest query for one with fewer\n"
 		"  --audit-log PATH   audit log (default <state-dir>/audit.log; its chain\n"
 		"                     state is <state-dir>/audit.state)\n"
 		"  --audit-key FILE   HMAC-SHA-256 key for the audit chain (mode 0600)\n"
@@ -147,6 +157,10 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "metrics-max-sandboxes", required_argument, NULL, OPT_METRICS_MAX },
 		{ "billing-interval", required_argument, NULL, OPT_BILLING_INTERVAL },
 		{ "billing-file", required_argument, NULL, OPT_BILLING_FILE },
+		{ "dns-rate", required_argument, NULL, OPT_DNS_RATE },
+		{ "dns-burst", required_argument, NULL, OPT_DNS_BURST },
+		{ "dns-max-inflight", required_argument, NULL, OPT_DNS_INFLIGHT },
+		{ "dns-max-inflight-per-sandbox", required_argument, NULL, OPT_DNS_INFLIGHT_SB },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -191,6 +205,30 @@ static int parse_args(int argc, char **argv, struct options *o)
 				o->alerts.cfg.dedup_window_ns = (v ? v : 1) * 1000000000ull;
 			else
 				o->events_keep = (size_t)v;
+			continue;
+		}
+		if (c >= OPT_DNS_RATE && c <= OPT_DNS_INFLIGHT_SB) {
+			char *end;
+			unsigned long long v = strtoull(optarg, &end, 10);
+
+			if (*end || end == optarg || optarg[0] == '-' || v == 0 ||
+			    v > (c == OPT_DNS_INFLIGHT || c == OPT_DNS_INFLIGHT_SB ? 16384 : 1000000)) {
+				fprintf(stderr, "egressd: --%s: expected a number from 1 to %u, got %s\n",
+					c == OPT_DNS_RATE ? "dns-rate" : c == OPT_DNS_BURST ? "dns-burst"
+					: c == OPT_DNS_INFLIGHT ? "dns-max-inflight"
+								: "dns-max-inflight-per-sandbox",
+					c == OPT_DNS_INFLIGHT || c == OPT_DNS_INFLIGHT_SB ? 16384 : 1000000,
+					optarg);
+				return 2;
+			}
+			if (c == OPT_DNS_RATE)
+				o->dns.rate_qps = (uint32_t)v;
+			else if (c == OPT_DNS_BURST)
+				o->dns.burst = (uint32_t)v;
+			else if (c == OPT_DNS_INFLIGHT)
+				o->dns.max_inflight = (uint32_t)v;
+			else
+				o->dns.max_inflight_per_sb = (uint32_t)v;
 			continue;
 		}
 		switch (c) {
@@ -570,6 +608,8 @@ int main(int argc, char **argv)
 	if (!err) {
 		dctx.metrics = metrics;
 		err = egr_metrics_add_source(metrics, layers_source, &feat);
+		if (!err)
+			err = egr_metrics_add_source(metrics, egr_dnsfair_metrics, &reg);
 	}
 	if (err) {
 		log_error("metrics: %s", strerror(-err));

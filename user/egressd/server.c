@@ -14,6 +14,7 @@
 
 #include "alerting.h"
 #include "auditlog.h"
+#include "dnsfair.h"
 #include "events.h"
 #include "log.h"
 #include "metrics.h"
@@ -232,8 +233,17 @@ static json_t *do_list(struct egr_server *s, const json_t *req)
 	json_t *arr;
 
 	arr = json_array();
-	for (size_t i = 0; arr && i < s->reg->n; i++)
-		json_array_append_new(arr, egr_sb_json(s->reg->sbs[i]));
+	for (size_t i = 0; arr && i < s->reg->n; i++) {
+		json_t *o = egr_sb_json(s->reg->sbs[i]);
+		json_t *dns = json_object_get(o, "dns");
+
+		/* What the proxy served and shed for it (docs/dns.md). */
+		if (json_is_object(dns))
+			json_object_set_new(dns, "proxy",
+					    egr_dnsfair_json(s->reg->dns, s->reg->sbs[i]->id) ?:
+						    json_null());
+		json_array_append_new(arr, o);
+	}
 	return json_pack("{s:b, s:o}", "ok", 1, "sandboxes", arr);
 }
 
@@ -323,6 +333,15 @@ static json_t *do_stats(struct egr_server *s, const json_t *req)
 	body = egr_metrics_stats_json(s->metrics, json_string_value(tenant));
 	if (!body)
 		return NULL;
+	/* Each sandbox row gets what the DNS proxy shed for it. */
+	for (size_t i = 0; i < json_array_size(json_object_get(body, "sandboxes")); i++) {
+		json_t *row = json_array_get(json_object_get(body, "sandboxes"), i);
+		json_int_t id = json_integer_value(json_object_get(row, "id"));
+		json_t *dns = id > 0 ? egr_dnsfair_json(s->reg->dns, (uint32_t)id) : NULL;
+
+		if (dns)
+			json_object_set_new(row, "dns_proxy", dns);
+	}
 	json_object_set_new(body, "ok", json_true());
 	return body;
 }

@@ -136,6 +136,33 @@ struct {
 	__type(value, struct egr_dns_orig);
 } egr_dns_orig SEC(".maps");
 
+/* Who may ask each sandbox's DNS proxy (include/egressd.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 18);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct egr_dns_client_key);
+	__type(value, struct egr_dns_client_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_dns_clients SEC(".maps");
+
+/* Entries per sandbox in egr_dns_clients, for EGR_DNS_CLIENTS_PER_SB. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EGR_MAX_SANDBOXES);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_dns_clients_n SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct egr_dns_client_rec);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_dns_client_sk SEC(".maps");
+
 #define EGR_LOOPBACK4 0x7f000001 /* host order */
 
 static __always_inline void egr_count(enum egr_counter c)
@@ -845,6 +872,101 @@ static __always_inline void egr_note_dest(__u32 sandbox_id, const struct egr_l3 
 	v->last_ns = now;
 }
 
+/*
+ * A packet of this sandbox to its own DNS proxy: record its socket as one
+ * that may ask the proxy as this sandbox (egr_dns_clients). Only the
+ * socket's own packets count (a full TCP or UDP socket bound to the packet's
+ * source port: a raw socket forging that source is not one), one source per
+ * family per socket, at most EGR_DNS_CLIENTS_PER_SB per sandbox. This runs
+ * before the packet is queued to the listener, so the entry is there when
+ * the proxy reads it.
+ */
+static __always_inline void egr_note_dns_client(struct __sk_buff *skb, __u32 sandbox_id,
+						const struct egr_sandbox *sb,
+						const struct egr_l3 *l3)
+{
+	struct egr_dns_client_key key = {};
+	struct egr_dns_client_val val = {};
+	struct egr_dns_client_rec *rec;
+	struct bpf_sock *sk = skb->sk;
+	__u32 zero = 0, *n;
+	int v6 = l3->family == EGR_AF_INET6;
+
+	if (!l3->has_ports ||
+	    (l3->protocol != EGR_IPPROTO_UDP && l3->protocol != EGR_IPPROTO_TCP))
+		return;
+	if (v6 ? !egr_is_proxy6(sb, l3->daddr, l3->dport)
+	       : !egr_is_proxy4(sb, l3->daddr[0], l3->dport))
+		return;
+	if (!sk)
+		return;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk || !egr_connect_judged(sk) || sk->src_port != l3->sport)
+		return;
+	rec = bpf_sk_storage_get(&egr_dns_client_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!rec || rec->has[v6 ? 1 : 0])
+		return;
+	key.sandbox_id = sandbox_id;
+	key.port = l3->sport;
+	key.family = l3->family;
+	key.protocol = l3->protocol;
+	__builtin_memcpy(key.addr, l3->saddr, sizeof(key.addr));
+	n = bpf_map_lookup_elem(&egr_dns_clients_n, &sandbox_id);
+	if (!n) {
+		bpf_map_update_elem(&egr_dns_clients_n, &sandbox_id, &zero, BPF_NOEXIST);
+		n = bpf_map_lookup_elem(&egr_dns_clients_n, &sandbox_id);
+		if (!n)
+			return;
+	}
+	if (*n >= EGR_DNS_CLIENTS_PER_SB)
+		return;
+	val.cookie = bpf_get_socket_cookie(skb);
+	/* Taken already: a sibling of this sandbox on the same port
+	 * (SO_REUSEPORT) recorded it; entries never cross sandboxes. */
+	if (bpf_map_update_elem(&egr_dns_clients, &key, &val, BPF_NOEXIST))
+		return;
+	__sync_fetch_and_add(n, 1);
+	if (v6) {
+		rec->key[1] = key;
+		rec->has[1] = 1;
+	} else {
+		rec->key[0] = key;
+		rec->has[0] = 1;
+	}
+}
+
+static __always_inline void egr_forget_dns_client(struct bpf_sock *sk,
+						  const struct egr_dns_client_key *key,
+						  __u64 cookie)
+{
+	struct egr_dns_client_val *v = bpf_map_lookup_elem(&egr_dns_clients, key);
+	__u32 id = key->sandbox_id, *n;
+
+	if (!v || v->cookie != cookie || bpf_map_delete_elem(&egr_dns_clients, key))
+		return;
+	n = bpf_map_lookup_elem(&egr_dns_clients_n, &id);
+	if (n && *n)
+		__sync_fetch_and_add(n, -1);
+}
+
+/* A socket that asked the DNS proxy closes: its source may be anyone's
+ * next, so the proxy must stop taking it for this sandbox. */
+SEC("cgroup/sock_release")
+int egr_sock_release(struct bpf_sock *sk)
+{
+	struct egr_dns_client_rec *rec = bpf_sk_storage_get(&egr_dns_client_sk, sk, 0, 0);
+	__u64 cookie;
+
+	if (!rec)
+		return 1;
+	cookie = bpf_get_socket_cookie(sk);
+	if (rec->has[0])
+		egr_forget_dns_client(sk, &rec->key[0], cookie);
+	if (rec->has[1])
+		egr_forget_dns_client(sk, &rec->key[1], cookie);
+	return 1;
+}
+
 SEC("cgroup_skb/egress")
 int egr_skb_egress(struct __sk_buff *skb)
 {
@@ -871,6 +993,7 @@ int egr_skb_egress(struct __sk_buff *skb)
 		egr_report_skb(EGR_EV_BACKSTOP, sandbox_id, sb, &l3, 0);
 		return EGR_DENY;
 	}
+	egr_note_dns_client(skb, sandbox_id, sb, &l3);
 
 	now = bpf_ktime_get_boot_ns();
 	q = egr_charge_quota(&egr_quota_sb, sandbox_id, len, now);

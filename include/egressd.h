@@ -201,4 +201,37 @@ struct egr_event {
 	__u8 addr[16];        /* destination; IPv4 in the first 4 bytes */
 	char comm[16];
 };
+/*
+ * The DNS proxy's view of who asks (egr_dns_clients): a sandbox's socket
+ * that sent to its own proxy listener, keyed as the proxy sees the sender
+ * (recvfrom / getpeername) plus the listener's sandbox. cgroup_skb/egress
+ * writes the entry from the socket's own first packet to the proxy (the
+ * source port is bound by then), before that packet can reach the
+ * listener; cgroup/sock_release deletes it. A sender without an entry for
+ * the listener's sandbox is dropped and counted (docs/dns.md "Who asks").
+ */
+struct egr_dns_client_key {
+	__u32 sandbox_id;
+	__u16 port;     /* source port, host order */
+	__u8 family;    /* AF_INET / AF_INET6 */
+	__u8 protocol;  /* IPPROTO_UDP / IPPROTO_TCP */
+	__u8 addr[16];  /* source address; IPv4 in the first 4 bytes */
+};
+
+struct egr_dns_client_val {
+	__u64 cookie;   /* the recording socket (bpf_get_socket_cookie) */
+};
+
+/* Socket storage of a recorded client socket: what to delete at release. */
+struct egr_dns_client_rec {
+	struct egr_dns_client_key key[2]; /* [0] IPv4 packets, [1] IPv6 packets */
+	__u8 has[2];
+	__u8 pad[6];
+};
+
+/* Entries one sandbox may hold in egr_dns_clients (sockets talking to its
+ * proxy at once); past it a new socket's DNS is dropped, that sandbox's
+ * problem only. */
+#define EGR_DNS_CLIENTS_PER_SB 4096
+
 #endif /* EGRESSD_H */

@@ -7,6 +7,8 @@
 #
 # exec'd by run.py in its namespace (see "tests by area" there).
 
+import struct
+
 TN_FIGURES = {}  # name -> figure, printed with -v (docs/benchmarks.md has the bench's)
 
 
@@ -174,6 +176,7 @@ class TnBlackholeUpstream:
                     "--pid-file=" + os.path.join(c.work, "dnsmasq-tn.pid"),
                     "--local-ttl=%d" % DNS_LONG_TTL,
                     "--host-record=api.test,%s" % DNS_ZONE["api.test"],
+                    "--local=/nx.test/",    # NXDOMAIN for every name below it
                     "--server=/blackhole.test/127.0.0.1#%d" % self.hole.getsockname()[1]]
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -315,7 +318,9 @@ def tenant_dns_fairness(c):
         noisy_pol = tn_dns_policy(c, ["blackhole.test"], tenant="tn-noisy")
         with Sandbox(c, victim_pol, "tn-dns-victim") as victim:
             tn_victim_run(c, victim.cg, n=30)    # warm-up: caches, first-packet costs
-            alone = tn_victim_run(c, victim.cg)
+            # Three rounds of 300 each way; the median round's p99 is the
+            # figure (this 2-core VM is shared: one round's tail is noise).
+            alone = [tn_victim_run(c, victim.cg) for _ in range(3)]
             noisy = []
             try:
                 for i in range(4):
@@ -325,13 +330,15 @@ def tenant_dns_fairness(c):
                 procs = []
                 for sb in noisy:
                     p = subprocess.Popen([sys.executable, "-c", TN_FLOODER, "blackhole.test",
-                                          "3000", "6"], stdin=subprocess.DEVNULL,
+                                          "3000", "8"], stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                          text=True, preexec_fn=join_cgroup_fn(sb.cg))
                     CLEANUP.push("flooder", lambda p=p: p.poll() is None and p.kill())
                     procs.append(p)
                 time.sleep(1.5)   # the table fills: 4 x 256 in flight for 2 s each
-                flood = tn_victim_run(c, victim.cg)
+                flood = [tn_victim_run(c, victim.cg) for _ in range(3)]
+                for p in procs:
+                    check(p.poll() is None, "a flooder ended before the victim's rounds did")
                 for p in procs:
                     p.communicate(timeout=30)
                 vst = tn_proxy_stats(c, victim)
@@ -349,7 +356,13 @@ def tenant_dns_fairness(c):
                     sb.remove()
         return alone, flood, vst, nst, m, nid, vid
 
-    alone, flood, vst, nst, m, nid, vid = tn_with_upstream(c, up.port, [], body)
+    alone_runs, flood_runs, vst, nst, m, nid, vid = tn_with_upstream(c, up.port, [], body)
+
+    def median_round(runs):
+        return dict(sorted(runs, key=lambda r: r["p99"])[1],
+                    fail=sum(r["fail"] for r in runs),
+                    rcodes=" ".join(r["rcodes"] for r in runs))
+    alone, flood = median_round(alone_runs), median_round(flood_runs)
     want = 'egressd_dns_shed_total{sandbox="%d",tenant="tn-noisy",reason="rate"} %d' % (
         nid, nst[0]["shed_rate"])
     check(want in m, "/metrics lacks %r" % want)
@@ -365,10 +378,133 @@ def tenant_dns_fairness(c):
     for st in nst:
         check(st["shed_rate"] > 0 and st["shed_inflight"] + st["evicted"] > 0,
               "a neighbour was not shed (the flood proves nothing): %r" % st)
-    check(flood["fail"] == 0, "%d of the victim's 300 lookups failed during the flood "
+    check(flood["fail"] == 0, "%d of the victim's 900 lookups failed during the flood "
           "(%s)" % (flood["fail"], flood["rcodes"]))
     check(vst["shed_rate"] == 0 and vst["shed_inflight"] == 0 and vst["evicted"] == 0,
           "the victim was shed for its neighbours: %r" % vst)
     check(flood["p99"] <= 3 * alone["p99"],
           "the victim's p99 went from %.3f ms alone to %.3f ms under the flood (> 3x)" %
           (alone["p99"], flood["p99"]))
+
+
+# --- who asks the proxy ---------------------------------------------------------
+
+# Queries sent to HOST:PORT (a sandbox's listener on 127.0.0.1, or
+# 127.0.0.2:53 that the kernel redirects there) from a socket bound to
+# 127.0.0.1:SPORT (0: any). Prints "answered N timeout M rcodes R,...".
+TN_DIRECT = r"""
+import random, socket, struct, sys
+host, port = sys.argv[1].rsplit(":", 1)
+port, names, sport = int(port), sys.argv[2].split(","), int(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", sport))
+s.settimeout(float(sys.argv[4]))
+answered = timeout = 0
+rcodes = []
+for name in names:
+    qid = random.getrandbits(16)
+    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+    for label in name.split("."):
+        q += bytes([len(label)]) + label.encode()
+    s.sendto(q + b"\0" + struct.pack(">HH", 1, 1), (host, port))
+    try:
+        m = s.recv(4096)
+        answered += 1
+        rcodes.append(str(struct.unpack(">H", m[2:4])[0] & 15))
+    except socket.timeout:
+        timeout += 1
+print("answered %d timeout %d rcodes %s" % (answered, timeout, ",".join(rcodes) or "-"))
+"""
+
+
+def tn_direct(cg, port, names, sport=0, host="127.0.0.1", timeout=0.15):
+    """Answers get timeout s each: ours come in well under 1 ms."""
+    r = subprocess.run([sys.executable, "-c", TN_DIRECT, "%s:%d" % (host, port), ",".join(names),
+                        str(sport), str(timeout)],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120, preexec_fn=join_cgroup_fn(cg))
+    w = r.stdout.split()
+    check(len(w) >= 6 and w[0] == "answered",
+          "direct queries did not run: %r %r" % (r.stdout, r.stderr[-300:]))
+    return int(w[1]), int(w[3]), w[5]
+
+
+@test
+def tenant_dns_listener_identity(c):
+    need_dnsmasq(c)
+    up = TnBlackholeUpstream(c)
+    CLEANUP.push("black-hole dnsmasq", up.stop)
+
+    def body():
+        vpol = tn_dns_policy(c, ["api.test", "*.nx.test"], tenant="tn-victim")
+        with Sandbox(c, vpol, "tn-id-victim") as victim:
+            port = (c.find_sandbox(victim.cg).get("dns") or {}).get("port4")
+            check(port, "no DNS listener port for the victim in `list --json`")
+            # Sanity twins: the client reaches a resolver from outside (the
+            # upstream itself answers it), and the victim's own socket is
+            # served the same way through the redirect.
+            a, t, _ = tn_direct(None, up.port, ["api.test"])
+            check(a == 1, "the direct client gets no answer even from dnsmasq itself")
+            a, t, rc = tn_direct(victim.cg, 53, ["api.test"], host="127.0.0.2")
+            check(a == 1 and rc == "0", "the victim's own direct query was not served: "
+                  "answered %d rcodes %s" % (a, rc))
+            # Hostile, outside every sandbox: 40 NXDOMAIN-bound names (past
+            # the per-minute NXDOMAIN limit of 30) sent to the victim's listener.
+            nx = ["x%d-%s.nx.test" % (i, RAND) for i in range(40)]
+            before = tn_proxy_stats(c, victim)
+            a, t, _ = tn_direct(None, port, nx)
+            check(a == 0, "%d of 40 queries from outside every sandbox were answered on the "
+                  "victim's listener" % a)
+            # Hostile, another sandbox allowed to reach that port on loopback.
+            npol = c.policy(["udp/127.0.0.1:%d" % port, "tcp/127.0.0.1:%d" % port],
+                            tenant="tn-noisy")
+            with Sandbox(c, npol, "tn-id-noisy") as noisy:
+                a2, t2, _ = tn_direct(noisy.cg, port, nx[:20])
+                check(a2 == 0, "%d of 20 queries from a neighbour sandbox were answered on "
+                      "the victim's listener" % a2)
+                # TCP from outside: accepted by the kernel, closed unread.
+                s = socket.create_connection(("127.0.0.1", port), timeout=2)
+                try:
+                    q = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" \
+                        b"\x03api\x04test\x00\x00\x01\x00\x01"
+                    s.sendall(struct.pack(">H", len(q)) + q)
+                    try:
+                        got = s.recv(4096)
+                    except OSError:
+                        got = b""
+                finally:
+                    s.close()
+                check(got == b"", "a TCP query from outside was answered: %r" % got)
+                after = tn_proxy_stats(c, victim)
+            # A stale source: the victim's socket on a fixed port closes; an
+            # outsider binds that port and asks. Then the victim asks again
+            # from it (twin).
+            sport = free_udp_tcp_port("127.0.0.1")
+            a, _, rc = tn_direct(victim.cg, 53, ["api.test"], sport=sport, host="127.0.0.2")
+            check(a == 1 and rc == "0", "the victim's query from port %d: %d %s" %
+                  (sport, a, rc))
+            a, _, _ = tn_direct(None, port, ["api.test"], sport=sport)
+            check(a == 0, "an outsider reusing the victim's closed source port was served")
+            a, _, rc = tn_direct(victim.cg, 53, ["api.test"], sport=sport, host="127.0.0.2")
+            check(a == 1 and rc == "0", "the victim's query from port %d again: %d %s" %
+                  (sport, a, rc))
+            # The victim is unharmed: its lookups work, nothing of the
+            # strangers' was counted against it, only as foreign.
+            for _ in range(3):
+                dns_ok(c, victim, "api.test", want=DNS_ZONE["api.test"])
+            dns_ok(c, victim, "api.test", mode="tcp", want=DNS_ZONE["api.test"])
+            rc, _, _, line = dns_query("udp", "127.0.0.2", 53, "own-%s.nx.test" % RAND, "A",
+                                       cg=victim.cg)
+            check(rc == "NXDOMAIN", "the victim's own NXDOMAIN lookup: %r" % line)
+            final = tn_proxy_stats(c, victim)
+        return before, after, final
+
+    before, after, final = tn_with_upstream(c, up.port, [], body)
+    tn_record("dns foreign dropped on the victim's listener",
+              after["foreign_dropped"] - before["foreign_dropped"])
+    check(after["foreign_dropped"] - before["foreign_dropped"] >= 40 + 20 + 1,
+          "the strangers' queries were not counted as foreign: %r -> %r" % (before, after))
+    for k in ("exfil", "refused", "servfail", "malformed"):
+        check(final[k] == before[k], "the strangers' queries counted against the victim (%s: "
+              "%d -> %d)" % (k, before[k], final[k]))

@@ -197,6 +197,8 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	b->fd_quota_tenant = bpf_map__fd(b->skel->maps.egr_quota_tenant);
 	b->fd_events = bpf_map__fd(b->skel->maps.egr_events);
 	b->fd_dests = bpf_map__fd(b->skel->maps.egr_dests);
+	b->fd_dns_clients = bpf_map__fd(b->skel->maps.egr_dns_clients);
+	b->fd_dns_clients_n = bpf_map__fd(b->skel->maps.egr_dns_clients_n);
 	log_info("BPF programs loaded, maps %s under %s/maps", b->reused_maps ? "adopted" : "pinned",
 		 dir);
 	return 0;

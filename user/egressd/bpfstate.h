@@ -23,6 +23,7 @@ struct egr_bpf {
 	char dir[256];       /* --bpffs-dir */
 	int fd_storage, fd_sandboxes, fd_allow4, fd_allow6, fd_counters;
 	int fd_meter_sb, fd_meter_tenant, fd_quota_sb, fd_quota_tenant, fd_events, fd_dests;
+	int fd_dns_clients, fd_dns_clients_n; /* who may ask each DNS proxy (dns.md) */
 	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */
 };
 

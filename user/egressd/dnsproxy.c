@@ -32,6 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <bpf/bpf.h>
+
 #include "dnsproxy.h"
 #include "log.h"
 
@@ -977,6 +979,72 @@ static void handle_query(struct sb *sb, const struct client *cl, const uint8_t *
 	}
 }
 
+/* --- who asks ------------------------------------------------------------------- */
+
+/*
+ * Did the kernel see this sender, a socket of sb, send to sb's proxy
+ * (egr_dns_clients, written by cgroup_skb/egress before the packet reached
+ * the listener)? Anyone else who reaches the listener's port — a process
+ * outside every sandbox, another sandbox allowed to reach loopback — is
+ * not sb, whatever it sends. Any error: not sb (fail closed).
+ */
+static bool client_is_sb(struct sb *sb, const struct sockaddr_storage *from, int protocol)
+{
+	struct egr_dnsproxy *p = sb->p;
+	struct egr_dns_client_key key;
+	struct egr_dns_client_val val;
+
+	if (!p->cfg.verify_clients)
+		return true;
+	memset(&key, 0, sizeof(key));
+	key.sandbox_id = sb->id;
+	key.protocol = (uint8_t)protocol;
+	if (from->ss_family == AF_INET) {
+		const struct sockaddr_in *s4 = (const void *)from;
+
+		key.family = AF_INET;
+		key.port = ntohs(s4->sin_port);
+		memcpy(key.addr, &s4->sin_addr, 4);
+	} else if (from->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const void *)from;
+
+		key.family = AF_INET6;
+		key.port = ntohs(s6->sin6_port);
+		memcpy(key.addr, &s6->sin6_addr, 16);
+	} else {
+		return false;
+	}
+	if (bpf_map_lookup_elem(p->cfg.clients_fd, &key, &val) == 0)
+		return true;
+	sb->st.foreign++;
+	if (errno != ENOENT)
+		log_warn("dns: sandbox %u: egr_dns_clients lookup: %m; dropping", sb->id);
+	return false;
+}
+
+/* Forget every sender recorded for sandbox id (it is gone, or its id is
+ * new): a socket left from an earlier sandbox with this id must not ask as
+ * the next one. */
+static void purge_clients(struct egr_dnsproxy *p, uint32_t id)
+{
+	struct egr_dns_client_key key, next, *prev = NULL;
+	unsigned purged = 0;
+
+	if (!p->cfg.verify_clients)
+		return;
+	while (bpf_map_get_next_key(p->cfg.clients_fd, prev, &next) == 0) {
+		if (next.sandbox_id == id && bpf_map_delete_elem(p->cfg.clients_fd, &next) == 0) {
+			purged++;
+			continue; /* prev stays: the walk goes on from there */
+		}
+		key = next;
+		prev = &key;
+	}
+	bpf_map_delete_elem(p->cfg.clients_n_fd, &id);
+	if (purged)
+		log_debug("dns: sandbox %u: forgot %u client sockets", id, purged);
+}
+
 /* --- listeners ------------------------------------------------------------------ */
 
 static void on_udp_listener(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
@@ -994,6 +1062,10 @@ static void on_udp_listener(struct egr_loop *loop, int fd, uint32_t events, void
 		k = recvfrom(fd, p->buf, sizeof(p->buf), 0, (struct sockaddr *)&from, &cl.calen);
 		if (k < 0)
 			return;
+		/* Before anything is charged to the sandbox: a stranger's
+		 * queries take none of its tokens or exfiltration budget. */
+		if (!client_is_sb(l->sb, &from, IPPROTO_UDP))
+			continue;
 		handle_query(l->sb, &cl, p->buf, (size_t)k);
 	}
 }
@@ -1087,11 +1159,17 @@ static void on_tcp_listener(struct egr_loop *loop, int fd, uint32_t events, void
 	struct egr_dnsproxy *p = sb->p;
 
 	for (int i = 0; i < RX_BATCH; i++) {
+		struct sockaddr_storage peer;
+		socklen_t plen = sizeof(peer);
 		struct tconn *c;
-		int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int cfd = accept4(fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (cfd < 0)
 			return;
+		if (!client_is_sb(sb, &peer, IPPROTO_TCP)) {
+			close(cfd);
+			continue;
+		}
 		if (sb->nconns >= p->cfg.max_tcp_per_sb) {
 			log_warn("dns: sandbox %u: more than %u tcp connections, refusing one",
 				 sb->id, p->cfg.max_tcp_per_sb);
@@ -1459,6 +1537,10 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
 		sb->lis[i].family = i < 2 ? AF_INET : AF_INET6;
 		sb->lis[i].tcp = i & 1;
 	}
+	/* A new sandbox (adoption re-opens stored ports and keeps what the
+	 * kernel recorded): nothing of an earlier one with this id may ask. */
+	if (!want_port4 && !want_port6)
+		purge_clients(p, sandbox_id);
 	sb->tenant = strdup(tenant ? tenant : "");
 	err = sb->tenant ? egr_exfil_new(&p->cfg.exfil, &sb->exfil) : -ENOMEM;
 	if (err)
@@ -1562,6 +1644,7 @@ int egr_dnsproxy_remove_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id)
 			continue;
 		*psb = sb->next;
 		sb_free(sb);
+		purge_clients(p, sandbox_id);
 		log_info("dns: sandbox %u: listeners closed", sandbox_id);
 		return 0;
 	}

@@ -4,8 +4,10 @@
  * any address) to listeners that belong to that sandbox alone:
  * 127.0.0.1:port4 and [::1]:port6, UDP and TCP on the same port number,
  * opened in the host network namespace or inside the sandbox's own. The
- * listener a query arrives on is the sandbox's identity; nothing in the
- * packet is trusted.
+ * listener a query arrives on names the sandbox, and the kernel vouches for
+ * the sender: only a socket that cgroup_skb/egress saw send from that
+ * sandbox to its proxy (egr_dns_clients) is served; nothing in the packet
+ * is trusted.
  *
  * For each query: parse (malformed: dropped and counted), match the name
  * against the sandbox's compiled DNS policy, the qtype against its allowed
@@ -102,6 +104,13 @@ struct egr_dnsproxy_config {
 	 * past it is dropped unanswered, a TCP one gets SERVFAIL. */
 	uint32_t rate_qps;
 	uint32_t burst;
+	/* Who asks (docs/dns.md "Who asks"): with verify_clients, a query is
+	 * served only when egr_dns_clients (clients_fd) has its sender for the
+	 * listener's sandbox; anything else is dropped and counted `foreign`.
+	 * clients_n_fd: the per-sandbox entry counts, purged with the entries
+	 * when a sandbox goes. Off only for tests without BPF. */
+	bool verify_clients;
+	int clients_fd, clients_n_fd;
 	struct egr_exfil_limits exfil; /* all zero: egr_exfil_limits_default() */
 	egr_dnsproxy_learn_fn learn;  /* required */
 	egr_dnsproxy_event_fn event;  /* optional */

@@ -543,6 +543,11 @@ int main(int argc, char **argv)
 		o.dns.learn = on_dns_learn;
 		o.dns.event = on_dns_event;
 		o.dns.ctx = &dctx;
+		/* The proxy serves only sockets the kernel saw redirected from
+		 * the listener's own sandbox (docs/dns.md "Who asks"). */
+		o.dns.verify_clients = true;
+		o.dns.clients_fd = bpf.fd_dns_clients;
+		o.dns.clients_n_fd = bpf.fd_dns_clients_n;
 		err = egr_dnsproxy_new(loop, &o.dns, &dns);
 	}
 	if (!err)

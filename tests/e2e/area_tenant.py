@@ -508,3 +508,40 @@ def tenant_dns_listener_identity(c):
     for k in ("exfil", "refused", "servfail", "malformed"):
         check(final[k] == before[k], "the strangers' queries counted against the victim (%s: "
               "%d -> %d)" % (k, before[k], final[k]))
+
+
+# --- DNS events carry the addresses -------------------------------------------
+
+
+@test
+def tenant_dns_events_addresses(c):
+    need_dnsmasq(c)
+    a = srv(c, "dns-api", "api.test")
+    # The victim's name opens a port (its addresses are learned); the
+    # neighbour may only resolve it (nothing learned: the sanity twin of the
+    # learned flag).
+    with c.sandbox(["api.test:%d" % a.port], tenant="tn-victim") as victim, \
+            Sandbox(c, tn_dns_policy(c, ["api.test"], tenant="tn-noisy"), "tn-ev-noisy") as noisy:
+        vid, nid = sandbox_id(c, victim), sandbox_id(c, noisy)
+        dns_ok(c, victim, "api.test", want=DNS_ZONE["api.test"])
+        dns_ok(c, noisy, "api.test", want=DNS_ZONE["api.test"])
+
+        def dns_event(sid):
+            evs = [e for e in obs_events(c, "--sandbox", str(sid))
+                   if e.get("type") == "dns" and e.get("qname", "").rstrip(".") == "api.test"
+                   and e.get("verdict") == "allow"]
+            return evs[-1] if evs else None
+        wait_until(lambda: dns_event(vid) and dns_event(nid), 3)
+        ve, ne = dns_event(vid), dns_event(nid)
+    check(ve is not None and ne is not None, "no allowed dns event for api.test: %r %r" %
+          (ve, ne))
+    check(ve.get("sandbox") == vid and ne.get("sandbox") == nid,
+          "the events name the wrong sandboxes: %r %r" % (ve, ne))
+    want = DNS_ZONE["api.test"]
+    check(ve.get("answers") == 1 and ve.get("addresses") and
+          ve["addresses"][0].get("addr") == want and ve["addresses"][0].get("learned") is True,
+          "the victim's dns event does not list %s as learned: %r" % (want, ve))
+    check(isinstance(ve["addresses"][0].get("ttl"), int), "no ttl: %r" % ve)
+    check(ne.get("addresses") and ne["addresses"][0].get("addr") == want and
+          ne["addresses"][0].get("learned") is False,
+          "the neighbour's resolve-only answer is not listed as not learned: %r" % ne)

@@ -120,6 +120,7 @@ struct pending {
 struct egr_dnsproxy {
 	struct egr_loop *loop;
 	uint64_t answer_latency_ns; /* of the answer being reported, for emit() */
+	uint32_t answer_learned;    /* and which of its listed addresses were learned */
 	struct egr_dnsproxy_config cfg;
 	int up4, up6;
 	int timer_fd;
@@ -343,6 +344,7 @@ static void emit(struct sb *sb, const char *qname, uint16_t qtype, int transport
 		.rcode = rcode,
 		.naddrs = n,
 		.latency_ns = p->answer_latency_ns,
+		.learned_mask = p->answer_learned,
 	};
 
 	ev.naddrs_listed = n < EGR_DNSPROXY_EVENT_ADDRS ? n : EGR_DNSPROXY_EVENT_ADDRS;
@@ -589,10 +591,15 @@ static void pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt,
 	reply(sb, &cl, pkt, len);
 	sb->st.allowed++;
 	p->answer_latency_ns = mono_ns() - q->received_ns;
+	/* learn() took all n or the query failed above; nothing is learned
+	 * for a name that opens no ports. */
+	p->answer_learned = q->ports.nranges && n ? (uint32_t)((1ull << (n < EGR_DNSPROXY_EVENT_ADDRS
+								       ? n : EGR_DNSPROXY_EVENT_ADDRS)) - 1) : 0;
 	emit(sb, q->qname, q->qtype, q->transport, EGR_DNS_V_ALLOWED,
 	     r->tc ? "truncated" : (q->ports.nranges ? "learned" : "resolvable only"), 0,
 	     r->rcode, addrs, n);
 	p->answer_latency_ns = 0;
+	p->answer_learned = 0;
 	pend_free(p, q);
 	if (conn)
 		conn_settle(conn);

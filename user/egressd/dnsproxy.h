@@ -80,6 +80,9 @@ struct egr_dns_event {
 	uint64_t latency_ns;    /* forwarded answers: query in to answer out; else 0 */
 	size_t naddrs_listed;   /* how many are in addrs[] */
 	struct egr_dns_addr addrs[EGR_DNSPROXY_EVENT_ADDRS];
+	/* addrs[i] went into the sandbox's allowlist (bit i). An answer that
+	 * opens nothing, fails, or had an address withheld has it clear. */
+	uint32_t learned_mask;
 };
 
 /* 0 or -errno; -ENOSPC means a cap was hit / the map is full. */

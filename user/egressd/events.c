@@ -504,6 +504,24 @@ void egr_events_emit(struct egr_events *ev, json_t *obj)
 	json_decref(o);
 }
 
+/* The answer's first addresses, each with its TTL and whether it went into
+ * the sandbox's allowlist. */
+static json_t *dns_addresses(const struct egr_dns_event *d)
+{
+	json_t *arr = json_array();
+
+	for (size_t i = 0; arr && i < d->naddrs_listed && i < EGR_DNSPROXY_EVENT_ADDRS; i++) {
+		char text[INET6_ADDRSTRLEN];
+
+		if (!inet_ntop(d->addrs[i].family, d->addrs[i].addr, text, sizeof(text)))
+			continue;
+		json_array_append_new(arr, json_pack("{s:s, s:I, s:b}", "addr", text, "ttl",
+						     (json_int_t)d->addrs[i].ttl, "learned",
+						     (d->learned_mask >> i) & 1));
+	}
+	return arr ? arr : json_null();
+}
+
 void egr_events_dns(struct egr_events *ev, const struct egr_dns_event *d)
 {
 	static const char *const verdicts[] = {
@@ -525,6 +543,8 @@ void egr_events_dns(struct egr_events *ev, const struct egr_dns_event *d)
 		      (json_int_t)d->naddrs);
 	if (o && d->tenant)
 		json_object_set_new(o, "tenant", json_string(d->tenant));
+	if (o)
+		json_object_set_new(o, "addresses", dns_addresses(d));
 	egr_events_emit(ev, o);
 	json_decref(o);
 }

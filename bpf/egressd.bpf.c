@@ -108,13 +108,25 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_quota_tenant SEC(".maps");
 
+/* Not an LRU: one sandbox spraying destinations must not evict another's.
+ * Each holds at most EGR_DESTS_PER_SB (egr_dests_n); 256 sandboxes at their
+ * cap fill it, and then a new destination of anyone is counted dropped. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1 << 16);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 20);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct egr_dest_key);
 	__type(value, struct egr_dest_val);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egr_dests SEC(".maps");
+} egr_sb_dests SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EGR_MAX_SANDBOXES);
+	__type(key, __u32);
+	__type(value, struct egr_dests_count);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_dests_n SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -858,14 +870,32 @@ static __always_inline void egr_note_dest(__u32 sandbox_id, const struct egr_l3 
 		.protocol = l3->protocol,
 	};
 	struct egr_dest_val *v, init = { .first_ns = now };
+	struct egr_dests_count *cnt, zero = {};
+	long err;
 
 	__builtin_memcpy(key.addr, l3->daddr, sizeof(key.addr));
-	v = bpf_map_lookup_elem(&egr_dests, &key);
+	v = bpf_map_lookup_elem(&egr_sb_dests, &key);
 	if (!v) {
-		bpf_map_update_elem(&egr_dests, &key, &init, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&egr_dests, &key);
-		if (!v)
+		cnt = bpf_map_lookup_elem(&egr_dests_n, &sandbox_id);
+		if (!cnt) {
+			bpf_map_update_elem(&egr_dests_n, &sandbox_id, &zero, BPF_NOEXIST);
+			cnt = bpf_map_lookup_elem(&egr_dests_n, &sandbox_id);
+			if (!cnt)
+				return; /* no room to count: egressd sees no count entry */
+		}
+		/* Racing CPUs may each pass the cap check once: a few over. */
+		if (cnt->entries >= EGR_DESTS_PER_SB) {
+			__sync_fetch_and_add(&cnt->dropped, 1);
 			return;
+		}
+		err = bpf_map_update_elem(&egr_sb_dests, &key, &init, BPF_NOEXIST);
+		if (err == 0)
+			__sync_fetch_and_add(&cnt->entries, 1);
+		v = bpf_map_lookup_elem(&egr_sb_dests, &key);
+		if (!v) {
+			__sync_fetch_and_add(&cnt->dropped, 1);
+			return;
+		}
 	}
 	__sync_fetch_and_add(&v->bytes_out, len);
 	__sync_fetch_and_add(&v->pkts_out, 1);

@@ -149,9 +149,10 @@ enum egr_counter {
 	EGR_CNT_MAX,
 };
 
-/* Destinations a sandbox actually sent to (egr_dests, an LRU hash: under
- * pressure the least recently used destinations are forgotten, which the
- * audit record says). Keyed by the packet's real L3 destination. */
+/* Destinations a sandbox actually sent to (egr_sb_dests, a hash: at most
+ * EGR_DESTS_PER_SB per sandbox, so no sandbox can push out another's; what
+ * did not fit is counted in egr_dests_n and the audit record says so).
+ * Keyed by the packet's real L3 destination. */
 struct egr_dest_key {
 	__u32 sandbox_id;
 	__u16 port;     /* host order; 0 without ports */
@@ -233,5 +234,14 @@ struct egr_dns_client_rec {
  * proxy at once); past it a new socket's DNS is dropped, that sandbox's
  * problem only. */
 #define EGR_DNS_CLIENTS_PER_SB 4096
+
+/* Value of egr_dests_n, per sandbox: its entries in egr_sb_dests and the
+ * destinations that found no room (its cap, or the map full). */
+struct egr_dests_count {
+	__u64 entries;
+	__u64 dropped;
+};
+
+#define EGR_DESTS_PER_SB 4096
 
 #endif /* EGRESSD_H */

@@ -545,3 +545,63 @@ def tenant_dns_events_addresses(c):
     check(ne.get("addresses") and ne["addresses"][0].get("addr") == want and
           ne["addresses"][0].get("learned") is False,
           "the neighbour's resolve-only answer is not listed as not learned: %r" % ne)
+
+
+# --- audit destinations are accounted per sandbox ------------------------------
+
+TN_SPRAY = r"""
+import socket, sys
+addr, first, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sent = 0
+for port in range(first, first + n):
+    try:
+        s.sendto(b"x", (addr, port))
+        sent += 1
+    except OSError:
+        pass
+print("sent %d" % sent)
+"""
+
+
+def tn_execution_record(c, sid):
+    recs = [r for r in obs_audit(c) if r.get("type") == "execution" and r.get("sandbox") == sid]
+    if not recs:
+        recs = [r for r in obs_audit(c) if r.get("type") == "execution" and
+                r.get("sandbox_id") == sid]
+    return recs[-1] if recs else None
+
+
+@test
+def tenant_audit_destinations(c):
+    t = c.tcp("tn-audit")
+    victim = c.sandbox(["127.0.0.1:%d" % t.port], name="tn-audit-victim", tenant="tn-victim")
+    noisy = c.sandbox(["udp/127.0.0.98/32:*"], name="tn-audit-noisy", tenant="tn-noisy")
+    with victim, noisy:
+        vid, nid = sandbox_id(c, victim), sandbox_id(c, noisy)
+        victim.allowed("tcp", "127.0.0.1", t.port)
+        # The neighbour sprays more distinct destinations than its cap
+        # (4096) and than the victim's one could ever compete with.
+        r = subprocess.run([sys.executable, "-c", TN_SPRAY, "127.0.0.98", "20000", "5000"],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=60,
+                           preexec_fn=join_cgroup_fn(noisy.cg))
+        check(r.stdout.strip() == "sent 5000", "the neighbour's spray: %r %r" %
+              (r.stdout, r.stderr[-300:]))
+        victim.allowed("tcp", "127.0.0.1", t.port)   # after the spray, too
+    wait_until(lambda: tn_execution_record(c, vid) and tn_execution_record(c, nid), 5)
+    v, n = tn_execution_record(c, vid), tn_execution_record(c, nid)
+    check(v is not None and n is not None, "no execution records for %d and %d" % (vid, nid))
+    dest = "127.0.0.1:%d" % t.port
+    check(any(d.get("dest") == dest for d in v.get("egress") or []),
+          "the victim's destination %s is not in its record: %r" % (dest, v.get("egress")))
+    check(v.get("egress_complete") is True and v.get("egress_dropped") == 0,
+          "the victim's record is marked incomplete for its neighbour's spray: complete %r, "
+          "dropped %r" % (v.get("egress_complete"), v.get("egress_dropped")))
+    # Sanity twin: the spray really overflowed, and the record says so.
+    tn_record("audit neighbour destinations listed/dropped",
+              "%d/%s" % (len(n.get("egress") or []), n.get("egress_dropped")))
+    check(n.get("egress_complete") is False and (n.get("egress_dropped") or 0) >= 5000 - 4096,
+          "the neighbour's record does not say it lost destinations: complete %r, dropped %r, "
+          "listed %d" % (n.get("egress_complete"), n.get("egress_dropped"),
+                         len(n.get("egress") or [])))

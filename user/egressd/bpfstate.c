@@ -196,7 +196,8 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	b->fd_quota_sb = bpf_map__fd(b->skel->maps.egr_quota_sb);
 	b->fd_quota_tenant = bpf_map__fd(b->skel->maps.egr_quota_tenant);
 	b->fd_events = bpf_map__fd(b->skel->maps.egr_events);
-	b->fd_dests = bpf_map__fd(b->skel->maps.egr_dests);
+	b->fd_dests = bpf_map__fd(b->skel->maps.egr_sb_dests);
+	b->fd_dests_n = bpf_map__fd(b->skel->maps.egr_dests_n);
 	b->fd_dns_clients = bpf_map__fd(b->skel->maps.egr_dns_clients);
 	b->fd_dns_clients_n = bpf_map__fd(b->skel->maps.egr_dns_clients_n);
 	log_info("BPF programs loaded, maps %s under %s/maps", b->reused_maps ? "adopted" : "pinned",
@@ -629,7 +630,20 @@ int egr_bpf_sandbox_dests(struct egr_bpf *b, uint32_t sandbox_id, bool remove,
 	for (size_t i = 0; i < ndel; i++)
 		bpf_map_delete_elem(b->fd_dests, &dels[i]);
 	free(dels);
+	if (remove && !err)
+		bpf_map_delete_elem(b->fd_dests_n, &sandbox_id);
 	return err;
+}
+
+int egr_bpf_sandbox_dests_dropped(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *dropped)
+{
+	struct egr_dests_count c;
+
+	*dropped = 0;
+	if (bpf_map_lookup_elem(b->fd_dests_n, &sandbox_id, &c) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	*dropped = c.dropped;
+	return 0;
 }
 
 int egr_bpf_forget_sandbox_stats(struct egr_bpf *b, uint32_t sandbox_id)

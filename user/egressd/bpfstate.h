@@ -24,6 +24,7 @@ struct egr_bpf {
 	int fd_storage, fd_sandboxes, fd_allow4, fd_allow6, fd_counters;
 	int fd_meter_sb, fd_meter_tenant, fd_quota_sb, fd_quota_tenant, fd_events, fd_dests;
 	int fd_dns_clients, fd_dns_clients_n; /* who may ask each DNS proxy (dns.md) */
+	int fd_dests_n; /* per-sandbox entries and drops of fd_dests */
 	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */
 };
 
@@ -91,6 +92,9 @@ struct egr_dest {
  * remove, forget them all. 0 or -errno. */
 int egr_bpf_sandbox_dests(struct egr_bpf *b, uint32_t sandbox_id, bool remove,
 			  struct egr_dest *out, size_t max, size_t *n);
+/* Destinations of the sandbox that found no room in the map (its cap of
+ * EGR_DESTS_PER_SB, or the map full). 0 or -errno. */
+int egr_bpf_sandbox_dests_dropped(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *dropped);
 
 /* Drop a detached sandbox's meter, quota and destination state. */
 int egr_bpf_forget_sandbox_stats(struct egr_bpf *b, uint32_t sandbox_id);

@@ -31,6 +31,10 @@
 /* Sampled allow events: at most this many per second and CPU (burst the
  * same). Set by egressd between open and load. */
 const volatile __u64 egr_allow_events_per_s = 20;
+/* Deny events per second and sandbox (burst: egr_deny_events_burst); past
+ * it a sandbox's denies are counted, not reported one by one. */
+const volatile __u64 egr_deny_events_per_s = 100;
+const volatile __u64 egr_deny_events_burst = 200;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_CGROUP_STORAGE);
@@ -175,6 +179,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_dns_client_sk SEC(".maps");
 
+/* Per-sandbox deny-event budgets and losses (include/egressd.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EGR_MAX_SANDBOXES);
+	__type(key, __u32);
+	__type(value, struct egr_deny_budget);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_deny_budget SEC(".maps");
+
 #define EGR_LOOPBACK4 0x7f000001 /* host order */
 
 static __always_inline void egr_count(enum egr_counter c)
@@ -262,13 +275,83 @@ static __always_inline void egr_meter_pkt(__u32 sandbox_id, __u32 tenant_id, int
 }
 
 /* One event into the ring buffer; a full ring is counted, never silent. */
+static __always_inline struct egr_deny_budget *egr_budget_of(__u32 sandbox_id, __u64 now)
+{
+	struct egr_deny_budget *b, init = {};
+
+	if (sandbox_id == EGR_ID_NONE)
+		return NULL;
+	b = bpf_map_lookup_elem(&egr_deny_budget, &sandbox_id);
+	if (b)
+		return b;
+	init.last_ns = now;
+	init.tokens = (__s64)egr_deny_events_burst;
+	bpf_map_update_elem(&egr_deny_budget, &sandbox_id, &init, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&egr_deny_budget, &sandbox_id);
+}
+
+/*
+ * May this sandbox report one more deny? Its bucket refills at
+ * egr_deny_events_per_s up to the burst (the refill is not atomic: racing
+ * CPUs may lose a token, never create one); the take is atomic. Past it,
+ * the deny is counted as suppressed and its destination noted, for the
+ * aggregated event egressd emits. No budget entry (map full): report.
+ */
+static __always_inline int egr_deny_budget_take(__u32 sandbox_id, __u32 family, __u32 protocol,
+						__u16 port, const __u32 addr[4])
+{
+	__u64 now = bpf_ktime_get_boot_ns(), step;
+	struct egr_deny_budget *b = egr_budget_of(sandbox_id, now);
+	struct egr_deny_top *t;
+	__u32 slot, have[4];
+	__s64 old;
+
+	if (!b || !egr_deny_events_per_s)
+		return 1; /* no entry (map full), or no budget configured: report */
+	step = 1000000000ull / egr_deny_events_per_s;
+	if (now > b->last_ns && now - b->last_ns >= step) {
+		__s64 add = (__s64)((now - b->last_ns) / step), tok = b->tokens;
+
+		b->tokens = tok + add > (__s64)egr_deny_events_burst ?
+				    (__s64)egr_deny_events_burst : tok + add;
+		b->last_ns = now;
+	}
+	old = __sync_fetch_and_add(&b->tokens, -1);
+	if (old > 0)
+		return 1;
+	__sync_fetch_and_add(&b->tokens, 1);
+	__sync_fetch_and_add(&b->suppressed, 1);
+	if (!addr)
+		return 0;
+	slot = (addr[0] ^ addr[3] ^ port) & (EGR_DENY_TOP - 1);
+	t = &b->top[slot];
+	__builtin_memcpy(have, t->addr, sizeof(have));
+	if (t->port == port && t->family == family && t->protocol == protocol &&
+	    have[0] == addr[0] && have[1] == addr[1] && have[2] == addr[2] && have[3] == addr[3]) {
+		__sync_fetch_and_add(&t->count, 1);
+		return 0;
+	}
+	/* Replace the slot (racy between CPUs: "top" is approximate). */
+	__builtin_memcpy(t->addr, addr, 16);
+	t->port = port;
+	t->family = (__u8)family;
+	t->protocol = (__u8)protocol;
+	t->count = 1;
+	return 0;
+}
+
 static __always_inline struct egr_event *egr_event_new(__u32 type, __u32 sandbox_id,
 						       const struct egr_sandbox *sb, int task)
 {
 	struct egr_event *e = bpf_ringbuf_reserve(&egr_events, sizeof(*e), 0);
 
 	if (!e) {
+		struct egr_deny_budget *b = egr_budget_of(sandbox_id, bpf_ktime_get_boot_ns());
+
 		egr_count(EGR_CNT_EVENTS_LOST);
+		/* Whose event it was: attributed in the stream and the audit. */
+		if (b)
+			__sync_fetch_and_add(&b->lost, 1);
 		return NULL;
 	}
 	__builtin_memset(e, 0, sizeof(*e));
@@ -457,7 +540,9 @@ static __always_inline int egr_sock_addr(struct bpf_sock_addr *ctx, int v6, enum
 							   : METER_FIELD(dgram_denied), 1);
 	}
 
-	if (egr_should_report(verdict)) {
+	if (verdict == EGR_ALLOW ? egr_should_report(verdict)
+				 : egr_deny_budget_take(sandbox_id, v6 ? EGR_AF_INET6 : EGR_AF_INET,
+							ctx->protocol, port, daddr)) {
 		e = egr_event_new(hook == EGR_HOOK_CONNECT ? EGR_EV_CONNECT : EGR_EV_SENDMSG,
 				  sandbox_id, sb, 1);
 		if (e) {
@@ -583,6 +668,8 @@ static __always_inline void egr_report_refusal(__u32 type, __u32 sandbox_id,
 
 	if (sb)
 		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(sock_denied), 1);
+	if (!egr_deny_budget_take(sandbox_id, family, protocol, 0, NULL))
+		return;
 	e = egr_event_new(type, sandbox_id, sb, 1);
 	if (!e)
 		return;
@@ -847,8 +934,12 @@ static __always_inline void egr_report_skb(__u32 type, __u32 sandbox_id,
 					   const struct egr_sandbox *sb, const struct egr_l3 *l3,
 					   int inbound)
 {
-	struct egr_event *e = egr_event_new(type, sandbox_id, sb, 0);
+	struct egr_event *e;
 
+	if (!egr_deny_budget_take(sandbox_id, l3->family, l3->protocol,
+				  inbound ? l3->sport : l3->dport, inbound ? l3->saddr : l3->daddr))
+		return;
+	e = egr_event_new(type, sandbox_id, sb, 0);
 	if (!e)
 		return;
 	e->verdict = EGR_DENY;

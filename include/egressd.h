@@ -244,4 +244,31 @@ struct egr_dests_count {
 
 #define EGR_DESTS_PER_SB 4096
 
+/* A destination of suppressed denies (egr_deny_budget.top): direct-mapped,
+ * a collision replaces the slot, so "top" is approximate. */
+struct egr_deny_top {
+	__u64 count;
+	__u8 addr[16];  /* IPv4 in the first 4 bytes */
+	__u16 port;     /* host order */
+	__u8 family;
+	__u8 protocol;
+	__u32 pad;
+};
+
+#define EGR_DENY_TOP 4
+
+/*
+ * Value of egr_deny_budget, per sandbox: a token bucket for its deny events
+ * (shared by all CPUs), and what did not get through: denies past the
+ * budget (suppressed, reported by egressd as one aggregated event per
+ * sandbox and interval) and events of any kind the ring had no room for.
+ */
+struct egr_deny_budget {
+	__u64 last_ns;
+	__s64 tokens;
+	__u64 suppressed;
+	__u64 lost;
+	struct egr_deny_top top[EGR_DENY_TOP];
+};
+
 #endif /* EGRESSD_H */

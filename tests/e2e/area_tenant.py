@@ -605,3 +605,156 @@ def tenant_audit_destinations(c):
           "the neighbour's record does not say it lost destinations: complete %r, dropped %r, "
           "listed %d" % (n.get("egress_complete"), n.get("egress_dropped"),
                          len(n.get("egress") or [])))
+
+
+# --- the event stream -----------------------------------------------------------
+
+
+class TnFollower:
+    """`egressctl events --follow --json` from outside every sandbox, its
+    lines collected by a thread. read=False: it does not read until
+    start_reading() (a subscriber that falls behind)."""
+
+    def __init__(self, c, read=True):
+        self.lines = []
+        self.proc = subprocess.Popen([c.egressctl, "--socket", c.sock, "events", "--follow",
+                                      "--json"], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        CLEANUP.push("follower", self.stop)
+        self.go = threading.Event()
+        if read:
+            self.go.set()
+        self.th = threading.Thread(target=self._read, daemon=True)
+        self.th.start()
+
+    def _read(self):
+        self.go.wait(120)
+        for line in self.proc.stdout:
+            try:
+                self.lines.append(json.loads(line))
+            except ValueError:
+                self.lines.append({"unparsed": line})
+
+    def start_reading(self):
+        self.go.set()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.go.set()
+        self.th.join(5)
+
+    def of(self, sid, type_=None):
+        return [e for e in self.lines if e.get("sandbox") == sid and
+                (type_ is None or e.get("type") == type_)]
+
+
+def tn_flood_accounting(f, sid, kind="connect"):
+    """(denies delivered one by one, suppressed in aggregate, lost) of sid."""
+    delivered = len([e for e in f.of(sid, kind) if e.get("verdict") == "deny"])
+    suppressed = sum(e.get("suppressed", 0) for e in f.of(sid, "denies_suppressed"))
+    lost = sum(e.get("lost", 0) for e in f.of(sid, "lost_events"))
+    return delivered, suppressed, lost
+
+
+@test
+def tenant_events_deny_flood(c):
+    b = c.tcp("b")
+    flood_n, victim_n = 50000, 100
+    with c.sandbox(["127.0.0.1:1"], name="tn-ev-victim", tenant="tn-victim") as victim, \
+            c.sandbox(["127.0.0.1:1"], name="tn-ev-noisy", tenant="tn-noisy") as noisy:
+        vid, nid = sandbox_id(c, victim), sandbox_id(c, noisy)
+        f = TnFollower(c)
+        time.sleep(0.3)
+        flood = subprocess.Popen([c.netprobe, "connect-loop", "127.0.0.1", str(b.port),
+                                  str(flood_n)], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=join_cgroup_fn(noisy.cg))
+        CLEANUP.push("deny flood", lambda: flood.poll() is None and flood.kill())
+        time.sleep(0.05)
+        r = c.probe(victim.cg, "connect-loop", "127.0.0.1", b.port, victim_n)
+        check(r.line == "ok 0 %d" % victim_n, "the victim's denies: %s" % r)
+        out, _ = flood.communicate(timeout=120)
+        check(out.strip() == "ok 0 %d" % flood_n, "the neighbour's flood: %r" % out)
+
+        def settled():
+            d, s, l = tn_flood_accounting(f, nid)
+            return d + s + l == flood_n and sum(tn_flood_accounting(f, vid)) == victim_n
+        ok = wait_until(settled, 10, 0.2)
+        vd, vs, vl = tn_flood_accounting(f, vid)
+        nd, ns, nl = tn_flood_accounting(f, nid)
+        code, _, m = scrape(c)
+    f.stop()
+    tn_record("events victim delivered/suppressed/lost", "%d/%d/%d" % (vd, vs, vl))
+    tn_record("events neighbour delivered/suppressed/lost", "%d/%d/%d" % (nd, ns, nl))
+    check(not [e for e in f.lines if e.get("type") == "subscriber_dropped"],
+          "the follower was cut off during the flood")
+    check(ok, "not every deny is accounted for: victim %d+%d+%d of %d, neighbour %d+%d+%d of "
+          "%d" % (vd, vs, vl, victim_n, nd, ns, nl, flood_n))
+    # The victim's denies: every one delivered, or counted as its own loss.
+    check(vd + vl == victim_n and vs == 0,
+          "the victim's %d denies: %d delivered, %d lost, %d suppressed" %
+          (victim_n, vd, vl, vs))
+    # Sanity twin: the neighbour's flood really was past its budget, and
+    # the aggregate names where it went.
+    check(ns > 0, "nothing of the neighbour's flood was suppressed (the test proves nothing)")
+    tops = [t for e in f.of(nid, "denies_suppressed") for t in e.get("top", [])]
+    check(any(t.get("dst") == "127.0.0.1" and t.get("port") == b.port for t in tops),
+          "the aggregated events do not name the flood's destination: %r" % tops[:4])
+    check(code == 200 and ('egressd_events_suppressed_total{sandbox="%d"} %d' % (nid, ns)) in m,
+          "/metrics does not attribute %d suppressed events to sandbox %d" % (ns, nid))
+    recs = {r.get("sandbox"): r for r in obs_audit(c) if r.get("type") == "execution"}
+    check(recs.get(nid, {}).get("events", {}).get("suppressed") == ns and
+          recs.get(vid, {}).get("events", {}).get("suppressed") == 0,
+          "the execution records do not attribute suppressed events: %r %r" %
+          (recs.get(nid, {}).get("events"), recs.get(vid, {}).get("events")))
+
+
+@test
+def tenant_events_slow_follower(c):
+    # Without the budget (so that the ring carries enough to fall 4 MiB
+    # behind), a follower that does not read is not cut off: it is told
+    # what it missed, per sandbox, and goes on.
+    b = c.tcp("b")
+    n = 60000
+    saved = c.daemon.extra_args
+    c.daemon.extra_args = list(saved) + ["--events-deny-rate", "0"]
+    c.daemon.stop()
+    c.daemon.start()
+    try:
+        with c.sandbox(["127.0.0.1:1"], name="tn-slow", tenant="tn-noisy") as sb:
+            sid = sandbox_id(c, sb)
+            slow = TnFollower(c, read=False)
+            quick = TnFollower(c)
+            time.sleep(0.3)
+            r = c.probe(sb.cg, "connect-loop", "127.0.0.1", b.port, n, timeout=60)
+            check(r.line == "ok 0 %d" % n, "connect-loop: %s" % r)
+            wait_until(lambda: sum(tn_flood_accounting(quick, sid)) >= n, 15, 0.2)
+            slow.start_reading()
+            time.sleep(1.5)
+            sb.denied("tcp", "127.0.0.1", b.port)   # after it caught up
+            wait_until(lambda: len(slow.of(sid, "connect")) and
+                       slow.of(sid, "connect")[-1] is not None and
+                       any(e.get("type") == "events_skipped" for e in slow.lines) and
+                       len(quick.of(sid, "connect")) > len(slow.of(sid, "connect")), 10, 0.2)
+            time.sleep(0.5)
+            slow.stop()
+            quick.stop()
+    finally:
+        c.daemon.extra_args = saved
+        c.daemon.stop()
+        c.daemon.start()
+    dropped = [e for e in slow.lines if e.get("type") == "subscriber_dropped"]
+    skipped = [e for e in slow.lines if e.get("type") == "events_skipped"]
+    check(not dropped, "the slow follower was cut off: %r" % dropped)
+    check(skipped, "the slow follower was not told what it missed")
+    missed = sum(e.get("by_sandbox", {}).get(str(sid), 0) for e in skipped)
+    got = len([e for e in slow.of(sid, "connect")])
+    tn_record("events slow follower got/missed", "%d/%d" % (got, missed))
+    check(missed > 0 and got + missed == len(quick.of(sid, "connect")),
+          "the slow follower got %d and was told of %d missed, of the %d the quick one got" %
+          (got, missed, len(quick.of(sid, "connect"))))
+    # It goes on: the deny made after it caught up reached it.
+    check(slow.lines.index(skipped[0]) < len(slow.lines) - 1,
+          "nothing reached the slow follower after its events_skipped line")

@@ -326,6 +326,16 @@ static void h_detaching(void *ctx, const struct egr_sb *sb)
 			json_object_set_new(rec, "egress", egress ? egress : json_null());
 			json_object_set_new(rec, "egress_complete", json_boolean(complete));
 			json_object_set_new(rec, "egress_dropped", json_integer((json_int_t)dropped));
+			{
+				uint64_t sup = 0, lost = 0;
+
+				/* Its kernel events held back or lost (docs/events.md). */
+				egr_events_sandbox_figures(al->events, sb->id, &sup, &lost);
+				json_object_set_new(rec, "events",
+						    json_pack("{s:I, s:I}", "suppressed",
+							      (json_int_t)sup, "lost",
+							      (json_int_t)lost));
+			}
 			json_object_set_new(
 				rec, "traffic",
 				json_pack("{s:I, s:I, s:I, s:I}", "bytes_out",

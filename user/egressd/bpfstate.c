@@ -25,6 +25,8 @@
 
 #define BPFFS_ROOT "/sys/fs/bpf"
 
+uint64_t egr_bpf_deny_rate = 100, egr_bpf_deny_burst = 200;
+
 const char *const egr_counter_names[EGR_CNT_MAX] = {
 	[EGR_CNT_CONNECT_ALLOW] = "connect_allowed",
 	[EGR_CNT_CONNECT_DENY] = "connect_denied",
@@ -176,6 +178,9 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 		log_error("open BPF object: %s", strerror(-err));
 		return err;
 	}
+	/* Per-sandbox deny-event budget (docs/events.md); 0 turns it off. */
+	b->skel->rodata->egr_deny_events_per_s = egr_bpf_deny_rate;
+	b->skel->rodata->egr_deny_events_burst = egr_bpf_deny_burst;
 	/* The every-family layer exists only where the host can load it. */
 	bpf_program__set_autoload(b->skel->progs.egr_lsm_socket_create, feat->lsm_cgroup);
 	err = egressd_bpf__load(b->skel);
@@ -198,6 +203,7 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	b->fd_events = bpf_map__fd(b->skel->maps.egr_events);
 	b->fd_dests = bpf_map__fd(b->skel->maps.egr_sb_dests);
 	b->fd_dests_n = bpf_map__fd(b->skel->maps.egr_dests_n);
+	b->fd_deny_budget = bpf_map__fd(b->skel->maps.egr_deny_budget);
 	b->fd_dns_clients = bpf_map__fd(b->skel->maps.egr_dns_clients);
 	b->fd_dns_clients_n = bpf_map__fd(b->skel->maps.egr_dns_clients_n);
 	log_info("BPF programs loaded, maps %s under %s/maps", b->reused_maps ? "adopted" : "pinned",
@@ -651,6 +657,7 @@ int egr_bpf_forget_sandbox_stats(struct egr_bpf *b, uint32_t sandbox_id)
 	size_t n;
 
 	egr_bpf_sandbox_dests(b, sandbox_id, true, NULL, 0, &n);
+	bpf_map_delete_elem(b->fd_deny_budget, &sandbox_id);
 	if (bpf_map_delete_elem(b->fd_meter_sb, &sandbox_id) < 0 && errno != ENOENT)
 		return -errno;
 	if (bpf_map_delete_elem(b->fd_quota_sb, &sandbox_id) < 0 && errno != ENOENT)

@@ -25,6 +25,7 @@ struct egr_bpf {
 	int fd_meter_sb, fd_meter_tenant, fd_quota_sb, fd_quota_tenant, fd_events, fd_dests;
 	int fd_dns_clients, fd_dns_clients_n; /* who may ask each DNS proxy (dns.md) */
 	int fd_dests_n; /* per-sandbox entries and drops of fd_dests */
+	int fd_deny_budget; /* per-sandbox deny-event budgets and losses */
 	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */
 };
 
@@ -48,6 +49,11 @@ json_t *egr_features_layers(const struct egr_features *f);
 
 /* Mount bpffs at /sys/fs/bpf if nothing is there, create dir, load the
  * programs (reusing pinned maps) and pin the maps. 0 or -errno. */
+/* Deny events per second and sandbox the kernel reports one by one, and
+ * the burst (set before egr_bpf_open; rate 0: no budget). Programs already
+ * attached keep the values they were loaded with. */
+extern uint64_t egr_bpf_deny_rate, egr_bpf_deny_burst;
+
 int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat);
 void egr_bpf_close(struct egr_bpf *b);
 

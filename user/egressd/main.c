@@ -58,6 +58,8 @@ struct options {
 enum { OPT_METRICS_ADDR = 1100, OPT_METRICS_MAX, OPT_BILLING_INTERVAL, OPT_BILLING_FILE };
 /* DNS proxy fairness (docs/dns.md "Fairness between sandboxes"). */
 enum { OPT_DNS_RATE = 1200, OPT_DNS_BURST, OPT_DNS_INFLIGHT, OPT_DNS_INFLIGHT_SB };
+/* Per-sandbox deny-event budget in the kernel (docs/events.md "Rates"). */
+enum { OPT_EV_DENY_RATE = 1300, OPT_EV_DENY_BURST };
 
 enum {
 	OPT_AUDIT_LOG = 1000,
@@ -95,6 +97,10 @@ static void usage(FILE *out)
 		"  --dns-exfil-max-label N, --dns-exfil-max-name N, --dns-exfil-max-entropy BITS,\n"
 		"  --dns-exfil-max-subdomains N (per allowed domain and minute),\n"
 		"  --dns-exfil-max-nxdomain N (per minute): exfiltration limits; 0 turns one off\n"
+		"  --events-deny-rate N  deny events per second per sandbox the kernel reports\n"
+		"                     one by one (default 100; 0: all); the rest are counted\n"
+		"                     and reported as one denies_suppressed event per second\n"
+		"  --events-deny-burst N  and at once (default 200)\n"
 		"  --dns-rate QPS     queries per second per sandbox (default 500); a UDP query\n"
 		"                     past it is dropped, a TCP one gets SERVFAIL\n"
 		"  --dns-burst N      queries per sandbox above the rate at once (default 1000)\n"
@@ -157,6 +163,8 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "metrics-max-sandboxes", required_argument, NULL, OPT_METRICS_MAX },
 		{ "billing-interval", required_argument, NULL, OPT_BILLING_INTERVAL },
 		{ "billing-file", required_argument, NULL, OPT_BILLING_FILE },
+		{ "events-deny-rate", required_argument, NULL, OPT_EV_DENY_RATE },
+		{ "events-deny-burst", required_argument, NULL, OPT_EV_DENY_BURST },
 		{ "dns-rate", required_argument, NULL, OPT_DNS_RATE },
 		{ "dns-burst", required_argument, NULL, OPT_DNS_BURST },
 		{ "dns-max-inflight", required_argument, NULL, OPT_DNS_INFLIGHT },
@@ -205,6 +213,24 @@ static int parse_args(int argc, char **argv, struct options *o)
 				o->alerts.cfg.dedup_window_ns = (v ? v : 1) * 1000000000ull;
 			else
 				o->events_keep = (size_t)v;
+			continue;
+		}
+		if (c == OPT_EV_DENY_RATE || c == OPT_EV_DENY_BURST) {
+			char *end;
+			unsigned long long v = strtoull(optarg, &end, 10);
+
+			if (*end || end == optarg || optarg[0] == '-' || v > 1000000 ||
+			    (c == OPT_EV_DENY_BURST && v == 0)) {
+				fprintf(stderr, "egressd: --%s: expected a number from %d to 1000000, "
+						"got %s\n", c == OPT_EV_DENY_RATE ? "events-deny-rate"
+										: "events-deny-burst",
+					c == OPT_EV_DENY_RATE ? 0 : 1, optarg);
+				return 2;
+			}
+			if (c == OPT_EV_DENY_RATE)
+				egr_bpf_deny_rate = v;
+			else
+				egr_bpf_deny_burst = v;
 			continue;
 		}
 		if (c >= OPT_DNS_RATE && c <= OPT_DNS_INFLIGHT_SB) {
@@ -615,6 +641,8 @@ int main(int argc, char **argv)
 		err = egr_metrics_add_source(metrics, layers_source, &feat);
 		if (!err)
 			err = egr_metrics_add_source(metrics, egr_dnsfair_metrics, &reg);
+		if (!err)
+			err = egr_metrics_add_source(metrics, egr_events_metrics, events);
 	}
 	if (err) {
 		log_error("metrics: %s", strerror(-err));

@@ -641,8 +641,9 @@ def main():
                     help="policies at least this big are attached (and timed) over the socket "
                          "directly; smaller ones through egressctl")
     ap.add_argument("--no-dns", action="store_true",
-                    help="skip the DNS proxy benchmark (tools/bench_dns.py), which otherwise "
-                         "runs after this one with its defaults")
+                    help="skip the DNS proxy and tenant isolation benchmarks "
+                         "(tools/bench_dns.py, tools/bench_tenant.py), which otherwise run "
+                         "after this one with their defaults")
     ap.add_argument("--no-inspect", action="store_true",
                     help="skip the inspecting-proxy benchmark (tools/bench_inspect.py), which "
                          "otherwise runs last with its defaults")
@@ -673,6 +674,10 @@ def main():
         # The DNS proxy benchmark: its own process, egressd and dnsmasq.
         dns = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_dns.py")
         rc = subprocess.call([sys.executable, dns, "--build", args.build]) or rc
+        # Tenant isolation: a victim's DNS and control figures, alone and
+        # with noisy neighbours (bounded floods on loopback).
+        tenant = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_tenant.py")
+        rc = subprocess.call([sys.executable, tenant, "--build", args.build]) or rc
     if not args.no_inspect:
         ins = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_inspect.py")
         rc = subprocess.call([sys.executable, ins, "--build", args.build]) or rc

@@ -27,6 +27,8 @@
 
 #define BPFFS_ROOT "/sys/fs/bpf"
 
+uint64_t egr_bpf_deny_rate = 100, egr_bpf_deny_burst = 200;
+
 const char *const egr_counter_names[EGR_CNT_MAX] = {
 	[EGR_CNT_CONNECT_ALLOW] = "connect_allowed",
 	[EGR_CNT_CONNECT_DENY] = "connect_denied",
@@ -279,6 +281,9 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 		log_error("open BPF object: %s", strerror(-err));
 		goto fail;
 	}
+	/* Per-sandbox deny-event budget (docs/events.md); 0 turns it off. */
+	b->skel->rodata->egr_deny_events_per_s = egr_bpf_deny_rate;
+	b->skel->rodata->egr_deny_events_burst = egr_bpf_deny_burst;
 	/* The every-family layer exists only where the host can load it. */
 	bpf_program__set_autoload(b->skel->progs.egr_lsm_socket_create, feat->lsm_cgroup);
 	if (mig && (err = egr_mig_reuse_maps(mig, b->skel->obj)))
@@ -288,6 +293,17 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 		log_error("load BPF programs: %s%s", strerror(-err),
 			  b->reused_maps ? " (pinned maps incompatible with this egressd?)" : "");
 		goto fail;
+	}
+	bpf_object__for_each_program(prog, b->skel->obj)
+	{
+		if (!bpf_program__autoload(prog) || !is_cgroup_prog(prog))
+			continue; /* a layer this host cannot load, or a global program */
+		if (b->nprogs == EGR_MAX_CGROUP_PROGS) {
+			log_error("more than %d cgroup programs", EGR_MAX_CGROUP_PROGS);
+			err = -E2BIG;
+			goto fail;
+		}
+		b->prog_names[b->nprogs++] = bpf_program__name(prog);
 	}
 	if (mig) {
 		err = egr_mig_commit(mig, b->skel->obj);
@@ -307,22 +323,14 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	b->fd_quota_sb = bpf_map__fd(b->skel->maps.egr_quota_sb);
 	b->fd_quota_tenant = bpf_map__fd(b->skel->maps.egr_quota_tenant);
 	b->fd_events = bpf_map__fd(b->skel->maps.egr_events);
-	b->fd_dests = bpf_map__fd(b->skel->maps.egr_dests);
+	b->fd_dests = bpf_map__fd(b->skel->maps.egr_sb_dests);
+	b->fd_dests_n = bpf_map__fd(b->skel->maps.egr_dests_n);
+	b->fd_deny_budget = bpf_map__fd(b->skel->maps.egr_deny_budget);
+	b->fd_dns_clients = bpf_map__fd(b->skel->maps.egr_dns_clients);
+	b->fd_dns_clients_n = bpf_map__fd(b->skel->maps.egr_dns_clients_n);
 	b->fd_inspect_orig = bpf_map__fd(b->skel->maps.egr_inspect_orig);
 	b->fd_sb_cgroups = bpf_map__fd(b->skel->maps.egr_sandbox_cgroups);
 	b->fd_proc_home = bpf_map__fd(b->skel->maps.egr_proc_home);
-	bpf_object__for_each_program(prog, b->skel->obj)
-	{
-		if (!bpf_program__autoload(prog) || !is_cgroup_prog(prog))
-			continue; /* a layer this host cannot load, or a global program */
-		if (b->nprogs == EGR_MAX_CGROUP_PROGS) {
-			log_error("more than %d cgroup programs", EGR_MAX_CGROUP_PROGS);
-			egressd_bpf__destroy(b->skel);
-			b->skel = NULL;
-			return -E2BIG;
-		}
-		b->prog_names[b->nprogs++] = bpf_program__name(prog);
-	}
 	b->pin_watch_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
 	if (b->pin_watch_fd < 0)
 		log_warn("inotify: %m; removed pins are noticed by the periodic check only");
@@ -331,6 +339,14 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 		 b->migrated_from ? "migrated" : b->reused_maps ? "adopted" : "pinned", b->maps);
 	return 0;
 fail:
+	for (size_t i = 0; i < b->nlinks; i++)
+		for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
+			if (b->links[i].fd[p] >= 0)
+				close(b->links[i].fd[p]);
+	free(b->links);
+	b->links = NULL;
+	b->nlinks = b->caplinks = 0;
+	b->nprogs = 0;
 	if (b->skel)
 		egressd_bpf__destroy(b->skel);
 	b->skel = NULL;
@@ -1092,7 +1108,20 @@ int egr_bpf_sandbox_dests(struct egr_bpf *b, uint32_t sandbox_id, bool remove,
 	for (size_t i = 0; i < ndel; i++)
 		bpf_map_delete_elem(b->fd_dests, &dels[i]);
 	free(dels);
+	if (remove && !err)
+		bpf_map_delete_elem(b->fd_dests_n, &sandbox_id);
 	return err;
+}
+
+int egr_bpf_sandbox_dests_dropped(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *dropped)
+{
+	struct egr_dests_count c;
+
+	*dropped = 0;
+	if (bpf_map_lookup_elem(b->fd_dests_n, &sandbox_id, &c) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	*dropped = c.dropped;
+	return 0;
 }
 
 int egr_bpf_forget_sandbox_stats(struct egr_bpf *b, uint32_t sandbox_id)
@@ -1100,6 +1129,7 @@ int egr_bpf_forget_sandbox_stats(struct egr_bpf *b, uint32_t sandbox_id)
 	size_t n;
 
 	egr_bpf_sandbox_dests(b, sandbox_id, true, NULL, 0, &n);
+	bpf_map_delete_elem(b->fd_deny_budget, &sandbox_id);
 	if (bpf_map_delete_elem(b->fd_meter_sb, &sandbox_id) < 0 && errno != ENOENT)
 		return -errno;
 	if (bpf_map_delete_elem(b->fd_quota_sb, &sandbox_id) < 0 && errno != ENOENT)

@@ -224,6 +224,67 @@ static bool is_cgroup_prog(const struct bpf_program *prog)
 	}
 }
 
+static int attach_one(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int cg_fd,
+		      const char *dir, const char *cgroup_path);
+static struct egr_link_set *link_set(struct egr_bpf *b, uint32_t sandbox_id, bool create);
+static int links_dir(struct egr_bpf *b, uint32_t sandbox_id, char *buf, size_t len);
+static int ensure_links_dir(struct egr_bpf *b, const char *dir);
+
+static int prog_index(const struct egr_bpf *b, const char *name)
+{
+	for (size_t p = 0; p < b->nprogs; p++)
+		if (strcmp(b->prog_names[p], name) == 0)
+			return (int)p;
+	return -1;
+}
+
+/* An upgrade adds the link of a program new since the old version
+ * (migrate.h): attached like any other, its fd kept in the sandbox's set. */
+static int mig_attach(void *ctx, uint32_t sandbox_id, uint64_t cgroup_id, const char *prog)
+{
+	struct egr_bpf *b = ctx;
+	char cg[PATH_MAX], dir[PATH_MAX];
+	int p = prog_index(b, prog), cg_fd, err;
+	struct egr_link_set *ls;
+
+	if (p < 0)
+		return -ENOENT;
+	err = egr_cgroup_path_by_id(cgroup_id, cg, sizeof(cg));
+	if (err)
+		return err == -ESTALE ? -ENOENT : err;
+	if ((err = links_dir(b, sandbox_id, dir, sizeof(dir))) || (err = ensure_links_dir(b, dir)))
+		return err;
+	ls = link_set(b, sandbox_id, true);
+	if (!ls)
+		return -ENOMEM;
+	cg_fd = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (cg_fd < 0)
+		return errno == ENOENT ? -ENOENT : -errno;
+	err = attach_one(b, ls, (size_t)p, cg_fd, dir, cg);
+	close(cg_fd);
+	return err;
+}
+
+static void mig_detach(void *ctx, uint32_t sandbox_id, const char *prog)
+{
+	struct egr_bpf *b = ctx;
+	struct egr_link_set *ls = link_set(b, sandbox_id, false);
+	int p = prog_index(b, prog);
+	char dir[PATH_MAX], path[PATH_MAX];
+
+	if (!ls || p < 0 || ls->fd[p] < 0)
+		return;
+	if (bpf_link_detach(ls->fd[p]) < 0 && errno != ENOLINK)
+		log_error("upgrade rollback: detach %s of sandbox %u: %m", prog, sandbox_id);
+	close(ls->fd[p]);
+	ls->fd[p] = -1;
+	if (!links_dir(b, sandbox_id, dir, sizeof(dir))) {
+		snprintf(path, sizeof(path), "%s/%s", dir, prog);
+		if (unlink(path) < 0 && errno != ENOENT)
+			log_warn("upgrade rollback: unpin %s: %m", path);
+	}
+}
+
 int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 {
 	struct bpf_program *prog;
@@ -306,7 +367,10 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 		b->prog_names[b->nprogs++] = bpf_program__name(prog);
 	}
 	if (mig) {
-		err = egr_mig_commit(mig, b->skel->obj);
+		const struct egr_mig_attach ops = { .attach = mig_attach, .detach = mig_detach,
+						    .ctx = b };
+
+		err = egr_mig_commit(mig, b->skel->obj, &ops);
 		if (err)
 			goto fail;
 		b->migrated_from = egr_mig_from_version(mig);

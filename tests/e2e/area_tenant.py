@@ -81,7 +81,9 @@ print("closed %s" % ("yes" if closed else "no"))
 
 
 def tn_dns_policy(c, names, tenant="e2e"):
-    return c.policy([], extra_network={"dns_allow": list(names)}, tenant=tenant)
+    # The test zone answers loopback addresses: expected, not DNS rebinding.
+    return c.policy([], extra_network=dict(DNS_REBIND_LO, dns_allow=list(names)),
+                    tenant=tenant)
 
 
 @test
@@ -518,7 +520,8 @@ def tenant_dns_events_addresses(c):
     # The victim's name opens a port (its addresses are learned); the
     # neighbour may only resolve it (nothing learned: the sanity twin of the
     # learned flag).
-    with c.sandbox(["api.test:%d" % a.port], tenant="tn-victim") as victim, \
+    with c.sandbox(["api.test:%d" % a.port], tenant="tn-victim",
+                   extra_network=DNS_REBIND_LO) as victim, \
             Sandbox(c, tn_dns_policy(c, ["api.test"], tenant="tn-noisy"), "tn-ev-noisy") as noisy:
         vid, nid = sandbox_id(c, victim), sandbox_id(c, noisy)
         dns_ok(c, victim, "api.test", want=DNS_ZONE["api.test"])

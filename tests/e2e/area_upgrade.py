@@ -700,6 +700,12 @@ def upgrade_rolls_back_a_failed_switch(c):
         after = pinned_link_progs(d.bpffs)
         moved = [p for p in progs if p != victim and after[p] != progs[p]]
         check(not moved, "links left on the new programs after the rollback: %r" % moved)
+        # The links of egr_sock_release it added before the switch are gone too.
+        check(re.search(r"upgrade: [1-9]\d* links of programs new in ABI version", text),
+              "the failed upgrade added no links before its switch (nothing to check):\n%s" %
+              text[-2000:])
+        check(set(after) == set(progs), "links the failed upgrade added are still pinned: %r" %
+              sorted(set(after) - set(progs)))
         check(not os.path.exists(os.path.join(d.bpffs, "v%d" % UPG_ABI)),
               "the failed upgrade left its pins")
     finally:

@@ -31,6 +31,10 @@
 /* Sampled allow events: at most this many per second and CPU (burst the
  * same). Set by egressd between open and load. */
 const volatile __u64 egr_allow_events_per_s = 20;
+/* Deny events per second and sandbox (burst: egr_deny_events_burst); past
+ * it a sandbox's denies are counted, not reported one by one. */
+const volatile __u64 egr_deny_events_per_s = 100;
+const volatile __u64 egr_deny_events_burst = 200;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_CGROUP_STORAGE);
@@ -92,13 +96,25 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_quota_tenant SEC(".maps");
 
+/* Not an LRU: one sandbox spraying destinations must not evict another's.
+ * Each holds at most EGR_DESTS_PER_SB (egr_dests_n); 256 sandboxes at their
+ * cap fill it, and then a new destination of anyone is counted dropped. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1 << 16);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 20);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct egr_dest_key);
 	__type(value, struct egr_dest_val);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egr_dests SEC(".maps");
+} egr_sb_dests SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EGR_MAX_SANDBOXES);
+	__type(key, __u32);
+	__type(value, struct egr_dests_count);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_dests_n SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -117,6 +133,25 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_dns_orig SEC(".maps");
 
+/* Who may ask each sandbox's DNS proxy (include/egressd.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 18);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct egr_dns_client_key);
+	__type(value, struct egr_dns_client_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_dns_clients SEC(".maps");
+
+/* Entries per sandbox in egr_dns_clients, for EGR_DNS_CLIENTS_PER_SB. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EGR_MAX_SANDBOXES);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_dns_clients_n SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -134,6 +169,23 @@ struct {
 	__type(value, struct egr_inspect_orig);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_inspect_orig SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct egr_dns_client_rec);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_dns_client_sk SEC(".maps");
+
+/* Per-sandbox deny-event budgets and losses (include/egressd.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EGR_MAX_SANDBOXES);
+	__type(key, __u32);
+	__type(value, struct egr_deny_budget);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_deny_budget SEC(".maps");
 
 #define EGR_LOOPBACK4 0x7f000001 /* host order */
 
@@ -222,13 +274,83 @@ static __always_inline void egr_meter_pkt(__u32 sandbox_id, __u32 tenant_id, int
 }
 
 /* One event into the ring buffer; a full ring is counted, never silent. */
+static __always_inline struct egr_deny_budget *egr_budget_of(__u32 sandbox_id, __u64 now)
+{
+	struct egr_deny_budget *b, init = {};
+
+	if (sandbox_id == EGR_ID_NONE)
+		return NULL;
+	b = bpf_map_lookup_elem(&egr_deny_budget, &sandbox_id);
+	if (b)
+		return b;
+	init.last_ns = now;
+	init.tokens = (__s64)egr_deny_events_burst;
+	bpf_map_update_elem(&egr_deny_budget, &sandbox_id, &init, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&egr_deny_budget, &sandbox_id);
+}
+
+/*
+ * May this sandbox report one more deny? Its bucket refills at
+ * egr_deny_events_per_s up to the burst (the refill is not atomic: racing
+ * CPUs may lose a token, never create one); the take is atomic. Past it,
+ * the deny is counted as suppressed and its destination noted, for the
+ * aggregated event egressd emits. No budget entry (map full): report.
+ */
+static __always_inline int egr_deny_budget_take(__u32 sandbox_id, __u32 family, __u32 protocol,
+						__u16 port, const __u32 addr[4])
+{
+	__u64 now = bpf_ktime_get_boot_ns(), step;
+	struct egr_deny_budget *b = egr_budget_of(sandbox_id, now);
+	struct egr_deny_top *t;
+	__u32 slot, have[4];
+	__s64 old;
+
+	if (!b || !egr_deny_events_per_s)
+		return 1; /* no entry (map full), or no budget configured: report */
+	step = 1000000000ull / egr_deny_events_per_s;
+	if (now > b->last_ns && now - b->last_ns >= step) {
+		__s64 add = (__s64)((now - b->last_ns) / step), tok = b->tokens;
+
+		b->tokens = tok + add > (__s64)egr_deny_events_burst ?
+				    (__s64)egr_deny_events_burst : tok + add;
+		b->last_ns = now;
+	}
+	old = __sync_fetch_and_add(&b->tokens, -1);
+	if (old > 0)
+		return 1;
+	__sync_fetch_and_add(&b->tokens, 1);
+	__sync_fetch_and_add(&b->suppressed, 1);
+	if (!addr)
+		return 0;
+	slot = (addr[0] ^ addr[3] ^ port) & (EGR_DENY_TOP - 1);
+	t = &b->top[slot];
+	__builtin_memcpy(have, t->addr, sizeof(have));
+	if (t->port == port && t->family == family && t->protocol == protocol &&
+	    have[0] == addr[0] && have[1] == addr[1] && have[2] == addr[2] && have[3] == addr[3]) {
+		__sync_fetch_and_add(&t->count, 1);
+		return 0;
+	}
+	/* Replace the slot (racy between CPUs: "top" is approximate). */
+	__builtin_memcpy(t->addr, addr, 16);
+	t->port = port;
+	t->family = (__u8)family;
+	t->protocol = (__u8)protocol;
+	t->count = 1;
+	return 0;
+}
+
 static __always_inline struct egr_event *egr_event_new(__u32 type, __u32 sandbox_id,
 						       const struct egr_sandbox *sb, int task)
 {
 	struct egr_event *e = bpf_ringbuf_reserve(&egr_events, sizeof(*e), 0);
 
 	if (!e) {
+		struct egr_deny_budget *b = egr_budget_of(sandbox_id, bpf_ktime_get_boot_ns());
+
 		egr_count(EGR_CNT_EVENTS_LOST);
+		/* Whose event it was: attributed in the stream and the audit. */
+		if (b)
+			__sync_fetch_and_add(&b->lost, 1);
 		return NULL;
 	}
 	__builtin_memset(e, 0, sizeof(*e));
@@ -576,8 +698,11 @@ static __always_inline int egr_sock_addr(struct bpf_sock_addr *ctx, int v6, enum
 			egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(would_deny_dgram), 1);
 	}
 
-	/* A would-be deny is reported like a deny. */
-	if (egr_should_report(audited ? EGR_DENY : verdict)) {
+	/* A would-be deny is reported like a deny, within the deny budget. */
+	if (verdict == EGR_ALLOW && !audited
+		    ? egr_should_report(verdict)
+		    : egr_deny_budget_take(sandbox_id, v6 ? EGR_AF_INET6 : EGR_AF_INET,
+					   ctx->protocol, port, daddr)) {
 		e = egr_event_new(hook == EGR_HOOK_CONNECT ? EGR_EV_CONNECT : EGR_EV_SENDMSG,
 				  sandbox_id, sb, 1);
 		if (e) {
@@ -758,6 +883,8 @@ static __always_inline void egr_report_refusal(__u32 type, __u32 sandbox_id,
 	if (sb)
 		egr_meter_add(sandbox_id, sb->tenant_id,
 			      audited ? METER_FIELD(would_deny_sock) : METER_FIELD(sock_denied), 1);
+	if (!egr_deny_budget_take(sandbox_id, family, protocol, 0, NULL))
+		return;
 	e = egr_event_new(type, sandbox_id, sb, 1);
 	if (!e)
 		return;
@@ -1050,8 +1177,14 @@ static __always_inline void egr_report_skb(__u32 type, __u32 sandbox_id,
 					   const struct egr_sandbox *sb, const struct egr_l3 *l3,
 					   int inbound, __u32 verdict)
 {
-	struct egr_event *e = egr_event_new(type, sandbox_id, sb, 0);
+	struct egr_event *e;
 
+	/* Audited packets are already sampled (egr_should_report). */
+	if (verdict == EGR_DENY &&
+	    !egr_deny_budget_take(sandbox_id, l3->family, l3->protocol,
+				  inbound ? l3->sport : l3->dport, inbound ? l3->saddr : l3->daddr))
+		return;
+	e = egr_event_new(type, sandbox_id, sb, 0);
 	if (!e)
 		return;
 	e->verdict = verdict;
@@ -1111,18 +1244,131 @@ static __always_inline void egr_note_dest(__u32 sandbox_id, const struct egr_l3 
 		.protocol = l3->protocol,
 	};
 	struct egr_dest_val *v, init = { .first_ns = now };
+	struct egr_dests_count *cnt, zero = {};
+	long err;
 
 	__builtin_memcpy(key.addr, l3->daddr, sizeof(key.addr));
-	v = bpf_map_lookup_elem(&egr_dests, &key);
+	v = bpf_map_lookup_elem(&egr_sb_dests, &key);
 	if (!v) {
-		bpf_map_update_elem(&egr_dests, &key, &init, BPF_NOEXIST);
-		v = bpf_map_lookup_elem(&egr_dests, &key);
-		if (!v)
+		cnt = bpf_map_lookup_elem(&egr_dests_n, &sandbox_id);
+		if (!cnt) {
+			bpf_map_update_elem(&egr_dests_n, &sandbox_id, &zero, BPF_NOEXIST);
+			cnt = bpf_map_lookup_elem(&egr_dests_n, &sandbox_id);
+			if (!cnt)
+				return; /* no room to count: egressd sees no count entry */
+		}
+		/* Racing CPUs may each pass the cap check once: a few over. */
+		if (cnt->entries >= EGR_DESTS_PER_SB) {
+			__sync_fetch_and_add(&cnt->dropped, 1);
 			return;
+		}
+		err = bpf_map_update_elem(&egr_sb_dests, &key, &init, BPF_NOEXIST);
+		if (err == 0)
+			__sync_fetch_and_add(&cnt->entries, 1);
+		v = bpf_map_lookup_elem(&egr_sb_dests, &key);
+		if (!v) {
+			__sync_fetch_and_add(&cnt->dropped, 1);
+			return;
+		}
 	}
 	__sync_fetch_and_add(&v->bytes_out, len);
 	__sync_fetch_and_add(&v->pkts_out, 1);
 	v->last_ns = now;
+}
+
+/*
+ * A packet of this sandbox to its own DNS proxy: record its socket as one
+ * that may ask the proxy as this sandbox (egr_dns_clients). Only the
+ * socket's own packets count (a full TCP or UDP socket bound to the packet's
+ * source port: a raw socket forging that source is not one), one source per
+ * family per socket, at most EGR_DNS_CLIENTS_PER_SB per sandbox. This runs
+ * before the packet is queued to the listener, so the entry is there when
+ * the proxy reads it.
+ */
+static __always_inline void egr_note_dns_client(struct __sk_buff *skb, __u32 sandbox_id,
+						const struct egr_sandbox *sb,
+						const struct egr_l3 *l3)
+{
+	struct egr_dns_client_key key = {};
+	struct egr_dns_client_val val = {};
+	struct egr_dns_client_rec *rec;
+	struct bpf_sock *sk = skb->sk;
+	__u32 zero = 0, *n;
+	int v6 = l3->family == EGR_AF_INET6;
+
+	if (!l3->has_ports ||
+	    (l3->protocol != EGR_IPPROTO_UDP && l3->protocol != EGR_IPPROTO_TCP))
+		return;
+	if (v6 ? !egr_is_proxy6(sb, l3->daddr, l3->dport)
+	       : !egr_is_proxy4(sb, l3->daddr[0], l3->dport))
+		return;
+	if (!sk)
+		return;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk || !egr_connect_judged(sk) || sk->src_port != l3->sport)
+		return;
+	rec = bpf_sk_storage_get(&egr_dns_client_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!rec || rec->has[v6 ? 1 : 0])
+		return;
+	key.sandbox_id = sandbox_id;
+	key.port = l3->sport;
+	key.family = l3->family;
+	key.protocol = l3->protocol;
+	__builtin_memcpy(key.addr, l3->saddr, sizeof(key.addr));
+	n = bpf_map_lookup_elem(&egr_dns_clients_n, &sandbox_id);
+	if (!n) {
+		bpf_map_update_elem(&egr_dns_clients_n, &sandbox_id, &zero, BPF_NOEXIST);
+		n = bpf_map_lookup_elem(&egr_dns_clients_n, &sandbox_id);
+		if (!n)
+			return;
+	}
+	if (*n >= EGR_DNS_CLIENTS_PER_SB)
+		return;
+	val.cookie = bpf_get_socket_cookie(skb);
+	/* Taken already: a sibling of this sandbox on the same port
+	 * (SO_REUSEPORT) recorded it; entries never cross sandboxes. */
+	if (bpf_map_update_elem(&egr_dns_clients, &key, &val, BPF_NOEXIST))
+		return;
+	__sync_fetch_and_add(n, 1);
+	if (v6) {
+		rec->key[1] = key;
+		rec->has[1] = 1;
+	} else {
+		rec->key[0] = key;
+		rec->has[0] = 1;
+	}
+}
+
+static __always_inline void egr_forget_dns_client(struct bpf_sock *sk,
+						  const struct egr_dns_client_key *key,
+						  __u64 cookie)
+{
+	struct egr_dns_client_val *v = bpf_map_lookup_elem(&egr_dns_clients, key);
+	__u32 id = key->sandbox_id, *n;
+
+	if (!v || v->cookie != cookie || bpf_map_delete_elem(&egr_dns_clients, key))
+		return;
+	n = bpf_map_lookup_elem(&egr_dns_clients_n, &id);
+	if (n && *n)
+		__sync_fetch_and_add(n, -1);
+}
+
+/* A socket that asked the DNS proxy closes: its source may be anyone's
+ * next, so the proxy must stop taking it for this sandbox. */
+SEC("cgroup/sock_release")
+int egr_sock_release(struct bpf_sock *sk)
+{
+	struct egr_dns_client_rec *rec = bpf_sk_storage_get(&egr_dns_client_sk, sk, 0, 0);
+	__u64 cookie;
+
+	if (!rec)
+		return 1;
+	cookie = bpf_get_socket_cookie(sk);
+	if (rec->has[0])
+		egr_forget_dns_client(sk, &rec->key[0], cookie);
+	if (rec->has[1])
+		egr_forget_dns_client(sk, &rec->key[1], cookie);
+	return 1;
 }
 
 SEC("cgroup_skb/egress")
@@ -1157,6 +1403,7 @@ int egr_skb_egress(struct __sk_buff *skb)
 		if (ip && egr_should_report(EGR_ALLOW))
 			egr_report_skb(EGR_EV_BACKSTOP, sandbox_id, sb, &l3, 0, EGR_VERDICT_AUDIT);
 	}
+	egr_note_dns_client(skb, sandbox_id, sb, &l3);
 
 	now = bpf_ktime_get_boot_ns();
 	/* The sandbox's quota entry exists only when its policy sets one, and

@@ -212,9 +212,10 @@ enum egr_counter {
 	EGR_CNT_MAX = 14,
 };
 
-/* Destinations a sandbox actually sent to (egr_dests, an LRU hash: under
- * pressure the least recently used destinations are forgotten, which the
- * audit record says). Keyed by the packet's real L3 destination. */
+/* Destinations a sandbox actually sent to (egr_sb_dests, a hash: at most
+ * EGR_DESTS_PER_SB per sandbox, so no sandbox can push out another's; what
+ * did not fit is counted in egr_dests_n and the audit record says so).
+ * Keyed by the packet's real L3 destination. */
 struct egr_dest_key {
 	__u32 sandbox_id;
 	__u16 port;     /* host order; 0 without ports */
@@ -307,6 +308,75 @@ struct egr_escape_event {
 	__u32 action;         /* enum egr_escape_action */
 };
 
+/*
+ * The DNS proxy's view of who asks (egr_dns_clients): a sandbox's socket
+ * that sent to its own proxy listener, keyed as the proxy sees the sender
+ * (recvfrom / getpeername) plus the listener's sandbox. cgroup_skb/egress
+ * writes the entry from the socket's own first packet to the proxy (the
+ * source port is bound by then), before that packet can reach the
+ * listener; cgroup/sock_release deletes it. A sender without an entry for
+ * the listener's sandbox is dropped and counted (docs/dns.md "Who asks").
+ */
+struct egr_dns_client_key {
+	__u32 sandbox_id;
+	__u16 port;     /* source port, host order */
+	__u8 family;    /* AF_INET / AF_INET6 */
+	__u8 protocol;  /* IPPROTO_UDP / IPPROTO_TCP */
+	__u8 addr[16];  /* source address; IPv4 in the first 4 bytes */
+};
+
+struct egr_dns_client_val {
+	__u64 cookie;   /* the recording socket (bpf_get_socket_cookie) */
+};
+
+/* Socket storage of a recorded client socket: what to delete at release. */
+struct egr_dns_client_rec {
+	struct egr_dns_client_key key[2]; /* [0] IPv4 packets, [1] IPv6 packets */
+	__u8 has[2];
+	__u8 pad[6];
+};
+
+/* Entries one sandbox may hold in egr_dns_clients (sockets talking to its
+ * proxy at once); past it a new socket's DNS is dropped, that sandbox's
+ * problem only. */
+#define EGR_DNS_CLIENTS_PER_SB 4096
+
+/* Value of egr_dests_n, per sandbox: its entries in egr_sb_dests and the
+ * destinations that found no room (its cap, or the map full). */
+struct egr_dests_count {
+	__u64 entries;
+	__u64 dropped;
+};
+
+#define EGR_DESTS_PER_SB 4096
+
+/* A destination of suppressed denies (egr_deny_budget.top): direct-mapped,
+ * a collision replaces the slot, so "top" is approximate. */
+struct egr_deny_top {
+	__u64 count;
+	__u8 addr[16];  /* IPv4 in the first 4 bytes */
+	__u16 port;     /* host order */
+	__u8 family;
+	__u8 protocol;
+	__u32 pad;
+};
+
+#define EGR_DENY_TOP 4
+
+/*
+ * Value of egr_deny_budget, per sandbox: a token bucket for its deny events
+ * (shared by all CPUs), and what did not get through: denies past the
+ * budget (suppressed, reported by egressd as one aggregated event per
+ * sandbox and interval) and events of any kind the ring had no room for.
+ */
+struct egr_deny_budget {
+	__u64 last_ns;
+	__s64 tokens;
+	__u64 suppressed;
+	__u64 lost;
+	struct egr_deny_top top[EGR_DENY_TOP];
+};
+
 /* The sizes every map and event depend on (see the top of this file). */
 _Static_assert(sizeof(struct egr_lpm4_key) == 12, "egr_lpm4_key is ABI");
 _Static_assert(sizeof(struct egr_lpm6_key) == 24, "egr_lpm6_key is ABI");
@@ -322,4 +392,10 @@ _Static_assert(sizeof(struct egr_dest_val) == 32, "egr_dest_val is ABI");
 _Static_assert(sizeof(struct egr_event) == 104, "egr_event is ABI");
 _Static_assert(EGR_CNT_MAX == 14, "egr_counters' size is ABI: a new counter bumps EGR_ABI_VERSION");
 _Static_assert(sizeof(struct egr_escape_event) == 128, "egr_escape_event is ABI");
+_Static_assert(sizeof(struct egr_dns_client_key) == 24, "egr_dns_client_key is ABI");
+_Static_assert(sizeof(struct egr_dns_client_val) == 8, "egr_dns_client_val is ABI");
+_Static_assert(sizeof(struct egr_dns_client_rec) == 56, "egr_dns_client_rec is ABI");
+_Static_assert(sizeof(struct egr_dests_count) == 16, "egr_dests_count is ABI");
+_Static_assert(sizeof(struct egr_deny_top) == 32, "egr_deny_top is ABI");
+_Static_assert(sizeof(struct egr_deny_budget) == 160, "egr_deny_budget is ABI");
 #endif /* EGRESSD_H */

@@ -683,8 +683,9 @@ def main():
                     help="policies at least this big are attached (and timed) over the socket "
                          "directly; smaller ones through egressctl")
     ap.add_argument("--no-dns", action="store_true",
-                    help="skip the DNS proxy benchmark (tools/bench_dns.py), which otherwise "
-                         "runs after this one with its defaults")
+                    help="skip the DNS proxy and tenant isolation benchmarks "
+                         "(tools/bench_dns.py, tools/bench_tenant.py), which otherwise run "
+                         "after this one with their defaults")
     ap.add_argument("--no-compare", action="store_true",
                     help="skip the side-by-side benchmark against nftables and tinyproxy "
                          "(tools/bench_compare.py), which otherwise runs after this one")
@@ -728,6 +729,10 @@ def main():
         # The DNS proxy benchmark: its own process, egressd and dnsmasq.
         dns = os.path.join(here, "bench_dns.py")
         rc = subprocess.call([sys.executable, dns, "--build", args.build] + nodocs) or rc
+        # Tenant isolation: a victim's DNS and control figures, alone and
+        # with noisy neighbours (bounded floods on loopback).
+        tenant = os.path.join(here, "bench_tenant.py")
+        rc = subprocess.call([sys.executable, tenant, "--build", args.build]) or rc
     if not args.no_inspect:
         ins = os.path.join(here, "bench_inspect.py")
         rc = subprocess.call([sys.executable, ins, "--build", args.build]) or rc

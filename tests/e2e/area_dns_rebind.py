@@ -96,7 +96,7 @@ def rebind_local_answers_stripped(c):
                       (names[key], qtype, mode, server, line))
             rebind_expect_event(c, sid, names[key], addr, cls)
             e = rebind_allow_event(c, sid, names[key])
-            check(e.get("answers") == 0 and not e.get("addrs"),
+            check(e.get("answers") == 0 and not e.get("addresses"),
                   "%s: the released answer still reports addresses: %r" % (names[key], e))
         # Nothing was learned: the listeners behind the loopback answers stay
         # out of reach (the kernel would deliver 0.0.0.0 to 127.0.0.1 too).
@@ -139,10 +139,10 @@ def rebind_mixed_answer_keeps_public(c):
         # What was learned is exactly what was released.
         e = rebind_allow_event(c, sid, names["mix"])
         check(e.get("reason") == "learned" and
-              sorted(e.get("addrs") or []) == ["151.101.1.69", "93.184.216.34"],
+              sorted(a["addr"] for a in e.get("addresses") or []) == ["151.101.1.69", "93.184.216.34"],
               "the learned addresses of %s: %r" % (names["mix"], e))
         e = rebind_allow_event(c, sid, names["mix6"])
-        check(e.get("addrs") == ["2606:4700::6810:84e5"], "the learned addresses of %s: %r" %
+        check([a["addr"] for a in e.get("addresses") or []] == ["2606:4700::6810:84e5"], "the learned addresses of %s: %r" %
               (names["mix6"], e))
         before = lo.accepted
         sb.denied("tcp", "127.0.0.1", lo.port)
@@ -190,7 +190,7 @@ def rebind_allow_lets_loopback_resolve(c):
         sb.allowed("tcp6", "::1", lo6.port)
         check(lo6.accepted > before6, "the connection to the learned ::1 never arrived")
         e = rebind_allow_event(c, sid, names["twin"])
-        check(e.get("addrs") == ["127.0.0.1"] and e.get("reason") == "learned",
+        check([a["addr"] for a in e.get("addresses") or []] == ["127.0.0.1"] and e.get("reason") == "learned",
               "the allow event of %s: %r" % (names["twin"], e))
         # The exception covers only what it lists: 10.1.2.3 is still stripped.
         rc, addrs, _, line = dns_query("udp", "127.0.0.2", 53, names["twinpriv"], "A",

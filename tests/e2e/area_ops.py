@@ -473,8 +473,9 @@ def ops_status_health_probe(c):
         r = d.ctl("status", "--live")
         check(r.returncode == 0, "status --live when unhealthy: exit %d" % r.returncode)
         d.terminate()
-        # Metrics off and a sandbox attached: healthy.
-        d.start()
+        # Metrics off and a sandbox attached: healthy. No per-sandbox deny
+        # budget: the flood below must reach the ring, not be suppressed.
+        d.start("--events-deny-rate", "0")
         r = d.ctl("attach", "--cgroup", cg, "--policy", c.policy(["127.0.0.1:%d" % t.port]))
         check(r.returncode == 0, "attach: %s" % (r.stderr + r.stdout))
         rc, st = d.status()

@@ -372,9 +372,14 @@ def upg_from(c, commit):
     check(not os.path.exists(os.path.join(d.bpffs, "v1-retired")), "v1-retired left")
     check(os.path.isdir(new_maps), "no %s" % new_maps)
     progs_after = pinned_link_progs(d.bpffs)
-    check(set(progs_after) == set(progs_before), "link pins changed: %r" %
-          sorted(set(progs_after) ^ set(progs_before)))
-    still = [p for p in progs_after if progs_after[p] == progs_before[p]]
+    # Every old link kept its pin; each sandbox got the one program new since
+    # version 1 (egr_sock_release), attached before the switch.
+    want_added = {os.path.join(os.path.dirname(p), "egr_sock_release") for p in progs_before}
+    check(set(progs_before) <= set(progs_after), "link pins went: %r" %
+          sorted(set(progs_before) - set(progs_after)))
+    check(set(progs_after) - set(progs_before) == want_added, "links added: %r, expected %r" %
+          (sorted(set(progs_after) - set(progs_before)), sorted(want_added)))
+    still = [p for p in progs_before if progs_after[p] == progs_before[p]]
     check(not still, "links still on the old programs: %r" % still)
     check(bpftool_json("map", "show", "pinned", os.path.join(new_maps, "egr_cg_storage"))["id"]
           == storage_id, "the new programs do not share the old egr_cg_storage")
@@ -417,6 +422,34 @@ def upg_from(c, commit):
              c.policy(["api.test:%d" % learned_srv.port], tenant="upg2",
                       extra_network={"dns_rebind_allow": ["127.0.0.0/8"]}))
     dns_ok(c, sb2, "api.test", want=DNS_ZONE["api.test"])
+    # The proxy served those queries because the new egress program recorded
+    # their sockets (egr_dns_clients starts empty after an upgrade), and the
+    # added egr_sock_release forgot them when they closed.
+    def clients_of(sid):
+        return [k for k in map_entries(os.path.join(new_maps, "egr_dns_clients"))
+                if struct.unpack("=I", k[:4])[0] == sid]
+    check(wait_until(lambda: not clients_of(id2), 5),
+          "egr_dns_clients still holds closed sockets of sandbox %d: %r" % (id2, clients_of(id2)))
+    # Hostile: a process outside every sandbox asks sb2's listener directly
+    # (its port is no secret). The empty map after the upgrade must not mean
+    # "anyone": not answered (the twin is dns_ok above, served).
+    port4 = (d.listed()[os.path.realpath(cg2)].get("dns") or {}).get("port4")
+    check(port4, "no DNS listener port for sandbox %d after the upgrade" % id2)
+    q = b"\x43\x21\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" \
+        b"\x03api\x04test\x00\x00\x01\x00\x01"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+        u.settimeout(0.5)
+        u.sendto(q, ("127.0.0.1", port4))
+        try:
+            got = u.recv(4096)
+        except socket.timeout:
+            got = b""
+    check(got == b"", "an outsider's query to sandbox %d's listener was answered after the "
+          "upgrade: %r" % (id2, got))
+    # Destinations carried from version 1's one LRU into the per-sandbox map.
+    n1 = map_entries(os.path.join(new_maps, "egr_dests_n")).get(struct.pack("=I", id1))
+    check(n1 is not None and struct.unpack("=QQ", n1[:16])[0] >= 1,
+          "egr_dests_n of sandbox %d after the upgrade: %r" % (id1, n1))
     c.denied(cg1, "tcp", "127.0.0.1", more_srv.port)
     d.ctl_ok("update", "--cgroup", cg1, "--policy",
              c.policy(["127.0.0.1:%d" % ok_srv.port, "127.0.0.1:%d" % more_srv.port]))
@@ -667,6 +700,12 @@ def upgrade_rolls_back_a_failed_switch(c):
         after = pinned_link_progs(d.bpffs)
         moved = [p for p in progs if p != victim and after[p] != progs[p]]
         check(not moved, "links left on the new programs after the rollback: %r" % moved)
+        # The links of egr_sock_release it added before the switch are gone too.
+        check(re.search(r"upgrade: [1-9]\d* links of programs new in ABI version", text),
+              "the failed upgrade added no links before its switch (nothing to check):\n%s" %
+              text[-2000:])
+        check(set(after) == set(progs), "links the failed upgrade added are still pinned: %r" %
+              sorted(set(after) - set(progs)))
         check(not os.path.exists(os.path.join(d.bpffs, "v%d" % UPG_ABI)),
               "the failed upgrade left its pins")
     finally:

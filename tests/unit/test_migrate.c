@@ -44,7 +44,7 @@ static void test_conversions_keep_every_field(void **state)
 		const struct map_spec *s = &v1_maps[i];
 		uint8_t okey[64], nkey[64], oval[128], nval[128];
 
-		if (s->kind != CARRY_COPY)
+		if (s->kind != CARRY_COPY && s->kind != CARRY_DESTS)
 			continue;
 		assert_true(s->key_size <= sizeof(okey) && s->value_size <= sizeof(oval));
 		assert_int_equal(s->key_size, s->new_key_size);
@@ -204,6 +204,67 @@ static void test_carry_into_smaller_map_fails(void **state)
 	carry_and_compare("egr_sandboxes", 20, 8, -ENOSPC);
 }
 
+/* egr_dests (one LRU for all) -> egr_sb_dests + egr_dests_n: per-sandbox
+ * counts, the cap, and an old map that was full. */
+static int put_dests(int ofd, __u32 sandbox, int n)
+{
+	for (int k = 0; k < n; k++) {
+		struct egr_v1_dest_key key = { .sandbox_id = sandbox, .port = (__u16)(k + 1),
+					       .family = 2, .protocol = 6 };
+		struct egr_v1_dest_val val = { .bytes_out = (__u64)k * 7 + 1, .pkts_out = 1 };
+
+		if (bpf_map_update_elem(ofd, &key, &val, BPF_ANY))
+			return -errno;
+	}
+	return 0;
+}
+
+static void dests_case(__u32 old_max, int n1, int n2, __u64 want_e1, __u64 want_d1,
+		       __u64 want_e2, __u64 want_d2)
+{
+	const struct map_spec *s = spec("egr_dests");
+	int ofd = bpf_map_create(BPF_MAP_TYPE_LRU_HASH, "t_mig", s->key_size, s->value_size,
+				 old_max, NULL);
+	int dfd = bpf_map_create(BPF_MAP_TYPE_HASH, "t_mig", s->new_key_size, s->new_value_size,
+				 1 << 14, NULL);
+	int nfd = bpf_map_create(BPF_MAP_TYPE_HASH, "t_mig", 4, sizeof(struct egr_dests_count),
+				 64, NULL);
+	struct egr_dests_count c;
+	struct egr_dest_key k = { .sandbox_id = 1, .port = 1, .family = 2, .protocol = 6 };
+	struct egr_dest_val v;
+	__u32 id;
+
+	if (ofd < 0 || dfd < 0 || nfd < 0)
+		fail_msg("creating maps needs root: %s", strerror(errno));
+	assert_int_equal(put_dests(ofd, 1, n1), 0);
+	assert_int_equal(put_dests(ofd, 2, n2), 0);
+	assert_int_equal(carry_dests(s, ofd, dfd, nfd), 0);
+	id = 1;
+	assert_int_equal(bpf_map_lookup_elem(nfd, &id, &c), 0);
+	assert_int_equal(c.entries, want_e1);
+	assert_int_equal(c.dropped, want_d1);
+	id = 2;
+	assert_int_equal(bpf_map_lookup_elem(nfd, &id, &c), 0);
+	assert_int_equal(c.entries, want_e2);
+	assert_int_equal(c.dropped, want_d2);
+	/* The values are carried, not just counted. */
+	assert_int_equal(bpf_map_lookup_elem(dfd, &k, &v), 0);
+	assert_int_equal(v.bytes_out, 1);
+	close(ofd);
+	close(dfd);
+	close(nfd);
+}
+
+static void test_carry_dests(void **state)
+{
+	/* Room for all: counted, nothing dropped. */
+	dests_case(1 << 14, 5, 9, 5, 0, 9, 0);
+	/* Sandbox 2 past its cap: the rest counted dropped, sandbox 1 untouched. */
+	dests_case(1 << 14, 5, EGR_DESTS_PER_SB + 3, 5, 0, EGR_DESTS_PER_SB, 3);
+	/* A full LRU may have forgotten anyone's: nobody is complete. */
+	dests_case(16, 4, 4, 4, 1, 4, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -214,6 +275,7 @@ int main(void)
 		cmocka_unit_test(test_carry_percpu),
 		cmocka_unit_test(test_carry_lpm),
 		cmocka_unit_test(test_carry_into_smaller_map_fails),
+		cmocka_unit_test(test_carry_dests),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

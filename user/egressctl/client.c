@@ -120,8 +120,13 @@ static int call(const struct ctl *c, const json_t *req, json_t **resp, bool *con
 	}
 	*connected = true;
 	err = egr_proto_write(fd, req);
-	if (!err)
-		err = egr_proto_read(fd, EGR_PROTO_MAX_REQUEST, resp, NULL, 0);
+	/* A refused peer is answered and closed before its request is read:
+	 * the write can then fail while the answer waits to be read. */
+	if (!err || err == -EPIPE || err == -ECONNRESET) {
+		int rerr = egr_proto_read(fd, EGR_PROTO_MAX_REQUEST, resp, NULL, 0);
+
+		err = rerr && err ? err : rerr;
+	}
 out:
 	close(fd);
 	return err;

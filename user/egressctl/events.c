@@ -142,12 +142,17 @@ static int follow_connect(const struct ctl *c, const json_t *req)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 || egr_proto_write(fd, req)) {
-		err = -errno;
-		close(fd);
-		return err ? err : -EIO;
-	}
+	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0)
+		goto fail;
+	/* A refused peer is answered and closed unread: its answer may still be
+	 * there to read when the write fails. */
+	if (egr_proto_write(fd, req) && errno != EPIPE && errno != ECONNRESET)
+		goto fail;
 	return fd;
+fail:
+	err = -errno;
+	close(fd);
+	return err ? err : -EIO;
 }
 
 enum follow_end { FOLLOW_LOST, FOLLOW_REFUSED, FOLLOW_DROPPED };

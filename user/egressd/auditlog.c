@@ -23,9 +23,7 @@
 #include "log.h"
 
 /* Destinations listed per execution record at most. */
-#define MAX_DESTS 4096
-/* egr_dests is an LRU: past this fill, some destinations may be forgotten. */
-#define DESTS_PRESSURE_PCT 80
+#define MAX_DESTS (EGR_DESTS_PER_SB + 8) /* a few over the cap when CPUs race */
 
 struct egr_auditlog {
 	struct egr_audit *a;      /* NULL: events only */
@@ -362,44 +360,25 @@ static const char *proto_name(uint8_t p, char *buf, size_t len)
 	}
 }
 
-/* Entries in egr_dests and its size: is the LRU under pressure? */
-static bool dests_under_pressure(struct egr_bpf *b, uint64_t *entries, uint64_t *max)
-{
-	struct bpf_map_info info = { 0 };
-	__u32 len = sizeof(info);
-	struct egr_dest_key cur, prev;
-	bool first = true;
-
-	*entries = 0;
-	*max = 0;
-	if (bpf_obj_get_info_by_fd(b->fd_dests, &info, &len) == 0)
-		*max = info.max_entries;
-	while (bpf_map_get_next_key(b->fd_dests, first ? NULL : &prev, &cur) == 0) {
-		first = false;
-		prev = cur;
-		(*entries)++;
-	}
-	return *max && *entries * 100 >= *max * DESTS_PRESSURE_PCT;
-}
-
+/* The sandbox's destinations; *complete only when the kernel dropped none
+ * of them (its own cap or a full map: never another sandbox's doing). */
 static json_t *egress_json(struct egr_auditlog *al, const struct egr_sb *sb, bool *complete,
-			   uint64_t boot_off)
+			   uint64_t *dropped, uint64_t boot_off)
 {
 	struct egr_dest *d = calloc(MAX_DESTS, sizeof(*d));
 	json_t *arr = json_array();
 	size_t n = 0;
-	uint64_t entries, max;
 
 	*complete = false;
+	*dropped = 0;
 	if (!d || !arr) {
 		free(d);
 		json_decref(arr);
 		return NULL;
 	}
-	if (egr_bpf_sandbox_dests(al->bpf, sb->id, false, d, MAX_DESTS, &n) == 0)
-		*complete = n < MAX_DESTS;
-	if (dests_under_pressure(al->bpf, &entries, &max))
-		*complete = false;
+	if (egr_bpf_sandbox_dests(al->bpf, sb->id, false, d, MAX_DESTS, &n) == 0 &&
+	    egr_bpf_sandbox_dests_dropped(al->bpf, sb->id, dropped) == 0)
+		*complete = n < MAX_DESTS && !*dropped;
 	for (size_t i = 0; i < n; i++) {
 		char addr[INET6_ADDRSTRLEN], dest[INET6_ADDRSTRLEN + 16], pbuf[8];
 		int v6 = d[i].key.family == EGR_AF_INET6;
@@ -462,6 +441,7 @@ static void h_detaching(void *ctx, const struct egr_sb *sb)
 	uint64_t boot_off = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_BOOTTIME);
 	struct egr_meter m;
 	bool complete = false;
+	uint64_t dropped = 0;
 	json_t *rec, *egress, *obs;
 	json_int_t dns_wd;
 
@@ -469,7 +449,7 @@ static void h_detaching(void *ctx, const struct egr_sb *sb)
 	if (al->a) {
 		if (egr_bpf_meter_sandbox(al->bpf, sb->id, &m))
 			memset(&m, 0, sizeof(m));
-		egress = egress_json(al, sb, &complete, boot_off);
+		egress = egress_json(al, sb, &complete, &dropped, boot_off);
 		dns_wd = json_integer_value(json_object_get(obs, "dns_would_deny"));
 		if (obs)
 			json_object_del(obs, "dns_would_deny");
@@ -486,6 +466,17 @@ static void h_detaching(void *ctx, const struct egr_sb *sb)
 			json_object_set_new(rec, "hosts", hosts_json(egress));
 			json_object_set_new(rec, "egress", egress ? egress : json_null());
 			json_object_set_new(rec, "egress_complete", json_boolean(complete));
+			json_object_set_new(rec, "egress_dropped", json_integer((json_int_t)dropped));
+			{
+				uint64_t sup = 0, lost = 0;
+
+				/* Its kernel events held back or lost (docs/events.md). */
+				egr_events_sandbox_figures(al->events, sb->id, &sup, &lost);
+				json_object_set_new(rec, "events",
+						    json_pack("{s:I, s:I}", "suppressed",
+							      (json_int_t)sup, "lost",
+							      (json_int_t)lost));
+			}
 			json_object_set_new(
 				rec, "traffic",
 				json_pack("{s:I, s:I, s:I, s:I}", "bytes_out",

@@ -27,6 +27,8 @@
 
 #define BPFFS_ROOT "/sys/fs/bpf"
 
+uint64_t egr_bpf_deny_rate = 100, egr_bpf_deny_burst = 200;
+
 const char *const egr_counter_names[EGR_CNT_MAX] = {
 	[EGR_CNT_CONNECT_ALLOW] = "connect_allowed",
 	[EGR_CNT_CONNECT_DENY] = "connect_denied",
@@ -222,6 +224,67 @@ static bool is_cgroup_prog(const struct bpf_program *prog)
 	}
 }
 
+static int attach_one(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int cg_fd,
+		      const char *dir, const char *cgroup_path);
+static struct egr_link_set *link_set(struct egr_bpf *b, uint32_t sandbox_id, bool create);
+static int links_dir(struct egr_bpf *b, uint32_t sandbox_id, char *buf, size_t len);
+static int ensure_links_dir(struct egr_bpf *b, const char *dir);
+
+static int prog_index(const struct egr_bpf *b, const char *name)
+{
+	for (size_t p = 0; p < b->nprogs; p++)
+		if (strcmp(b->prog_names[p], name) == 0)
+			return (int)p;
+	return -1;
+}
+
+/* An upgrade adds the link of a program new since the old version
+ * (migrate.h): attached like any other, its fd kept in the sandbox's set. */
+static int mig_attach(void *ctx, uint32_t sandbox_id, uint64_t cgroup_id, const char *prog)
+{
+	struct egr_bpf *b = ctx;
+	char cg[PATH_MAX], dir[PATH_MAX];
+	int p = prog_index(b, prog), cg_fd, err;
+	struct egr_link_set *ls;
+
+	if (p < 0)
+		return -ENOENT;
+	err = egr_cgroup_path_by_id(cgroup_id, cg, sizeof(cg));
+	if (err)
+		return err == -ESTALE ? -ENOENT : err;
+	if ((err = links_dir(b, sandbox_id, dir, sizeof(dir))) || (err = ensure_links_dir(b, dir)))
+		return err;
+	ls = link_set(b, sandbox_id, true);
+	if (!ls)
+		return -ENOMEM;
+	cg_fd = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (cg_fd < 0)
+		return errno == ENOENT ? -ENOENT : -errno;
+	err = attach_one(b, ls, (size_t)p, cg_fd, dir, cg);
+	close(cg_fd);
+	return err;
+}
+
+static void mig_detach(void *ctx, uint32_t sandbox_id, const char *prog)
+{
+	struct egr_bpf *b = ctx;
+	struct egr_link_set *ls = link_set(b, sandbox_id, false);
+	int p = prog_index(b, prog);
+	char dir[PATH_MAX], path[PATH_MAX];
+
+	if (!ls || p < 0 || ls->fd[p] < 0)
+		return;
+	if (bpf_link_detach(ls->fd[p]) < 0 && errno != ENOLINK)
+		log_error("upgrade rollback: detach %s of sandbox %u: %m", prog, sandbox_id);
+	close(ls->fd[p]);
+	ls->fd[p] = -1;
+	if (!links_dir(b, sandbox_id, dir, sizeof(dir))) {
+		snprintf(path, sizeof(path), "%s/%s", dir, prog);
+		if (unlink(path) < 0 && errno != ENOENT)
+			log_warn("upgrade rollback: unpin %s: %m", path);
+	}
+}
+
 int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 {
 	struct bpf_program *prog;
@@ -279,6 +342,9 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 		log_error("open BPF object: %s", strerror(-err));
 		goto fail;
 	}
+	/* Per-sandbox deny-event budget (docs/events.md); 0 turns it off. */
+	b->skel->rodata->egr_deny_events_per_s = egr_bpf_deny_rate;
+	b->skel->rodata->egr_deny_events_burst = egr_bpf_deny_burst;
 	/* The every-family layer exists only where the host can load it. */
 	bpf_program__set_autoload(b->skel->progs.egr_lsm_socket_create, feat->lsm_cgroup);
 	if (mig && (err = egr_mig_reuse_maps(mig, b->skel->obj)))
@@ -289,8 +355,22 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 			  b->reused_maps ? " (pinned maps incompatible with this egressd?)" : "");
 		goto fail;
 	}
+	bpf_object__for_each_program(prog, b->skel->obj)
+	{
+		if (!bpf_program__autoload(prog) || !is_cgroup_prog(prog))
+			continue; /* a layer this host cannot load, or a global program */
+		if (b->nprogs == EGR_MAX_CGROUP_PROGS) {
+			log_error("more than %d cgroup programs", EGR_MAX_CGROUP_PROGS);
+			err = -E2BIG;
+			goto fail;
+		}
+		b->prog_names[b->nprogs++] = bpf_program__name(prog);
+	}
 	if (mig) {
-		err = egr_mig_commit(mig, b->skel->obj);
+		const struct egr_mig_attach ops = { .attach = mig_attach, .detach = mig_detach,
+						    .ctx = b };
+
+		err = egr_mig_commit(mig, b->skel->obj, &ops);
 		if (err)
 			goto fail;
 		b->migrated_from = egr_mig_from_version(mig);
@@ -307,22 +387,14 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	b->fd_quota_sb = bpf_map__fd(b->skel->maps.egr_quota_sb);
 	b->fd_quota_tenant = bpf_map__fd(b->skel->maps.egr_quota_tenant);
 	b->fd_events = bpf_map__fd(b->skel->maps.egr_events);
-	b->fd_dests = bpf_map__fd(b->skel->maps.egr_dests);
+	b->fd_dests = bpf_map__fd(b->skel->maps.egr_sb_dests);
+	b->fd_dests_n = bpf_map__fd(b->skel->maps.egr_dests_n);
+	b->fd_deny_budget = bpf_map__fd(b->skel->maps.egr_deny_budget);
+	b->fd_dns_clients = bpf_map__fd(b->skel->maps.egr_dns_clients);
+	b->fd_dns_clients_n = bpf_map__fd(b->skel->maps.egr_dns_clients_n);
 	b->fd_inspect_orig = bpf_map__fd(b->skel->maps.egr_inspect_orig);
 	b->fd_sb_cgroups = bpf_map__fd(b->skel->maps.egr_sandbox_cgroups);
 	b->fd_proc_home = bpf_map__fd(b->skel->maps.egr_proc_home);
-	bpf_object__for_each_program(prog, b->skel->obj)
-	{
-		if (!bpf_program__autoload(prog) || !is_cgroup_prog(prog))
-			continue; /* a layer this host cannot load, or a global program */
-		if (b->nprogs == EGR_MAX_CGROUP_PROGS) {
-			log_error("more than %d cgroup programs", EGR_MAX_CGROUP_PROGS);
-			egressd_bpf__destroy(b->skel);
-			b->skel = NULL;
-			return -E2BIG;
-		}
-		b->prog_names[b->nprogs++] = bpf_program__name(prog);
-	}
 	b->pin_watch_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
 	if (b->pin_watch_fd < 0)
 		log_warn("inotify: %m; removed pins are noticed by the periodic check only");
@@ -331,6 +403,14 @@ int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 		 b->migrated_from ? "migrated" : b->reused_maps ? "adopted" : "pinned", b->maps);
 	return 0;
 fail:
+	for (size_t i = 0; i < b->nlinks; i++)
+		for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
+			if (b->links[i].fd[p] >= 0)
+				close(b->links[i].fd[p]);
+	free(b->links);
+	b->links = NULL;
+	b->nlinks = b->caplinks = 0;
+	b->nprogs = 0;
 	if (b->skel)
 		egressd_bpf__destroy(b->skel);
 	b->skel = NULL;
@@ -1092,7 +1172,20 @@ int egr_bpf_sandbox_dests(struct egr_bpf *b, uint32_t sandbox_id, bool remove,
 	for (size_t i = 0; i < ndel; i++)
 		bpf_map_delete_elem(b->fd_dests, &dels[i]);
 	free(dels);
+	if (remove && !err)
+		bpf_map_delete_elem(b->fd_dests_n, &sandbox_id);
 	return err;
+}
+
+int egr_bpf_sandbox_dests_dropped(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *dropped)
+{
+	struct egr_dests_count c;
+
+	*dropped = 0;
+	if (bpf_map_lookup_elem(b->fd_dests_n, &sandbox_id, &c) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	*dropped = c.dropped;
+	return 0;
 }
 
 int egr_bpf_forget_sandbox_stats(struct egr_bpf *b, uint32_t sandbox_id)
@@ -1100,6 +1193,7 @@ int egr_bpf_forget_sandbox_stats(struct egr_bpf *b, uint32_t sandbox_id)
 	size_t n;
 
 	egr_bpf_sandbox_dests(b, sandbox_id, true, NULL, 0, &n);
+	bpf_map_delete_elem(b->fd_deny_budget, &sandbox_id);
 	if (bpf_map_delete_elem(b->fd_meter_sb, &sandbox_id) < 0 && errno != ENOENT)
 		return -errno;
 	if (bpf_map_delete_elem(b->fd_quota_sb, &sandbox_id) < 0 && errno != ENOENT)

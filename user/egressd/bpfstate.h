@@ -40,6 +40,9 @@ struct egr_bpf {
 	int fd_meter_sb, fd_meter_tenant, fd_quota_sb, fd_quota_tenant, fd_events, fd_dests;
 	int fd_inspect_orig; /* original destinations of inspected connections */
 	int fd_sb_cgroups, fd_proc_home; /* for the escape guard (escape.h) */
+	int fd_dns_clients, fd_dns_clients_n; /* who may ask each DNS proxy (dns.md) */
+	int fd_dests_n; /* per-sandbox entries and drops of fd_dests */
+	int fd_deny_budget; /* per-sandbox deny-event budgets and losses */
 	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */
 	int migrated_from;   /* ABI version upgraded from at start, 0 = none */
 	/* The cgroup programs loaded on this host, in attach order. */
@@ -68,6 +71,11 @@ struct egr_features {
 
 /* The layers as a JSON object (status, logs): {"sock_addr": true, ...}. */
 json_t *egr_features_layers(const struct egr_features *f);
+
+/* Deny events per second and sandbox the kernel reports one by one, and
+ * the burst (set before egr_bpf_open; rate 0: no budget). Programs already
+ * attached keep the values they were loaded with. */
+extern uint64_t egr_bpf_deny_rate, egr_bpf_deny_burst;
 
 /* Mount bpffs at /sys/fs/bpf if nothing is there, create dir, load the
  * programs (reusing pinned maps, or upgrading an older ABI version's pins
@@ -158,6 +166,9 @@ struct egr_dest {
  * remove, forget them all. 0 or -errno. */
 int egr_bpf_sandbox_dests(struct egr_bpf *b, uint32_t sandbox_id, bool remove,
 			  struct egr_dest *out, size_t max, size_t *n);
+/* Destinations of the sandbox that found no room in the map (its cap of
+ * EGR_DESTS_PER_SB, or the map full). 0 or -errno. */
+int egr_bpf_sandbox_dests_dropped(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *dropped);
 
 /* Drop a detached sandbox's meter, quota and destination state. */
 int egr_bpf_forget_sandbox_stats(struct egr_bpf *b, uint32_t sandbox_id);

@@ -32,6 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <bpf/bpf.h>
+
 #include "dnsproxy.h"
 #include "localaddr.h"
 #include "log.h"
@@ -84,6 +86,8 @@ struct sb {
 	struct tconn *conns;
 	uint32_t nconns;
 	uint32_t inflight;
+	double tokens;             /* query rate bucket (rate_take) */
+	uint64_t tokens_ns;
 	struct egr_dnsproxy_stats st;
 	struct sb *next;
 };
@@ -118,6 +122,7 @@ struct pending {
 struct egr_dnsproxy {
 	struct egr_loop *loop;
 	uint64_t answer_latency_ns; /* of the answer being reported, for emit() */
+	uint32_t answer_learned;    /* and which of its listed addresses were learned */
 	struct egr_dnsproxy_config cfg;
 	int up4, up6;
 	int timer_fd;
@@ -346,6 +351,7 @@ static void emit(struct sb *sb, const char *qname, uint16_t qtype, int transport
 		.rcode = rcode,
 		.naddrs = n,
 		.latency_ns = p->answer_latency_ns,
+		.learned_mask = p->answer_learned,
 	};
 
 	ev.naddrs_listed = n < EGR_DNSPROXY_EVENT_ADDRS ? n : EGR_DNSPROXY_EVENT_ADDRS;
@@ -737,10 +743,15 @@ static void pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt,
 	reply(sb, &cl, pkt, len);
 	sb->st.allowed++;
 	p->answer_latency_ns = mono_ns() - q->received_ns;
+	/* learn() took all n or the query failed above; nothing is learned
+	 * for a name that opens no ports. */
+	p->answer_learned = q->ports.nranges && n ? (uint32_t)((1ull << (n < EGR_DNSPROXY_EVENT_ADDRS
+								       ? n : EGR_DNSPROXY_EVENT_ADDRS)) - 1) : 0;
 	emit(sb, q->qname, q->qtype, q->transport, EGR_DNS_V_ALLOWED,
 	     r->tc ? "truncated" : (q->ports.nranges ? "learned" : "resolvable only"), 0,
 	     r->rcode, addrs, n);
 	p->answer_latency_ns = 0;
+	p->answer_learned = 0;
 	pend_free(p, q);
 	if (conn)
 		conn_settle(conn);
@@ -890,6 +901,57 @@ static void on_upstream_tcp(struct egr_loop *loop, int fd, uint32_t events, void
 
 /* --- queries ------------------------------------------------------------------ */
 
+/*
+ * The table is full and sb wants a slot. A sandbox's queries in flight are
+ * its own business only up to its share: the sandbox with the most in
+ * flight, if it has at least two more than sb, loses its oldest query
+ * (SERVFAIL, counted as evicted) so that sb gets the slot. Otherwise sb is
+ * itself among the heaviest and is shed. So a neighbour that fills the
+ * table with queries the upstream never answers costs the others nothing.
+ */
+static bool evict_for(struct egr_dnsproxy *p, struct sb *sb)
+{
+	struct sb *heavy = NULL;
+	struct pending *oldest = NULL;
+
+	for (struct sb *o = p->sbs; o; o = o->next)
+		if (!heavy || o->inflight > heavy->inflight)
+			heavy = o;
+	if (!heavy || heavy == sb || heavy->inflight < sb->inflight + 2)
+		return false;
+	for (uint32_t i = 0; i < p->npend; i++) {
+		struct pending *q = &p->pend[i];
+
+		if (q->used && q->sb == heavy && (!oldest || q->received_ns < oldest->received_ns))
+			oldest = q;
+	}
+	if (!oldest)
+		return false;
+	heavy->st.evicted++;
+	pend_fail(p, oldest, EGR_DNS_V_SERVFAIL, "evicted: sandbox over its in-flight share",
+		  -EBUSY, NULL, 0);
+	return true;
+}
+
+/* Take one token of sb's query bucket; false when it is empty. */
+static bool rate_take(struct egr_dnsproxy *p, struct sb *sb)
+{
+	uint64_t now = mono_ns();
+
+	if (now > sb->tokens_ns) {
+		sb->tokens += (double)(now - sb->tokens_ns) * p->cfg.rate_qps / 1e9;
+		if (sb->tokens > p->cfg.burst)
+			sb->tokens = p->cfg.burst;
+	}
+	sb->tokens_ns = now;
+	if (sb->tokens < 1.0) {
+		sb->st.shed_rate++;
+		return false;
+	}
+	sb->tokens -= 1.0;
+	return true;
+}
+
 static int forward(struct egr_dnsproxy *p, struct sb *sb, const struct client *cl,
 		   const uint8_t *pkt, size_t len, const struct egr_dns_query *qq,
 		   const struct egr_dns_ports *ports)
@@ -899,7 +961,9 @@ static int forward(struct egr_dnsproxy *p, struct sb *sb, const struct client *c
 	uint16_t id = 0;
 	int err;
 
-	if (p->inflight >= p->npend || sb->inflight >= p->cfg.max_inflight_per_sb)
+	if (sb->inflight >= p->cfg.max_inflight_per_sb)
+		return -EDQUOT;
+	if (p->inflight >= p->npend && !evict_for(p, sb))
 		return -EBUSY;
 	for (uint32_t i = 0; i < p->npend; i++)
 		if (!p->pend[i].used) {
@@ -1009,6 +1073,13 @@ static void handle_query(struct sb *sb, const struct client *cl, const uint8_t *
 	struct egr_dns_query q;
 	int err;
 
+	if (!rate_take(p, sb)) {
+		/* Unanswered over UDP (the cheapest: nothing parsed, nothing
+		 * sent); over TCP the stream's order needs an answer. */
+		if (cl->transport == IPPROTO_TCP)
+			reply_rcode(sb, cl, pkt, len, EGR_DNS_R_SERVFAIL);
+		return;
+	}
 	err = egr_dns_parse_query(pkt, len, &q);
 	if (err) {
 		sb->st.malformed++;
@@ -1073,10 +1144,79 @@ static void handle_query(struct sb *sb, const struct client *cl, const uint8_t *
 	if (err) {
 		reply_rcode(sb, cl, pkt, len, EGR_DNS_R_SERVFAIL);
 		sb->st.servfail++;
+		if (err == -EBUSY || err == -EDQUOT)
+			sb->st.shed_inflight++;
 		emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_SERVFAIL,
+		     err == -EDQUOT ? "sandbox's in-flight limit" :
 		     err == -EBUSY ? "too many queries in flight" : "cannot forward", err,
 		     EGR_DNS_R_SERVFAIL, NULL, 0);
 	}
+}
+
+/* --- who asks ------------------------------------------------------------------- */
+
+/*
+ * Did the kernel see this sender, a socket of sb, send to sb's proxy
+ * (egr_dns_clients, written by cgroup_skb/egress before the packet reached
+ * the listener)? Anyone else who reaches the listener's port — a process
+ * outside every sandbox, another sandbox allowed to reach loopback — is
+ * not sb, whatever it sends. Any error: not sb (fail closed).
+ */
+static bool client_is_sb(struct sb *sb, const struct sockaddr_storage *from, int protocol)
+{
+	struct egr_dnsproxy *p = sb->p;
+	struct egr_dns_client_key key;
+	struct egr_dns_client_val val;
+
+	if (!p->cfg.verify_clients)
+		return true;
+	memset(&key, 0, sizeof(key));
+	key.sandbox_id = sb->id;
+	key.protocol = (uint8_t)protocol;
+	if (from->ss_family == AF_INET) {
+		const struct sockaddr_in *s4 = (const void *)from;
+
+		key.family = AF_INET;
+		key.port = ntohs(s4->sin_port);
+		memcpy(key.addr, &s4->sin_addr, 4);
+	} else if (from->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const void *)from;
+
+		key.family = AF_INET6;
+		key.port = ntohs(s6->sin6_port);
+		memcpy(key.addr, &s6->sin6_addr, 16);
+	} else {
+		return false;
+	}
+	if (bpf_map_lookup_elem(p->cfg.clients_fd, &key, &val) == 0)
+		return true;
+	sb->st.foreign++;
+	if (errno != ENOENT)
+		log_warn("dns: sandbox %u: egr_dns_clients lookup: %m; dropping", sb->id);
+	return false;
+}
+
+/* Forget every sender recorded for sandbox id (it is gone, or its id is
+ * new): a socket left from an earlier sandbox with this id must not ask as
+ * the next one. */
+static void purge_clients(struct egr_dnsproxy *p, uint32_t id)
+{
+	struct egr_dns_client_key key, next, *prev = NULL;
+	unsigned purged = 0;
+
+	if (!p->cfg.verify_clients)
+		return;
+	while (bpf_map_get_next_key(p->cfg.clients_fd, prev, &next) == 0) {
+		if (next.sandbox_id == id && bpf_map_delete_elem(p->cfg.clients_fd, &next) == 0) {
+			purged++;
+			continue; /* prev stays: the walk goes on from there */
+		}
+		key = next;
+		prev = &key;
+	}
+	bpf_map_delete_elem(p->cfg.clients_n_fd, &id);
+	if (purged)
+		log_debug("dns: sandbox %u: forgot %u client sockets", id, purged);
 }
 
 /* --- listeners ------------------------------------------------------------------ */
@@ -1086,7 +1226,8 @@ static void on_udp_listener(struct egr_loop *loop, int fd, uint32_t events, void
 	struct listener *l = ctx;
 	struct egr_dnsproxy *p = l->sb->p;
 
-	for (int i = 0; i < RX_BATCH; i++) {
+	/* One sandbox's turn (level-triggered: the rest on a later one). */
+	for (int i = 0; i < EGR_DNSPROXY_UDP_TURN; i++) {
 		struct sockaddr_storage from;
 		struct client cl = { .transport = IPPROTO_UDP, .lfd = fd, .caddr = &from };
 		ssize_t k;
@@ -1095,6 +1236,10 @@ static void on_udp_listener(struct egr_loop *loop, int fd, uint32_t events, void
 		k = recvfrom(fd, p->buf, sizeof(p->buf), 0, (struct sockaddr *)&from, &cl.calen);
 		if (k < 0)
 			return;
+		/* Before anything is charged to the sandbox: a stranger's
+		 * queries take none of its tokens or exfiltration budget. */
+		if (!client_is_sb(l->sb, &from, IPPROTO_UDP))
+			continue;
 		handle_query(l->sb, &cl, p->buf, (size_t)k);
 	}
 }
@@ -1188,11 +1333,17 @@ static void on_tcp_listener(struct egr_loop *loop, int fd, uint32_t events, void
 	struct egr_dnsproxy *p = sb->p;
 
 	for (int i = 0; i < RX_BATCH; i++) {
+		struct sockaddr_storage peer;
+		socklen_t plen = sizeof(peer);
 		struct tconn *c;
-		int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int cfd = accept4(fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (cfd < 0)
 			return;
+		if (!client_is_sb(sb, &peer, IPPROTO_TCP)) {
+			close(cfd);
+			continue;
+		}
 		if (sb->nconns >= p->cfg.max_tcp_per_sb) {
 			log_warn("dns: sandbox %u: more than %u tcp connections, refusing one",
 				 sb->id, p->cfg.max_tcp_per_sb);
@@ -1326,6 +1477,11 @@ int egr_dnsproxy_new(struct egr_loop *loop, const struct egr_dnsproxy_config *cf
 		p->cfg.tcp_idle_ms = 10000;
 	if (!p->cfg.tick_ms)
 		p->cfg.tick_ms = 100;
+	if (!p->cfg.rate_qps)
+		p->cfg.rate_qps = EGR_DNSPROXY_RATE;
+	if (!p->cfg.burst)
+		p->cfg.burst = p->cfg.rate_qps > EGR_DNSPROXY_BURST ? p->cfg.rate_qps :
+								      EGR_DNSPROXY_BURST;
 	if (!p->cfg.exfil.window_ns && !p->cfg.exfil.max_label_len && !p->cfg.exfil.max_name_len &&
 	    !p->cfg.exfil.max_subdomains && !p->cfg.exfil.max_nxdomain &&
 	    p->cfg.exfil.max_entropy == 0)
@@ -1565,12 +1721,18 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
 	sb->p = p;
 	sb->id = sandbox_id;
 	sb->pol = pol;
+	sb->tokens = p->cfg.burst;
+	sb->tokens_ns = mono_ns();
 	for (int i = 0; i < 4; i++) {
 		sb->lis[i].fd = -1;
 		sb->lis[i].sb = sb;
 		sb->lis[i].family = i < 2 ? AF_INET : AF_INET6;
 		sb->lis[i].tcp = i & 1;
 	}
+	/* A new sandbox (adoption re-opens stored ports and keeps what the
+	 * kernel recorded): nothing of an earlier one with this id may ask. */
+	if (!want_port4 && !want_port6)
+		purge_clients(p, sandbox_id);
 	sb->tenant = strdup(tenant ? tenant : "");
 	err = sb->tenant ? egr_exfil_new(&p->cfg.exfil, &sb->exfil) : -ENOMEM;
 	if (err)
@@ -1730,6 +1892,7 @@ int egr_dnsproxy_remove_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id)
 			continue;
 		*psb = sb->next;
 		sb_free(sb);
+		purge_clients(p, sandbox_id);
 		log_info("dns: sandbox %u: listeners closed", sandbox_id);
 		return 0;
 	}

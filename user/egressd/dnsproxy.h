@@ -4,8 +4,10 @@
  * any address) to listeners that belong to that sandbox alone:
  * 127.0.0.1:port4 and [::1]:port6, UDP and TCP on the same port number,
  * opened in the host network namespace or inside the sandbox's own. The
- * listener a query arrives on is the sandbox's identity; nothing in the
- * packet is trusted.
+ * listener a query arrives on names the sandbox, and the kernel vouches for
+ * the sender: only a socket that cgroup_skb/egress saw send from that
+ * sandbox to its proxy (egr_dns_clients) is served; nothing in the packet
+ * is trusted.
  *
  * For each query: parse (malformed: dropped and counted), match the name
  * against the sandbox's compiled DNS policy, the qtype against its allowed
@@ -49,6 +51,12 @@
 #define EGR_DNSPROXY_MAX_UPSTREAMS 8
 #define EGR_DNSPROXY_EVENT_ADDRS   16 /* addresses carried in one event */
 #define EGR_DNSPROXY_MAX_LEARN     64 /* addresses learned from one answer */
+#define EGR_DNSPROXY_RATE          500  /* default queries per second, per sandbox */
+#define EGR_DNSPROXY_BURST         1000 /* default bucket size, per sandbox */
+/* Datagrams one sandbox's UDP listener takes per loop wake-up: a listener
+ * still ready goes behind the others in epoll's ready list, so a flooding
+ * sandbox gets this many turns' worth, never the loop. */
+#define EGR_DNSPROXY_UDP_TURN      8
 
 /* One address to add to a sandbox's allowlist. */
 struct egr_dns_learned {
@@ -96,6 +104,9 @@ struct egr_dns_event {
 	size_t nstripped;       /* REBIND: records removed (all of them) */
 	size_t nstripped_listed; /* how many are in stripped[] */
 	struct egr_dns_stripped stripped[EGR_DNSPROXY_EVENT_ADDRS];
+	/* addrs[i] went into the sandbox's allowlist (bit i). An answer that
+	 * opens nothing, fails, or had an address withheld has it clear. */
+	uint32_t learned_mask;
 };
 
 /* 0 or -errno; -ENOSPC means a cap was hit / the map is full. */
@@ -115,6 +126,18 @@ struct egr_dnsproxy_config {
 	uint32_t max_tcp_per_sb;      /* client TCP connections (0: 16) */
 	uint32_t tcp_idle_ms;         /* client TCP idle timeout (0: 10000) */
 	uint32_t tick_ms;             /* timer period (0: 100) */
+	/* Per-sandbox query rate, a token bucket taken by every query before it
+	 * is parsed (0: EGR_DNSPROXY_RATE / EGR_DNSPROXY_BURST). A UDP query
+	 * past it is dropped unanswered, a TCP one gets SERVFAIL. */
+	uint32_t rate_qps;
+	uint32_t burst;
+	/* Who asks (docs/dns.md "Who asks"): with verify_clients, a query is
+	 * served only when egr_dns_clients (clients_fd) has its sender for the
+	 * listener's sandbox; anything else is dropped and counted `foreign`.
+	 * clients_n_fd: the per-sandbox entry counts, purged with the entries
+	 * when a sandbox goes. Off only for tests without BPF. */
+	bool verify_clients;
+	int clients_fd, clients_n_fd;
 	struct egr_exfil_limits exfil; /* all zero: egr_exfil_limits_default() */
 	egr_dnsproxy_learn_fn learn;  /* required */
 	egr_dnsproxy_event_fn event;  /* optional */
@@ -133,6 +156,14 @@ struct egr_dnsproxy_stats {
 	uint64_t rebind_addrs;  /* address records stripped */
 	uint64_t would_deny;    /* audit mode: names/qtypes forwarded that enforce
 				 * mode refuses */
+	/* Shed, per sandbox (docs/dns.md "Fairness"): */
+	uint64_t shed_rate;     /* past its query rate */
+	uint64_t shed_inflight; /* past its own in-flight limit, or the table full
+				 * with it among the heaviest users */
+	uint64_t evicted;       /* its oldest query failed (SERVFAIL) to make room
+				 * for a sandbox with fewer in flight */
+	uint64_t foreign;       /* dropped: sent to its listener by a socket the
+				 * kernel did not redirect from this sandbox */
 	uint32_t tcp_conns;     /* client TCP connections open now */
 	uint32_t inflight;      /* queries upstream now */
 };

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
 #include "alerting.h"
@@ -23,9 +24,14 @@
 #include "events.h"
 #include "fileio.h"
 #include "log.h"
+#include "metrics.h"
+#include "sandbox.h"
 
-/* A --follow subscriber may fall this far behind before it is dropped. */
+/* A --follow subscriber may fall this far behind; past it, events skip it
+ * (counted per sandbox) until it is below half of that again, and then it
+ * gets one aggregated "events_skipped" line instead of being cut off. */
 #define SUB_MAX_PENDING (4u << 20)
+#define SUB_SKIP_SBS 8
 /* Detached sandboxes remembered for events still in the ring. */
 #define GONE_MAX 256
 
@@ -36,6 +42,12 @@ struct sub {
 	size_t len, cap;
 	bool partial;       /* part of buf's first line was already sent */
 	bool closing;       /* dropped: flush the notice, then close */
+	/* Events it was too far behind to take (publish), told in one
+	 * aggregated line once it has caught up: per sandbox, the first
+	 * SUB_SKIP_SBS sandboxes by id, the rest under 0. */
+	uint64_t skipped;
+	uint32_t skip_sb[8];
+	uint64_t skip_n[8];
 	unsigned closing_ticks;
 	struct sub *next;
 };
@@ -51,7 +63,17 @@ struct gone {
  * level-triggered, so the rest is handled on the next turn. */
 #define EVENTS_PER_WAKEUP 1024
 
+/* What egressd already reported of a sandbox's suppressed and lost kernel
+ * events (egr_deny_budget), to report only the growth. */
+struct budget_seen {
+	uint32_t id;
+	uint64_t suppressed, lost;
+	struct budget_seen *next;
+};
+
 struct egr_events {
+	struct budget_seen *budgets;
+	uint64_t suppressed_reported; /* deny events reported in aggregate */
 	unsigned int batch; /* events handled in the current consume call */
 	unsigned int undrained_ticks; /* ticks in a row that left the ring non-empty */
 	struct egr_bpf *bpf;
@@ -267,6 +289,59 @@ static void sub_drop(struct egr_events *ev, struct sub *s, const char *why)
 	sub_flush(ev, s);
 }
 
+/* Too far behind for this event: count it against its sandbox. */
+static void sub_skip(struct sub *s, uint32_t sandbox)
+{
+	int i;
+
+	s->skipped++;
+	for (i = 1; i < SUB_SKIP_SBS; i++)
+		if (s->skip_sb[i] == sandbox || (!s->skip_sb[i] && sandbox)) {
+			s->skip_sb[i] = sandbox;
+			s->skip_n[i]++;
+			return;
+		}
+	s->skip_n[0]++; /* no sandbox, or past SUB_SKIP_SBS of them */
+}
+
+/* Caught up (below half the limit): one line says what it missed. */
+static void sub_catch_up(struct egr_events *ev, struct sub *s)
+{
+	json_t *o, *by;
+	char *line;
+	size_t n;
+
+	if (!s->skipped || s->closing || s->len > SUB_MAX_PENDING / 2)
+		return;
+	by = json_object();
+	for (int i = 0; by && i < SUB_SKIP_SBS; i++) {
+		char key[16];
+
+		if (!s->skip_n[i])
+			continue;
+		snprintf(key, sizeof(key), "%u", i ? s->skip_sb[i] : 0);
+		json_object_set_new(by, key, json_integer((json_int_t)s->skip_n[i]));
+	}
+	o = json_pack("{s:i, s:s, s:s, s:I, s:o}", "v", EGR_EVENTS_SCHEMA, "type",
+		      "events_skipped", "reason", "subscriber too slow: over 4 MiB pending",
+		      "skipped", (json_int_t)s->skipped, "by_sandbox", by ? by : json_null());
+	put_time(o, clock_ns(CLOCK_REALTIME));
+	line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	if (!line)
+		return;
+	log_warn("events: a --follow subscriber missed %" PRIu64 " events (too slow)", s->skipped);
+	n = strlen(line);
+	line[n++] = '\n'; /* overwrites the NUL: length is n */
+	if (sub_append(s, line, n) == 0) {
+		s->skipped = 0;
+		memset(s->skip_sb, 0, sizeof(s->skip_sb));
+		memset(s->skip_n, 0, sizeof(s->skip_n));
+	}
+	free(line);
+	sub_flush(ev, s);
+}
+
 static void on_sub(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
 	struct egr_events *ev = ctx;
@@ -292,8 +367,10 @@ static void on_sub(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 				break;
 		}
 	}
-	if (events & EPOLLOUT)
+	if (events & EPOLLOUT) {
 		sub_flush(ev, s);
+		sub_catch_up(ev, s);
+	}
 }
 
 /* Follow subscribers at once: each may hold up to SUB_MAX_PENDING of
@@ -365,8 +442,8 @@ static void publish(struct egr_events *ev, json_t *o)
 			n = strlen(line);
 			line[n++] = '\n'; /* overwrites the NUL: length is n */
 		}
-		if (s->len + n > SUB_MAX_PENDING) {
-			sub_drop(ev, s, "subscriber too slow: over 4 MiB of events pending");
+		if (s->len + n > SUB_MAX_PENDING || (s->skipped && s->len > SUB_MAX_PENDING / 2)) {
+			sub_skip(s, sandbox);
 			continue;
 		}
 		if (sub_append(s, line, n)) {
@@ -558,6 +635,24 @@ void egr_events_emit(struct egr_events *ev, json_t *obj)
 	json_decref(o);
 }
 
+/* The answer's first addresses, each with its TTL and whether it went into
+ * the sandbox's allowlist. */
+static json_t *dns_addresses(const struct egr_dns_event *d)
+{
+	json_t *arr = json_array();
+
+	for (size_t i = 0; arr && i < d->naddrs_listed && i < EGR_DNSPROXY_EVENT_ADDRS; i++) {
+		char text[INET6_ADDRSTRLEN];
+
+		if (!inet_ntop(d->addrs[i].family, d->addrs[i].addr, text, sizeof(text)))
+			continue;
+		json_array_append_new(arr, json_pack("{s:s, s:I, s:b}", "addr", text, "ttl",
+						     (json_int_t)d->addrs[i].ttl, "learned",
+						     (d->learned_mask >> i) & 1));
+	}
+	return arr ? arr : json_null();
+}
+
 void egr_events_dns(struct egr_events *ev, const struct egr_dns_event *d)
 {
 	static const char *const verdicts[] = {
@@ -581,13 +676,10 @@ void egr_events_dns(struct egr_events *ev, const struct egr_dns_event *d)
 	if (o && d->tenant)
 		json_object_set_new(o, "tenant", json_string(d->tenant));
 	/* The answer's addresses (learned ones for reason "learned"), at most
-	 * EGR_DNSPROXY_EVENT_ADDRS; "answers" counts all of them. */
-	if (o && d->naddrs_listed && (arr = json_array())) {
-		for (size_t i = 0; i < d->naddrs_listed; i++)
-			if (inet_ntop(d->addrs[i].family, d->addrs[i].addr, a, sizeof(a)))
-				json_array_append_new(arr, json_string(a));
-		json_object_set_new(o, "addrs", arr);
-	}
+	 * EGR_DNSPROXY_EVENT_ADDRS, each with its TTL and whether it went into
+	 * the allowlist; "answers" counts all of them. */
+	if (o)
+		json_object_set_new(o, "addresses", dns_addresses(d));
 	if (o && d->verdict == EGR_DNS_V_REBIND && (arr = json_array())) {
 		for (size_t i = 0; i < d->nstripped_listed; i++) {
 			const struct egr_dns_stripped *st = &d->stripped[i];
@@ -682,6 +774,146 @@ void egr_events_poll(struct egr_events *ev)
 	}
 }
 
+static struct budget_seen *budget_seen(struct egr_events *ev, uint32_t id)
+{
+	struct budget_seen *b;
+
+	for (b = ev->budgets; b; b = b->next)
+		if (b->id == id)
+			return b;
+	b = calloc(1, sizeof(*b));
+	if (b) {
+		b->id = id;
+		b->next = ev->budgets;
+		ev->budgets = b;
+	}
+	return b;
+}
+
+static json_t *top_json(const struct egr_deny_budget *v)
+{
+	json_t *arr = json_array();
+
+	for (int i = 0; arr && i < EGR_DENY_TOP; i++) {
+		const struct egr_deny_top *t = &v->top[i];
+		char addr[INET6_ADDRSTRLEN];
+
+		if (!t->count || !inet_ntop(t->family == EGR_AF_INET6 ? AF_INET6 : AF_INET,
+					    t->addr, addr, sizeof(addr)))
+			continue;
+		json_array_append_new(arr, json_pack("{s:s, s:i, s:o, s:I}", "dst", addr, "port",
+						     (int)t->port, "protocol",
+						     proto_json(t->protocol), "count",
+						     (json_int_t)t->count));
+	}
+	return arr ? arr : json_null();
+}
+
+/*
+ * One aggregated event per sandbox and tick for what its deny budget held
+ * back ("N denies suppressed, top destinations"), and one per sandbox for
+ * its events the ring had no room for, so that losses are attributed.
+ */
+static void report_budgets(struct egr_events *ev)
+{
+	uint32_t key, *prev = NULL;
+	struct egr_deny_budget v;
+
+	while (bpf_map_get_next_key(ev->bpf->fd_deny_budget, prev, &key) == 0) {
+		struct budget_seen *b;
+		json_t *o;
+
+		prev = &key;
+		if (bpf_map_lookup_elem(ev->bpf->fd_deny_budget, &key, &v) ||
+		    !(b = budget_seen(ev, key)))
+			continue;
+		if (v.suppressed > b->suppressed) {
+			uint64_t n = v.suppressed - b->suppressed;
+
+			b->suppressed = v.suppressed;
+			ev->suppressed_reported += n;
+			o = json_pack("{s:s, s:s, s:I, s:s, s:I, s:I, s:o}", "type",
+				      "denies_suppressed", "origin", "kernel", "sandbox",
+				      (json_int_t)key, "verdict", "deny", "suppressed", (json_int_t)n,
+				      "suppressed_total", (json_int_t)v.suppressed, "top",
+				      top_json(&v));
+			egr_events_emit(ev, o);
+			json_decref(o);
+		}
+		if (v.lost > b->lost) {
+			uint64_t n = v.lost - b->lost;
+
+			b->lost = v.lost;
+			o = json_pack("{s:s, s:I, s:I, s:I, s:s}", "type", "lost_events", "sandbox",
+				      (json_int_t)key, "lost", (json_int_t)n, "lost_total",
+				      (json_int_t)v.lost, "reason", "ring buffer full");
+			egr_events_emit(ev, o);
+			json_decref(o);
+		}
+	}
+	/* Forget sandboxes whose budget is gone (detached). */
+	for (struct budget_seen **pb = &ev->budgets; *pb;) {
+		struct budget_seen *b = *pb;
+
+		if (bpf_map_lookup_elem(ev->bpf->fd_deny_budget, &b->id, &v) < 0 &&
+		    errno == ENOENT) {
+			*pb = b->next;
+			free(b);
+			continue;
+		}
+		pb = &b->next;
+	}
+}
+
+int egr_events_sandbox_figures(struct egr_events *ev, uint32_t sandbox_id, uint64_t *suppressed,
+			       uint64_t *lost)
+{
+	struct egr_deny_budget v;
+
+	*suppressed = *lost = 0;
+	if (!ev)
+		return -EINVAL;
+	if (bpf_map_lookup_elem(ev->bpf->fd_deny_budget, &sandbox_id, &v))
+		return errno == ENOENT ? 0 : -errno;
+	*suppressed = v.suppressed;
+	*lost = v.lost;
+	return 0;
+}
+
+/* One family of per-sandbox budget figures, labelled as the meter series
+ * are (tenant, sandbox). */
+static void budget_family(struct egr_events *ev, struct egr_mbuf *mb, const char *name,
+			  const char *help, bool lost)
+{
+	uint32_t key, *prev = NULL;
+	struct egr_deny_budget v;
+
+	egr_mbuf_family(mb, name, "counter", help);
+	while (bpf_map_get_next_key(ev->bpf->fd_deny_budget, prev, &key) == 0) {
+		const struct egr_sb *sb = egr_reg_find(ev->reg, NULL, key);
+
+		prev = &key;
+		if (!sb || bpf_map_lookup_elem(ev->bpf->fd_deny_budget, &key, &v))
+			continue; /* a detached sandbox's figures are in its audit record */
+		egr_mbuf_printf(mb, "%s{tenant=\"", name);
+		egr_mbuf_label(mb, sb->tenant ? sb->tenant : "");
+		egr_mbuf_printf(mb, "\",sandbox=\"%u\"} %" PRIu64 "\n", key,
+				(uint64_t)(lost ? v.lost : v.suppressed));
+	}
+}
+
+void egr_events_metrics(void *ctx, struct egr_mbuf *mb)
+{
+	struct egr_events *ev = ctx;
+
+	budget_family(ev, mb, "egressd_events_suppressed_total",
+		      "Deny events past the sandbox's kernel budget, reported in aggregate "
+		      "(docs/events.md).",
+		      false);
+	budget_family(ev, mb, "egressd_sandbox_events_lost_total",
+		      "Events of the sandbox the ring buffer had no room for.", true);
+}
+
 static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
 	struct egr_events *ev = ctx;
@@ -689,10 +921,13 @@ static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 
 	/* Drain first, so a loss is reported after the events that made it. */
 	egr_events_poll(ev);
+	report_budgets(ev);
 	for (s = ev->subs; s; s = next) {
 		next = s->next;
 		if (s->closing && ++s->closing_ticks > 5)
 			sub_close(ev, s);
+		else
+			sub_catch_up(ev, s);
 	}
 }
 
@@ -764,6 +999,12 @@ void egr_events_free(struct egr_events *ev)
 		return;
 	while (ev->subs)
 		sub_close(ev, ev->subs);
+	while (ev->budgets) {
+		struct budget_seen *b = ev->budgets;
+
+		ev->budgets = b->next;
+		free(b);
+	}
 	ring_buffer__free(ev->rb);
 	for (size_t i = 0; i < ev->keep; i++)
 		json_decref(ev->kept[i]);

@@ -66,4 +66,12 @@ void egr_events_poll(struct egr_events *ev);
 /* Is there room for another `events --follow` subscriber? */
 bool egr_events_subscriber_room(const struct egr_events *ev);
 
+/* A sandbox's kernel events held back by its deny budget and lost for
+ * want of ring room (its audit record). 0 or -errno. */
+int egr_events_sandbox_figures(struct egr_events *ev, uint32_t sandbox_id, uint64_t *suppressed,
+			       uint64_t *lost);
+/* A metrics source (ctx: the stream): per-sandbox suppressed and lost. */
+struct egr_mbuf;
+void egr_events_metrics(void *ctx, struct egr_mbuf *mb);
+
 #endif /* EGR_EVENTS_H */

@@ -21,7 +21,9 @@
 #include "bpfstate.h"
 #include "cgroup.h"
 #include "confine.h"
+#include "ctlconn.h"
 #include "fileio.h"
+#include "dnsfair.h"
 #include "dnsproxy.h"
 #include "inspect.h"
 #include "events.h"
@@ -42,23 +44,6 @@
 #include "proto.h"
 #include "sandbox.h"
 #include "server.h"
-
-static void on_control(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
-{
-	struct egr_server *srv = ctx;
-
-	/* One request per connection, served to completion (bounded by the
-	 * per-client deadline in server.c). At most a few per wake-up, so
-	 * DNS and events get their turn; the listener is level-triggered. */
-	for (int i = 0; i < 8; i++) {
-		int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
-
-		if (cfd < 0)
-			break;
-		egr_server_handle(srv, cfd);
-		close(cfd);
-	}
-}
 
 struct dns_ctx {
 	struct egr_registry *reg;
@@ -272,6 +257,7 @@ int main(int argc, char **argv)
 	struct reload_ctx rctx = { .argc = argc, .argv = argv };
 	sigset_t hup;
 	struct egr_server srv = { 0 };
+	struct egr_ctl *ctl = NULL;
 	struct egr_metrics *metrics = NULL;
 	struct egr_billing *billing = NULL;
 	struct egr_breaker *breaker = NULL;
@@ -334,6 +320,8 @@ int main(int argc, char **argv)
 	if (rc)
 		log_info("joined the host's cgroup namespace (the initial one)");
 
+	egr_bpf_deny_rate = o.events_deny_rate;
+	egr_bpf_deny_burst = o.events_deny_burst;
 	err = egr_bpf_open(&bpf, o.bpffs_dir, &feat);
 	if (err) {
 		log_error("cannot load the BPF side: %s", strerror(-err));
@@ -362,6 +350,11 @@ int main(int argc, char **argv)
 		o.dns.learn = on_dns_learn;
 		o.dns.event = on_dns_event;
 		o.dns.ctx = &dctx;
+		/* The proxy serves only sockets the kernel saw redirected from
+		 * the listener's own sandbox (docs/dns.md "Who asks"). */
+		o.dns.verify_clients = true;
+		o.dns.clients_fd = bpf.fd_dns_clients;
+		o.dns.clients_n_fd = bpf.fd_dns_clients_n;
 		err = egr_dnsproxy_new(loop, &o.dns, &dns);
 	}
 	if (!err)
@@ -457,6 +450,10 @@ int main(int argc, char **argv)
 	if (!err) {
 		dctx.metrics = metrics;
 		err = egr_metrics_add_source(metrics, layers_source, &feat);
+		if (!err)
+			err = egr_metrics_add_source(metrics, egr_dnsfair_metrics, &reg);
+		if (!err)
+			err = egr_metrics_add_source(metrics, egr_events_metrics, events);
 	}
 	if (!err)
 		err = egr_metrics_add_source(metrics, egr_guard_metrics, guard);
@@ -494,7 +491,8 @@ int main(int argc, char **argv)
 	srv.breaker = breaker;
 	if (egr_cgroup2_mount(srv.cgroup_root, sizeof(srv.cgroup_root)) < 0)
 		srv.cgroup_root[0] = '\0';
-	err = egr_loop_add(loop, lfd, EPOLLIN, on_control, &srv);
+	/* Non-blocking connections, judged at accept (ctlconn.c). */
+	err = egr_ctl_start(loop, lfd, &srv, &ctl);
 	if (err) {
 		log_error("event loop: %s", strerror(-err));
 		rc = 1;
@@ -535,6 +533,7 @@ int main(int argc, char **argv)
 	if (err)
 		log_error("event loop: %s", strerror(-err));
 out_sock:
+	egr_ctl_free(ctl);
 	close(lfd);
 	unlink(o.socket);
 out:

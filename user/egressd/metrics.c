@@ -600,7 +600,7 @@ static void emit_health(struct egr_metrics *m, struct egr_mbuf *b)
 		{ "egr_meter_tenant", offsetof(struct egr_bpf, fd_meter_tenant) },
 		{ "egr_quota_sb", offsetof(struct egr_bpf, fd_quota_sb) },
 		{ "egr_quota_tenant", offsetof(struct egr_bpf, fd_quota_tenant) },
-		{ "egr_dests", offsetof(struct egr_bpf, fd_dests) },
+		{ "egr_sb_dests", offsetof(struct egr_bpf, fd_dests) },
 	};
 
 	egr_mbuf_family(b, "egressd_info", "gauge", "egressd's version.");

@@ -230,6 +230,7 @@ enum carry_kind {
 	CARRY_COPY,  /* convert every entry into the new map */
 	CARRY_SHARE, /* the new object reuses the old map itself */
 	CARRY_DRAIN, /* ring buffer: count what is left as lost */
+	CARRY_DESTS, /* egr_dests (one LRU) -> egr_sb_dests + egr_dests_n (carry_dests) */
 };
 
 /* One row per pinned map of the old version: the layout it must have and
@@ -268,12 +269,33 @@ static const struct map_spec v1_maps[] = {
 	     conv_quota, __u32, struct egr_quota),
 	COPY("egr_quota_tenant", BPF_MAP_TYPE_HASH, __u32, struct egr_v1_quota, conv_u32,
 	     conv_quota, __u32, struct egr_quota),
-	COPY("egr_dests", BPF_MAP_TYPE_LRU_HASH, struct egr_v1_dest_key, struct egr_v1_dest_val,
-	     conv_dest_key, conv_dest_val, struct egr_dest_key, struct egr_dest_val),
+	{ .name = "egr_dests", .type = BPF_MAP_TYPE_LRU_HASH,
+	  .key_size = sizeof(struct egr_v1_dest_key), .value_size = sizeof(struct egr_v1_dest_val),
+	  .kind = CARRY_DESTS, .key = conv_dest_key, .val = conv_dest_val,
+	  .new_key_size = sizeof(struct egr_dest_key),
+	  .new_value_size = sizeof(struct egr_dest_val) },
 	{ .name = "egr_events", .type = BPF_MAP_TYPE_RINGBUF, .kind = CARRY_DRAIN },
 };
 
 #define NMAPS (sizeof(v1_maps) / sizeof(v1_maps[0]))
+
+/* The pinned maps of this version that version 1 did not have, and why
+ * starting them empty is right. A pinned map in neither table refuses the
+ * upgrade (check_new_maps): a map added later must be thought about here. */
+static const struct {
+	const char *name, *why;
+} new_maps[] = {
+	{ "egr_sb_dests", "filled from egr_dests (carry_dests)" },
+	{ "egr_dests_n", "filled from egr_dests (carry_dests)" },
+	{ "egr_dns_clients", "filled lazily: the new egr_skb_egress records a socket at its "
+			     "next packet to the proxy, old sockets included" },
+	{ "egr_dns_clients_n", "counts egr_dns_clients" },
+	{ "egr_dns_client_sk", "socket storage written with egr_dns_clients" },
+	{ "egr_deny_budget", "budgets start full, no suppressed or lost events yet" },
+	{ "egr_inspect_orig", "version 1 inspected nothing" },
+	{ "egr_sandbox_cgroups", "rebuilt when the sandboxes are adopted" },
+	{ "egr_proc_home", "rebuilt when the sandboxes are adopted" },
+};
 
 /* The programs version 1 attached to every sandbox: a sandbox that lacks one
  * of these is an attach a crash interrupted (adoption rolls it back), one
@@ -292,10 +314,19 @@ struct mig_link {
 	char prog[64];      /* the pin's name: the program's full name */
 	uint32_t sandbox_id;
 	__u32 attach_type;  /* the hook, as the kernel says */
+	__u64 cgroup_id;
 	int link_fd;
 	int old_prog_fd;    /* held: it keeps the old program alive for a rollback */
 	int new_prog_fd;    /* borrowed from the object */
 	bool switched;
+};
+
+/* A program new since version 1 that a sandbox gets a link of. */
+struct mig_add {
+	uint32_t sandbox_id;
+	__u64 cgroup_id;
+	const char *prog;
+	bool added;
 };
 
 struct egr_mig {
@@ -305,6 +336,8 @@ struct egr_mig {
 	int fd[NMAPS];           /* the old version's maps, -1 where absent */
 	struct mig_link *links;
 	size_t nlinks, cap;
+	struct mig_add *adds;
+	size_t nadds, capadds;
 };
 
 int egr_mig_from_version(const struct egr_mig *m)
@@ -324,6 +357,7 @@ void egr_mig_free(struct egr_mig *m)
 		close(m->links[i].old_prog_fd);
 	}
 	free(m->links);
+	free(m->adds);
 	free(m);
 }
 
@@ -511,6 +545,7 @@ static int add_link(struct egr_mig *m, uint32_t sandbox_id, const char *path, co
 	snprintf(l->prog, sizeof(l->prog), "%s", prog);
 	l->sandbox_id = sandbox_id;
 	l->attach_type = info.cgroup.attach_type;
+	l->cgroup_id = info.cgroup.cgroup_id;
 	l->link_fd = fd;
 	l->old_prog_fd = pfd;
 	l->new_prog_fd = -1;
@@ -831,6 +866,106 @@ out:
 	return err;
 }
 
+/* Per-sandbox figures of the destinations carried (egr_dests_n). */
+struct dest_count {
+	__u32 sandbox_id;
+	struct egr_dests_count c;
+};
+
+static struct egr_dests_count *dest_count_of(struct dest_count **v, size_t *n, size_t *cap,
+					     __u32 id)
+{
+	for (size_t i = 0; i < *n; i++)
+		if ((*v)[i].sandbox_id == id)
+			return &(*v)[i].c;
+	if (*n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 64;
+		struct dest_count *nv = realloc(*v, nc * sizeof(*nv));
+
+		if (!nv)
+			return NULL;
+		*v = nv;
+		*cap = nc;
+	}
+	(*v)[*n] = (struct dest_count){ .sandbox_id = id };
+	return &(*v)[(*n)++].c;
+}
+
+/*
+ * Version 1 kept every sandbox's destinations in one LRU (egr_dests); this
+ * version keeps at most EGR_DESTS_PER_SB per sandbox in egr_sb_dests and
+ * counts them (and what found no room) in egr_dests_n. Entries past a
+ * sandbox's cap, or past the new map's room, are counted dropped. An LRU
+ * that was full may have forgotten anyone's destinations: then every
+ * sandbox carried gets one dropped, so no audit record claims to be
+ * complete.
+ */
+static int carry_dests(const struct map_spec *s, int old_fd, int dests_fd, int n_fd)
+{
+	struct egr_v1_dest_key okey, prev;
+	struct egr_v1_dest_val oval;
+	struct egr_dest_key nkey;
+	struct egr_dest_val nval;
+	struct bpf_map_info info = { 0 };
+	__u32 len = sizeof(info);
+	struct dest_count *cnt = NULL;
+	size_t ncnt = 0, capcnt = 0, total = 0;
+	bool first = true, full;
+	int err = 0, ncpu;
+
+	while (bpf_map_get_next_key(old_fd, first ? NULL : &prev, &okey) == 0) {
+		struct egr_dests_count *c;
+
+		first = false;
+		prev = okey;
+		if (bpf_map_lookup_elem(old_fd, &okey, &oval) < 0)
+			continue; /* gone meanwhile (an LRU eviction) */
+		total++;
+		if (!s->key(&okey, &nkey) || !s->val(&oval, &nval))
+			continue;
+		c = dest_count_of(&cnt, &ncnt, &capcnt, nkey.sandbox_id);
+		if (!c) {
+			err = -ENOMEM;
+			goto out;
+		}
+		if (c->entries >= EGR_DESTS_PER_SB) {
+			c->dropped++;
+			continue;
+		}
+		if (bpf_map_update_elem(dests_fd, &nkey, &nval, BPF_NOEXIST) < 0) {
+			if (errno != E2BIG && errno != ENOMEM) {
+				err = -errno;
+				log_error("upgrade: copy an entry of egr_dests: %s", strerror(-err));
+				goto out;
+			}
+			c->dropped++;
+			continue;
+		}
+		c->entries++;
+	}
+	/* An LRU evicts a little before it is full (each CPU keeps up to 128
+	 * free nodes of its own): near full counts as full. */
+	ncpu = libbpf_num_possible_cpus();
+	full = bpf_obj_get_info_by_fd(old_fd, &info, &len) == 0 && info.max_entries &&
+	       total + 128 * (size_t)(ncpu > 0 ? ncpu : 1) >= info.max_entries;
+	for (size_t i = 0; i < ncnt; i++) {
+		if (full && !cnt[i].c.dropped)
+			cnt[i].c.dropped = 1;
+		if (bpf_map_update_elem(n_fd, &cnt[i].sandbox_id, &cnt[i].c, BPF_ANY) <
+		    0) {
+			err = -errno;
+			log_error("upgrade: count the destinations of sandbox %u: %s",
+				  cnt[i].sandbox_id, strerror(-err));
+			goto out;
+		}
+	}
+	log_info("upgrade: egr_dests: %zu entries of %zu sandboxes carried into egr_sb_dests%s",
+		 total, ncnt, full ? " (version 1's map was full: records say incomplete)" : "");
+out:
+	free(cnt);
+	return err;
+}
+
 static int count_event(void *ctx, void *data, size_t size)
 {
 	(*(uint64_t *)ctx)++;
@@ -871,6 +1006,25 @@ static void drain_ring(int old_fd, struct bpf_object *obj)
 	free(vals);
 }
 
+/* Programs attached per sandbox cgroup (as bpfstate.c counts them; a
+ * global tracing program is not). */
+static bool is_cgroup_prog(const struct bpf_program *prog)
+{
+	switch (bpf_program__type(prog)) {
+	case BPF_PROG_TYPE_CGROUP_SKB:
+	case BPF_PROG_TYPE_CGROUP_SOCK:
+	case BPF_PROG_TYPE_CGROUP_SOCK_ADDR:
+	case BPF_PROG_TYPE_CGROUP_SOCKOPT:
+	case BPF_PROG_TYPE_CGROUP_SYSCTL:
+	case BPF_PROG_TYPE_CGROUP_DEVICE:
+		return true;
+	case BPF_PROG_TYPE_LSM:
+		return bpf_program__expected_attach_type(prog) == BPF_LSM_CGROUP;
+	default:
+		return false;
+	}
+}
+
 static bool in_v1(const char *prog)
 {
 	for (size_t i = 0; i < sizeof(v1_programs) / sizeof(v1_programs[0]); i++)
@@ -879,8 +1033,35 @@ static bool in_v1(const char *prog)
 	return false;
 }
 
-/* Every link has a program to move to; every sandbox has a link for every
- * program this version attaches (save the ones of an interrupted attach). */
+static int add_planned(struct egr_mig *m, const struct mig_link *l, const char *prog)
+{
+	if (m->nadds == m->capadds) {
+		size_t cap = m->capadds ? m->capadds * 2 : 64;
+		struct mig_add *na = realloc(m->adds, cap * sizeof(*na));
+
+		if (!na)
+			return -ENOMEM;
+		m->adds = na;
+		m->capadds = cap;
+	}
+	m->adds[m->nadds++] = (struct mig_add){ .sandbox_id = l->sandbox_id,
+						.cgroup_id = l->cgroup_id, .prog = prog };
+	return 0;
+}
+
+/* Does sandbox links[i, end) have a link of prog? */
+static bool has_link(const struct egr_mig *m, size_t i, size_t end, const char *prog)
+{
+	for (size_t k = i; k < end; k++)
+		if (strcmp(m->links[k].prog, prog) == 0)
+			return true;
+	return false;
+}
+
+/* Every link has a program to move to. A sandbox with every version 1
+ * program gets a link of each program new since (m->adds, attached by
+ * add_links); one that lacks a version 1 program is an attach a crash
+ * interrupted: adoption rolls it back, nothing is added to it. */
 static int plan_switch(struct egr_mig *m, struct bpf_object *obj)
 {
 	struct bpf_program *prog;
@@ -909,26 +1090,104 @@ static int plan_switch(struct egr_mig *m, struct bpf_object *obj)
 	}
 	for (size_t i = 0; i < m->nlinks;) {
 		size_t end = i;
+		bool whole = true;
+		int err;
 
 		while (end < m->nlinks && m->links[end].sandbox_id == m->links[i].sandbox_id)
 			end++;
 		bpf_object__for_each_program(prog, obj)
 		{
 			const char *name = bpf_program__name(prog);
-			bool have = false;
 
-			if (!bpf_program__autoload(prog) || in_v1(name))
-				continue;
-			for (size_t k = i; k < end && !have; k++)
-				have = strcmp(m->links[k].prog, name) == 0;
-			if (!have) {
-				log_error("upgrade: sandbox %u has no link for %s, a hook new in ABI "
-					  "version %d; adding links during an upgrade is not supported",
-					  m->links[i].sandbox_id, name, EGR_ABI_VERSION);
-				return -EPROTO;
-			}
+			if (bpf_program__autoload(prog) && is_cgroup_prog(prog) && in_v1(name) &&
+			    !has_link(m, i, end, name))
+				whole = false;
 		}
+		bpf_object__for_each_program(prog, obj)
+		{
+			const char *name = bpf_program__name(prog);
+
+			if (!whole || !bpf_program__autoload(prog) || !is_cgroup_prog(prog) ||
+			    in_v1(name) || has_link(m, i, end, name))
+				continue;
+			if ((err = add_planned(m, &m->links[i], name)))
+				return err;
+		}
+		if (!whole)
+			log_warn("upgrade: sandbox %u lacks a program of version 1 (an interrupted "
+				 "attach): no new program is added to it; adoption rolls it back",
+				 m->links[i].sandbox_id);
 		i = end;
+	}
+	return 0;
+}
+
+/* Remove the links add_links made (a rollback). */
+static void remove_added(struct egr_mig *m, const struct egr_mig_attach *ops)
+{
+	for (size_t i = 0; i < m->nadds; i++)
+		if (m->adds[i].added) {
+			ops->detach(ops->ctx, m->adds[i].sandbox_id, m->adds[i].prog);
+			m->adds[i].added = false;
+		}
+}
+
+/* Attach and pin (links/<id>/<prog>) the programs new since version 1.
+ * Before the switch: they run on the new maps only, which nothing of the
+ * old version reads. A failure removes the ones added. */
+static int add_links(struct egr_mig *m, const struct egr_mig_attach *ops)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < m->nadds; i++) {
+		struct mig_add *a = &m->adds[i];
+		int err = ops->attach(ops->ctx, a->sandbox_id, a->cgroup_id, a->prog);
+
+		if (err == -ENOENT) {
+			/* Its cgroup went away since prepare. */
+			log_info("upgrade: sandbox %u: cgroup removed meanwhile; %s not added",
+				 a->sandbox_id, a->prog);
+			continue;
+		}
+		if (err) {
+			log_error("upgrade: sandbox %u: attach %s, new in ABI version %d: %s; "
+				  "removing the %zu links already added",
+				  a->sandbox_id, a->prog, EGR_ABI_VERSION, strerror(-err), n);
+			remove_added(m, ops);
+			return err;
+		}
+		a->added = true;
+		n++;
+	}
+	if (m->nadds)
+		log_info("upgrade: %zu links of programs new in ABI version %d added", n,
+			 EGR_ABI_VERSION);
+	return 0;
+}
+
+/* Every pinned map of this version is carried from version 1 or known to
+ * start empty (new_maps). */
+static int check_new_maps(struct bpf_object *obj)
+{
+	struct bpf_map *map;
+
+	bpf_object__for_each_map(map, obj)
+	{
+		const char *name = bpf_map__name(map);
+		bool known = false;
+
+		if (!bpf_map__pin_path(map))
+			continue;
+		for (size_t i = 0; i < NMAPS && !known; i++)
+			known = strcmp(v1_maps[i].name, name) == 0 && v1_maps[i].kind != CARRY_DESTS;
+		for (size_t i = 0; i < sizeof(new_maps) / sizeof(new_maps[0]) && !known; i++)
+			known = strcmp(new_maps[i].name, name) == 0;
+		if (!known) {
+			log_error("upgrade: map %s of ABI version %d has no conversion from version "
+				  "1 and is not known to start empty (user/egressd/migrate.c)",
+				  name, EGR_ABI_VERSION);
+			return -EPROTO;
+		}
 	}
 	return 0;
 }
@@ -1002,15 +1261,33 @@ static int retire_old(struct egr_mig *m)
 	return 0;
 }
 
-int egr_mig_commit(struct egr_mig *m, struct bpf_object *obj)
+int egr_mig_commit(struct egr_mig *m, struct bpf_object *obj, const struct egr_mig_attach *ops)
 {
 	int err;
 
-	err = plan_switch(m, obj);
+	err = check_new_maps(obj);
+	if (!err)
+		err = plan_switch(m, obj);
 	for (size_t i = 0; !err && i < NMAPS; i++) {
 		const struct map_spec *s = &v1_maps[i];
 		struct bpf_map *map;
 
+		if (s->kind == CARRY_DESTS && m->fd[i] >= 0) {
+			struct bpf_map *dm = bpf_object__find_map_by_name(obj, "egr_sb_dests");
+			struct bpf_map *nm = bpf_object__find_map_by_name(obj, "egr_dests_n");
+
+			if (!dm || !nm || bpf_map__key_size(dm) != s->new_key_size ||
+			    bpf_map__value_size(dm) != s->new_value_size ||
+			    bpf_map__key_size(nm) != sizeof(__u32) ||
+			    bpf_map__value_size(nm) != sizeof(struct egr_dests_count)) {
+				log_error("upgrade: this egressd's egr_sb_dests / egr_dests_n do "
+					  "not have the layout the conversion of egr_dests writes");
+				err = -EPROTO;
+				break;
+			}
+			err = carry_dests(s, m->fd[i], bpf_map__fd(dm), bpf_map__fd(nm));
+			continue;
+		}
 		if (s->kind != CARRY_COPY || m->fd[i] < 0)
 			continue;
 		map = bpf_object__find_map_by_name(obj, s->name);
@@ -1032,8 +1309,17 @@ int egr_mig_commit(struct egr_mig *m, struct bpf_object *obj)
 			  m->from, m->from);
 		return err;
 	}
+	err = add_links(m, ops);
+	if (err) {
+		bpf_object__unpin_maps(obj, NULL);
+		log_error("upgrade from ABI version %d refused; the version %d programs keep "
+			  "enforcing every sandbox",
+			  m->from, m->from);
+		return err;
+	}
 	err = switch_links(m);
 	if (err) {
+		remove_added(m, ops);
 		bpf_object__unpin_maps(obj, NULL);
 		log_error("upgrade from ABI version %d refused; the version %d programs keep "
 			  "enforcing every sandbox",

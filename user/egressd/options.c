@@ -45,6 +45,12 @@ enum {
 	OPT_METRICS_MAX,
 	OPT_BILLING_INTERVAL,
 	OPT_BILLING_FILE,
+	OPT_DNS_RATE,
+	OPT_DNS_BURST,
+	OPT_DNS_INFLIGHT,
+	OPT_DNS_INFLIGHT_SB,
+	OPT_EV_DENY_RATE,
+	OPT_EV_DENY_BURST,
 	OPT_BREAKER,
 	OPT_BREAKER_INTERVAL,
 	OPT_CONFIG,
@@ -83,6 +89,12 @@ static const struct option longopts[] = {
 	{ "metrics-max-sandboxes", required_argument, NULL, OPT_METRICS_MAX },
 	{ "billing-interval", required_argument, NULL, OPT_BILLING_INTERVAL },
 	{ "billing-file", required_argument, NULL, OPT_BILLING_FILE },
+	{ "dns-rate", required_argument, NULL, OPT_DNS_RATE },
+	{ "dns-burst", required_argument, NULL, OPT_DNS_BURST },
+	{ "dns-max-inflight", required_argument, NULL, OPT_DNS_INFLIGHT },
+	{ "dns-max-inflight-per-sandbox", required_argument, NULL, OPT_DNS_INFLIGHT_SB },
+	{ "events-deny-rate", required_argument, NULL, OPT_EV_DENY_RATE },
+	{ "events-deny-burst", required_argument, NULL, OPT_EV_DENY_BURST },
 	{ "breaker", required_argument, NULL, OPT_BREAKER },
 	{ "breaker-interval", required_argument, NULL, OPT_BREAKER_INTERVAL },
 	{ "config", required_argument, NULL, OPT_CONFIG },
@@ -100,7 +112,9 @@ static const char *const repeatable[] = { "dns-upstream", NULL };
 /*
  * What SIGHUP applies without touching enforcement (docs/operations.md).
  * Everything else is bound at start: sockets, pins, files, timers, the
- * upstream sockets, the learned-address map size, the hardening.
+ * upstream sockets, the learned-address map size, the hardening; the DNS
+ * fairness limits (the proxy sizes its buckets and in-flight table at start)
+ * and the deny-event budget (read-only data of the loaded programs).
  */
 static const char *const reloadable[] = {
 	"log-level", "alert-volume-floor", "alert-deny-burst", "alert-dedup", "dns-min-ttl",
@@ -130,6 +144,13 @@ static void usage(FILE *out)
 		"  --dns-exfil-max-label N, --dns-exfil-max-name N, --dns-exfil-max-entropy BITS,\n"
 		"  --dns-exfil-max-subdomains N (per allowed domain and minute),\n"
 		"  --dns-exfil-max-nxdomain N (per minute): exfiltration limits; 0 turns one off\n"
+		"  --dns-rate QPS     queries per second per sandbox (default 500); a UDP query\n"
+		"                     past it is dropped, a TCP one gets SERVFAIL\n"
+		"  --dns-burst N      queries per sandbox above the rate at once (default 1000)\n"
+		"  --dns-max-inflight N  queries upstream at once, all sandboxes (default 1024)\n"
+		"  --dns-max-inflight-per-sandbox N  and per sandbox (default max-inflight/4,\n"
+		"                     at least 64); a full table evicts the heaviest sandbox's\n"
+		"                     oldest query for one with fewer\n"
 		"  --audit-log PATH   audit log (default <state-dir>/audit.log; its chain\n"
 		"                     state is <state-dir>/audit.state)\n"
 		"  --audit-key FILE   HMAC-SHA-256 key for the audit chain (mode 0600)\n"
@@ -141,6 +162,10 @@ static void usage(FILE *out)
 		"  --alert-deny-burst N  denies of a sandbox within 10 s that alert (default 100)\n"
 		"  --alert-dedup SEC  one alert per key per SEC (default 300)\n"
 		"  --events-keep N    events kept for `egressctl events` (default 4096)\n"
+		"  --events-deny-rate N  deny events per second per sandbox the kernel reports\n"
+		"                     one by one (default 100; 0: all); the rest are counted\n"
+		"                     and reported as one denies_suppressed event per second\n"
+		"  --events-deny-burst N  and at once (default 200)\n"
 		"  --no-syslog        alerts to the file only\n"
 		"  --no-harden        keep every capability and no seccomp filter (debugging)\n"
 		"  --metrics-addr ADDR:PORT  Prometheus /metrics (default " EGR_METRICS_DEFAULT_ADDR ";\n"
@@ -220,6 +245,8 @@ static void defaults(struct egr_options *o)
 	o->dns_max_learned = 4096;
 	o->audit_rotate_bytes = 64ull << 20;
 	o->events_keep = EGR_EVENTS_KEEP_DEFAULT;
+	o->events_deny_rate = EGR_EVENTS_DENY_RATE_DEFAULT;
+	o->events_deny_burst = EGR_EVENTS_DENY_BURST_DEFAULT;
 	egr_alerting_opts_default(&o->alerts);
 }
 
@@ -362,6 +389,32 @@ static int apply(struct egr_options *o, int c, const struct cursor *at, const ch
 		break;
 	case OPT_BILLING_FILE:
 		o->billing_file = arg;
+		break;
+	case OPT_DNS_RATE:
+	case OPT_DNS_BURST:
+		rc = num(o, at, arg, 1, 1000000, &v);
+		if (!rc && c == OPT_DNS_RATE)
+			o->dns.rate_qps = (uint32_t)v;
+		else if (!rc)
+			o->dns.burst = (uint32_t)v;
+		break;
+	case OPT_DNS_INFLIGHT:
+	case OPT_DNS_INFLIGHT_SB:
+		rc = num(o, at, arg, 1, 16384, &v);
+		if (!rc && c == OPT_DNS_INFLIGHT)
+			o->dns.max_inflight = (uint32_t)v;
+		else if (!rc)
+			o->dns.max_inflight_per_sb = (uint32_t)v;
+		break;
+	case OPT_EV_DENY_RATE:
+		rc = num(o, at, arg, 0, 1000000, &v);
+		if (!rc)
+			o->events_deny_rate = v;
+		break;
+	case OPT_EV_DENY_BURST:
+		rc = num(o, at, arg, 1, 1000000, &v);
+		if (!rc)
+			o->events_deny_burst = v;
 		break;
 	case OPT_BREAKER: {
 		char *end;

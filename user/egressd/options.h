@@ -20,6 +20,9 @@
 
 #define EGR_OPT_SLOTS 64
 
+#define EGR_EVENTS_DENY_RATE_DEFAULT  100
+#define EGR_EVENTS_DENY_BURST_DEFAULT 200
+
 struct egr_options {
 	const char *socket;
 	const char *bpffs_dir;
@@ -34,6 +37,8 @@ struct egr_options {
 	const char *audit_log, *audit_key;
 	unsigned long long audit_rotate_bytes;
 	size_t events_keep;
+	/* --events-deny-rate/-burst: the kernel's per-sandbox deny-event budget */
+	uint64_t events_deny_rate, events_deny_burst;
 	struct egr_alerting_opts alerts;
 	/* metering export (docs/metering.md) */
 	const char *metrics_addr, *billing_file;

@@ -15,6 +15,7 @@
 #include "alerting.h"
 #include "auditlog.h"
 #include "breaker.h"
+#include "dnsfair.h"
 #include "events.h"
 #include "inspect.h"
 #include "log.h"
@@ -23,11 +24,6 @@
 #include "lifetime.h"
 #include "proto.h"
 #include "server.h"
-
-/* A client gets this long to send its whole request, and again to take the
- * whole reply: one that trickles bytes cannot hold up the daemon for longer
- * (the loop serves one request at a time). */
-#define CLIENT_TIMEOUT_S 10
 
 int egr_server_listen(const char *path, gid_t group, int *out_fd)
 {
@@ -323,8 +319,17 @@ static json_t *do_list(struct egr_server *s, const json_t *req)
 	json_t *arr, *held = json_array();
 
 	arr = json_array();
-	for (size_t i = 0; arr && i < s->reg->n; i++)
-		json_array_append_new(arr, egr_sb_json(s->reg->sbs[i]));
+	for (size_t i = 0; arr && i < s->reg->n; i++) {
+		json_t *o = egr_sb_json(s->reg->sbs[i]);
+		json_t *dns = json_object_get(o, "dns");
+
+		/* What the proxy served and shed for it (docs/dns.md). */
+		if (json_is_object(dns))
+			json_object_set_new(dns, "proxy",
+					    egr_dnsfair_json(s->reg->dns, s->reg->sbs[i]->id) ?:
+						    json_null());
+		json_array_append_new(arr, o);
+	}
 	for (size_t i = 0; held && i < s->reg->nheld; i++)
 		json_array_append_new(held, egr_held_json(&s->reg->held[i]));
 	/* Held cgroups are not sandboxes with a policy: their own list. */
@@ -441,6 +446,15 @@ static json_t *do_stats(struct egr_server *s, const json_t *req)
 	body = egr_metrics_stats_json(s->metrics, json_string_value(tenant));
 	if (!body)
 		return NULL;
+	/* Each sandbox row gets what the DNS proxy shed for it. */
+	for (size_t i = 0; i < json_array_size(json_object_get(body, "sandboxes")); i++) {
+		json_t *row = json_array_get(json_object_get(body, "sandboxes"), i);
+		json_int_t id = json_integer_value(json_object_get(row, "id"));
+		json_t *dns = id > 0 ? egr_dnsfair_json(s->reg->dns, (uint32_t)id) : NULL;
+
+		if (dns)
+			json_object_set_new(row, "dns_proxy", dns);
+	}
 	json_object_set_new(body, "ok", json_true());
 	return body;
 }
@@ -476,87 +490,68 @@ static json_t *dispatch(struct egr_server *s, const json_t *req)
 }
 
 /*
- * Answer a refused peer at once. Closing a unix socket with unread data
- * resets the peer and the refusal would be lost, so stop writing, then read
- * what it sent for a moment (bounded in time and bytes) before the caller
- * closes.
+ * Answer a refused peer at once and let the caller close it, never reading
+ * what it sent: a refused peer gets no time at all. The short reply fits in
+ * an empty socket buffer; unix stream sockets deliver what was queued before
+ * the close ahead of the reset, so the peer still reads it.
  */
-static void refuse(int cfd, const struct ucred *cred)
+void egr_server_refuse(int cfd, const struct ucred *cred)
 {
 	json_t *reply = error_reply("forbidden", NULL,
 				    "peer is sandboxed, or neither root nor in the control group");
-	struct timespec deadline;
-	struct pollfd pfd = { .fd = cfd, .events = POLLIN };
-	char buf[4096];
-	size_t drained = 0;
+	char *text = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
 
 	log_warn("control: refused peer pid %d uid %u gid %u", cred->pid, cred->uid, cred->gid);
-	egr_proto_deadline(&deadline, 1000);
-	if (reply)
-		egr_proto_write_by(cfd, reply, &deadline);
-	json_decref(reply);
-	shutdown(cfd, SHUT_WR);
-	while (drained < (64u << 10) && poll(&pfd, 1, 200) == 1) {
-		ssize_t n = recv(cfd, buf, sizeof(buf), MSG_DONTWAIT);
+	if (text) {
+		size_t len = strlen(text);
 
-		if (n <= 0)
-			break;
-		drained += (size_t)n;
+		text[len++] = '\n'; /* overwrites the NUL */
+		if (send(cfd, text, len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+			log_debug("control: refusal to pid %d: %m", cred->pid);
 	}
+	free(text);
+	json_decref(reply);
 }
 
-void egr_server_handle(struct egr_server *s, int cfd)
+bool egr_server_admit(struct egr_server *s, int cfd, struct ucred *cred)
 {
-	struct timeval tv = { .tv_sec = CLIENT_TIMEOUT_S };
-	struct timespec deadline;
-	struct ucred cred = { 0 };
-	json_t *req = NULL, *reply;
-	char msg[256];
-	int err;
+	memset(cred, 0, sizeof(*cred));
+	return peer_allowed(s, cfd, cred);
+}
 
-	setsockopt(cfd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(cfd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	/* The peer is judged before its request is read: a refused one (a
-	 * sandboxed process, say) gets no time to trickle a request. */
-	if (!peer_allowed(s, cfd, &cred)) {
-		refuse(cfd, &cred);
-		return;
-	}
-	egr_proto_deadline(&deadline, CLIENT_TIMEOUT_S * 1000);
-	err = egr_proto_read_by(cfd, EGR_PROTO_MAX_REQUEST, &deadline, &req, msg, sizeof(msg));
-	if (err == -E2BIG) {
-		reply = error_reply("too_large", NULL, "request exceeds 64 MiB");
-	} else if (err == -EBADMSG) {
-		reply = error_reply("bad_request", NULL, msg);
-	} else if (err) {
-		log_warn("control: read request from pid %d: %s", cred.pid, strerror(-err));
-		json_decref(req);
-		return;
-	} else {
-		egr_auditlog_set_actor(s->audit, &cred);
-		s->peer_fd = cfd;
-		s->peer = cred;
-		reply = dispatch(s, req);
-		s->peer_fd = -1;
-		memset(&s->peer, 0, sizeof(s->peer));
-		egr_auditlog_set_actor(s->audit, NULL);
-		log_debug("control: pid %d uid %u op %s -> %s", cred.pid, cred.uid,
-			  json_string_value(json_object_get(req, "op")) ?: "?",
-			  json_is_true(json_object_get(reply, "ok")) ? "ok" : "error");
-	}
+json_t *egr_server_answer(struct egr_server *s, int cfd, const struct ucred *cred,
+			  const json_t *req)
+{
+	json_t *reply;
+
+	egr_auditlog_set_actor(s->audit, cred);
+	/* The peer's fd and credentials, for ops that tie a sandbox to it
+	 * (attach's launcher_pid: SO_PEERPIDFD). */
+	s->peer_fd = cfd;
+	s->peer = *cred;
+	reply = dispatch(s, req);
+	s->peer_fd = -1;
+	memset(&s->peer, 0, sizeof(s->peer));
+	egr_auditlog_set_actor(s->audit, NULL);
+	log_debug("control: pid %d uid %u op %s -> %s", cred->pid, cred->uid,
+		  json_string_value(json_object_get(req, "op")) ?: "?",
+		  json_is_true(json_object_get(reply, "ok")) ? "ok" : "error");
 	if (!reply)
 		reply = error_reply("internal", NULL, "out of memory");
-	egr_proto_deadline(&deadline, CLIENT_TIMEOUT_S * 1000);
-	if (reply && (err = egr_proto_write_by(cfd, reply, &deadline)))
-		log_warn("control: write reply to pid %d: %s", cred.pid, strerror(-err));
-	else if (reply && json_is_true(json_object_get(reply, "ok")) && s->events &&
-		 strcmp(json_string_value(json_object_get(req, "op")) ?: "", "events") == 0 &&
-		 json_is_true(json_object_get(req, "follow")) &&
-		 (err = egr_events_subscribe(s->events, cfd,
-					     (uint32_t)json_integer_value(
-						     json_object_get(req, "sandbox")))))
-		/* The caller closes cfd; a subscriber keeps its own dup. */
-		log_warn("control: events --follow for pid %d: %s", cred.pid, strerror(-err));
-	json_decref(reply);
-	json_decref(req);
+	return reply;
+}
+
+json_t *egr_server_error(const char *code, const char *msg)
+{
+	return error_reply(code, NULL, msg);
+}
+
+bool egr_server_follows(const json_t *req, const json_t *reply, uint32_t *sandbox)
+{
+	if (!req || !json_is_true(json_object_get(reply, "ok")) ||
+	    strcmp(json_string_value(json_object_get(req, "op")) ?: "", "events") != 0 ||
+	    !json_is_true(json_object_get(req, "follow")))
+		return false;
+	*sandbox = (uint32_t)json_integer_value(json_object_get(req, "sandbox"));
+	return true;
 }

@@ -4,8 +4,10 @@
 #define EGR_SERVER_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <jansson.h>
 
 #include "bpfstate.h"
 #include "harden.h"
@@ -44,7 +46,17 @@ struct egr_server {
 
 /* Create the socket (mode 0660, group `group`) and its directory. */
 int egr_server_listen(const char *path, gid_t group, int *out_fd);
-/* Serve one accepted connection: one request, one reply. */
-void egr_server_handle(struct egr_server *s, int cfd);
+/* The pieces ctlconn.c serves a connection with (one request, one reply):
+ * may this peer (SO_PEERCRED, judged at accept) drive egressd? */
+bool egr_server_admit(struct egr_server *s, int cfd, struct ucred *cred);
+/* Send a refused peer its answer without blocking; the caller closes. */
+void egr_server_refuse(int cfd, const struct ucred *cred);
+/* The reply to one parsed request of an admitted peer; never NULL. */
+json_t *egr_server_answer(struct egr_server *s, int cfd, const struct ucred *cred,
+			  const json_t *req);
+/* {"ok":false,"code":code,"error":msg} (NULL when out of memory). */
+json_t *egr_server_error(const char *code, const char *msg);
+/* Does this exchange hand the connection to the event stream? */
+bool egr_server_follows(const json_t *req, const json_t *reply, uint32_t *sandbox);
 
 #endif /* EGR_SERVER_H */

@@ -183,9 +183,15 @@ int egr_proto_call(const char *sock_path, const json_t *req, json_t **resp)
 		goto out;
 	}
 	err = egr_proto_write(fd, req);
-	if (err)
+	/* A refused peer is answered and closed before its request is read:
+	 * the write may then fail while the answer waits to be read. */
+	if (err && err != -EPIPE && err != -ECONNRESET)
 		goto out;
-	err = egr_proto_read(fd, EGR_PROTO_MAX_REQUEST, resp, NULL, 0);
+	{
+		int rerr = egr_proto_read(fd, EGR_PROTO_MAX_REQUEST, resp, NULL, 0);
+
+		err = rerr && err ? err : rerr;
+	}
 out:
 	close(fd);
 	return err;

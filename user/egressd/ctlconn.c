@@ -1,0 +1,340 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * Control connections: see ctlconn.h. Each connection is READING (bytes
+ * appended as they arrive, level-triggered EPOLLIN) until its newline, then
+ * WRITING (EPOLLOUT until the reply is out), then closed or handed to the
+ * event stream. One timer closes whatever is past its deadline.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctlconn.h"
+#include "events.h"
+#include "log.h"
+#include "proto.h"
+
+#define CTL_TICK_MS 50
+#define CTL_READ_CHUNK 65536
+
+enum conn_state { C_READING = 1, C_WRITING };
+
+struct conn {
+	struct egr_ctl *ctl;
+	int fd;
+	enum conn_state state;
+	struct ucred cred;
+	uint64_t deadline_ns;
+	char *buf; /* request bytes, then reply bytes */
+	size_t len, cap, off;
+	json_t *req; /* kept for the events --follow hand-over */
+	bool follow;
+	uint32_t follow_sb;
+	struct conn *next;
+};
+
+struct egr_ctl {
+	struct egr_loop *loop;
+	struct egr_server *srv;
+	int lfd;
+	int timer_fd;
+	struct conn *conns;
+	struct egr_ctl_stats st;
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void conn_close(struct conn *c)
+{
+	struct egr_ctl *ctl = c->ctl;
+	struct conn **pc;
+
+	egr_loop_del(ctl->loop, c->fd);
+	close(c->fd);
+	for (pc = &ctl->conns; *pc; pc = &(*pc)->next)
+		if (*pc == c) {
+			*pc = c->next;
+			break;
+		}
+	ctl->st.open--;
+	json_decref(c->req);
+	free(c->buf);
+	free(c);
+}
+
+static void on_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
+
+/* Switch c to sending reply (its bytes replace the request's). */
+static int conn_reply(struct conn *c, json_t *reply)
+{
+	char *text = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
+	int err;
+
+	if (!text)
+		return -ENOMEM;
+	free(c->buf);
+	c->buf = text;
+	c->len = strlen(text);
+	c->buf[c->len++] = '\n'; /* overwrites the NUL: no longer a C string */
+	c->cap = c->len;
+	c->off = 0;
+	c->state = C_WRITING;
+	c->deadline_ns = mono_ns() + (uint64_t)EGR_CTL_DEADLINE_MS * 1000000ULL;
+	egr_loop_del(c->ctl->loop, c->fd);
+	err = egr_loop_add(c->ctl->loop, c->fd, EPOLLOUT, on_conn, c);
+	return err;
+}
+
+/* The newline arrived: parse, answer, start writing. */
+static int conn_request(struct conn *c, size_t len)
+{
+	json_error_t jerr;
+	json_t *req, *reply;
+	int err;
+
+	req = json_loadb(c->buf, len, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES, &jerr);
+	if (!req || !json_is_object(req)) {
+		reply = egr_server_error("bad_request",
+					 req ? "request is not a JSON object" : jerr.text);
+		json_decref(req);
+		req = NULL;
+	} else {
+		reply = egr_server_answer(c->ctl->srv, c->fd, &c->cred, req);
+	}
+	c->follow = req && egr_server_follows(req, reply, &c->follow_sb);
+	c->req = req;
+	err = conn_reply(c, reply);
+	json_decref(reply);
+	return err;
+}
+
+/* 0: keep the connection, 1: done (close), <0: error (close). */
+static int conn_read(struct conn *c)
+{
+	for (int round = 0; round < 4; round++) {
+		ssize_t n;
+		char *nl;
+
+		if (c->cap - c->len < CTL_READ_CHUNK) {
+			size_t cap = c->cap ? c->cap * 2 : CTL_READ_CHUNK;
+			char *nb;
+
+			if (c->len >= (size_t)EGR_PROTO_MAX_REQUEST + 1)
+				goto too_large;
+			while (cap - c->len < CTL_READ_CHUNK)
+				cap *= 2;
+			nb = realloc(c->buf, cap);
+			if (!nb)
+				return -ENOMEM;
+			c->buf = nb;
+			c->cap = cap;
+		}
+		n = recv(c->fd, c->buf + c->len, c->cap - c->len, MSG_DONTWAIT);
+		if (n < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -errno;
+		if (n == 0)
+			return -ECONNRESET; /* EOF before the newline */
+		nl = memchr(c->buf + c->len, '\n', (size_t)n);
+		c->len += (size_t)n;
+		if (nl) {
+			if ((size_t)(nl - c->buf) > EGR_PROTO_MAX_REQUEST)
+				goto too_large;
+			return conn_request(c, (size_t)(nl - c->buf) + 1);
+		}
+		if (c->len > EGR_PROTO_MAX_REQUEST)
+			goto too_large;
+	}
+	return 0; /* more later: others get their turn */
+too_large: {
+		json_t *reply = egr_server_error("too_large", "request exceeds 64 MiB");
+		int err = conn_reply(c, reply);
+
+		json_decref(reply);
+		return err;
+	}
+}
+
+/* 0: more to send, 1: all sent, <0: error. */
+static int conn_write(struct conn *c)
+{
+	while (c->off < c->len) {
+		ssize_t n = send(c->fd, c->buf + c->off, c->len - c->off,
+				 MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+		}
+		c->off += (size_t)n;
+	}
+	return 1;
+}
+
+static void conn_done(struct conn *c)
+{
+	struct egr_server *srv = c->ctl->srv;
+	int err;
+
+	/* The event stream keeps its own dup of the fd. */
+	if (c->follow && srv->events && (err = egr_events_subscribe(srv->events, c->fd,
+								    c->follow_sb)))
+		log_warn("control: events --follow for pid %d: %s", c->cred.pid, strerror(-err));
+	conn_close(c);
+}
+
+static void on_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
+{
+	struct conn *c = ctx;
+	int rc;
+
+	if (c->state == C_READING) {
+		rc = conn_read(c);
+		if (rc < 0) {
+			if (rc != -ECONNRESET)
+				log_warn("control: request from pid %d: %s", c->cred.pid,
+					 strerror(-rc));
+			conn_close(c);
+			return;
+		}
+		if (c->state == C_READING)
+			return;
+	}
+	rc = conn_write(c);
+	if (rc < 0) {
+		log_warn("control: reply to pid %d: %s", c->cred.pid, strerror(-rc));
+		conn_close(c);
+	} else if (rc == 1) {
+		conn_done(c);
+	}
+}
+
+static void on_accept(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
+{
+	struct egr_ctl *ctl = ctx;
+
+	/* A bounded batch per wake-up; the listener is level-triggered. */
+	for (int i = 0; i < 16; i++) {
+		int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		struct ucred cred;
+		struct conn *c;
+
+		if (cfd < 0)
+			return;
+		if (!egr_server_admit(ctl->srv, cfd, &cred)) {
+			ctl->st.refused++;
+			egr_server_refuse(cfd, &cred);
+			close(cfd);
+			continue;
+		}
+		if (ctl->st.open >= EGR_CTL_MAX_CONNS) {
+			ctl->st.overflow++;
+			log_warn("control: %u connections in service, closing one from pid %d",
+				 ctl->st.open, cred.pid);
+			close(cfd);
+			continue;
+		}
+		c = calloc(1, sizeof(*c));
+		if (!c) {
+			close(cfd);
+			continue;
+		}
+		c->ctl = ctl;
+		c->fd = cfd;
+		c->cred = cred;
+		c->state = C_READING;
+		c->deadline_ns = mono_ns() + (uint64_t)EGR_CTL_DEADLINE_MS * 1000000ULL;
+		if (egr_loop_add(ctl->loop, cfd, EPOLLIN | EPOLLRDHUP, on_conn, c)) {
+			free(c);
+			close(cfd);
+			continue;
+		}
+		c->next = ctl->conns;
+		ctl->conns = c;
+		ctl->st.open++;
+		ctl->st.accepted++;
+	}
+}
+
+static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
+{
+	struct egr_ctl *ctl = ctx;
+	uint64_t now = mono_ns(), exp;
+	struct conn *c, *next;
+
+	if (read(fd, &exp, sizeof(exp)) < 0 && errno != EAGAIN)
+		log_debug("control: timer read: %m");
+	for (c = ctl->conns; c; c = next) {
+		next = c->next;
+		if (c->deadline_ns > now)
+			continue;
+		log_warn("control: pid %d did not %s within %d ms, closing", c->cred.pid,
+			 c->state == C_READING ? "send its whole request" : "take its whole reply",
+			 EGR_CTL_DEADLINE_MS);
+		ctl->st.timed_out++;
+		conn_close(c);
+	}
+}
+
+int egr_ctl_start(struct egr_loop *loop, int lfd, struct egr_server *srv, struct egr_ctl **out)
+{
+	struct itimerspec its = {
+		.it_interval = { 0, CTL_TICK_MS * 1000000L },
+		.it_value = { 0, CTL_TICK_MS * 1000000L },
+	};
+	struct egr_ctl *ctl = calloc(1, sizeof(*ctl));
+	int err = 0;
+
+	if (!ctl)
+		return -ENOMEM;
+	ctl->loop = loop;
+	ctl->srv = srv;
+	ctl->lfd = lfd;
+	ctl->timer_fd = -1;
+	err = egr_loop_add(loop, lfd, EPOLLIN, on_accept, ctl);
+	if (err) {
+		free(ctl);
+		return err;
+	}
+	ctl->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (ctl->timer_fd < 0 || timerfd_settime(ctl->timer_fd, 0, &its, NULL) < 0 ||
+	    (err = egr_loop_add(loop, ctl->timer_fd, EPOLLIN, on_tick, ctl))) {
+		err = ctl->timer_fd < 0 || !err ? -errno : err;
+		if (ctl->timer_fd >= 0)
+			close(ctl->timer_fd);
+		egr_loop_del(loop, lfd);
+		free(ctl);
+		return err;
+	}
+	*out = ctl;
+	return 0;
+}
+
+void egr_ctl_free(struct egr_ctl *ctl)
+{
+	if (!ctl)
+		return;
+	while (ctl->conns)
+		conn_close(ctl->conns);
+	egr_loop_del(ctl->loop, ctl->lfd);
+	egr_loop_del(ctl->loop, ctl->timer_fd);
+	close(ctl->timer_fd);
+	free(ctl);
+}
+
+void egr_ctl_stats(const struct egr_ctl *ctl, struct egr_ctl_stats *out)
+{
+	*out = ctl->st;
+}

@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#include <inttypes.h>
+
+#include "dnsfair.h"
+
+json_t *egr_dnsfair_json(const struct egr_dnsproxy *p, uint32_t sandbox_id)
+{
+	struct egr_dnsproxy_stats st;
+
+	if (!p || egr_dnsproxy_stats(p, sandbox_id, &st))
+		return NULL;
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i}",
+			 "allowed", (json_int_t)st.allowed, "refused", (json_int_t)st.refused,
+			 "servfail", (json_int_t)st.servfail, "exfil", (json_int_t)st.exfil,
+			 "malformed", (json_int_t)st.malformed, "learned", (json_int_t)st.learned,
+			 "shed_rate", (json_int_t)st.shed_rate, "shed_inflight",
+			 (json_int_t)st.shed_inflight, "evicted", (json_int_t)st.evicted,
+			 "foreign_dropped", (json_int_t)st.foreign, "inflight", (int)st.inflight,
+			 "tcp_conns", (int)st.tcp_conns);
+}
+
+void egr_dnsfair_metrics(void *ctx, struct egr_mbuf *b)
+{
+	const struct egr_registry *reg = ctx;
+	static const char *const reasons[] = { "rate", "inflight", "evicted", "foreign" };
+
+	egr_mbuf_family(b, "egressd_dns_shed_total", "counter",
+			"DNS queries the proxy shed, per sandbox and reason: past the sandbox's "
+			"rate, past its in-flight share, evicted for a sandbox with fewer in "
+			"flight, or sent to its listener by a socket not of that sandbox "
+			"(docs/dns.md).");
+	for (size_t i = 0; reg->dns && i < reg->n; i++) {
+		const struct egr_sb *sb = reg->sbs[i];
+		struct egr_dnsproxy_stats st;
+		uint64_t v[4];
+
+		if (egr_dnsproxy_stats(reg->dns, sb->id, &st))
+			continue;
+		v[0] = st.shed_rate;
+		v[1] = st.shed_inflight;
+		v[2] = st.evicted;
+		v[3] = st.foreign;
+		for (int k = 0; k < 4; k++) {
+			egr_mbuf_printf(b, "egressd_dns_shed_total{tenant=\"");
+			egr_mbuf_label(b, sb->tenant ? sb->tenant : "");
+			egr_mbuf_printf(b, "\",sandbox=\"%u\",reason=\"%s\"} %" PRIu64 "\n", sb->id,
+					reasons[k], v[k]);
+		}
+	}
+}

@@ -529,6 +529,7 @@ struct run_child {
 /* Sync bytes between pid 1 and the command over the user namespace setup. */
 #define USERNS_MADE   'u'
 #define USERNS_MAPPED 'm'
+#define USERNS_NONE   'n' /* the kernel refused one: the host identity itself */
 
 static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...)
 {
@@ -551,21 +552,39 @@ static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt,
  * (setgroups is denied inside). The mount, cgroup, pid and IPC namespaces
  * stay those pid 1 made and owns: the command can change none of them.
  */
-static void userns_enter(const struct run_child *rc, int to_init, int from_init)
+static bool userns_enter(const struct run_child *rc, int to_init, int from_init)
 {
 	gid_t gid = rc->host_id.gid;
 	char c = USERNS_MADE;
 
+	/* Still host root: the one supplementary group first (setgroups is
+	 * denied in the namespace). */
 	if (setgroups(1, &gid) < 0)
 		die("cannot set the command's groups: %s", strerror(errno));
-	if (unshare(CLONE_NEWUSER) < 0)
-		die("cannot make the command's user namespace: %s", strerror(errno));
+	if (unshare(CLONE_NEWUSER) < 0) {
+		/* The kernel refuses a user namespace to a chrooted process (a
+		 * build root, a test chroot) and where a sysctl disables them.
+		 * Then the command is the host identity its uid would have been
+		 * mapped to (65534, --map-root-to, --user), set while dropping
+		 * the capabilities: never host root unless --user 0 asked for
+		 * it, only without the uid 0 it would see inside. */
+		int why = errno;
+
+		c = USERNS_NONE;
+		if (write(to_init, &c, 1) != 1)
+			die("cannot tell pid 1 there is no user namespace");
+		dprintf(STDERR_FILENO, "egressctl: run: no user namespace here (%s; a chroot?): "
+			"the command runs as host uid %u gid %u\n", strerror(why), rc->host_id.uid,
+			rc->host_id.gid);
+		return false;
+	}
 	if (write(to_init, &c, 1) != 1 || read(from_init, &c, 1) != 1 || c != USERNS_MAPPED)
 		die("pid 1 did not map the command's user namespace");
 	if (setresgid(rc->ns_id.gid, rc->ns_id.gid, rc->ns_id.gid) < 0 ||
 	    setresuid(rc->ns_id.uid, rc->ns_id.uid, rc->ns_id.uid) < 0)
 		die("cannot become %u:%u in the command's user namespace: %s", rc->ns_id.uid,
 		    rc->ns_id.gid, strerror(errno));
+	return true;
 }
 
 /* The command itself, forked by pid 1: never returns, and never runs CMD
@@ -573,13 +592,15 @@ static void userns_enter(const struct run_child *rc, int to_init, int from_init)
 static void __attribute__((noreturn)) command_exec(const struct run_child *rc, int to_init,
 						   int from_init)
 {
+	bool in_userns;
 	int err;
 
 	reset_signals();
-	userns_enter(rc, to_init, from_init);
+	in_userns = userns_enter(rc, to_init, from_init);
 	close_inherited_fds();
-	/* The identity is set already (setgroups is denied in the namespace). */
-	err = egr_confine_drop_all_caps(NULL);
+	/* In its namespace the identity is set already (setgroups is denied
+	 * there); without one it becomes the host identity here. */
+	err = egr_confine_drop_all_caps(in_userns ? NULL : &rc->host_id);
 	if (err)
 		die("cannot drop the command's capabilities: %s", strerror(-err));
 	err = egr_confine_seccomp(rc->conf);
@@ -612,8 +633,10 @@ static int userns_map(const struct run_child *rc, pid_t cmd, int from_cmd, int t
 	char map[64], c = 0;
 	int err;
 
-	if (read(from_cmd, &c, 1) != 1 || c != USERNS_MADE)
+	if (read(from_cmd, &c, 1) != 1 || (c != USERNS_MADE && c != USERNS_NONE))
 		return -ECHILD; /* it said why */
+	if (c == USERNS_NONE)
+		return 0; /* nothing to map: it became the host identity itself */
 	err = write_proc(cmd, "setgroups", "deny");
 	if (!err) {
 		snprintf(map, sizeof(map), "%u %u 1\n", rc->ns_id.uid, rc->host_id.uid);

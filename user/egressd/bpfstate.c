@@ -144,7 +144,9 @@ static int maps_dir(const char *dir, char *buf, size_t len)
 	return 0;
 }
 
-#define PIN_WATCH_MASK (IN_DELETE | IN_DELETE_SELF | IN_MOVED_FROM | IN_MOVE_SELF | IN_ONLYDIR)
+/* IN_MOVED_TO too: a rename over a pin replaces it without removing a name. */
+#define PIN_WATCH_MASK                                                                     \
+	(IN_DELETE | IN_DELETE_SELF | IN_MOVED_FROM | IN_MOVED_TO | IN_MOVE_SELF | IN_ONLYDIR)
 
 static void watch(struct egr_bpf *b, const char *dir)
 {
@@ -708,6 +710,33 @@ static int repin(int fd, const char *path)
 	return bpf_obj_pin(fd, path) < 0 ? -errno : 0;
 }
 
+/* The kernel's id of the link (or other bpf object) behind fd; 0 on error. */
+static __u32 link_id_of_fd(int fd)
+{
+	struct bpf_link_info info;
+	__u32 len = sizeof(info);
+
+	memset(&info, 0, sizeof(info));
+	if (bpf_obj_get_info_by_fd(fd, &info, &len) < 0)
+		return 0;
+	return info.id;
+}
+
+/* Does the pin at path name the link held as fd? Existence is not enough:
+ * rename(2) of one link pin over another (no bpf() needed) leaves every
+ * name in place while the overwritten link lives on only through our fd. */
+static bool pin_names_link(const char *path, int fd)
+{
+	__u32 want = link_id_of_fd(fd), got;
+	int pfd = bpf_obj_get(path);
+
+	if (pfd < 0)
+		return false;
+	got = link_id_of_fd(pfd);
+	close(pfd);
+	return want && got == want;
+}
+
 /* The directories from <dir> down to the one holding pin, made again
  * (whatever layout the map pins have under <dir>). */
 static int mkdir_parents(struct egr_bpf *b, const char *pin)
@@ -758,14 +787,28 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 		for (size_t p = 0; p < b->nprogs; p++) {
 			if (ls->fd[p] < 0)
 				continue;
+			enum egr_pin_kind kind = EGR_PIN_LINK;
+
 			snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
-			if (access(path, F_OK) == 0 || errno != ENOENT)
+			if (access(path, F_OK) == 0) {
+				if (pin_names_link(path, ls->fd[p]))
+					continue;
+				/* Something else sits at the name: ours goes there. */
+				kind = EGR_PIN_LINK_REPLACED;
+				if (unlink(path) < 0 && errno != ENOENT) {
+					err = -errno;
+					missing++;
+					report(ctx, kind, ls->sandbox_id, path, err);
+					continue;
+				}
+			} else if (errno != ENOENT) {
 				continue;
+			}
 			missing++;
 			err = ensure_links_dir(b, dir);
 			if (!err)
 				err = repin(ls->fd[p], path);
-			report(ctx, EGR_PIN_LINK, ls->sandbox_id, path, err);
+			report(ctx, kind, ls->sandbox_id, path, err);
 		}
 	}
 	watch_dirs(b); /* directories made again need their watch again */

@@ -53,3 +53,49 @@ def redteam2_link_pin_swapped_by_rename_then_egressd_killed(c):
         check(up.rc == 1 and up.errno == "EPERM",
               "after egressd restarted and adopted the swapped pins, the sandbox still "
               "reaches a denied destination: %s" % up)
+
+
+@test
+def redteam2_link_pins_swapped_while_egressd_down_held(c):
+    """The same rename as above, done while egressd is down (no guard runs):
+    the pin egr_connect4 then names the sendmsg4 link and the connect4 link
+    is gone. At restart adoption checks each link's type, attach type and
+    program against its pin name: the sandbox is held under deny-all with
+    the missing programs attached again. Twin: an untouched sandbox is
+    adopted as it was."""
+    a, b = c.tcp("rt2-da"), c.tcp("rt2-db")
+    sw = c.sandbox(["127.0.0.1:%d" % a.port], name="rt2-swap")
+    same = c.sandbox(["127.0.0.1:%d" % a.port], name="rt2-same")
+    sbs = (sw, same)
+    try:
+        for s in sbs:
+            s.attach()
+        swid, sameid = sandbox_id(c, sw), sandbox_id(c, same)
+        d = hd_links_dir(c, swid)
+        pins = hd_pins(c, swid)
+        check("egr_connect4" in pins and "egr_sendmsg4" in pins, "pins: %r" % pins)
+        sw.allowed("tcp", "127.0.0.1", a.port)
+        sw.denied("tcp", "127.0.0.1", b.port)
+        c.daemon.kill9()
+        r = hd_as_root_in(sw.cg, *(RT2P_NOCAPS + ["mv", os.path.join(d, "egr_sendmsg4"),
+                                                   os.path.join(d, "egr_connect4")]))
+        check(r.returncode == 0, "rename of the pins as uid 0 without capabilities: %s" %
+              r.stderr)
+        c.daemon.start()
+        held = hd_held_ids(c)
+        check(swid in held, "the sandbox with swapped pins is not held: %r (%s)" %
+              (held, c.log_tail(max_lines=20)))
+        sw.denied("tcp", "127.0.0.1", b.port)
+        sw.denied("tcp", "127.0.0.1", a.port)  # deny-all
+        check(hd_pins(c, swid) == pins, "the programs were not attached again: %r" %
+              hd_pins(c, swid))
+        check(obs_alerts(c, "pin_removed", swid), "no pin_removed alert for %d" % swid)
+        check(sameid not in held and c.find_sandbox(same.cg), "the untouched sandbox was not "
+              "adopted: %r" % held)
+        same.allowed("tcp", "127.0.0.1", a.port)
+        same.denied("tcp", "127.0.0.1", b.port)
+        hd_audit_ok(c)
+    finally:
+        c.ensure_daemon()
+        for s in sbs:
+            s.remove()

@@ -656,8 +656,40 @@ bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id)
 	return true;
 }
 
+/* Is fd the cgroup link of program p (link type, attach type, program
+ * name)? A hostile tool can rename one pin over another while egressd is
+ * down: the name alone proves nothing. *cg: the link's cgroup id. */
+static bool link_is_prog(struct egr_bpf *b, size_t p, int fd, __u64 *cg)
+{
+	struct bpf_program *prog = bpf_object__find_program_by_name(b->skel->obj,
+								     b->prog_names[p]);
+	struct bpf_link_info info;
+	struct bpf_prog_info pinfo;
+	__u32 len = sizeof(info), plen = sizeof(pinfo);
+	bool ok;
+	int pfd;
+
+	memset(&info, 0, sizeof(info));
+	memset(&pinfo, 0, sizeof(pinfo));
+	if (!prog || bpf_obj_get_info_by_fd(fd, &info, &len) < 0 ||
+	    info.type != BPF_LINK_TYPE_CGROUP ||
+	    info.cgroup.attach_type != bpf_program__expected_attach_type(prog))
+		return false;
+	pfd = bpf_prog_get_fd_by_id(info.prog_id);
+	if (pfd < 0)
+		return false;
+	/* The kernel keeps BPF_OBJ_NAME_LEN - 1 characters of the name. */
+	ok = bpf_obj_get_info_by_fd(pfd, &pinfo, &plen) == 0 &&
+	     strncmp(pinfo.name, b->prog_names[p], sizeof(pinfo.name) - 1) == 0;
+	close(pfd);
+	*cg = info.cgroup.cgroup_id;
+	return ok;
+}
+
 int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
 {
+	bool split = false;
+	__u64 first_cg = 0;
 	char dir[PATH_MAX], path[PATH_MAX];
 	struct egr_link_set *ls;
 	int err = 0;
@@ -680,9 +712,30 @@ int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
 			err = -ENOENT;
 			continue;
 		}
+		__u64 cg = 0;
+
+		if (!link_is_prog(b, p, fd, &cg)) {
+			/* Not this program's link: as if its pin were removed (the
+			 * caller attaches the program again and holds the sandbox). */
+			log_error("pinned link %s is not the link of program %s; removing the pin",
+				  path, b->prog_names[p]);
+			close(fd);
+			if (unlink(path) < 0 && errno != ENOENT)
+				log_warn("unlink %s: %m", path);
+			err = -ENOENT;
+			continue;
+		}
+		if (first_cg && cg && cg != first_cg)
+			split = true;
+		if (!first_cg)
+			first_cg = cg;
 		ls->fd[p] = fd;
 	}
 	watch(b, dir);
+	if (split) {
+		log_error("links of sandbox %u are attached to different cgroups", sandbox_id);
+		return -EXDEV;
+	}
 	return err;
 }
 

@@ -94,9 +94,12 @@ int egr_bpf_attach_missing(struct egr_bpf *b, uint32_t sandbox_id, const char *c
 int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id);
 /* Are all of the sandbox's links pinned? */
 bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id);
-/* Open the sandbox's pinned links and keep their fds (adoption). 0 when
- * every program has one, -ENOENT when some are missing (those found are
- * kept), another -errno on error. */
+/* Open the sandbox's pinned links and keep their fds (adoption). Each must
+ * be a cgroup link of the program its pin is named after (attach type and
+ * program name): one that is not has its pin removed and counts as missing.
+ * 0 when every program has one, -ENOENT when some are missing (those found
+ * are kept), -EXDEV when they are attached to different cgroups (kept),
+ * another -errno on error. */
 int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id);
 /* The cgroup id the sandbox's links are attached to, from the kernel
  * (bpf_link_get_info_by_fd): 0 once the cgroup was released and the links

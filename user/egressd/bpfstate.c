@@ -144,7 +144,9 @@ static int maps_dir(const char *dir, char *buf, size_t len)
 	return 0;
 }
 
-#define PIN_WATCH_MASK (IN_DELETE | IN_DELETE_SELF | IN_MOVED_FROM | IN_MOVE_SELF | IN_ONLYDIR)
+/* IN_MOVED_TO too: a rename over a pin replaces it without removing a name. */
+#define PIN_WATCH_MASK                                                                     \
+	(IN_DELETE | IN_DELETE_SELF | IN_MOVED_FROM | IN_MOVED_TO | IN_MOVE_SELF | IN_ONLYDIR)
 
 static void watch(struct egr_bpf *b, const char *dir)
 {
@@ -654,8 +656,40 @@ bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id)
 	return true;
 }
 
+/* Is fd the cgroup link of program p (link type, attach type, program
+ * name)? A hostile tool can rename one pin over another while egressd is
+ * down: the name alone proves nothing. *cg: the link's cgroup id. */
+static bool link_is_prog(struct egr_bpf *b, size_t p, int fd, __u64 *cg)
+{
+	struct bpf_program *prog = bpf_object__find_program_by_name(b->skel->obj,
+								     b->prog_names[p]);
+	struct bpf_link_info info;
+	struct bpf_prog_info pinfo;
+	__u32 len = sizeof(info), plen = sizeof(pinfo);
+	bool ok;
+	int pfd;
+
+	memset(&info, 0, sizeof(info));
+	memset(&pinfo, 0, sizeof(pinfo));
+	if (!prog || bpf_obj_get_info_by_fd(fd, &info, &len) < 0 ||
+	    info.type != BPF_LINK_TYPE_CGROUP ||
+	    info.cgroup.attach_type != bpf_program__expected_attach_type(prog))
+		return false;
+	pfd = bpf_prog_get_fd_by_id(info.prog_id);
+	if (pfd < 0)
+		return false;
+	/* The kernel keeps BPF_OBJ_NAME_LEN - 1 characters of the name. */
+	ok = bpf_obj_get_info_by_fd(pfd, &pinfo, &plen) == 0 &&
+	     strncmp(pinfo.name, b->prog_names[p], sizeof(pinfo.name) - 1) == 0;
+	close(pfd);
+	*cg = info.cgroup.cgroup_id;
+	return ok;
+}
+
 int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
 {
+	bool split = false;
+	__u64 first_cg = 0;
 	char dir[PATH_MAX], path[PATH_MAX];
 	struct egr_link_set *ls;
 	int err = 0;
@@ -678,9 +712,30 @@ int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
 			err = -ENOENT;
 			continue;
 		}
+		__u64 cg = 0;
+
+		if (!link_is_prog(b, p, fd, &cg)) {
+			/* Not this program's link: as if its pin were removed (the
+			 * caller attaches the program again and holds the sandbox). */
+			log_error("pinned link %s is not the link of program %s; removing the pin",
+				  path, b->prog_names[p]);
+			close(fd);
+			if (unlink(path) < 0 && errno != ENOENT)
+				log_warn("unlink %s: %m", path);
+			err = -ENOENT;
+			continue;
+		}
+		if (first_cg && cg && cg != first_cg)
+			split = true;
+		if (!first_cg)
+			first_cg = cg;
 		ls->fd[p] = fd;
 	}
 	watch(b, dir);
+	if (split) {
+		log_error("links of sandbox %u are attached to different cgroups", sandbox_id);
+		return -EXDEV;
+	}
 	return err;
 }
 
@@ -706,6 +761,33 @@ int egr_bpf_links_cgroup_id(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *cg
 static int repin(int fd, const char *path)
 {
 	return bpf_obj_pin(fd, path) < 0 ? -errno : 0;
+}
+
+/* The kernel's id of the link (or other bpf object) behind fd; 0 on error. */
+static __u32 link_id_of_fd(int fd)
+{
+	struct bpf_link_info info;
+	__u32 len = sizeof(info);
+
+	memset(&info, 0, sizeof(info));
+	if (bpf_obj_get_info_by_fd(fd, &info, &len) < 0)
+		return 0;
+	return info.id;
+}
+
+/* Does the pin at path name the link held as fd? Existence is not enough:
+ * rename(2) of one link pin over another (no bpf() needed) leaves every
+ * name in place while the overwritten link lives on only through our fd. */
+static bool pin_names_link(const char *path, int fd)
+{
+	__u32 want = link_id_of_fd(fd), got;
+	int pfd = bpf_obj_get(path);
+
+	if (pfd < 0)
+		return false;
+	got = link_id_of_fd(pfd);
+	close(pfd);
+	return want && got == want;
 }
 
 /* The directories from <dir> down to the one holding pin, made again
@@ -758,14 +840,28 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 		for (size_t p = 0; p < b->nprogs; p++) {
 			if (ls->fd[p] < 0)
 				continue;
+			enum egr_pin_kind kind = EGR_PIN_LINK;
+
 			snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
-			if (access(path, F_OK) == 0 || errno != ENOENT)
+			if (access(path, F_OK) == 0) {
+				if (pin_names_link(path, ls->fd[p]))
+					continue;
+				/* Something else sits at the name: ours goes there. */
+				kind = EGR_PIN_LINK_REPLACED;
+				if (unlink(path) < 0 && errno != ENOENT) {
+					err = -errno;
+					missing++;
+					report(ctx, kind, ls->sandbox_id, path, err);
+					continue;
+				}
+			} else if (errno != ENOENT) {
 				continue;
+			}
 			missing++;
 			err = ensure_links_dir(b, dir);
 			if (!err)
 				err = repin(ls->fd[p], path);
-			report(ctx, EGR_PIN_LINK, ls->sandbox_id, path, err);
+			report(ctx, kind, ls->sandbox_id, path, err);
 		}
 	}
 	watch_dirs(b); /* directories made again need their watch again */

@@ -94,22 +94,28 @@ int egr_bpf_attach_missing(struct egr_bpf *b, uint32_t sandbox_id, const char *c
 int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id);
 /* Are all of the sandbox's links pinned? */
 bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id);
-/* Open the sandbox's pinned links and keep their fds (adoption). 0 when
- * every program has one, -ENOENT when some are missing (those found are
- * kept), another -errno on error. */
+/* Open the sandbox's pinned links and keep their fds (adoption). Each must
+ * be a cgroup link of the program its pin is named after (attach type and
+ * program name): one that is not has its pin removed and counts as missing.
+ * 0 when every program has one, -ENOENT when some are missing (those found
+ * are kept), -EXDEV when they are attached to different cgroups (kept),
+ * another -errno on error. */
 int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id);
 /* The cgroup id the sandbox's links are attached to, from the kernel
  * (bpf_link_get_info_by_fd): 0 once the cgroup was released and the links
  * went defunct. -ENOENT when egressd holds no link of it. */
 int egr_bpf_links_cgroup_id(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *cgroup_id);
 
-/* What egr_bpf_check_pins() found removed and pinned again. */
-enum egr_pin_kind { EGR_PIN_MAP, EGR_PIN_LINK };
+/* What egr_bpf_check_pins() found removed (or, for a link, replaced by
+ * another object: EGR_PIN_LINK_REPLACED) and pinned again. */
+enum egr_pin_kind { EGR_PIN_MAP, EGR_PIN_LINK, EGR_PIN_LINK_REPLACED };
 typedef void (*egr_pin_fn)(void *ctx, enum egr_pin_kind kind, uint32_t sandbox_id,
 			   const char *path, int err);
 /* Make every pin egressd holds an fd of exist again: the bpffs directories,
- * each map, each link of each sandbox. Calls report() for every pin that was
- * missing (err: 0 pinned again, or why not). Returns how many were missing. */
+ * each map, each link of each sandbox; a link pin naming another link than
+ * egressd's fd (a rename over it) is unlinked and pinned from the fd. Calls
+ * report() for every pin that was missing or replaced (err: 0 pinned again,
+ * or why not). Returns how many were. */
 int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx);
 /* An inotify fd that becomes readable when something is removed from a pin
  * directory (-1 when inotify is unavailable: then only periodic checks);

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-/* Removed pins are pinned again and reported; released cgroups reclaimed. */
+/* Removed or replaced pins are pinned again and reported; released cgroups
+ * reclaimed. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -39,7 +40,10 @@ static void on_pin(void *ctx, enum egr_pin_kind kind, uint32_t sandbox_id, const
 		json_object_set_new(g->found, key, arr);
 	}
 	json_array_append_new(arr, json_pack("{s:s, s:s, s:o}", "path", path, "kind",
-					     kind == EGR_PIN_MAP ? "map" : "link", "error",
+					     kind == EGR_PIN_MAP		? "map"
+					     : kind == EGR_PIN_LINK_REPLACED ? "link_replaced"
+									      : "link",
+					     "error",
 					     err ? json_string(strerror(-err)) : json_null()));
 }
 
@@ -63,7 +67,8 @@ static void report(struct egr_guard *g)
 				ok = false;
 		if (id)
 			snprintf(summary, sizeof(summary),
-				 "%zu link pin(s) of sandbox %" PRIu32 " were removed from bpffs; %s",
+				 "%zu link pin(s) of sandbox %" PRIu32
+				 " were removed from bpffs or replaced; %s",
 				 json_array_size(arr), id,
 				 ok ? "pinned again from egressd's own link references (enforcement "
 				      "never stopped)" : "some could not be pinned again");

@@ -1715,7 +1715,13 @@ static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st,
 		quarantine(r, id, "state_tampered", "its state file has no usable policy");
 		goto out;
 	}
-	if (egr_bpf_adopt_links(r->bpf, id) == -ENOENT) {
+	err = egr_bpf_adopt_links(r->bpf, id);
+	if (err == -EXDEV) {
+		quarantine(r, id, "state_tampered",
+			   "its pinned links are attached to different cgroups");
+		goto out;
+	}
+	if (err == -ENOENT) {
 		/* The storage is named once the attach completed: then pins went
 		 * while no egressd held the links. Otherwise a crash mid-attach:
 		 * the command never ran confined by it. */

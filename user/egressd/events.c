@@ -478,8 +478,9 @@ static const char *escape_action(uint32_t a)
 
 /* A task left its sandbox cgroup (bpf/escape.bpf.c). The kernel killed the
  * mover when it was in the sandbox; a different process it moved out (or
- * forked out with CLONE_INTO_CGROUP) is killed here, at once: it is outside
- * every hook. */
+ * forked out with CLONE_INTO_CGROUP, or forked by a marked process) is
+ * killed here, at once, by its escaped mark wherever it has moved since: it
+ * is outside every hook. */
 static void put_escape(struct egr_events *ev, json_t *o, const struct egr_escape_event *x)
 {
 	json_object_set_new(o, "action", json_string(escape_action(x->action)));

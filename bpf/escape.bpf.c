@@ -23,14 +23,18 @@
  * to a cgroup outside it is an escape.
  *
  * Who is killed: bpf_send_signal() signals the current task, which is the
- * writer of cgroup.procs. When the writer is inside the sandbox (a task
- * moving itself, or a sandboxed task moving a sibling), it is the one
- * escaping or helping: SIGKILL is pending before its write() returns, so it
- * runs no further instruction in user space. A sibling it moved is killed by
- * egressd from the event (target_pid). When the writer is outside the
- * sandbox (an administrator, an orchestrator, a service acting on a
- * request) it has authority over both cgroups and is not ours to kill: the
- * move is reported (critical alert) and the moved task lives.
+ * writer of cgroup.procs. When the writer is inside ANY sandbox (the task
+ * moving itself, a sibling, a process of another sandbox, or of an outer
+ * sandbox moving a process out of a nested one) it is the one escaping or
+ * helping: SIGKILL is pending before its write() returns, so it runs no
+ * further instruction in user space. The process it moved cannot be
+ * signalled from here (bpf_send_signal signals current only): it is marked
+ * escaped in egr_proc_home (the mark survives later moves and goes to its
+ * children), killed in the kernel the moment it forks, and killed by
+ * egressd from the event (target_pid; and every child's fork event). When
+ * the writer is in no sandbox (an administrator, an orchestrator, a service
+ * acting on a request) it has authority over both cgroups and is not ours
+ * to kill: the move is reported (critical alert) and the moved task lives.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -133,38 +137,55 @@ static __always_inline int egr_home_live(const struct egr_proc_home *h)
 
 static __always_inline void egr_set_home(__u32 tgid, const struct egr_proc_home *h)
 {
-	if (h->sandbox_id)
+	if (h->sandbox_id || (h->flags & EGR_HOME_ESCAPED))
 		bpf_map_update_elem(&egr_proc_home, &tgid, h, BPF_ANY);
 	else
 		bpf_map_delete_elem(&egr_proc_home, &tgid);
 }
 
-/* Report (and unless the policy says "alert", stop) a task leaving home
- * for cgroup dst. moved is the task that left; the writer is current. */
-static __always_inline void egr_escape(const struct egr_proc_home *home, struct task_struct *moved,
-				       struct cgroup *dst)
+/* Does on_escape say "alert" for this sandbox? No entry: no (fail closed). */
+static __always_inline int egr_escape_alerts(__u32 sandbox_id)
+{
+	const struct egr_sandbox *sb = bpf_map_lookup_elem(&egr_sandboxes, &sandbox_id);
+
+	return sb && (sb->flags & EGR_SB_ESCAPE_ALERT);
+}
+
+/* Report a task leaving home for cgroup dst and, unless on_escape says
+ * "alert", stop it. moved is the task that left; the writer is current.
+ * 1 when moved is to die (egressd kills it; the caller marks it escaped). */
+static __always_inline int egr_escape(const struct egr_proc_home *home, struct task_struct *moved,
+				      struct cgroup *dst)
 {
 	struct task_struct *cur = (struct task_struct *)bpf_get_current_task();
-	__u32 sandbox_id = home->sandbox_id, action;
+	__u32 sandbox_id = home->sandbox_id, action, cur_tgid = BPF_CORE_READ(cur, tgid);
 	const struct egr_sandbox *sb = bpf_map_lookup_elem(&egr_sandboxes, &sandbox_id);
+	struct egr_proc_home wr = {}, *ch;
 	struct egr_escape_event *x;
-	struct egr_proc_home *ch;
 	struct egr_event *e;
 	int inside;
 
-	/* The writer is inside if it is the moved process, or still in (or
-	 * at home in) the sandbox. */
-	inside = BPF_CORE_READ(cur, tgid) == BPF_CORE_READ(moved, tgid) ||
-		 egr_cgroup_under(BPF_CORE_READ(cur, cgroups, dfl_cgrp), home->cgroup_id);
-	if (!inside) {
-		__u32 cur_tgid = BPF_CORE_READ(cur, tgid);
-
-		ch = bpf_map_lookup_elem(&egr_proc_home, &cur_tgid);
-		inside = ch && ch->sandbox_id == sandbox_id && ch->cgroup_id == home->cgroup_id;
+	/* The writer is inside if it is the moved process (its home is the
+	 * one left), or it is in any sandbox's cgroup, or at home in any live
+	 * sandbox: a process of another sandbox, or of a sandbox above a
+	 * nested one, is no administrator. */
+	if (cur_tgid == BPF_CORE_READ(moved, tgid)) {
+		inside = 1;
+		wr = *home;
+	} else {
+		inside = egr_sandbox_of(BPF_CORE_READ(cur, cgroups, dfl_cgrp), &wr);
+		if (!inside) {
+			ch = bpf_map_lookup_elem(&egr_proc_home, &cur_tgid);
+			if (ch && egr_home_live(ch)) {
+				inside = 1;
+				wr = *ch;
+			}
+		}
 	}
 	if (!inside)
 		action = EGR_ESCAPE_BY_OUTSIDER;
-	else if (sb && (sb->flags & EGR_SB_ESCAPE_ALERT))
+	/* Reported only when both the sandbox left and the writer's say so. */
+	else if (egr_escape_alerts(sandbox_id) && egr_escape_alerts(wr.sandbox_id))
 		action = EGR_ESCAPE_ALERTED;
 	else /* no sandbox entry for a managed cgroup kills too: fail closed */
 		action = bpf_send_signal(SIGKILL) == 0 ? EGR_ESCAPE_KILLED : EGR_ESCAPE_KILL_FAILED;
@@ -172,7 +193,7 @@ static __always_inline void egr_escape(const struct egr_proc_home *home, struct 
 	x = bpf_ringbuf_reserve(&egr_events, sizeof(*x), 0);
 	if (!x) {
 		egr_count(EGR_CNT_EVENTS_LOST);
-		return;
+		goto out;
 	}
 	__builtin_memset(x, 0, sizeof(*x));
 	e = &x->ev;
@@ -184,13 +205,45 @@ static __always_inline void egr_escape(const struct egr_proc_home *home, struct 
 		e->tenant_id = sb->tenant_id;
 		e->policy_id = sb->policy_id;
 	}
-	e->pid = bpf_get_current_pid_tgid() >> 32;
+	e->pid = cur_tgid;
 	e->cgroup_id = bpf_get_current_cgroup_id();
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	e->verdict = action == EGR_ESCAPE_KILLED ? EGR_DENY : EGR_ALLOW;
 	x->from_cgroup_id = home->cgroup_id;
 	x->to_cgroup_id = dst ? BPF_CORE_READ(dst, kn, id) : 0;
 	x->target_pid = BPF_CORE_READ(moved, tgid);
+	x->action = action;
+	bpf_ringbuf_submit(x, 0);
+out:
+	return action == EGR_ESCAPE_KILLED || action == EGR_ESCAPE_KILL_FAILED;
+}
+
+/* A marked process forked: kill it (current is the parent here) and report
+ * the child, which carries the mark, for egressd to kill. */
+static __always_inline void egr_escaped_fork(const struct egr_proc_home *home,
+					     struct task_struct *child)
+{
+	struct egr_escape_event *x;
+	__u32 action;
+
+	action = bpf_send_signal(SIGKILL) == 0 ? EGR_ESCAPE_KILLED : EGR_ESCAPE_KILL_FAILED;
+	x = bpf_ringbuf_reserve(&egr_events, sizeof(*x), 0);
+	if (!x) {
+		egr_count(EGR_CNT_EVENTS_LOST);
+		return;
+	}
+	__builtin_memset(x, 0, sizeof(*x));
+	x->ev.ts_ns = bpf_ktime_get_boot_ns();
+	x->ev.version = EGR_EVENT_VERSION;
+	x->ev.type = EGR_EV_ESCAPE;
+	x->ev.sandbox_id = home->sandbox_id;
+	x->ev.pid = bpf_get_current_pid_tgid() >> 32;
+	x->ev.cgroup_id = bpf_get_current_cgroup_id();
+	bpf_get_current_comm(x->ev.comm, sizeof(x->ev.comm));
+	x->ev.verdict = EGR_DENY;
+	x->from_cgroup_id = home->cgroup_id;
+	x->to_cgroup_id = BPF_CORE_READ(child, cgroups, dfl_cgrp, kn, id);
+	x->target_pid = BPF_CORE_READ(child, tgid);
 	x->action = action;
 	bpf_ringbuf_submit(x, 0);
 }
@@ -212,9 +265,16 @@ int egr_cgroup_attach(struct bpf_raw_tracepoint_args *ctx)
 	tgid = BPF_CORE_READ(task, tgid);
 	egr_sandbox_of(dst, &now);
 	h = bpf_map_lookup_elem(&egr_proc_home, &tgid);
+	/* Marked to die: no later move (back in, anywhere) clears the mark. */
+	if (h && (h->flags & EGR_HOME_ESCAPED))
+		return 0;
 	if (h && egr_home_live(h) && !egr_cgroup_under(dst, h->cgroup_id)) {
 		home = *h;
-		egr_escape(&home, task, dst);
+		if (egr_escape(&home, task, dst)) {
+			home.flags |= EGR_HOME_ESCAPED;
+			egr_set_home(tgid, &home);
+			return 0;
+		}
 	}
 	/* Where it lives now (a sandbox, a nested one, or none). */
 	if (now.sandbox_id || h)
@@ -233,6 +293,19 @@ int egr_task_fork(struct bpf_raw_tracepoint_args *ctx)
 	struct cgroup *cg = BPF_CORE_READ(child, cgroups, dfl_cgrp);
 	struct egr_proc_home now = {}, home, *h;
 
+	/* A process marked to die forks (a thread too): it dies now, before
+	 * egressd's kill; its child carries the mark for egressd to kill. */
+	h = bpf_map_lookup_elem(&egr_proc_home, &ptgid);
+	if (h && (h->flags & EGR_HOME_ESCAPED)) {
+		home = *h;
+		if (ctgid != ptgid) {
+			egr_set_home(ctgid, &home);
+			egr_escaped_fork(&home, child);
+		} else {
+			bpf_send_signal(SIGKILL);
+		}
+		return 0;
+	}
 	if (ctgid == ptgid)
 		return 0; /* a thread: the process's home already counts */
 	if (egr_sandbox_of(cg, &now))
@@ -241,8 +314,9 @@ int egr_task_fork(struct bpf_raw_tracepoint_args *ctx)
 	h = bpf_map_lookup_elem(&egr_proc_home, &ptgid);
 	if (h && egr_home_live(h) && !egr_cgroup_under(cg, h->cgroup_id)) {
 		home = *h;
+		if (egr_escape(&home, child, cg))
+			home.flags |= EGR_HOME_ESCAPED;
 		egr_set_home(ctgid, &home); /* it is still the sandbox's */
-		egr_escape(&home, child, cg);
 	}
 	return 0;
 }

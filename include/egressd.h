@@ -245,8 +245,12 @@ struct egr_dest_val {
 struct egr_proc_home {
 	__u64 cgroup_id;  /* the sandbox's own cgroup */
 	__u32 sandbox_id; /* 0: none */
-	__u32 pad;
+	__u32 flags;      /* EGR_HOME_* */
 };
+/* The process left its sandbox and is to die (bpf/escape.bpf.c): the mark
+ * survives later moves and is inherited at fork; a marked parent is killed
+ * in the kernel when it forks, egressd kills marked processes it learns of. */
+#define EGR_HOME_ESCAPED 0x1
 
 /* Events, kernel to egressd through the egr_events ring buffer. The layout
  * only grows at the end; version says which fields are there. */
@@ -392,6 +396,7 @@ _Static_assert(sizeof(struct egr_dest_val) == 32, "egr_dest_val is ABI");
 _Static_assert(sizeof(struct egr_event) == 104, "egr_event is ABI");
 _Static_assert(EGR_CNT_MAX == 14, "egr_counters' size is ABI: a new counter bumps EGR_ABI_VERSION");
 _Static_assert(sizeof(struct egr_escape_event) == 128, "egr_escape_event is ABI");
+_Static_assert(sizeof(struct egr_proc_home) == 16, "egr_proc_home is ABI (rebuilt, not carried, by migrate.c)");
 _Static_assert(sizeof(struct egr_dns_client_key) == 24, "egr_dns_client_key is ABI");
 _Static_assert(sizeof(struct egr_dns_client_val) == 8, "egr_dns_client_val is ABI");
 _Static_assert(sizeof(struct egr_dns_client_rec) == 56, "egr_dns_client_rec is ABI");

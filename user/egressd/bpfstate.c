@@ -949,7 +949,13 @@ static int home_procs_of(struct egr_bpf *b, const char *dir, const struct egr_pr
 		return -errno;
 	for (unsigned long pid; fscanf(f, "%lu", &pid) == 1;) {
 		uint32_t tgid = (uint32_t)pid;
+		struct egr_proc_home old;
 
+		/* One the guard marked escaped stays marked (to be killed),
+		 * whatever cgroup it has moved to since. */
+		if (bpf_map_lookup_elem(b->fd_proc_home, &tgid, &old) == 0 &&
+		    (old.flags & EGR_HOME_ESCAPED))
+			continue;
 		if (bpf_map_update_elem(b->fd_proc_home, &tgid, home, BPF_ANY) < 0) {
 			err = errno == E2BIG ? -ENOSPC : -errno;
 			break;

@@ -12,7 +12,6 @@
 #include <bpf/libbpf.h>
 
 #include "bpfstate.h"
-#include "cgroup.h"
 #include "escape.h"
 #include "escape.skel.h"
 #include "log.h"
@@ -182,48 +181,45 @@ void egr_escape_close(struct egr_escape *g)
 	g->skel = NULL;
 }
 
-/* The cgroup v2 id of the process behind /proc/<pid> ("0::/path"). */
-static int proc_cgroup_id(uint32_t pid, uint64_t *id)
+int egr_escape_kill_moved(int fd_proc_home, uint32_t pid)
 {
-	char path[PATH_MAX], line[PATH_MAX], mnt[PATH_MAX];
-	FILE *f;
-	int err = -ENOENT;
-
-	snprintf(path, sizeof(path), "/proc/%u/cgroup", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	while (fgets(line, sizeof(line), f)) {
-		if (strncmp(line, "0::", 3) != 0)
-			continue;
-		line[strcspn(line, "\n")] = '\0';
-		err = egr_cgroup2_mount(mnt, sizeof(mnt));
-		if (!err &&
-		    snprintf(path, sizeof(path), "%s%s", mnt, line + 3) >= (int)sizeof(path))
-			err = -ENAMETOOLONG;
-		if (!err)
-			err = egr_cgroup_id(path, id);
-		break;
-	}
-	fclose(f);
-	return err;
-}
-
-int egr_escape_kill_moved(uint32_t pid, uint64_t to_cgroup_id)
-{
-	uint64_t now;
-	int pfd, err;
+	struct egr_proc_home home;
+	int pfd, err = 0;
 
 	pfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
 	if (pfd < 0)
 		return errno == ESRCH ? 0 : -errno;
 	/* The pidfd holds the process: if it died and the pid was reused
-	 * after this check, the signal goes nowhere (ESRCH). */
-	err = proc_cgroup_id(pid, &now);
-	if (!err && now != to_cgroup_id)
-		err = -ESTALE;
-	if (!err && syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
+	 * after this check, the signal goes nowhere (ESRCH). Its mark is
+	 * deleted at exit (egr_task_exit), so a new process on the pid is
+	 * unmarked (or marked itself, as a marked parent's child). */
+	if (bpf_map_lookup_elem(fd_proc_home, &pid, &home) < 0)
+		err = errno == ENOENT ? 0 : -errno;
+	else if ((home.flags & EGR_HOME_ESCAPED) &&
+		 syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
 		err = -errno;
 	close(pfd);
-	return err == -ENOENT ? 0 : err;
+	return err;
+}
+
+int egr_escape_kill_marked(int fd_proc_home)
+{
+	struct egr_proc_home home;
+	uint32_t key, next, *prev = NULL;
+	int n = 0;
+
+	/* Killing does not delete entries while we walk (exit does, later);
+	 * bounded by the map's size in any case. */
+	for (uint32_t i = 0; i < EGR_MAX_HOMED_PROCS; i++) {
+		if (bpf_map_get_next_key(fd_proc_home, prev, &next) < 0)
+			break;
+		key = next;
+		prev = &key;
+		if (bpf_map_lookup_elem(fd_proc_home, &key, &home) < 0 ||
+		    !(home.flags & EGR_HOME_ESCAPED))
+			continue;
+		if (egr_escape_kill_moved(fd_proc_home, key) == 0)
+			n++;
+	}
+	return n;
 }

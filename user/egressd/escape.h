@@ -33,11 +33,15 @@ int egr_escape_start(struct egr_escape *g, const struct egr_bpf *b);
 /* Drop our references; the pinned links stay in force. */
 void egr_escape_close(struct egr_escape *g);
 
-/* SIGKILL process pid, which the guard saw moved to cgroup to_cgroup_id by
- * another process, if it is still that process and still there (a pidfd,
- * and its cgroup checked, so a reused pid or another pid namespace's is
- * never signalled). 0 (killed, or already gone), -ESTALE (not in that
- * cgroup any more) or -errno. */
-int egr_escape_kill_moved(uint32_t pid, uint64_t to_cgroup_id);
+/* SIGKILL process pid, which the guard marked escaped (EGR_HOME_ESCAPED in
+ * egr_proc_home, fd fd_proc_home), wherever it is now: a later move does
+ * not save it. The mark is checked after the pidfd holds the process, and
+ * the kernel drops it at exit before the pid can be reused, so a reused
+ * pid is never signalled. 0 (killed, already gone or not marked) or
+ * -errno. */
+int egr_escape_kill_moved(int fd_proc_home, uint32_t pid);
+/* SIGKILL every process egr_proc_home marks escaped (the children a
+ * marked process forked before it died among them). The number killed. */
+int egr_escape_kill_marked(int fd_proc_home);
 
 #endif /* EGR_ESCAPE_H */

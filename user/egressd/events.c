@@ -478,23 +478,26 @@ static const char *escape_action(uint32_t a)
 
 /* A task left its sandbox cgroup (bpf/escape.bpf.c). The kernel killed the
  * mover when it was in the sandbox; a different process it moved out (or
- * forked out with CLONE_INTO_CGROUP) is killed here, at once: it is outside
- * every hook. */
-static void put_escape(json_t *o, const struct egr_escape_event *x)
+ * forked out with CLONE_INTO_CGROUP, or forked by a marked process) is
+ * killed here, at once, by its escaped mark wherever it has moved since: it
+ * is outside every hook. */
+static void put_escape(struct egr_events *ev, json_t *o, const struct egr_escape_event *x)
 {
 	json_object_set_new(o, "action", json_string(escape_action(x->action)));
 	json_object_set_new(o, "from_cgroup_id", json_integer((json_int_t)x->from_cgroup_id));
 	json_object_set_new(o, "to_cgroup_id", json_integer((json_int_t)x->to_cgroup_id));
 	json_object_set_new(o, "target_pid", json_integer(x->target_pid));
-	if (x->action == EGR_ESCAPE_KILLED && x->target_pid && x->target_pid != x->ev.pid) {
-		int err = egr_escape_kill_moved(x->target_pid, x->to_cgroup_id);
+	if ((x->action == EGR_ESCAPE_KILLED || x->action == EGR_ESCAPE_KILL_FAILED) &&
+	    x->target_pid && x->target_pid != x->ev.pid) {
+		int err = egr_escape_kill_moved(ev->bpf->fd_proc_home, x->target_pid);
 
 		json_object_set_new(o, "target_killed", json_boolean(!err));
 		if (err)
 			log_error("escape from sandbox %u: kill moved process %u: %s",
-				  x->ev.sandbox_id, x->target_pid,
-				  err == -ESTALE ? "no longer in the cgroup it was moved to"
-						 : strerror(-err));
+				  x->ev.sandbox_id, x->target_pid, strerror(-err));
+		/* And whatever else is marked: a child the moved process forked
+		 * whose event was lost, one moved again since. */
+		egr_escape_kill_marked(ev->bpf->fd_proc_home);
 	}
 }
 
@@ -564,7 +567,7 @@ static int on_ring(void *ctx, void *data, size_t size)
 		json_object_set_new(o, "optname", json_integer(e->optname));
 		break;
 	case EGR_EV_ESCAPE:
-		put_escape(o, (const struct egr_escape_event *)data);
+		put_escape(ev, o, (const struct egr_escape_event *)data);
 		break;
 	default:
 		break;

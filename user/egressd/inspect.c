@@ -79,6 +79,7 @@ struct isb {
 	struct lsock l4, l6;
 	uint16_t port4, port6;
 	uint32_t nconns;
+	uint64_t denied; /* policy refusals of this sandbox: its breaker counts them */
 	struct dest dests[EGR_INSPECT_MAX_DESTS];
 	size_t ndests;
 	bool dests_full;
@@ -362,6 +363,7 @@ static void conn_free(struct conn *c, bool reset)
 static void deny(struct conn *c, const char *reason)
 {
 	c->p->st.denied++;
+	c->sb->denied++;
 	log_debug("inspect: sandbox %u: %s %s refused: %s", c->sb->id, c->proto ? c->proto : "?",
 		  c->name[0] ? c->name : "(no name)", reason);
 	emit(c, false, false, reason);
@@ -777,6 +779,7 @@ static void accept_one(struct isb *sb, int fd, const struct sockaddr_storage *pe
 	}
 	if (is_listener(p, &orig)) {
 		p->st.denied++;
+		sb->denied++;
 		refuse_fd(fd);
 		refused_event(sb, "loop", &orig);
 		return;
@@ -1164,6 +1167,16 @@ void egr_inspect_free(struct egr_inspect *p)
 	close(p->wake_fd);
 	close(p->self_netns);
 	free(p);
+}
+
+int egr_inspect_sandbox_denied(const struct egr_inspect *p, uint32_t sandbox_id, uint64_t *out)
+{
+	const struct isb *sb = find_sb(p, sandbox_id);
+
+	if (!sb)
+		return -ENOENT;
+	*out = sb->denied;
+	return 0;
 }
 
 json_t *egr_inspect_dests_json(struct egr_inspect *p, uint32_t sandbox_id)

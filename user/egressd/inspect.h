@@ -109,6 +109,9 @@ bool egr_inspect_has_sandbox(const struct egr_inspect *p, uint32_t sandbox_id);
  * entries with their host names (new reference; NULL if none). */
 json_t *egr_inspect_dests_json(struct egr_inspect *p, uint32_t sandbox_id);
 int egr_inspect_stats(const struct egr_inspect *p, struct egr_inspect_stats *out);
+/* The proxy's policy refusals of one sandbox since it was added (not
+ * conn_limit: other sandboxes can cause those). -ENOENT if not inspected. */
+int egr_inspect_sandbox_denied(const struct egr_inspect *p, uint32_t sandbox_id, uint64_t *out);
 /* The same as JSON for `egressctl status` (new reference). */
 json_t *egr_inspect_status(const struct egr_inspect *p);
 

@@ -37,6 +37,9 @@
 
 #define EGR_INSPECT_HELLO_MAX 17408 /* 16 KiB hello + record headers */
 #define EGR_INSPECT_MAX_DESTS 256   /* per sandbox, for its audit record */
+/* Slots of the whole-host bound each inspected sandbox is guaranteed (at
+ * most max_conns / sandboxes): others at their share cannot take them. */
+#define EGR_INSPECT_RESERVE 16
 
 struct egr_learned;
 
@@ -75,6 +78,7 @@ struct egr_inspect_config {
 struct egr_inspect_stats {
 	uint64_t accepted, allowed, denied;
 	uint64_t refused_full;        /* closed at accept: a connection limit */
+	uint64_t evicted;             /* waiting for a hello, reset for a sandbox's reserve */
 	uint64_t unidentified;        /* closed at accept: no original destination */
 	uint32_t conns;               /* open now */
 };

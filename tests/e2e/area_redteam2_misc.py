@@ -118,3 +118,68 @@ def redteam2_inspect_four_sandboxes_starve_the_rest(c):
                 log("cleanup %s: %s" % (b.cg, e))
 
 
+
+
+@test
+def inspect_newcomer_evicts_idle_hello_of_largest_holder(c):
+    """The eviction half of the fair share (docs/inspect.md): four sandboxes
+    fill the whole-host bound of 1024 with idle connections before a fifth
+    sandbox exists; the newcomer, below its reserve, gets a slot by resetting
+    the oldest connection still waiting for its hello of the largest holder.
+    Twin: the hogs' connections were all admitted (the pool really was full)
+    and a hog past its reserve gets no further slot while the pool is full."""
+    need_dnsmasq(c)
+    ins_tools()
+    _, web = ins_get_servers(c)
+    hogs = []
+    code = ("import socket, sys, time\n"
+            "ss = []\n"
+            "for i in range(256):\n"
+            "    try: ss.append(socket.create_connection(('%s', %d), timeout=3))\n"
+            "    except OSError: pass\n"
+            "print('held', len(ss), flush=True)\n"
+            "time.sleep(4)\n" % (INS_ADDR, web.port))
+    boxes = [Sandbox(c, ins_policy(c, [web.port]), "ev-hog%d" % i) for i in range(4)]
+    victim = None
+    try:
+        for b in boxes:
+            b.__enter__()
+            ins_resolve(c, b)
+        ev0 = int((json.loads(c.ctl_ok("status", "--json").stdout).get("inspect") or {}).get("evicted") or 0)
+        for b in boxes:
+            p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                 preexec_fn=join_cgroup_fn(b.cg))
+            CLEANUP.push("evict hog", lambda p=p: p.poll() is None and p.kill())
+            hogs.append(p)
+        held = [int(p.stdout.readline().split()[1]) for p in hogs]
+        log("hogs hold %r" % held)
+        check(sum(held) == 1024, "the hogs did not fill the pool: %r" % held)
+        st = json.loads(c.ctl_ok("status", "--json").stdout).get("inspect") or {}
+        check(st.get("connections") == 1024, "the proxy holds %r, not 1024" % st)
+        # Twin: a hog, past its reserve, gets nothing more (reset at once).
+        rc, out = ins_run(boxes[0], [CURL, "-sS", "--max-time", "3", "--resolve",
+                                     "api.test:%d:%s" % (web.port, INS_ADDR),
+                                     "http://api.test:%d/x" % web.port])
+        check(rc != 0, "a hog got a slot past the full pool: %d %r" % (rc, out))
+        victim = Sandbox(c, ins_policy(c, [web.port]), "ev-victim")
+        victim.__enter__()
+        ins_resolve(c, victim)
+        check(all(p.poll() is None for p in hogs), "a hog ended before the victim asked")
+        rc, out = ins_run(victim, [CURL, "-sS", "--max-time", "8", "--resolve",
+                                   "api.test:%d:%s" % (web.port, INS_ADDR),
+                                   "http://api.test:%d/x" % web.port])
+        check(rc == 0 and "inspected-ok" in out,
+              "a newcomer below its reserve was refused in a full pool: %d %r" % (rc, out))
+        ev = int((json.loads(c.ctl_ok("status", "--json").stdout).get("inspect") or {}).get("evicted") or 0)
+        check(ev > ev0, "no connection was evicted (%d -> %d)" % (ev0, ev))
+    finally:
+        for p in hogs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        for b in ([victim] if victim else []) + boxes:
+            try:
+                b.__exit__(None, None, None)
+            except Exception as e:
+                log("cleanup %s: %s" % (b.cg, e))

@@ -449,11 +449,9 @@ int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv)
 	char why[256] = "";
 	const char *stage, *id, *bundle, *policy;
 	json_t *state = NULL, *ann;
-	json_int_t pid;
-	int rc;
-
 	struct hook_opts o = { .policy_dir = OCI_POLICY_DIR_DEFAULT };
-	int i;
+	json_int_t pid;
+	int rc, i;
 
 	if (argc == 2 && strcmp(argv[1], "--help") == 0) {
 		fputs(ocihook_help, stdout);

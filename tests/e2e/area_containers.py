@@ -8,6 +8,15 @@ OCI_ANNOTATION = "io.egressd.policy"
 PODMAN_TIMEOUT_S = 60
 
 
+OCI_POLICY_DIR = [None]  # c.work, where c.policy() writes: the hooks' --policy-dir
+
+
+def oci_hook_argv(c, stage, *opts):
+    """egressctl oci-hook as a runtime runs it, with the tests' policy dir."""
+    return [c.egressctl, "--socket", c.sock, "oci-hook", "--policy-dir", c.work] + \
+        list(opts) + [stage]
+
+
 def oci_need(c):
     """Podman and runc, or a failure (never a skip: install-deps installs them)."""
     missing = [b for b in ("podman", "runc") if not shutil.which(b)]
@@ -17,6 +26,7 @@ def oci_need(c):
     if not os.path.exists("/bin/busybox"):
         raise TestFailure("no /bin/busybox (busybox-static; tools/install-deps)")
     if getattr(c, "oci", None) is None:
+        OCI_POLICY_DIR[0] = c.work
         c.oci = OciEnv(c)
     return c.oci
 
@@ -68,6 +78,9 @@ class OciEnv:
         args = h["hook"]["args"]
         i = args.index("--socket")
         args[i + 1] = sock
+        # The tests' policy files are written to c.work (root's, 0700).
+        i = args.index("--policy-dir")
+        args[i + 1] = OCI_POLICY_DIR[0]
 
     def reset_storage(self):
         if os.path.isdir(self.root):
@@ -215,7 +228,7 @@ def oci_hook_stdin_contract(c):
     CLEANUP.push("holder", lambda: (holder.kill(), holder.wait()))
 
     def hook(stage, state):
-        return subprocess.run([c.egressctl, "--socket", c.sock, "oci-hook", stage],
+        return subprocess.run(oci_hook_argv(c, stage),
                               input=json.dumps(state) if isinstance(state, dict) else state,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               timeout=CTL_TIMEOUT_S)
@@ -636,7 +649,7 @@ def oci_hook_container_netns(c):
             json.dump(cfg, f)
         st = {"ociVersion": "1.0.2", "id": "n-" + RAND, "status": "created", "pid": holder.pid,
               "bundle": bundle, "annotations": {OCI_ANNOTATION: pol}}
-        r = subprocess.run([c.egressctl, "--socket", c.sock, "oci-hook", "createRuntime"],
+        r = subprocess.run(oci_hook_argv(c, "createRuntime"),
                            input=json.dumps(st), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, timeout=CTL_TIMEOUT_S)
         try:
@@ -660,7 +673,7 @@ def oci_hook_container_netns(c):
                   "port %d: %r" % (port, probe.stderr.strip()[-200:]))
         finally:
             st["pid"] = 0
-            subprocess.run([c.egressctl, "--socket", c.sock, "oci-hook", "poststop"],
+            subprocess.run(oci_hook_argv(c, "poststop"),
                            input=json.dumps(st), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, timeout=CTL_TIMEOUT_S)
         check(c.find_sandbox(cg) is None, "poststop left the sandbox")
@@ -686,9 +699,125 @@ def oci_hook_systemd_cgroups_path(c):
             json.dump({"linux": {"cgroupsPath": "%s:oci:%s" % (slice_name, cid)}}, f)
         st = {"id": cid, "status": "stopped", "pid": 0, "bundle": bundle,
               "annotations": {OCI_ANNOTATION: pol}}
-        r = subprocess.run([c.egressctl, "--socket", c.sock, "oci-hook", "poststop"],
+        r = subprocess.run(oci_hook_argv(c, "poststop"),
                            input=json.dumps(st), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, timeout=CTL_TIMEOUT_S)
         check(r.returncode == 0, "poststop: %d %r" % (r.returncode, r.stderr))
         check(c.find_sandbox(scope) is None, "poststop did not detach %s" % scope)
         check(c.find_sandbox(twin.cg) is not None, "poststop detached another sandbox")
+
+
+@test
+def oci_hook_policy_only_from_policy_dir(c):
+    """Whoever sets annotations (a pod author) names the policy file: the
+    hook takes only a root-owned, group/other-unwritable regular file inside
+    --policy-dir, and a refusal says which rule broke, never the file's
+    content (a root-only host file's first token) nor whether it exists.
+    Twin: a good policy inside the directory attaches; --require-annotation
+    refuses an unannotated container, without it that one is left alone."""
+    cg = c.mkcgroup("ocidir")
+    CLEANUP.push("cgroup", cgroup_remove_tree, cg)
+    bundle = os.path.join(c.work, "bundle-dir-%s" % RAND)
+    os.makedirs(bundle, exist_ok=True)
+    with open(os.path.join(bundle, "config.json"), "w") as f:
+        json.dump({"ociVersion": "1.0.2", "linux": {"cgroupsPath": cg[len(c.cg_mount):]}}, f)
+    holder = subprocess.Popen(["sleep", "30"], preexec_fn=join_cgroup_fn(cg))
+    CLEANUP.push("holder", lambda: (holder.kill(), holder.wait()))
+    good = c.policy(["127.0.0.1:1"])
+    os.chmod(good, 0o644)
+    # A valid policy outside the directory, reached directly and by a symlink
+    # and a '..' inside it.
+    outside_dir = tempfile.mkdtemp(prefix="ocidir-out-", dir="/tmp")
+    CLEANUP.push("outside dir", shutil.rmtree, outside_dir, True)
+    outside = os.path.join(outside_dir, "loose.json")
+    shutil.copy(good, outside)
+    link = os.path.join(c.work, "link-%s.json" % RAND)
+    os.symlink(outside, link)
+    dotdot = os.path.join(c.work, "..", os.path.basename(outside_dir), "loose.json")
+    secret = os.path.join(c.work, "secret-%s" % RAND)  # a root-only non-policy file
+    with open(os.path.join(outside_dir, "secret"), "w") as f:
+        f.write("rootsecret:x:0:0\n")
+    os.chmod(os.path.join(outside_dir, "secret"), 0o600)
+    ww = c.policy(["127.0.0.1:1"])
+    os.chmod(ww, 0o646)                       # others may write it
+    gw = c.policy(["127.0.0.1:1"])
+    os.chmod(gw, 0o664)                       # the group may write it
+    unowned = c.policy(["127.0.0.1:1"])
+    os.chown(unowned, 65534, 65534)           # nobody's
+    os.chmod(unowned, 0o644)
+    subdir = os.path.join(c.work, "subdir-%s" % RAND)
+    os.mkdir(subdir)
+    st = {"ociVersion": "1.0.2", "id": "d-" + RAND, "status": "created", "pid": holder.pid,
+          "bundle": bundle}
+
+    def hook(policy, *opts, stage="createRuntime"):
+        s = dict(st, annotations={OCI_ANNOTATION: policy} if policy else {})
+        return subprocess.run(oci_hook_argv(c, stage, *opts), input=json.dumps(s),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=CTL_TIMEOUT_S)
+    try:
+        cases = [("a file outside the directory", outside, "not a file inside"),
+                 ("a symlink out of it", link, "not a file inside"),
+                 ("a '..' out of it", dotdot, "not a file inside"),
+                 ("a root-only host file", os.path.join(outside_dir, "secret"),
+                  "not a file inside"),
+                 ("a missing file", secret, "not a file inside"),
+                 ("/etc/shadow", "/etc/shadow", "not a file inside"),
+                 ("a world-writable file", ww, "not owned by root, or group or others"),
+                 ("a group-writable file", gw, "not owned by root, or group or others"),
+                 ("a file owned by nobody", unowned, "not owned by root, or group or others"),
+                 ("the directory itself", c.work, "not a file inside"),
+                 ("a directory inside it", subdir, "not a regular file")]
+        errs = {}
+        for what, pol, rule in cases:
+            r = hook(pol)
+            check(r.returncode != 0 and rule in r.stderr,
+                  "createRuntime with %s: exit %d %r" % (what, r.returncode, r.stderr))
+            check("rootsecret" not in r.stderr and "expected near" not in r.stderr,
+                  "the refusal of %s leaks the file's text: %r" % (what, r.stderr))
+            check(c.find_sandbox(cg) is None, "%s attached %s" % (what, cg))
+            errs[what] = r.stderr.replace(pol, "P")
+        # A missing file and a host file are refused in the same words.
+        check(errs["a missing file"] == errs["a root-only host file"],
+              "the refusal tells a missing file from an existing one: %r vs %r"
+              % (errs["a missing file"], errs["a root-only host file"]))
+        # A policy dir group/other may write is refused as a whole.
+        loose_dir = tempfile.mkdtemp(prefix="ocidir-loose-", dir="/tmp")
+        CLEANUP.push("loose dir", shutil.rmtree, loose_dir, True)
+        os.chmod(loose_dir, 0o777)
+        shutil.copy(good, os.path.join(loose_dir, "p.json"))
+        s = dict(st, annotations={OCI_ANNOTATION: os.path.join(loose_dir, "p.json")})
+        r = subprocess.run([c.egressctl, "--socket", c.sock, "oci-hook", "--policy-dir",
+                            loose_dir, "createRuntime"], input=json.dumps(s),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=CTL_TIMEOUT_S)
+        check(r.returncode != 0 and "policy directory is not a root-owned" in r.stderr,
+              "a world-writable policy dir: %d %r" % (r.returncode, r.stderr))
+        # Without --policy-dir the default /etc/egressd/policies applies: a
+        # file of the tests' dir is outside it.
+        r = subprocess.run([c.egressctl, "--socket", c.sock, "oci-hook", "createRuntime"],
+                           input=json.dumps(dict(st, annotations={OCI_ANNOTATION: good})),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=CTL_TIMEOUT_S)
+        check(r.returncode != 0 and "/etc/egressd/policies" in r.stderr,
+              "the default policy dir: %d %r" % (r.returncode, r.stderr))
+        # --require-annotation: an unannotated container is refused; twin:
+        # without it, it is left alone (exit 0, nothing attached).
+        r = hook(None, "--require-annotation")
+        check(r.returncode != 0 and "--require-annotation" in r.stderr,
+              "unannotated with --require-annotation: %d %r" % (r.returncode, r.stderr))
+        r = hook(None)
+        check(r.returncode == 0 and c.find_sandbox(cg) is None,
+              "unannotated without --require-annotation: %d %r" % (r.returncode, r.stderr))
+        # Twin: the good policy inside the directory attaches and confines.
+        r = hook(good, "--require-annotation")
+        check(r.returncode == 0, "a good policy in the dir: %d %r" % (r.returncode, r.stderr))
+        check(c.find_sandbox(cg) is not None, "a good policy did not attach %s" % cg)
+        c.denied(cg, "tcp", "127.0.0.1", c.tcp("oci-dir").port)
+        r = hook(good, stage="poststop")
+        check(r.returncode == 0 and c.find_sandbox(cg) is None,
+              "poststop: %d %r" % (r.returncode, r.stderr))
+    finally:
+        sb = c.find_sandbox(cg)
+        if sb:
+            c.ctl("detach", "--id", str(sb["id"]))

@@ -14,6 +14,7 @@
  * runtime aborts the container instead of starting it unconfined.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -27,16 +28,27 @@
 
 #define OCI_POLICY_ANNOTATION "io.egressd.policy"
 #define OCI_STATE_MAX (1u << 20) /* a state document is a few hundred bytes */
+#define OCI_POLICY_DIR_DEFAULT "/etc/egressd/policies"
+
+struct hook_opts {
+	const char *policy_dir;   /* the annotation may name only files in it */
+	bool require_annotation;  /* createRuntime refuses unannotated containers */
+};
 
 static const char ocihook_help[] =
-	"Usage: egressctl oci-hook createRuntime|poststop\n"
+	"Usage: egressctl oci-hook [--policy-dir DIR] [--require-annotation] "
+	"createRuntime|poststop\n"
 	"An OCI runtime hook (hooks.d: dist/oci/egressd.json). Reads the container's\n"
 	"state JSON on stdin. With the annotation " OCI_POLICY_ANNOTATION "=FILE (an\n"
 	"absolute host path of a policy file), createRuntime attaches that policy to\n"
 	"the container's cgroup before its process runs, and fails (exit non-zero)\n"
 	"when it cannot, so the runtime aborts the container; poststop detaches it.\n"
-	"Without the annotation it does nothing. Attaching again with the same policy\n"
-	"succeeds, so a retried hook is harmless.\n";
+	"Without the annotation it does nothing (--require-annotation: createRuntime\n"
+	"refuses the container). The file must resolve (realpath) to inside DIR\n"
+	"(default " OCI_POLICY_DIR_DEFAULT "), a root-owned directory not writable by\n"
+	"group or others, and be a regular root-owned file not writable by group or\n"
+	"others. Attaching again with the same policy succeeds, so a retried hook is\n"
+	"harmless.\n";
 
 /* The hook's messages name the stage and the container. */
 static void hook_err(const char *stage, const char *id, const char *fmt, ...)
@@ -286,35 +298,88 @@ static int container_netns(long pid, const char *bundle, char *buf, size_t len)
 	return buf[0] ? 0 : -ENOENT;
 }
 
-static int hook_attach(struct ctl *c, const char *id, long pid, const char *bundle,
-		       const char *policy_path)
+/*
+ * Open the annotation's policy file only if it is one the host's admin put
+ * in the policy directory: whoever sets annotations (a pod author) must not
+ * pick any host file (another tenant's looser policy, /etc/shadow). *rule
+ * names the rule a refused path broke, and nothing else: no parser text, and
+ * the same words for a missing file and one outside the directory, so the
+ * refusal tells nothing about the host's files. An fd or -errno.
+ */
+static int open_policy_in_dir(const char *dir, const char *path, const char **rule)
 {
-	char cg[PATH_MAX], ns[PATH_MAX], why[PATH_MAX + 128] = "";
+	char rdir[PATH_MAX], rfile[PATH_MAX];
+	struct stat st;
+	size_t n;
+	int fd;
+
+	if (!realpath(dir, rdir) || stat(rdir, &st) || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
+	    (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		*rule = "the policy directory is not a root-owned directory unwritable by group "
+			"and others";
+		return -EPERM;
+	}
+	n = strlen(rdir);
+	if (!realpath(path, rfile) || strncmp(rfile, rdir, n) != 0 ||
+	    (rdir[n - 1] != '/' && rfile[n] != '/')) {
+		*rule = "it is not a file inside the policy directory";
+		return -EPERM;
+	}
+	/* O_NOFOLLOW: rfile has no link left; one put there since is refused. */
+	fd = open(rfile, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		if (fd >= 0)
+			close(fd);
+		*rule = "it is not a regular file inside the policy directory";
+		return -EPERM;
+	}
+	if (st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		close(fd);
+		*rule = "it is not owned by root, or group or others may write it";
+		return -EPERM;
+	}
+	return fd;
+}
+
+static int hook_attach(struct ctl *c, const struct hook_opts *o, const char *id, long pid,
+		       const char *bundle, const char *policy_path)
+{
+	char cg[PATH_MAX], ns[PATH_MAX], why[PATH_MAX + 128] = "", fdpath[64];
 	json_t *policy = NULL, *req, *resp;
-	int rc;
+	const char *rule = "";
+	int rc, fd;
 
 	if (policy_path[0] != '/') {
 		hook_err("createRuntime", id, "annotation " OCI_POLICY_ANNOTATION
-			 "='%s' is not an absolute host path", policy_path);
+			 " is not an absolute host path; not starting it");
+		return CTL_EXIT_USAGE;
+	}
+	fd = open_policy_in_dir(o->policy_dir, policy_path, &rule);
+	if (fd < 0) {
+		/* The path is the annotation's own text: saying it back leaks nothing. */
+		hook_err("createRuntime", id, "policy %s (annotation " OCI_POLICY_ANNOTATION
+			 ") refused: %s (policy directory %s); not starting it", policy_path, rule,
+			 o->policy_dir);
 		return CTL_EXIT_USAGE;
 	}
 	if (container_cgroup(pid, bundle, cg, sizeof(cg), why, sizeof(why))) {
 		hook_err("createRuntime", id, "cannot find its cgroup: %s", why);
+		close(fd);
 		return CTL_EXIT_ERROR;
 	}
-	/* Unreadable file and missing socket said in our own words first: Podman
-	 * cuts a hook's stderr after a "No such file or directory". */
-	if (access(policy_path, R_OK)) {
-		hook_err("createRuntime", id, "policy %s (annotation " OCI_POLICY_ANNOTATION
-			 "): %s; not starting it", policy_path, strerror(errno));
-		return CTL_EXIT_USAGE;
-	}
+	/* A missing socket said in our own words first: Podman cuts a hook's
+	 * stderr after a "No such file or directory". */
 	if (access(c->socket, F_OK)) {
 		hook_err("createRuntime", id, "egressd is not reachable at %s (%s); not "
 			 "starting it unconfined", c->socket, strerror(errno));
+		close(fd);
 		return CTL_EXIT_UNREACHABLE;
 	}
-	rc = ctl_policy_load(policy_path, &policy);
+	/* Read through the fd checked above (not the path again: no swap in
+	 * between). Its validation messages are about an admin's own policy. */
+	snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
+	rc = ctl_policy_load(fdpath, &policy);
+	close(fd);
 	if (rc) {
 		hook_err("createRuntime", id, "policy %s (annotation " OCI_POLICY_ANNOTATION
 			 ") is not usable; not starting it", policy_path);
@@ -384,18 +449,28 @@ int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv)
 	char why[256] = "";
 	const char *stage, *id, *bundle, *policy;
 	json_t *state = NULL, *ann;
+	struct hook_opts o = { .policy_dir = OCI_POLICY_DIR_DEFAULT };
 	json_int_t pid;
-	int rc;
+	int rc, i;
 
 	if (argc == 2 && strcmp(argv[1], "--help") == 0) {
 		fputs(ocihook_help, stdout);
 		return INT_MAX;
 	}
-	if (argc != 2 ||
-	    (strcmp(argv[1], "createRuntime") != 0 && strcmp(argv[1], "poststop") != 0))
+	for (i = 1; i < argc - 1; i++) {
+		if (strcmp(argv[i], "--policy-dir") == 0 && i + 2 < argc && argv[i + 1][0] == '/')
+			o.policy_dir = argv[++i];
+		else if (strcmp(argv[i], "--require-annotation") == 0)
+			o.require_annotation = true;
+		else
+			return ctl_usage_error("oci-hook", "oci-hook: unknown option %s (--policy-dir "
+					       "takes an absolute directory)", argv[i]);
+	}
+	if (i != argc - 1 ||
+	    (strcmp(argv[i], "createRuntime") != 0 && strcmp(argv[i], "poststop") != 0))
 		return ctl_usage_error("oci-hook", "oci-hook: give the stage, createRuntime or "
 				       "poststop");
-	stage = argv[1];
+	stage = argv[i];
 	rc = read_state(&state, why, sizeof(why));
 	if (rc) {
 		hook_err(stage, NULL, "%s", rc == -ENOMEM ? "out of memory" : why);
@@ -411,7 +486,14 @@ int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv)
 		goto out;
 	}
 	if (!json_object_get(ann, OCI_POLICY_ANNOTATION)) {
-		rc = CTL_EXIT_OK; /* not ours to confine */
+		if (o.require_annotation && strcmp(stage, "createRuntime") == 0) {
+			/* A host where every container must be confined. */
+			hook_err(stage, id, "no annotation " OCI_POLICY_ANNOTATION " and "
+				 "--require-annotation is set; not starting it");
+			rc = CTL_EXIT_USAGE;
+		} else {
+			rc = CTL_EXIT_OK; /* not ours to confine */
+		}
 		goto out;
 	}
 	policy = json_string_value(json_object_get(ann, OCI_POLICY_ANNOTATION));
@@ -433,7 +515,7 @@ int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv)
 			rc = CTL_EXIT_USAGE;
 			goto out;
 		}
-		rc = hook_attach(c, id, (long)pid, bundle, policy);
+		rc = hook_attach(c, &o, id, (long)pid, bundle, policy);
 	} else {
 		rc = hook_detach(c, id, 0, bundle);
 	}

@@ -9,6 +9,7 @@
 #include "auditlog.h"
 #include "breaker.h"
 #include "dnsproxy.h"
+#include "inspect.h"
 #include "log.h"
 #include "metrics.h"
 
@@ -47,7 +48,7 @@ static uint64_t mono_ns(void)
 }
 
 struct denies {
-	uint64_t connect, datagram, socket, backstop, dns, total;
+	uint64_t connect, datagram, socket, backstop, dns, inspect, total;
 };
 
 /* Everything the breaker counts as a deny of sb, since it was attached. */
@@ -65,7 +66,12 @@ static void read_denies(struct egr_breaker *b, const struct egr_sb *sb, struct d
 	}
 	if (b->dns && egr_dnsproxy_stats(b->dns, sb->id, &st) == 0)
 		d->dns = st.refused + st.exfil;
-	d->total = d->connect + d->datagram + d->socket + d->backstop + d->dns;
+	/* The inspecting proxy's refusals (fronting, names not allowed): a
+	 * tool probing it is probing the policy. socket includes setsockopt
+	 * refusals (the kernel meter counts both per sandbox). */
+	if (b->reg->inspect && egr_inspect_sandbox_denied(b->reg->inspect, sb->id, &d->inspect))
+		d->inspect = 0;
+	d->total = d->connect + d->datagram + d->socket + d->backstop + d->dns + d->inspect;
 }
 
 static struct track *track_get(struct egr_breaker *b, uint32_t id)
@@ -140,11 +146,12 @@ static void trip(struct egr_breaker *b, struct egr_sb *sb, const struct denies *
 		 "(max %u); %u connection(s) destroyed",
 		 sb->id, sb->tenant ? sb->tenant : "?", sb->execution_id ? sb->execution_id : "-",
 		 (unsigned long long)in_window, window_s, max, closed);
-	ev = json_pack("{s:I, s:i, s:i, s:{s:I, s:I, s:I, s:I, s:I}, s:i}", "denies",
+	ev = json_pack("{s:I, s:i, s:i, s:{s:I, s:I, s:I, s:I, s:I, s:I}, s:i}", "denies",
 		       (json_int_t)in_window, "max_denies", (int)max, "window_s", (int)window_s,
 		       "total_by_kind", "connect", (json_int_t)d->connect, "datagram",
 		       (json_int_t)d->datagram, "socket", (json_int_t)d->socket, "backstop",
-		       (json_int_t)d->backstop, "dns", (json_int_t)d->dns, "connections_destroyed",
+		       (json_int_t)d->backstop, "dns", (json_int_t)d->dns, "inspect",
+		       (json_int_t)d->inspect, "connections_destroyed",
 		       (int)closed);
 	if (b->audit && egr_auditlog_quarantine(b->audit, sb, true, ev ? json_deep_copy(ev) : NULL,
 						closed))

@@ -79,6 +79,7 @@ struct isb {
 	struct lsock l4, l6;
 	uint16_t port4, port6;
 	uint32_t nconns;
+	uint64_t denied; /* policy refusals of this sandbox: its breaker counts them */
 	struct dest dests[EGR_INSPECT_MAX_DESTS];
 	size_t ndests;
 	bool dests_full;
@@ -362,6 +363,7 @@ static void conn_free(struct conn *c, bool reset)
 static void deny(struct conn *c, const char *reason)
 {
 	c->p->st.denied++;
+	c->sb->denied++;
 	log_debug("inspect: sandbox %u: %s %s refused: %s", c->sb->id, c->proto ? c->proto : "?",
 		  c->name[0] ? c->name : "(no name)", reason);
 	emit(c, false, false, reason);
@@ -761,6 +763,75 @@ static void refused_event(struct isb *sb, const char *reason, const struct egr_i
 		sb->p->cfg.event(sb->p->cfg.ctx, &ev);
 }
 
+/* The fair share (docs/inspect.md "Limits"): min(EGR_INSPECT_RESERVE,
+ * max_conns / inspected sandboxes) slots per sandbox. */
+static uint32_t reserve_of(const struct egr_inspect *p)
+{
+	uint32_t n = 0, r;
+
+	for (const struct isb *t = p->sbs; t; t = t->next)
+		n++;
+	r = n ? p->cfg.max_conns / n : 0;
+	return r < EGR_INSPECT_RESERVE ? r : EGR_INSPECT_RESERVE;
+}
+
+/* Slots the sandboxes other than sb are still owed of their reserve r. */
+static uint32_t owed_to_others(const struct egr_inspect *p, const struct isb *sb, uint32_t r)
+{
+	uint32_t owed = 0;
+
+	for (const struct isb *t = p->sbs; t; t = t->next)
+		if (t != sb && t->nconns < r)
+			owed += r - t->nconns;
+	return owed;
+}
+
+/*
+ * The pool is full and needy is below its reserve (it came after the others
+ * took every slot): reset the oldest connection still waiting for its hello
+ * of the largest holder above the reserve. Relayed connections are never
+ * evicted (they carry a tool's work); a holder with none waiting keeps its
+ * slots and needy is refused. false: nothing to evict.
+ */
+static bool evict_for(struct egr_inspect *p, const struct isb *needy, uint32_t r)
+{
+	struct isb *big = NULL;
+	struct conn *old = NULL;
+
+	for (struct isb *t = p->sbs; t; t = t->next)
+		if (t != needy && t->nconns > r && (!big || t->nconns > big->nconns))
+			big = t;
+	if (!big)
+		return false;
+	/* p->conns is newest first: the last match is the oldest. */
+	for (struct conn *c = p->conns; c; c = c->next)
+		if (c->sb == big && c->state == S_HELLO)
+			old = c;
+	if (!old)
+		return false;
+	log_info("inspect: sandbox %u: a connection waiting for its hello reset to free a slot "
+		 "for sandbox %u (below its reserve of %u)", big->id, needy->id, r);
+	p->st.evicted++;
+	/* Not a policy refusal: the holder's breaker does not count it. */
+	emit(old, false, false, "evicted");
+	conn_free(old, true);
+	return true;
+}
+
+/* May sb take one more slot? Its own bound, then the fair share. */
+static bool admit(struct egr_inspect *p, struct isb *sb)
+{
+	uint32_t r = reserve_of(p);
+
+	if (sb->nconns >= p->cfg.max_conns_per_sb)
+		return false;
+	if (sb->nconns < r)
+		/* Within its reserve: a free slot, or one evicted for it. */
+		return p->st.conns < p->cfg.max_conns || evict_for(p, sb, r);
+	/* Past it: only if the others' unused reserves stay free. */
+	return p->st.conns + owed_to_others(p, sb, r) < p->cfg.max_conns;
+}
+
 static void accept_one(struct isb *sb, int fd, const struct sockaddr_storage *peer)
 {
 	struct egr_inspect *p = sb->p;
@@ -777,11 +848,12 @@ static void accept_one(struct isb *sb, int fd, const struct sockaddr_storage *pe
 	}
 	if (is_listener(p, &orig)) {
 		p->st.denied++;
+		sb->denied++;
 		refuse_fd(fd);
 		refused_event(sb, "loop", &orig);
 		return;
 	}
-	if (p->st.conns >= p->cfg.max_conns || sb->nconns >= p->cfg.max_conns_per_sb) {
+	if (!admit(p, sb)) {
 		p->st.refused_full++;
 		refuse_fd(fd);
 		refused_event(sb, "conn_limit", &orig);
@@ -1166,6 +1238,16 @@ void egr_inspect_free(struct egr_inspect *p)
 	free(p);
 }
 
+int egr_inspect_sandbox_denied(const struct egr_inspect *p, uint32_t sandbox_id, uint64_t *out)
+{
+	const struct isb *sb = find_sb(p, sandbox_id);
+
+	if (!sb)
+		return -ENOENT;
+	*out = sb->denied;
+	return 0;
+}
+
 json_t *egr_inspect_dests_json(struct egr_inspect *p, uint32_t sandbox_id)
 {
 	const struct isb *sb = find_sb(p, sandbox_id);
@@ -1202,10 +1284,11 @@ json_t *egr_inspect_dests_json(struct egr_inspect *p, uint32_t sandbox_id)
 
 json_t *egr_inspect_status(const struct egr_inspect *p)
 {
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:i, s:i}", "accepted",
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i}", "accepted",
 			 (json_int_t)p->st.accepted, "allowed", (json_int_t)p->st.allowed,
 			 "denied", (json_int_t)p->st.denied, "refused_full",
-			 (json_int_t)p->st.refused_full, "unidentified",
+			 (json_int_t)p->st.refused_full, "evicted", (json_int_t)p->st.evicted,
+			 "unidentified",
 			 (json_int_t)p->st.unidentified, "connections", (int)p->st.conns,
 			 "max_connections", (int)p->cfg.max_conns);
 }

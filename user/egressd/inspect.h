@@ -37,6 +37,9 @@
 
 #define EGR_INSPECT_HELLO_MAX 17408 /* 16 KiB hello + record headers */
 #define EGR_INSPECT_MAX_DESTS 256   /* per sandbox, for its audit record */
+/* Slots of the whole-host bound each inspected sandbox is guaranteed (at
+ * most max_conns / sandboxes): others at their share cannot take them. */
+#define EGR_INSPECT_RESERVE 16
 
 struct egr_learned;
 
@@ -75,6 +78,7 @@ struct egr_inspect_config {
 struct egr_inspect_stats {
 	uint64_t accepted, allowed, denied;
 	uint64_t refused_full;        /* closed at accept: a connection limit */
+	uint64_t evicted;             /* waiting for a hello, reset for a sandbox's reserve */
 	uint64_t unidentified;        /* closed at accept: no original destination */
 	uint32_t conns;               /* open now */
 };
@@ -109,6 +113,9 @@ bool egr_inspect_has_sandbox(const struct egr_inspect *p, uint32_t sandbox_id);
  * entries with their host names (new reference; NULL if none). */
 json_t *egr_inspect_dests_json(struct egr_inspect *p, uint32_t sandbox_id);
 int egr_inspect_stats(const struct egr_inspect *p, struct egr_inspect_stats *out);
+/* The proxy's policy refusals of one sandbox since it was added (not
+ * conn_limit: other sandboxes can cause those). -ENOENT if not inspected. */
+int egr_inspect_sandbox_denied(const struct egr_inspect *p, uint32_t sandbox_id, uint64_t *out);
 /* The same as JSON for `egressctl status` (new reference). */
 json_t *egr_inspect_status(const struct egr_inspect *p);
 

@@ -93,6 +93,23 @@ int egr_alerting_raise(struct egr_alerting *al, const struct egr_alert_in *in)
 	return egr_alerts_raise(al->alerts, in, egr_now_ns());
 }
 
+/* One alert about the sandbox an event names, the event as its evidence. */
+static void raise_for_event(struct egr_alerting *al, const json_t *ev, const char *type,
+			    enum egr_alert_severity severity, const char *summary)
+{
+	struct egr_alert_in in = {
+		.type = type,
+		.severity = severity,
+		.tenant = json_string_value(json_object_get(ev, "tenant")),
+		.sandbox = (uint32_t)json_integer_value(json_object_get(ev, "sandbox")),
+		.execution_id = json_string_value(json_object_get(ev, "execution_id")),
+		.summary = summary,
+		.evidence = json_deep_copy(ev),
+	};
+
+	egr_alerting_raise(al, &in);
+}
+
 void egr_alerting_event(struct egr_alerting *al, const json_t *ev)
 {
 	const char *type = json_string_value(json_object_get(ev, "type")) ?: "";
@@ -106,20 +123,10 @@ void egr_alerting_event(struct egr_alerting *al, const json_t *ev)
 	if (!al)
 		return;
 	if (strcmp(type, "quota") == 0) {
-		struct egr_alert_in in = {
-			.type = "quota_exceeded",
-			.severity = EGR_SEV_WARNING,
-			.tenant = tenant,
-			.sandbox = sandbox,
-			.execution_id = exec,
-			.summary = summary,
-			.evidence = json_deep_copy(ev),
-		};
-
 		snprintf(summary, sizeof(summary),
 			 "sandbox %" PRIu32 " (tenant %s) is past its egress quota: packets dropped",
 			 sandbox, tenant ?: "?");
-		egr_alerting_raise(al, &in);
+		raise_for_event(al, ev, "quota_exceeded", EGR_SEV_WARNING, summary);
 		return;
 	}
 	if (strcmp(type, "backstop") == 0 && strcmp(verdict, "audit") == 0)
@@ -128,21 +135,12 @@ void egr_alerting_event(struct egr_alerting *al, const json_t *ev)
 		/* The skb backstop stopped what no earlier hook did: a path
 		 * around the sock_addr hooks is in use (docs/security.md). */
 		const char *d = json_string_value(json_object_get(ev, "dst"));
-		struct egr_alert_in in = {
-			.type = "backstop_drop",
-			.severity = EGR_SEV_CRITICAL,
-			.tenant = tenant,
-			.sandbox = sandbox,
-			.execution_id = exec,
-			.summary = summary,
-			.evidence = json_deep_copy(ev),
-		};
 
 		snprintf(summary, sizeof(summary),
 			 "sandbox %" PRIu32 " (tenant %s) sent a packet to %s that no socket hook "
 			 "judged; the backstop dropped it",
 			 sandbox, tenant ?: "?", d ?: "?");
-		egr_alerting_raise(al, &in);
+		raise_for_event(al, ev, "backstop_drop", EGR_SEV_CRITICAL, summary);
 		return;
 	}
 	if (strcmp(type, "escape") == 0) {
@@ -151,39 +149,21 @@ void egr_alerting_event(struct egr_alerting *al, const json_t *ev)
 		const char *comm = json_string_value(json_object_get(ev, "comm")) ?: "?";
 		int64_t target = (int64_t)json_integer_value(json_object_get(ev, "target_pid"));
 		int64_t mover = (int64_t)json_integer_value(json_object_get(ev, "pid"));
-		struct egr_alert_in in = {
-			.type = "sandbox_escape",
-			.severity = EGR_SEV_CRITICAL,
-			.tenant = tenant,
-			.sandbox = sandbox,
-			.execution_id = exec,
-			.summary = summary,
-			.evidence = json_deep_copy(ev),
-		};
 
 		snprintf(summary, sizeof(summary),
 			 "sandbox %" PRIu32 " (tenant %s): process %" PRId64 " was moved out of "
 			 "the sandbox cgroup by %" PRId64 " (%s): %s",
 			 sandbox, tenant ?: "?", target, mover, comm, action);
-		egr_alerting_raise(al, &in);
+		raise_for_event(al, ev, "sandbox_escape", EGR_SEV_CRITICAL, summary);
 		return;
 	}
 	if (strcmp(type, "dns") == 0 && strcmp(verdict, "exfil") == 0) {
 		const char *q = json_string_value(json_object_get(ev, "qname"));
-		struct egr_alert_in in = {
-			.type = "dns_exfiltration_suspected",
-			.severity = EGR_SEV_CRITICAL,
-			.tenant = tenant,
-			.sandbox = sandbox,
-			.execution_id = exec,
-			.summary = summary,
-			.evidence = json_deep_copy(ev),
-		};
 
 		snprintf(summary, sizeof(summary),
 			 "sandbox %" PRIu32 " (tenant %s): DNS query %.200s looks like exfiltration",
 			 sandbox, tenant ?: "?", q ?: "?");
-		egr_alerting_raise(al, &in);
+		raise_for_event(al, ev, "dns_exfiltration_suspected", EGR_SEV_CRITICAL, summary);
 	}
 	if (strcmp(type, "dns") == 0 && strcmp(verdict, "rebind") == 0) {
 		/* An allowed name answered with loopback, private, link-local, ...
@@ -192,22 +172,13 @@ void egr_alerting_event(struct egr_alerting *al, const json_t *ev)
 		const json_t *first = json_array_get(json_object_get(ev, "stripped"), 0);
 		const char *fa = json_string_value(json_object_get(first, "addr"));
 		const char *fc = json_string_value(json_object_get(first, "class"));
-		struct egr_alert_in in = {
-			.type = "dns_rebind",
-			.severity = EGR_SEV_CRITICAL,
-			.tenant = tenant,
-			.sandbox = sandbox,
-			.execution_id = exec,
-			.summary = summary,
-			.evidence = json_deep_copy(ev),
-		};
 
 		snprintf(summary, sizeof(summary),
 			 "sandbox %" PRIu32 " (tenant %s): the answer for %.200s pointed to %s (%s); "
 			 "%" JSON_INTEGER_FORMAT " address(es) stripped, none learned",
 			 sandbox, tenant ?: "?", q ?: "?", fa ?: "?", fc ?: "?",
 			 json_integer_value(json_object_get(ev, "stripped_total")));
-		egr_alerting_raise(al, &in);
+		raise_for_event(al, ev, "dns_rebind", EGR_SEV_CRITICAL, summary);
 		return;
 	}
 	if (strcmp(verdict, "deny") != 0 && strcmp(verdict, "exfil") != 0)

@@ -57,8 +57,8 @@ INSTALL     ?= install
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror -Wundef \
 	      -Iinclude -Ivmlinux -I$(OUT)
 
-LIB_SRCS  := $(sort $(wildcard user/lib/*.c))
-D_SRCS    := $(sort $(wildcard user/egressd/*.c))
+LIB_SRCS  := $(sort $(wildcard user/lib/*.c user/lib/*/*.c))
+D_SRCS    := $(sort $(wildcard user/egressd/*.c user/egressd/*/*.c))
 CTL_SRCS  := $(sort $(wildcard user/egressctl/*.c))
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
 E2E_SRCS  := $(sort $(wildcard tests/e2e/*.c))
@@ -73,7 +73,7 @@ E2E_BINS  := $(E2E_SRCS:tests/e2e/%.c=$(OUT)/tests/%)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(OUT)/fuzz/%)
 BENCH_BINS:= $(BENCH_SRCS:tools/bench/%.c=$(OUT)/bench/%)
 
-BPF_HDRS  := $(wildcard include/*.h) $(wildcard bpf/*.h)
+BPF_HDRS  := $(wildcard include/*.h) $(wildcard bpf/*.h bpf/lib/*.h)
 
 ifeq ($(V),1)
 Q :=
@@ -108,7 +108,7 @@ $(OUT)/%.skel.h: $(OUT)/%.bpf.o
 	$(Q)$(BPFTOOL) gen skeleton $< name $(subst -,_,$*)_bpf > $@
 
 # --- userspace ---------------------------------------------------------------
-$(OUT)/%.o: %.c $(wildcard include/*.h) $(wildcard user/lib/*.h) $(wildcard user/*/*.h)
+$(OUT)/%.o: %.c $(wildcard include/*.h) $(wildcard user/lib/*.h) $(wildcard user/*/*.h) $(wildcard user/*/*/*.h)
 	$(call msg,CC,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -Iuser/$(word 2,$(subst /, ,$<)) -c $< -o $@
@@ -129,7 +129,7 @@ $(OUT)/egressctl: $(CTL_OBJS) $(OUT)/libegr.a
 	$(Q)$(CC) $(LDFLAGS) $^ $(LIBS) -o $@
 
 $(OUT)/tests/test_%: tests/unit/test_%.c $(OUT)/libegr.a $(wildcard include/*.h) $(wildcard user/lib/*.h) \
-		     $(wildcard user/egressd/*.[ch])
+		     $(wildcard user/egressd/*.[ch] user/egressd/*/*.[ch])
 	$(call msg,CC,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) $< $(OUT)/libegr.a $(LDFLAGS) $(LIBS) -lcmocka -o $@

@@ -5,7 +5,18 @@
 # a victim and noisy neighbours, and asserts the victim's outcome; floods
 # are bounded in time and stay on loopback.
 #
-# exec'd by run.py in its namespace (see "tests by area" there).
+# Run by run.py (harness.runner).
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
+
 
 import re
 import struct

@@ -1,8 +1,14 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 # e2e tests of the fast-path changes (issue 10): the lookups the BPF
-# programs skip must never be ones a verdict depends on. Exec'd by run.py
-# after its own tests, in its namespace (Ctx, Sandbox, SinkServer, SENDER,
-# in_sandbox, sb_stats, check, ...).
+# programs skip must never be ones a verdict depends on. Run by run.py
+# (harness.runner); it uses the metering helpers (SinkServer, SENDER,
+# in_sandbox, sb_stats, ...).
+
+import errno as errno_mod
+import json
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
 
 
 def perf_quota_policy(c, allow, tenant, limits):

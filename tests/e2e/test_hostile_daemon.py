@@ -1,9 +1,22 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 # egressd defends sandboxes it did not launch (docs/security.md, rows "bpffs
 # pins", "state files", "egressd in a cgroup namespace", "a socket outlives its
-# sandbox"). Exec'd by run.py in its namespace: every harness helper is here.
+# sandbox"). Run by run.py (harness.runner).
 # Each attack is done as the attacker would (uid 0 inside a sandbox), with a
 # sanity twin doing the allowed thing the same way.
+
+import errno as errno_mod
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
 
 
 def hd_links_dir(c, sid):

@@ -1,12 +1,27 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 # Red team 1 findings against `egressctl run` (issue 8 follow-up; the DNS
-# rebinding ones live with the DNS proxy's tests). Exec'd by run.py in its
-# namespace after area_hostile_run.py: every helper of run.py and of that file
-# (hr_run, hr_findings, HR_PY, NOBODY, ...) is in scope.
+# rebinding ones live with the DNS proxy's tests). Run by run.py after
+# test_hostile_run.py, whose helpers (hr_run, hr_findings, HR_PY, NOBODY, ...)
+# it imports.
 #
 # Each test does what a hostile tool does and asserts the SECURE outcome, so
 # it fails for as long as the hole is open. Traffic goes to loopback or to an
 # address of a veth the test creates (delivered locally) only.
+
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
+from test_hostile_run import (HR_PY, NOBODY, hr_findings, hr_no_leftovers, hr_parent, hr_root_uid,
+    hr_run, run_has_userns)
+
 
 RT1_PRELUDE = r"""
 import ctypes, errno, os, sys

@@ -1,7 +1,17 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 # Issue 12: audit mode (network.mode "audit"), egressctl suggest, and the
 # circuit breaker (network.breaker, --breaker) with quarantine and release.
-# exec'd by run.py after its own tests: every helper of run.py is in scope.
+# Run by run.py (harness.runner) after the first round's tests.
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
+
 
 AUD_REBIND = {}   # "known": does this build's parser know network.dns_rebind_allow?
 

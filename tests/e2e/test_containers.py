@@ -1,8 +1,21 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 # Containers (issue 14): the OCI hook with real Podman and runc on a busybox
 # rootfs, the OCI seccomp profile loaded into runc containers, promtool on
-# /metrics, and the CLI for automation. Run by run.py in its namespace (see
-# the end of run.py): every harness helper is in scope.
+# /metrics, and the CLI for automation. Run by run.py (harness.runner).
+
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
+
 
 OCI_ANNOTATION = "io.egressd.policy"
 PODMAN_TIMEOUT_S = 60

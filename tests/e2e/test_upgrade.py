@@ -1,9 +1,22 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 # Upgrade in place across ABI versions (docs/architecture.md "Pins and
-# versions", docs/operations.md "Upgrades"). Run by run.py in its namespace.
+# versions", docs/operations.md "Upgrades"). Run by run.py.
 #
 # Each test runs its own egressd instances on their own socket, state and
 # bpffs dirs (never the harness's), with the harness's dnsmasq upstream.
+
+import errno as errno_mod
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
+
 
 import re
 import struct

@@ -9,9 +9,20 @@
 # the test needs them) so that they can restart and tamper with them without
 # touching the suite's egressd.
 #
-# exec'd by run.py in its namespace (see "tests by area" there).
+# Run by run.py (harness.runner).
 
-# __file__ is run.py's (tests/e2e/run.py): the tree is two levels up.
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
+
+
+# __file__ is tests/e2e/test_ops.py: the tree is two levels up.
 OPS_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OPS_SEQ = [0]
 

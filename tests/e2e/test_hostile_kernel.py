@@ -1,8 +1,18 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 # Hostile tools against the kernel side (issue 8, docs/security.md rows 1 in
 # attach mode, 7 and 10): the unspecified address, connected UDP with
-# ancillary data, and leaving the sandbox cgroup. Exec'd by run.py in its
-# namespace: every harness helper is in scope.
+# ancillary data, and leaving the sandbox cgroup. Run by run.py
+# (harness.runner).
+
+import glob
+import os
+import signal
+import socket
+import subprocess
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
+
 
 import struct as _struct
 

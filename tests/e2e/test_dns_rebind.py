@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-# DNS rebinding (issue 8, row 8; docs/dns.md "Rebinding"). Exec'd by run.py
-# in its namespace after its own tests: every helper of run.py is in scope.
+# DNS rebinding (issue 8, row 8; docs/dns.md "Rebinding"). Run by run.py
+# (harness.runner) after the first round's tests.
 #
 # The tool is root inside its sandbox and its policy allows a name whose zone
 # it controls (here: names the harness's dnsmasq serves from its addn-hosts
@@ -10,6 +10,15 @@
 # 0.0.0.0, which the kernel delivers locally); for 169.254.169.254, 10.1.2.3
 # and 255.255.255.255 the test checks the answer, the events and the alert,
 # never the network.
+
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
 
 
 def rebind_names(c, spec):

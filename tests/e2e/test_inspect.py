@@ -1,10 +1,21 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-# The inspecting proxy (docs/inspect.md, issue 13): exec'd by run.py in its
-# namespace, so every harness helper is at hand. Real TLS servers
+# The inspecting proxy (docs/inspect.md, issue 13): run by run.py
+# (harness.runner). Real TLS servers
 # (openssl s_server, a self-signed certificate made here) and a real HTTP
 # server on loopback; curl, openssl s_client and python as the sandboxed
 # clients. Every refusal has a sanity twin that does the allowed thing the
 # same way.
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
+
 
 import http.server
 import shutil

@@ -1,8 +1,16 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 # Red team 2 findings 2, 3, 4: hostile tools against the escape guard (bpf/escape.bpf.c,
 # user/egressd/escape.c). Each test asserts the SECURE behaviour: it fails
-# while the finding is open. Exec'd by run.py in its namespace (with
-# area_hostile_kernel.py's hk_* helpers in scope).
+# while the finding is open. It imports
+# test_hostile_kernel.py's hk_* helpers.
+
+import os
+import signal
+import subprocess
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
+from test_hostile_kernel import hk_need_guard, hk_root_procs, hk_wait_escape
 
 
 def rt2_alive(pid):

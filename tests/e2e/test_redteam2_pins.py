@@ -1,7 +1,14 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 # Red team 2 finding 1 (copied from branch red2, tests/e2e/area_redteam2.py):
 # a link pin swapped by rename(2), then egressd killed. Asserts the SECURE
-# behaviour. Exec'd by run.py after area_hostile_daemon.py (hd_* helpers).
+# behaviour. It imports test_hostile_daemon.py's hd_* helpers.
+
+import os
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
+from test_hostile_daemon import (hd_as_root_in, hd_audit_ok, hd_held_ids, hd_links_dir, hd_pins)
+
 
 RT2P_NOCAPS = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"]
 

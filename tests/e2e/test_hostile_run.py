@@ -5,7 +5,20 @@
 # control socket. Each test does what a hostile tool would, under `run`,
 # and has a sanity twin that does the allowed thing the same way.
 #
-# exec'd by run.py in its namespace (see "tests by area" there).
+# Run by run.py (harness.runner).
+
+import errno as errno_mod
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
+
 
 NOBODY = 65534
 # uid 0 under run is this host uid (its own user namespace maps 0 to it).
@@ -710,7 +723,7 @@ def hostile_run_dies_with_egressctl(c):
     # The command cannot outlive its launcher: SIGKILL to egressctl (which
     # cannot forward it) takes the sandbox's pid 1, and the pid namespace
     # with it; egressd, tied to the launcher, then detaches the sandbox
-    # (area_lifetime.py checks the audit record and the cgroup).
+    # (test_lifetime.py checks the audit record and the cgroup).
     pol = c.policy(["127.0.0.1:%d" % c.tcp("a").port])
     parent = hr_parent(c)
     p = subprocess.Popen([c.egressctl, "--socket", c.sock, "run", "--policy", pol,

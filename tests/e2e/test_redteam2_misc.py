@@ -2,7 +2,17 @@
 # Red team 2 findings 5, 6, 7 (copied from branch red2, tests/e2e/area_redteam2.py):
 # DNS-listener blame, inspect starvation, breaker blind to inspect refusals.
 # Each test asserts the SECURE behaviour: it fails while the finding is open.
-# Exec'd by run.py in its namespace after area_inspect.py (ins_* helpers).
+# It imports test_inspect.py's ins_* helpers.
+
+import json
+import subprocess
+import sys
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
+from test_inspect import (CURL, INS_ADDR, ins_events, ins_get_servers, ins_policy, ins_resolve,
+    ins_run, ins_tools)
+
 
 @test
 def redteam2_breaker_blame_via_dns_listener(c):

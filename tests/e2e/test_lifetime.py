@@ -1,6 +1,18 @@
 # Sandboxes whose cgroup or launcher goes away (issue 14): egressd notices
 # within a second and detaches them as a detach would, audit record included.
-# exec'd by run.py after its own tests, in run.py's namespace.
+# Run by run.py (harness.runner).
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
+
+
 import re
 
 # A control client that attaches a cgroup naming `launcher_pid` (argv[3]:

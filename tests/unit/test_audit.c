@@ -718,7 +718,11 @@ static void test_single_writer(void **state)
 
 static void write_key(const char *file, const void *data, size_t len, mode_t mode)
 {
-	int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	int fd;
+
+	/* A fresh file: the last one may be 0400, which only root could reopen. */
+	unlink(file);
+	fd = open(file, O_WRONLY | O_CREAT | O_EXCL, 0600);
 
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, data, len), (ssize_t)len);

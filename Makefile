@@ -61,14 +61,18 @@ LIB_SRCS  := $(sort $(wildcard user/lib/*.c user/lib/*/*.c))
 D_SRCS    := $(sort $(wildcard user/egressd/*.c user/egressd/*/*.c))
 CTL_SRCS  := $(sort $(wildcard user/egressctl/*.c))
 UNIT_SRCS := $(sort $(wildcard tests/unit/test_*.c))
+INTEG_SRCS:= $(sort $(wildcard tests/integration/test_*.c))
 E2E_SRCS  := $(sort $(wildcard tests/e2e/*.c))
 FUZZ_SRCS := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 BENCH_SRCS:= $(sort $(wildcard tools/bench/*.c))
 
 LIB_OBJS  := $(LIB_SRCS:%.c=$(OUT)/%.o)
 D_OBJS    := $(D_SRCS:%.c=$(OUT)/%.o)
+# The daemon without its main(): what the unit and integration tests link.
+D_LIB_OBJS:= $(filter-out $(OUT)/user/egressd/main.o,$(D_OBJS))
 CTL_OBJS  := $(CTL_SRCS:%.c=$(OUT)/%.o)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(OUT)/tests/%)
+INTEG_BINS:= $(INTEG_SRCS:tests/integration/%.c=$(OUT)/tests/integration/%)
 E2E_BINS  := $(E2E_SRCS:tests/e2e/%.c=$(OUT)/tests/%)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(OUT)/fuzz/%)
 BENCH_BINS:= $(BENCH_SRCS:tools/bench/%.c=$(OUT)/bench/%)
@@ -85,7 +89,7 @@ endif
 
 .DELETE_ON_ERROR:
 .SECONDARY:
-.PHONY: all deps test test-unit test-e2e test-fuzz test-asan demo bench vmlinux clean fmt upgrade-from image install-oci-hooks
+.PHONY: all deps test test-unit test-integration test-e2e test-fuzz test-asan demo bench vmlinux clean fmt upgrade-from image install-oci-hooks
 
 MAN_PAGES := $(OUT)/man/egressd.8 $(OUT)/man/egressctl.8
 DOCS      := README.md $(sort $(wildcard docs/*.md))
@@ -120,6 +124,10 @@ $(OUT)/libegr.a: $(LIB_OBJS)
 	$(call msg,AR,$@)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+$(OUT)/libegressd.a: $(D_LIB_OBJS)
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
 $(OUT)/egressd: $(D_OBJS) $(OUT)/libegr.a
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) $^ $(LIBS) -o $@
@@ -128,11 +136,19 @@ $(OUT)/egressctl: $(CTL_OBJS) $(OUT)/libegr.a
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) $^ $(LIBS) -o $@
 
-$(OUT)/tests/test_%: tests/unit/test_%.c $(OUT)/libegr.a $(wildcard include/*.h) $(wildcard user/lib/*.h) \
-		     $(wildcard user/egressd/*.[ch] user/egressd/*/*.[ch])
+# Unit tests (tests/unit: no root, no daemon, no dnsmasq) and integration
+# tests (tests/integration: root, real BPF maps, a dnsmasq they start) link
+# the daemon's objects and the library instead of including their sources.
+TEST_HDRS := $(wildcard include/*.h user/lib/*.h user/lib/*/*.h user/egressd/*.h user/egressd/*/*.h)
+$(OUT)/tests/test_%: tests/unit/test_%.c $(OUT)/libegressd.a $(OUT)/libegr.a $(TEST_HDRS)
 	$(call msg,CC,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(CFLAGS) $< $(OUT)/libegr.a $(LDFLAGS) $(LIBS) -lcmocka -o $@
+	$(Q)$(CC) $(CFLAGS) -Iuser/egressd $< $(OUT)/libegressd.a $(OUT)/libegr.a $(LDFLAGS) $(LIBS) -lcmocka -o $@
+
+$(OUT)/tests/integration/test_%: tests/integration/test_%.c $(OUT)/libegressd.a $(OUT)/libegr.a $(TEST_HDRS)
+	$(call msg,CC,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -Iuser/egressd $< $(OUT)/libegressd.a $(OUT)/libegr.a $(LDFLAGS) $(LIBS) -lcmocka -o $@
 
 $(OUT)/tests/%: tests/e2e/%.c $(wildcard include/*.h)
 	$(call msg,CC,$@)
@@ -208,12 +224,16 @@ deb: all
 # The whole suite, then the unit and end-to-end tests again against an
 # ASan/UBSan build of egressd, egressctl and the tests (issue 5).
 test: deps
-	$(Q)$(MAKE) --no-print-directory all $(UNIT_BINS) $(E2E_BINS) $(FUZZ_BINS)
-	$(Q)$(MAKE) --no-print-directory test-unit test-fuzz test-e2e
+	$(Q)$(MAKE) --no-print-directory all $(UNIT_BINS) $(INTEG_BINS) $(E2E_BINS) $(FUZZ_BINS)
+	$(Q)$(MAKE) --no-print-directory test-unit test-integration test-fuzz test-e2e
 	$(Q)$(MAKE) --no-print-directory test-asan
 
 test-unit: $(UNIT_BINS)
 	$(Q)tools/run-unit $(UNIT_BINS)
+
+# Root: BPF maps, dnsmasq.
+test-integration: $(INTEG_BINS)
+	$(Q)tools/run-unit $(INTEG_BINS)
 
 test-fuzz: $(FUZZ_BINS)
 	$(Q)tools/run-fuzz $(OUT) $(FUZZ_BINS)
@@ -227,8 +247,8 @@ upgrade-from:
 	$(Q)tools/build-previous $(OUT)
 
 test-asan: deps
-	$(Q)$(MAKE) --no-print-directory SAN=1 all $(UNIT_BINS) $(E2E_BINS)
-	$(Q)$(MAKE) --no-print-directory SAN=1 test-unit test-e2e
+	$(Q)$(MAKE) --no-print-directory SAN=1 all $(UNIT_BINS) $(INTEG_BINS) $(E2E_BINS)
+	$(Q)$(MAKE) --no-print-directory SAN=1 test-unit test-integration test-e2e
 
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all

@@ -16,7 +16,13 @@
 
 #include <cmocka.h>
 
-#include "../../user/egressd/migrate.c"
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "egr_abi_v1.h"
+#include "egressd.h"
+#include "migrate.h"
+#include "migrate_internal.h"
 
 /* Distinct non-zero bytes, so a field copied to the wrong place or not at
  * all differs. */

@@ -14,7 +14,10 @@
 
 #include <cmocka.h>
 
-#include "../../user/egressd/config.c"
+#include <errno.h>
+#include <getopt.h>
+
+#include "config.h"
 
 static const struct option opts[] = {
 	{ "socket", required_argument, NULL, 1 },

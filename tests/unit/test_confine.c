@@ -2,9 +2,10 @@
 /*
  * Unit tests of user/lib/confine.c and seccomp_profile.c: the OCI profiles'
  * rules, and the real filter (families, io_uring, the calls that reach into
- * another process) and capability drops, each applied in a forked child (they cannot be
- * undone) that reports its first failed check to the parent through a pipe
- * and its exit status.
+ * another process), each applied in a forked child (it cannot be undone)
+ * that reports its first failed check to the parent through a pipe and its
+ * exit status (tests/common/in_child.h). The capability drops need root:
+ * tests/integration/test_confine_caps.c.
  *
  * AF_VSOCK sockets are only ever created and closed at once: never
  * connected (the other end would be the VM's host).
@@ -41,6 +42,7 @@
 
 #include "confine.h"
 #include "seccomp_profile.h"
+#include "../common/in_child.h"
 
 #ifndef AF_XDP
 #define AF_XDP 44
@@ -342,77 +344,6 @@ static void test_family_names(void **state)
 }
 
 /* --- the real thing, in a child ------------------------------------------------- */
-
-static int report_fd = -1;
-
-/* In the child: report the first failed check and exit 1. */
-static void __attribute__((noreturn, format(printf, 1, 2))) child_fail(const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (n > 0 && write(report_fd, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1) < 0)
-		_exit(3);
-	_exit(1);
-}
-
-/* socket() must fail with EPERM. A socket that is created anyway is closed
- * at once (never used: for AF_VSOCK the peer would be the VM's host). */
-static void expect_socket_eperm(int family, int type, int proto, const char *what)
-{
-	int fd = socket(family, type | SOCK_CLOEXEC, proto);
-	int e = errno;
-
-	if (fd >= 0) {
-		close(fd);
-		child_fail("%s: socket() succeeded under the filter", what);
-	}
-	if (e != EPERM)
-		child_fail("%s: socket() failed with %s, expected EPERM", what, strerror(e));
-}
-
-static void expect_socket_ok(int family, int type, int proto, const char *what)
-{
-	int fd = socket(family, type | SOCK_CLOEXEC, proto);
-
-	if (fd < 0)
-		child_fail("%s: socket() failed under the filter: %s", what, strerror(errno));
-	close(fd);
-}
-
-/* Run fn in a forked child; fail with what the child reported. */
-static void in_child(void (*fn)(void), const char *name)
-{
-	char buf[513];
-	int pfd[2], status;
-	ssize_t n;
-	pid_t pid;
-
-	assert_int_equal(pipe(pfd), 0);
-	fflush(NULL);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		close(pfd[0]);
-		report_fd = pfd[1];
-		fn();
-		_exit(0);
-	}
-	close(pfd[1]);
-	n = read(pfd[0], buf, sizeof(buf) - 1);
-	close(pfd[0]);
-	buf[n > 0 ? n : 0] = '\0';
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-		fail_msg("%s: child %s %d: %s", name,
-			 WIFEXITED(status) ? "exited with" : "killed by signal",
-			 WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
-			 buf[0] ? buf : "(no report)");
-}
 
 static long io_uring_setup_once(void)
 {
@@ -720,131 +651,6 @@ static void test_without_filter(void **state)
 	in_child(child_no_filter, "no filter");
 }
 
-static int capbset_has(int cap)
-{
-	return prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1;
-}
-
-static void child_drop_caps(void)
-{
-	static const int gone[] = { CAP_NET_RAW, CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_BPF,
-				    CAP_SYS_PTRACE, CAP_SYS_MODULE };
-	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
-	struct __user_cap_data_struct data[2];
-	int err;
-
-	if (!capbset_has(CAP_NET_RAW))
-		child_fail("CAP_NET_RAW is not in the bounding set to begin with");
-	err = egr_confine_drop_caps();
-	if (err)
-		child_fail("egr_confine_drop_caps: %s", strerror(-err));
-	for (size_t i = 0; i < sizeof(gone) / sizeof(gone[0]); i++)
-		if (capbset_has(gone[i]))
-			child_fail("capability %d is still in the bounding set", gone[i]);
-	if (syscall(SYS_capget, &hdr, data))
-		child_fail("capget: %s", strerror(errno));
-	for (size_t i = 0; i < sizeof(gone) / sizeof(gone[0]); i++) {
-		uint32_t bit = 1u << (gone[i] % 32);
-
-		if ((data[gone[i] / 32].effective | data[gone[i] / 32].permitted) & bit)
-			child_fail("capability %d is still effective or permitted", gone[i]);
-	}
-	/* Others stay (the command may still need e.g. CAP_DAC_OVERRIDE). */
-	if (!capbset_has(CAP_CHOWN))
-		child_fail("CAP_CHOWN was dropped too");
-	/* Without CAP_NET_RAW, even root gets no packet socket. */
-	expect_socket_eperm(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL), "AF_PACKET without CAP_NET_RAW");
-	expect_socket_eperm(AF_INET, SOCK_RAW, IPPROTO_ICMP, "raw inet without CAP_NET_RAW");
-}
-
-static void test_drop_caps(void **state)
-{
-	/* PR_CAPBSET_DROP needs CAP_SETPCAP: only root can test it. */
-	if (geteuid() != 0) {
-		if (getenv("CI") && !strcmp(getenv("CI"), "true"))
-			fail_msg("test_drop_caps needs root (CI=true: not skipped)");
-		skip();
-	}
-	in_child(child_drop_caps, "drop caps");
-}
-
-/* egr_confine_drop_all_caps: nothing is left, for uid 0 too, and exec of
- * a root-owned binary gives nothing back. */
-static void child_drop_all_caps(void)
-{
-	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
-	struct __user_cap_data_struct data[2];
-	int err;
-
-	err = egr_confine_drop_all_caps(NULL);
-	if (err)
-		child_fail("egr_confine_drop_all_caps: %s", strerror(-err));
-	if (geteuid() != 0)
-		child_fail("the uid changed without --user");
-	if (syscall(SYS_capget, &hdr, data))
-		child_fail("capget: %s", strerror(errno));
-	for (int i = 0; i < 2; i++)
-		if (data[i].effective || data[i].permitted || data[i].inheritable)
-			child_fail("capabilities left: eff %#x prm %#x inh %#x (word %d)",
-				   data[i].effective, data[i].permitted, data[i].inheritable, i);
-	for (int cap = 0; cap <= CAP_LAST_CAP; cap++)
-		if (capbset_has(cap))
-			child_fail("capability %d is still in the bounding set", cap);
-	if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1)
-		child_fail("no_new_privs is not set");
-	/* What uid 0 could do with them. */
-	if (setuid(65534) == 0)
-		child_fail("setuid(65534) succeeded without CAP_SETUID");
-	if (chown("/", 65534, 65534) == 0)
-		child_fail("chown(/) succeeded without CAP_CHOWN");
-	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_NET_RAW, 0, 0) == 0)
-		child_fail("an ambient capability could be raised");
-	expect_socket_eperm(AF_INET, SOCK_RAW, IPPROTO_ICMP, "raw inet without capabilities");
-}
-
-static void test_drop_all_caps(void **state)
-{
-	if (geteuid() != 0) {
-		if (getenv("CI") && !strcmp(getenv("CI"), "true"))
-			fail_msg("test_drop_all_caps needs root (CI=true: not skipped)");
-		skip();
-	}
-	in_child(child_drop_all_caps, "drop all caps");
-}
-
-/* --user: the identity changes, and still nothing is left. */
-static void child_drop_all_caps_user(void)
-{
-	struct egr_run_user u = { .uid = 65534, .gid = 65533 };
-	gid_t groups[4];
-	int err, n;
-
-	err = egr_confine_drop_all_caps(&u);
-	if (err)
-		child_fail("egr_confine_drop_all_caps(65534:65533): %s", strerror(-err));
-	if (getuid() != 65534 || geteuid() != 65534 || getgid() != 65533 || getegid() != 65533)
-		child_fail("uid %d/%d gid %d/%d, expected 65534 and 65533", (int)getuid(),
-			   (int)geteuid(), (int)getgid(), (int)getegid());
-	n = getgroups(4, groups);
-	if (n != 1 || groups[0] != 65533)
-		child_fail("supplementary groups: %d of them, expected just 65533", n);
-	if (setuid(0) == 0)
-		child_fail("setuid(0) succeeded after the drop");
-	for (int cap = 0; cap <= CAP_LAST_CAP; cap++)
-		if (capbset_has(cap))
-			child_fail("capability %d is still in the bounding set", cap);
-}
-
-static void test_drop_all_caps_user(void **state)
-{
-	if (geteuid() != 0) {
-		if (getenv("CI") && !strcmp(getenv("CI"), "true"))
-			fail_msg("test_drop_all_caps_user needs root (CI=true: not skipped)");
-		skip();
-	}
-	in_child(child_drop_all_caps_user, "drop all caps, --user");
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -856,13 +662,10 @@ int main(void)
 		cmocka_unit_test(test_without_filter),
 		cmocka_unit_test(test_seccomp_filter),
 		cmocka_unit_test(test_seccomp_extra_family),
-		cmocka_unit_test(test_drop_caps),
 		cmocka_unit_test(test_process_calls_unfiltered),
 		cmocka_unit_test(test_seccomp_process_calls),
 		cmocka_unit_test(test_arg_rules_unfiltered),
 		cmocka_unit_test(test_seccomp_arg_rules),
-		cmocka_unit_test(test_drop_all_caps),
-		cmocka_unit_test(test_drop_all_caps_user),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

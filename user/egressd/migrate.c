@@ -56,11 +56,9 @@
 #include "egressd.h"
 #include "log.h"
 #include "migrate.h"
+#include "migrate_internal.h"
 
 /* --- version 1 -> current: one conversion per map --------------------------- */
-
-/* Convert one key / one (per-CPU slot of a) value. false: drop the entry. */
-typedef bool (*conv_fn)(const void *old, void *new);
 
 static bool conv_u32(const void *old, void *new)
 {
@@ -111,7 +109,7 @@ static bool conv_lpm6(const void *old, void *new)
 
 /* Static rules and DNS-learned entries alike: the expiry is a
  * bpf_ktime_get_boot_ns() deadline, the same clock for every version. */
-static bool conv_rule(const void *old, void *new)
+bool conv_rule(const void *old, void *new)
 {
 	const struct egr_v1_rule *o = old;
 	struct egr_rule *n = new;
@@ -192,7 +190,7 @@ static bool conv_dest_val(const void *old, void *new)
 
 /* Counter index of version 1 -> current index; a retired counter would map
  * to EGR_CNT_MAX and be dropped. */
-static const __u32 v1_counter_map[EGR_V1_CNT_MAX] = {
+const __u32 v1_counter_map[EGR_V1_CNT_MAX] = {
 	[EGR_V1_CNT_CONNECT_ALLOW] = EGR_CNT_CONNECT_ALLOW,
 	[EGR_V1_CNT_CONNECT_DENY] = EGR_CNT_CONNECT_DENY,
 	[EGR_V1_CNT_SENDMSG_ALLOW] = EGR_CNT_SENDMSG_ALLOW,
@@ -209,7 +207,7 @@ static const __u32 v1_counter_map[EGR_V1_CNT_MAX] = {
 	[EGR_V1_CNT_METER_FULL] = EGR_CNT_METER_FULL,
 };
 
-static bool conv_counter_idx(const void *old, void *new)
+bool conv_counter_idx(const void *old, void *new)
 {
 	__u32 i;
 
@@ -226,29 +224,12 @@ static bool conv_u64(const void *old, void *new)
 	return true;
 }
 
-enum carry_kind {
-	CARRY_COPY,  /* convert every entry into the new map */
-	CARRY_SHARE, /* the new object reuses the old map itself */
-	CARRY_DRAIN, /* ring buffer: count what is left as lost */
-	CARRY_DESTS, /* egr_dests (one LRU) -> egr_sb_dests + egr_dests_n (carry_dests) */
-};
-
-/* One row per pinned map of the old version: the layout it must have and
- * how it reaches the new version. */
-struct map_spec {
-	const char *name;
-	__u32 type, key_size, value_size;
-	enum carry_kind kind;
-	conv_fn key, val;
-	__u32 new_key_size, new_value_size;
-};
-
 #define COPY(n, t, ok, ov, fk, fv, nk, nv)                                               \
 	{ .name = n, .type = t, .key_size = sizeof(ok), .value_size = sizeof(ov),        \
 	  .kind = CARRY_COPY, .key = fk, .val = fv, .new_key_size = sizeof(nk),          \
 	  .new_value_size = sizeof(nv) }
 
-static const struct map_spec v1_maps[] = {
+const struct map_spec v1_maps[] = {
 	{ .name = "egr_cg_storage", .type = BPF_MAP_TYPE_CGROUP_STORAGE, .key_size = 8,
 	  .value_size = sizeof(struct egr_v1_cg_ref), .kind = CARRY_SHARE },
 	{ .name = "egr_dns_orig", .type = BPF_MAP_TYPE_SK_STORAGE, .key_size = 4,
@@ -277,7 +258,6 @@ static const struct map_spec v1_maps[] = {
 	{ .name = "egr_events", .type = BPF_MAP_TYPE_RINGBUF, .kind = CARRY_DRAIN },
 };
 
-#define NMAPS (sizeof(v1_maps) / sizeof(v1_maps[0]))
 
 /* The pinned maps of this version that version 1 did not have, and why
  * starting them empty is right. A pinned map in neither table refuses the
@@ -361,7 +341,7 @@ void egr_mig_free(struct egr_mig *m)
 	free(m);
 }
 
-static int spec_index(const char *name)
+int spec_index(const char *name)
 {
 	for (size_t i = 0; i < NMAPS; i++)
 		if (strcmp(v1_maps[i].name, name) == 0)
@@ -817,7 +797,7 @@ int egr_mig_reuse_maps(struct egr_mig *m, struct bpf_object *obj)
 }
 
 /* Copy every entry of one map, converting keys and values. */
-static int carry_map(const struct map_spec *s, int old_fd, int new_fd)
+int carry_map(const struct map_spec *s, int old_fd, int new_fd)
 {
 	bool percpu = s->type == BPF_MAP_TYPE_PERCPU_HASH || s->type == BPF_MAP_TYPE_PERCPU_ARRAY;
 	int ncpu = percpu ? libbpf_num_possible_cpus() : 1;
@@ -900,7 +880,7 @@ static struct egr_dests_count *dest_count_of(struct dest_count **v, size_t *n, s
  * sandbox carried gets one dropped, so no audit record claims to be
  * complete.
  */
-static int carry_dests(const struct map_spec *s, int old_fd, int dests_fd, int n_fd)
+int carry_dests(const struct map_spec *s, int old_fd, int dests_fd, int n_fd)
 {
 	struct egr_v1_dest_key okey, prev;
 	struct egr_v1_dest_val oval;

@@ -31,6 +31,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_common as common  # noqa: E402  (egressd, dnsmasq, cgroups: the e2e harness)
+
 PID = os.getpid()
 TAG = f"egressd-bench-{PID}"
 STATS_SYSCTL = "/proc/sys/kernel/bpf_stats_enabled"
@@ -61,19 +64,11 @@ def percentile(xs, p):
     return s[k]
 
 
-def cgroup2_mount():
-    with open("/proc/mounts") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 3 and parts[2] == "cgroup2":
-                return parts[1]
-    raise RuntimeError("no cgroup2 mount in /proc/mounts")
+cgroup2_mount = common.cgroup2_mount
 
 
 def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((TARGET_ADDR, 0))
-        return s.getsockname()[1]
+    return common.free_port(TARGET_ADDR)
 
 
 def rss_kib(pid, field="VmRSS"):
@@ -219,38 +214,19 @@ class Bench:
         # egressd's DNS upstream: a dnsmasq of our own on loopback (nothing
         # here resolves; never the host's resolver).
         dport = free_port()
-        self.dnsmasq = subprocess.Popen(
-            ["/usr/sbin/dnsmasq", "--conf-file=/dev/null", "--no-daemon", "--bind-interfaces",
-             "--listen-address=127.0.0.1", f"--port={dport}", "--no-resolv", "--no-hosts",
-             "--user=root", "--pid-file="],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.dnsmasq = common.start_dnsmasq(dport)
         self.daemon_log = open(os.path.join(self.build, "bench-egressd.log"), "w")
-        self.daemon = subprocess.Popen(
-            [self.egressd_bin, "--socket", self.sock, "--bpffs-dir", self.bpffs_dir,
-             "--state-dir", self.state_dir, "--dns-upstream", f"127.0.0.1:{dport}"],
-            stdin=subprocess.DEVNULL, stdout=self.daemon_log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        last = ""
-        while time.monotonic() < deadline:
-            if self.daemon.poll() is not None:
-                raise RuntimeError(f"egressd exited with {self.daemon.returncode};"
-                                   f" see {self.daemon_log.name}")
-            if os.path.exists(self.sock):
-                if os.access(self.egressctl_bin, os.X_OK):
-                    r = subprocess.run([self.egressctl_bin, "--socket", self.sock, "status"],
-                                       capture_output=True, text=True, timeout=10)
-                    # 5: up, but reporting a problem (egressctl status is a probe)
-                    if r.returncode in (0, 5):
-                        return
-                    last = (r.stderr or r.stdout).strip()
-                else:
-                    try:
-                        if self.ctl.call({"op": "status"}, timeout=10).get("ok"):
-                            return
-                    except OSError as e:
-                        last = str(e)
-            time.sleep(0.1)
-        raise RuntimeError(f"egressd not ready after 30 s: {last}")
+        self.daemon = common.start_egressd(self.egressd_bin, self.sock, self.bpffs_dir,
+                                           self.state_dir, f"127.0.0.1:{dport}",
+                                           self.daemon_log, self.ready, watch=(self.dnsmasq,))
+
+    def ready(self):
+        if os.access(self.egressctl_bin, os.X_OK):
+            r = subprocess.run([self.egressctl_bin, "--socket", self.sock, "status"],
+                               capture_output=True, text=True, timeout=10)
+            # 5: up, but reporting a problem (egressctl status is a probe)
+            return r.returncode in (0, 5)
+        return bool(self.ctl.call({"op": "status"}, timeout=10).get("ok"))
 
     def status(self):
         return must_ok(self.ctl.call({"op": "status"}, timeout=30), "status")
@@ -319,16 +295,9 @@ class Bench:
                         log(f"detach {os.path.basename(cg)}: {dt:.2f} s")
                 except Exception as e:  # keep cleaning up
                     log(f"cleanup: detach {cg}: {e}")
-            self.daemon.send_signal(signal.SIGTERM)
-            try:
-                self.daemon.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                log("egressd ignored SIGTERM for 20 s; killing it")
-                self.daemon.kill()
-                self.daemon.wait(timeout=10)
-        if getattr(self, "dnsmasq", None) and self.dnsmasq.poll() is None:
-            self.dnsmasq.kill()
-            self.dnsmasq.wait(timeout=10)
+            common.stop_egressd(self.daemon, 20,
+                                lambda: log("egressd ignored SIGTERM for 20 s; killing it"))
+        common.stop_process(getattr(self, "dnsmasq", None))
         for cg in list(self.cgroups):
             try:
                 self.rm_cgroup(cg)

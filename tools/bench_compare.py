@@ -45,6 +45,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench as B  # noqa: E402  (helpers: policies, control socket, bpftool)
+import bench_common as common  # noqa: E402  (egressd, dnsmasq, cgroups: the e2e harness)
 
 PID = os.getpid()
 TAG = f"egrcmp-{PID}"
@@ -56,7 +57,7 @@ BULK_PORT = 18081     # inspect_load server
 IPERF_PORT = 18082    # iperf3 server
 PROXY_PORT = 18090    # tinyproxy, full allowlist
 PROXY_SMALL_PORT = 18091  # tinyproxy, 10 entries
-DNSMASQ = "/usr/sbin/dnsmasq"
+DNSMASQ = common.DNSMASQ
 
 # Goals of issue 10.
 GOAL_VS_NFT = 1.0       # egressd connects/s >= nftables
@@ -188,27 +189,12 @@ class Compare:
             run(["ip", "-n", ns, "link", "set", "lo", "up"])
         # egressd's DNS upstream (nothing in this benchmark resolves).
         dport = B.free_port()
-        self.spawn([DNSMASQ, "--conf-file=/dev/null", "--no-daemon", "--bind-interfaces",
-                    "--listen-address=127.0.0.1", f"--port={dport}", "--no-resolv",
-                    "--no-hosts", "--user=root", f"--pid-file={self.tmp}/dnsmasq.pid"])
+        self.procs.append(common.start_dnsmasq(dport, f"{self.tmp}/dnsmasq.pid"))
         self.daemon_log = open(os.path.join(self.build, "bench-compare-egressd.log"), "w")
-        self.daemon = subprocess.Popen(
-            [os.path.join(self.build, "egressd"), "--socket", self.sock,
-             "--bpffs-dir", self.bpffs_dir, "--state-dir", os.path.join(self.tmp, "state"),
-             "--dns-upstream", f"127.0.0.1:{dport}"],
-            stdin=subprocess.DEVNULL, stdout=self.daemon_log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while True:
-            if self.daemon.poll() is not None:
-                raise RuntimeError(f"egressd exited with {self.daemon.returncode}")
-            try:
-                if os.path.exists(self.sock) and self.ctl.call({"op": "status"}, 10).get("ok"):
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("egressd not ready after 30 s")
-            time.sleep(0.1)
+        self.daemon = common.start_egressd(
+            os.path.join(self.build, "egressd"), self.sock, self.bpffs_dir,
+            os.path.join(self.tmp, "state"), f"127.0.0.1:{dport}", self.daemon_log,
+            lambda: self.ctl.call({"op": "status"}, 10).get("ok"))
         with open(B.STATS_SYSCTL) as f:
             self.stats_prev = f.read().strip()
         with open(B.STATS_SYSCTL, "w") as f:
@@ -281,17 +267,9 @@ class Compare:
                     self.attached.remove(cg)
                 except Exception as e:  # keep cleaning up
                     log(f"cleanup: detach {cg}: {e}")
-            self.daemon.send_signal(signal.SIGTERM)
-            try:
-                self.daemon.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.daemon.kill()
-                self.daemon.wait(timeout=10)
+            common.stop_egressd(self.daemon)
         for cg in list(self.cgroups):
-            try:
-                os.rmdir(cg)
-            except OSError as e:
-                log(f"cleanup: rmdir {cg}: {e}")
+            common.remove_cgroup(cg, log)
         if os.path.isdir(self.bpffs_dir):
             shutil.rmtree(self.bpffs_dir, ignore_errors=True)
         for ns in self.netns:

@@ -36,20 +36,19 @@ import re
 import resource
 import shutil
 import signal
-import socket
 import statistics
 import json
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import Control, cgroup2_mount, must_ok, write_section, gnuplot_svg  # noqa: E402
+import bench_common as common  # noqa: E402  (egressd, dnsmasq, cgroups: the e2e harness)
 
 PID = os.getpid()
 TAG = f"egressd-bench-dns-{PID}"
-DNSMASQ = "/usr/sbin/dnsmasq"
+DNSMASQ = common.DNSMASQ
 ZONE_ADDR = "127.0.0.31"       # every *.bench.test name
 NAMES = 50                     # distinct query names (each its own outbound_allow entry)
 RESOLVER = "127.0.0.2"         # what the sandboxed dnsperf names; redirected to the proxy
@@ -112,17 +111,8 @@ def log(msg):
 
 
 def free_port():
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-            u.bind(("127.0.0.1", 0))
-            port = u.getsockname()[1]
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
-                try:
-                    t.bind(("127.0.0.1", port))
-                    return port
-                except OSError:
-                    continue
-    raise RuntimeError("no free UDP+TCP port on 127.0.0.1")
+    """A port free for both UDP and TCP on 127.0.0.1 (dnsmasq binds both)."""
+    return common.free_udp_tcp_port("127.0.0.1")
 
 
 def cpu_s(pid):
@@ -192,34 +182,15 @@ class BenchDns:
             for i in range(NAMES):
                 f.write(f"h{i}.bench.test A\n")
         self.port = free_port()
-        self.dnsmasq = subprocess.Popen(
-            [DNSMASQ, "--conf-file=/dev/null", "--no-daemon", "--bind-interfaces",
-             "--listen-address=127.0.0.1", f"--port={self.port}", "--no-resolv", "--no-hosts",
-             "--user=root", f"--pid-file={self.tmp}/dnsmasq.pid",
-             f"--address=/bench.test/{ZONE_ADDR}", "--local-ttl=300"] + self.dnsmasq_extra(),
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.dnsmasq = common.start_dnsmasq(
+            self.port, f"{self.tmp}/dnsmasq.pid",
+            [f"--address=/bench.test/{ZONE_ADDR}", "--local-ttl=300"] + self.dnsmasq_extra())
         self.daemon_log = open(os.path.join(self.build, "bench-dns-egressd.log"), "w")
-        self.daemon = subprocess.Popen(
-            [self.egressd_bin, "--socket", self.sock, "--bpffs-dir", self.bpffs_dir,
-             "--state-dir", os.path.join(self.tmp, "state"),
-             "--dns-upstream", f"127.0.0.1:{self.port}"] + self.egressd_extra(),
-            stdin=subprocess.DEVNULL, stdout=self.daemon_log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while True:
-            if self.daemon.poll() is not None:
-                raise RuntimeError(f"egressd exited with {self.daemon.returncode}; see "
-                                   f"{self.daemon_log.name}")
-            if self.dnsmasq.poll() is not None:
-                raise RuntimeError(f"dnsmasq exited with {self.dnsmasq.returncode}")
-            try:
-                if os.path.exists(self.sock) and \
-                        self.ctl.call({"op": "status"}, timeout=10).get("ok"):
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("egressd not ready after 30 s")
-            time.sleep(0.1)
+        self.daemon = common.start_egressd(
+            self.egressd_bin, self.sock, self.bpffs_dir, os.path.join(self.tmp, "state"),
+            f"127.0.0.1:{self.port}", self.daemon_log,
+            lambda: self.ctl.call({"op": "status"}, timeout=10).get("ok"),
+            extra=self.egressd_extra(), watch=(self.dnsmasq,))
         log(f"dnsmasq on 127.0.0.1:{self.port}")
         self.sandboxes()
 
@@ -250,32 +221,10 @@ class BenchDns:
                     self.ctl.call({"op": "detach", "cgroup": cg}, timeout=30)
                 except Exception as e:
                     log(f"cleanup: detach: {e}")
-            self.daemon.send_signal(signal.SIGTERM)
-            try:
-                self.daemon.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.daemon.kill()
-                self.daemon.wait(timeout=10)
-        for p in (self.dnsmasq,):
-            if p and p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
+            common.stop_egressd(self.daemon)
+        common.stop_process(self.dnsmasq)
         for cg in self.cgroups:
-            if not os.path.isdir(cg):
-                continue
-            try:
-                with open(os.path.join(cg, "cgroup.kill"), "w") as f:
-                    f.write("1")
-            except OSError:
-                pass
-            for _ in range(100):
-                try:
-                    os.rmdir(cg)
-                    break
-                except OSError:
-                    time.sleep(0.05)
-            else:
-                log(f"cleanup: could not remove {cg}")
+            common.remove_cgroup(cg, log)
         if os.path.isdir(self.bpffs_dir):
             shutil.rmtree(self.bpffs_dir, ignore_errors=True)
         shutil.rmtree(self.tmp, ignore_errors=True)

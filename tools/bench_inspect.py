@@ -28,14 +28,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import Control, cgroup2_mount, must_ok, free_port  # noqa: E402
+import bench_common as common  # noqa: E402  (egressd, dnsmasq, cgroups: the e2e harness)
 
 PID = os.getpid()
 TAG = f"egressd-bench-inspect-{PID}"
-DNSMASQ = "/usr/sbin/dnsmasq"
+DNSMASQ = common.DNSMASQ
 SERVER_ADDR = "127.0.0.41"
 GOAL_RATIO = 0.80
 GOAL_ADDED_P50_US = 100.0
@@ -71,11 +71,7 @@ class BenchInspect:
             if not os.access(b, os.X_OK):
                 raise RuntimeError(f"{b} is missing (make bench)")
         dport = free_port()
-        self.procs.append(subprocess.Popen(
-            [DNSMASQ, "--conf-file=/dev/null", "--no-daemon", "--bind-interfaces",
-             "--listen-address=127.0.0.1", f"--port={dport}", "--no-resolv", "--no-hosts",
-             "--user=root", f"--pid-file={self.tmp}/dnsmasq.pid"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        self.procs.append(common.start_dnsmasq(dport, f"{self.tmp}/dnsmasq.pid"))
         self.port = free_port()
         srv = subprocess.Popen([self.load_bin, "server", SERVER_ADDR, str(self.port)],
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
@@ -83,24 +79,10 @@ class BenchInspect:
         if srv.stdout.readline().strip() != "ready":
             raise RuntimeError("inspect_load server did not start")
         self.daemon_log = open(os.path.join(self.build, "bench-inspect-egressd.log"), "w")
-        self.daemon = subprocess.Popen(
-            [self.egressd_bin, "--socket", self.sock, "--bpffs-dir", self.bpffs_dir,
-             "--state-dir", os.path.join(self.tmp, "state"),
-             "--dns-upstream", f"127.0.0.1:{dport}"],
-            stdin=subprocess.DEVNULL, stdout=self.daemon_log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while True:
-            if self.daemon.poll() is not None:
-                raise RuntimeError(f"egressd exited with {self.daemon.returncode}")
-            try:
-                if os.path.exists(self.sock) and \
-                        self.ctl.call({"op": "status"}, timeout=10).get("ok"):
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("egressd not ready after 30 s")
-            time.sleep(0.1)
+        self.daemon = common.start_egressd(
+            self.egressd_bin, self.sock, self.bpffs_dir, os.path.join(self.tmp, "state"),
+            f"127.0.0.1:{dport}", self.daemon_log,
+            lambda: self.ctl.call({"op": "status"}, timeout=10).get("ok"))
         self.cg = {name: self.sandbox(name, inspect)
                    for name, inspect in (("direct", False), ("inspect", True))}
 
@@ -124,25 +106,11 @@ class BenchInspect:
                     self.ctl.call({"op": "detach", "cgroup": cg}, timeout=30)
                 except Exception as e:
                     log(f"cleanup: detach: {e}")
-            self.daemon.send_signal(signal.SIGTERM)
-            try:
-                self.daemon.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.daemon.kill()
-                self.daemon.wait(timeout=10)
+            common.stop_egressd(self.daemon)
         for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=10)
+            common.stop_process(p)
         for cg in self.cgroups:
-            for _ in range(100):
-                try:
-                    os.rmdir(cg)
-                    break
-                except OSError:
-                    time.sleep(0.05)
-            else:
-                log(f"cleanup: could not remove {cg}")
+            common.remove_cgroup(cg, log)
         if os.path.isdir(self.bpffs_dir):
             shutil.rmtree(self.bpffs_dir, ignore_errors=True)
         shutil.rmtree(self.tmp, ignore_errors=True)

@@ -32,10 +32,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench as B  # noqa: E402
+import bench_common as common  # noqa: E402  (egressd, dnsmasq, cgroups: the e2e harness)
 
 PID = os.getpid()
 TAG = f"egrscale-{PID}"
-DNSMASQ = "/usr/sbin/dnsmasq"
+DNSMASQ = common.DNSMASQ
 
 GOAL_START_X = 2.0        # egressctl run p95 <= 2x unshare --net p95
 GOAL_START_P95_MS = 5.0   # the tool runtime's authorization budget
@@ -83,29 +84,12 @@ class Scale:
             if not os.access(os.path.join(self.build, b), os.X_OK):
                 raise RuntimeError(f"{self.build}/{b} is missing: run `make bench`")
         dport = B.free_port()
-        self.procs.append(subprocess.Popen(
-            [DNSMASQ, "--conf-file=/dev/null", "--no-daemon", "--bind-interfaces",
-             "--listen-address=127.0.0.1", f"--port={dport}", "--no-resolv", "--no-hosts",
-             "--user=root", f"--pid-file={self.tmp}/dnsmasq.pid"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        self.procs.append(common.start_dnsmasq(dport, f"{self.tmp}/dnsmasq.pid"))
         self.daemon_log = open(os.path.join(self.build, "bench-scale-egressd.log"), "w")
-        self.daemon = subprocess.Popen(
-            [os.path.join(self.build, "egressd"), "--socket", self.sock,
-             "--bpffs-dir", self.bpffs_dir, "--state-dir", os.path.join(self.tmp, "state"),
-             "--dns-upstream", f"127.0.0.1:{dport}"],
-            stdin=subprocess.DEVNULL, stdout=self.daemon_log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while True:
-            if self.daemon.poll() is not None:
-                raise RuntimeError(f"egressd exited with {self.daemon.returncode}")
-            try:
-                if os.path.exists(self.sock) and self.ctl.call({"op": "status"}, 10).get("ok"):
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("egressd not ready after 30 s")
-            time.sleep(0.1)
+        self.daemon = common.start_egressd(
+            os.path.join(self.build, "egressd"), self.sock, self.bpffs_dir,
+            os.path.join(self.tmp, "state"), f"127.0.0.1:{dport}", self.daemon_log,
+            lambda: self.ctl.call({"op": "status"}, 10).get("ok"))
         os.mkdir(self.cg_parent)
         self.cgroups.append(self.cg_parent)
 
@@ -116,16 +100,9 @@ class Scale:
                     self.ctl.call({"op": "detach", "cgroup": cg}, timeout=60)
                 except Exception as e:  # keep cleaning up
                     log(f"cleanup: detach {cg}: {e}")
-            self.daemon.send_signal(signal.SIGTERM)
-            try:
-                self.daemon.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.daemon.kill()
-                self.daemon.wait(timeout=10)
+            common.stop_egressd(self.daemon, 30)
         for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-                p.wait(timeout=10)
+            common.stop_process(p, signal.SIGTERM)
         # Children first (egressctl run's cgroups are its own, removed by it).
         for cg in sorted(self.cgroups, key=len, reverse=True):
             try:

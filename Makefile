@@ -2,7 +2,8 @@
 #
 # make            build the BPF object, its skeleton, egressd and egressctl
 # make deps       install the Debian packages the build and tests need
-# make test       deps + build + unit, fuzz smoke and end-to-end tests (root)
+# make test       deps + build + unit, integration, fuzz smoke and end-to-end tests
+#                 (root; docs/testing.md)
 # make test-asan  the same tests against an ASan/UBSan build
 # make demo       a sandboxed command with one allowed and one denied connection
 # make bench      benchmarks, written into docs/benchmarks.md (installs tinyproxy, gnuplot)

@@ -20,7 +20,7 @@ import time
 
 from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
 from test_hostile_run import (HR_PY, NOBODY, hr_findings, hr_no_leftovers, hr_parent, hr_root_uid,
-    hr_run, run_has_userns)
+                              hr_run, run_has_userns)
 
 
 RT1_PRELUDE = r"""

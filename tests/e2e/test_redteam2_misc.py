@@ -11,7 +11,7 @@ import time
 
 from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
 from test_inspect import (CURL, INS_ADDR, ins_events, ins_get_servers, ins_policy, ins_resolve,
-    ins_run, ins_tools)
+                          ins_run, ins_tools)
 
 
 @test

@@ -24,7 +24,7 @@ __all__ = ["adv_counters", "adv_counter", "adv_probe_as_nobody", "RUN_PY", "adv_
 # One test per row of the table in docs/security.md, each with a sanity twin
 # that reaches an allowed destination (or shows the vector working outside a
 # sandbox) the same way: a blocked vector proves nothing if everything is
-# blocked. IPv4-mapped IPv6 is ipv4_mapped_ipv6 above.
+# blocked. IPv4-mapped IPv6 is ipv4_mapped_ipv6 (test_confine.py).
 
 
 def adv_counters(c):

@@ -7,23 +7,9 @@ import os
 import subprocess
 import time
 
-from .core import (CLEANUP,
-    CTL_TIMEOUT_S,
-    DAEMON_READY_S,
-    PROBE_TIMEOUT_S,
-    RUN_ID,
-    TestFailure,
-    cgroup_remove_tree,
-    check,
-    log,
-    run,
-    wait_until)
-from .servers import (NetNs,
-    TcpServer,
-    UdpServer,
-    free_tcp_port,
-    join_cgroup_fn,
-    tcp_udp_pair)
+from .core import (CLEANUP, CTL_TIMEOUT_S, DAEMON_READY_S, PROBE_TIMEOUT_S, RUN_ID, TestFailure,
+                   cgroup_remove_tree, check, log, run, wait_until)
+from .servers import (NetNs, TcpServer, UdpServer, free_tcp_port, join_cgroup_fn, tcp_udp_pair)
 
 __all__ = ["Daemon", "ProbeResult", "Ctx", "Sandbox"]
 

@@ -21,9 +21,8 @@ import time
 import traceback
 
 from . import core
-from .core import (CLEANUP, RUN_ID, SUITE_TIMEOUT_S, TestFailure, cgroup_remove_tree,
-                   find_cgroup2, log, on_alarm, on_signal, prerequisite_missing,
-                   read_sysctl, set_sysctl_for_run)
+from .core import (CLEANUP, RUN_ID, SUITE_TIMEOUT_S, TestFailure, cgroup_remove_tree, find_cgroup2,
+                   log, on_alarm, on_signal, prerequisite_missing, read_sysctl, set_sysctl_for_run)
 from .ctx import Ctx, Daemon
 from .confine import outside_errno
 from .dns import start_dns_upstream

@@ -38,6 +38,12 @@ CORE_MODULES = ("test_confine", "test_events", "test_metering", "test_adversaria
                 "test_privilege")
 
 
+# What the old run.py imported (an area_*.py file could use them unimported).
+OLD_RUN_PY_MODULES = ("argparse", "atexit", "glob", "json", "os", "random", "shutil", "signal",
+                      "socket", "subprocess", "sys", "tempfile", "threading", "time",
+                      "traceback")
+
+
 def load_tests(e2e_dir=E2E_DIR):
     """Import every test module (each registers its tests with @test)."""
     if e2e_dir not in sys.path:
@@ -55,15 +61,19 @@ def load_tests(e2e_dir=E2E_DIR):
 def load_areas(e2e_dir, modules):
     """Compatibility with the old layout: a tests/e2e/area_<name>.py file is
     exec'd, in file name order, into one namespace that holds the harness's
-    public names, the standard modules run.py used to import and the public
-    names of every test module (the helpers area files used to see)."""
+    public names, the standard modules run.py used to import and the
+    top-level names of every test module (the helpers area files used to
+    see: one namespace held them all)."""
     paths = sorted(glob.glob(os.path.join(e2e_dir, "area_*.py")))
     if not paths:
         return
     import harness
     ns = {"__name__": "e2e_areas", "__file__": os.path.join(e2e_dir, "run.py")}
+    for name in OLD_RUN_PY_MODULES:
+        ns[name] = importlib.import_module(name)
+    ns["errno_mod"] = importlib.import_module("errno")
     for mod in modules:
-        ns.update({k: v for k, v in vars(mod).items() if not k.startswith("_")})
+        ns.update({k: v for k, v in vars(mod).items() if not k.startswith("__")})
     ns.update({k: getattr(harness, k) for k in harness.__all__})
     for path in paths:
         log("loading old-style %s" % os.path.basename(path))

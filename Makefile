@@ -140,7 +140,8 @@ $(OUT)/egressctl: $(CTL_OBJS) $(OUT)/libegr.a
 # Unit tests (tests/unit: no root, no daemon, no dnsmasq) and integration
 # tests (tests/integration: root, real BPF maps, a dnsmasq they start) link
 # the daemon's objects and the library instead of including their sources.
-TEST_HDRS := $(wildcard include/*.h user/lib/*.h user/lib/*/*.h user/egressd/*.h user/egressd/*/*.h)
+TEST_HDRS := $(wildcard include/*.h user/lib/*.h user/lib/*/*.h user/egressd/*.h user/egressd/*/*.h \
+			 tests/common/*.h)
 $(OUT)/tests/test_%: tests/unit/test_%.c $(OUT)/libegressd.a $(OUT)/libegr.a $(TEST_HDRS)
 	$(call msg,CC,$@)
 	@mkdir -p $(@D)

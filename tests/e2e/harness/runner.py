@@ -128,6 +128,8 @@ def main(description="egressd end-to-end tests", argv=None):
     ap.add_argument("--build", default="build", help="build directory (default build)")
     ap.add_argument("-k", dest="pattern", help="run only tests whose name contains PATTERN")
     ap.add_argument("-v", "--verbose", action="store_true", help="show every probe")
+    ap.add_argument("--suite-timeout", type=int, default=SUITE_TIMEOUT_S, metavar="S",
+                    help="hard stop for the whole run in seconds (default %d)" % SUITE_TIMEOUT_S)
     ap.add_argument("--list", action="store_true",
                     help="print the names of the tests (those -k selects) and exit")
     args = ap.parse_args(argv)
@@ -158,7 +160,10 @@ def main(description="egressd end-to-end tests", argv=None):
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(SUITE_TIMEOUT_S)
+    if args.suite_timeout <= 0:
+        ap.error("--suite-timeout must be a positive number of seconds")
+    core.SUITE_TIMEOUT_S = args.suite_timeout  # on_alarm's message names it
+    signal.alarm(args.suite_timeout)
 
     print("e2e run %s: %d test(s)" % (RUN_ID, len(tests)), flush=True)
     passed = failed = 0

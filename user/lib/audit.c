@@ -46,6 +46,13 @@ struct egr_audit {
 	uint64_t seq;
 	char prev[EGR_AUDIT_HASH_HEX + 1];
 	uint64_t failures;
+	/* Group commit (egr_audit_set_commit): appends are written but synced
+	 * by the queue's flush; until then the last durable point is kept so
+	 * a failed sync can cut the log back to it. */
+	struct egr_commit_member *cm;
+	off_t durable_size;
+	uint64_t durable_seq;
+	char durable_prev[EGR_AUDIT_HASH_HEX + 1];
 };
 
 static int state_write(const char *path, uint64_t seq, const char *hash)
@@ -200,6 +207,10 @@ static int rotate(struct egr_audit *a)
 	}
 	close(a->fd);
 	a->fd = nfd;
+	/* Everything so far was fsynced above, in the old file. */
+	a->durable_size = 0;
+	a->durable_seq = a->seq;
+	memcpy(a->durable_prev, a->prev, sizeof(a->prev));
 	ret = egr_fsync_parent(a->path);
 	if (ret)
 		goto out;
@@ -212,6 +223,65 @@ out:
 	free(plain);
 	free(gz);
 	return ret;
+}
+
+/* --- group commit ------------------------------------------------------------ */
+
+/* The queue's sync: one fsync for every record appended since the last. On
+ * failure the unsynced records are cut off again (the kernel may have
+ * dropped them; their callers get an error, never an acknowledgement) and
+ * the chain goes on from the last durable record. */
+static int commit_sync(void *ctx)
+{
+	struct egr_audit *a = ctx;
+	struct stat st;
+	int ret = 0;
+
+	if (fsync(a->fd) || fstat(a->fd, &st))
+		ret = -errno;
+	if (!ret) {
+		a->durable_size = st.st_size;
+		a->durable_seq = a->seq;
+		memcpy(a->durable_prev, a->prev, sizeof(a->prev));
+		return 0;
+	}
+	a->failures++;
+	log_error("audit: cannot sync %s: %s; dropping records %" PRIu64 "-%" PRIu64, a->path,
+		  strerror(-ret), a->durable_seq + 1, a->seq);
+	if (ftruncate(a->fd, a->durable_size) || fsync(a->fd))
+		log_error("audit: cannot cut %s back to %lld bytes: %m", a->path,
+			  (long long)a->durable_size);
+	a->seq = a->durable_seq;
+	memcpy(a->prev, a->durable_prev, sizeof(a->prev));
+	return ret;
+}
+
+/* The state file names only durable records: written after the sync. */
+static void commit_after(void *ctx)
+{
+	struct egr_audit *a = ctx;
+
+	if (state_write(a->state_path, a->durable_seq, a->durable_prev))
+		a->failures++;
+}
+
+int egr_audit_set_commit(struct egr_audit *a, struct egr_commitq *q)
+{
+	struct stat st;
+	int ret;
+
+	if (!a || !q || a->cm)
+		return -EINVAL;
+	/* open() left everything durable: its records were fsynced one by one. */
+	if (fstat(a->fd, &st))
+		return -errno;
+	ret = egr_commit_join(q, commit_sync, commit_after, a, &a->cm);
+	if (ret)
+		return ret;
+	a->durable_size = st.st_size;
+	a->durable_seq = a->seq;
+	memcpy(a->durable_prev, a->prev, sizeof(a->prev));
+	return 0;
 }
 
 /* --- writer ------------------------------------------------------------------ */
@@ -288,7 +358,7 @@ int egr_audit_append(struct egr_audit *a, json_t *record)
 		}
 	}
 	ret = egr_write_all(a->fd, line, len);
-	if (!ret && fsync(a->fd))
+	if (!ret && !a->cm && fsync(a->fd))
 		ret = -errno;
 	if (ret) {
 		/* No half (or unsynced) record stays behind. */
@@ -299,7 +369,9 @@ int egr_audit_append(struct egr_audit *a, json_t *record)
 	}
 	a->seq++;
 	memcpy(a->prev, hex, sizeof(hex));
-	if (state_write(a->state_path, a->seq, a->prev))
+	if (a->cm)
+		egr_commit_dirty(a->cm); /* fsync and state file: at the flush */
+	else if (state_write(a->state_path, a->seq, a->prev))
 		a->failures++;
 	ret = 0;
 	goto out;
@@ -670,6 +742,11 @@ void egr_audit_close(struct egr_audit *a)
 {
 	if (!a)
 		return;
+	if (a->cm) {
+		if (a->seq != a->durable_seq && !commit_sync(a))
+			commit_after(a);
+		egr_commit_leave(a->cm);
+	}
 	if (a->fd >= 0)
 		close(a->fd);
 	if (a->key) {

@@ -11,6 +11,7 @@
 #include <linux/sched.h>
 #include <sched.h>
 #include <pwd.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -162,25 +163,26 @@ static void reap_orphans(void)
 		;
 }
 
-/* 1 populated, 0 not, -errno. */
-static int populated(const char *cg)
+/* 1 populated, 0 not, -errno; from cgroup.events open at fd. */
+static int populated(int fd)
 {
-	char path[PATH_MAX], line[128];
-	int ret = -ENODATA;
-	FILE *f;
+	char buf[256];
+	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+	const char *p;
 
-	snprintf(path, sizeof(path), "%s/cgroup.events", cg);
-	f = fopen(path, "re");
-	if (!f)
+	if (n < 0)
 		return -errno;
-	while (fgets(line, sizeof(line), f)) {
-		if (strncmp(line, "populated ", 10) == 0) {
-			ret = atoi(line + 10) != 0;
-			break;
-		}
-	}
-	fclose(f);
-	return ret;
+	buf[n] = '\0';
+	p = strstr(buf, "populated ");
+	return p ? atoi(p + 10) != 0 : -ENODATA;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* For kernels without cgroup.kill (before 5.14): SIGKILL every process in
@@ -218,23 +220,45 @@ static void kill_tree_pids(const char *dir)
  * 0, or -EBUSY when processes remain, or -errno. */
 int run_empty_cgroup(const char *cg, int cgfd)
 {
+	uint64_t deadline = now_ms() + KILL_WAIT_MS;
 	bool have_kill;
-	int err, pop = 1;
+	int err, pop = 1, efd;
 
+	/* The kernel signals a change of "populated" as POLLPRI on
+	 * cgroup.events: wait for that instead of sleeping in steps. */
+	efd = openat(cgfd, "cgroup.events", O_RDONLY | O_CLOEXEC);
+	if (efd < 0) {
+		pop = -errno;
+		fprintf(stderr, "egressctl: WARNING: opening %s/cgroup.events: %s\n", cg,
+			strerror(-pop));
+		return pop;
+	}
 	err = run_write_file_at(cgfd, "cgroup.kill", "1");
 	have_kill = err != -ENOENT;
 	if (err && have_kill)
 		fprintf(stderr, "egressctl: WARNING: writing %s/cgroup.kill: %s\n", cg,
 			strerror(-err));
-	for (int waited = 0; waited <= KILL_WAIT_MS; waited += POLL_MS) {
+	for (;;) {
+		struct pollfd pfd = { .fd = efd, .events = POLLPRI };
+		uint64_t now;
+		int left;
+
+		/* Without cgroup.kill, a fork can race each pass: kill again
+		 * every POLL_MS; with it, one wait for the event. */
 		if (!have_kill || err)
 			kill_tree_pids(cg);
 		reap_orphans();
-		pop = populated(cg);
-		if (pop <= 0)
+		pop = populated(efd);
+		now = now_ms();
+		if (pop <= 0 || now >= deadline)
 			break;
-		sleep_ms(POLL_MS);
+		left = (int)(deadline - now);
+		if (!have_kill || err)
+			left = left < POLL_MS ? left : POLL_MS;
+		if (poll(&pfd, 1, left) < 0 && errno != EINTR)
+			break;
 	}
+	close(efd);
 	if (pop < 0) {
 		fprintf(stderr, "egressctl: WARNING: reading %s/cgroup.events: %s\n", cg,
 			strerror(-pop));

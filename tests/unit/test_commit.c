@@ -25,10 +25,7 @@
 struct counter {
 	int syncs, afters;
 	int fail; /* the next sync returns this */
-	int order; /* sequence number of its last after() */
 };
-
-static int seq_no;
 
 static int counter_sync(void *ctx)
 {
@@ -45,7 +42,6 @@ static void counter_after(void *ctx)
 	struct counter *c = ctx;
 
 	c->afters++;
-	c->order = ++seq_no;
 }
 
 static bool fd_readable(int fd)

@@ -60,9 +60,7 @@
 #include "confine.h"
 #include "ctl.h"
 #include "policy.h"
-
-#define KILL_WAIT_MS 2000
-#define POLL_MS      10
+#include "run_int.h"
 
 static const char run_help[] =
 	"Usage: egressctl run --policy FILE [OPTIONS] -- CMD [ARGS...]\n"
@@ -106,30 +104,15 @@ static const char run_help[] =
 #define MEMORY_MAX_MIN  (1ULL << 20)
 #define MEMORY_MAX_MAX  (1ULL << 62)
 
-struct run_opts {
-	const char *policy;
-	const char *tenant;
-	const char *parent;
-	bool has_user;
-	struct egr_run_user user;
-	bool has_map_root;
-	struct egr_run_user map_root; /* the host ids of uid 0 inside */
-	uint64_t pids_max;   /* 0: no limit asked for */
-	uint64_t memory_max; /* 0: no limit asked for */
-	const char *hide[RUN_HIDE_MAX];
-	size_t nhide;
-	char **cmd;
-};
-
 /* The child being waited for; signal handlers forward to it. Before it
  * exists, the first signal is remembered and the command is not started. */
-static volatile pid_t child_pid;
+volatile pid_t run_child_pid;
 static volatile sig_atomic_t early_signal;
 
 static void forward_signal(int sig)
 {
 	int saved = errno;
-	pid_t pid = child_pid;
+	pid_t pid = run_child_pid;
 
 	if (pid > 0)
 		kill(pid, sig);
@@ -309,32 +292,6 @@ static int parse_run(struct ctl *c, int argc, char **argv, struct run_opts *o)
 	return -1;
 }
 
-static int random_hex(char *buf, size_t nbytes)
-{
-	static const char digits[] = "0123456789abcdef";
-	uint8_t raw[32];
-	size_t got = 0;
-
-	if (nbytes > sizeof(raw))
-		return -EINVAL;
-	while (got < nbytes) {
-		ssize_t n = getrandom(raw + got, nbytes - got, 0);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		got += (size_t)n;
-	}
-	for (size_t i = 0; i < nbytes; i++) {
-		buf[2 * i] = digits[raw[i] >> 4];
-		buf[2 * i + 1] = digits[raw[i] & 15];
-	}
-	buf[2 * nbytes] = '\0';
-	return 0;
-}
-
 /* The process-side confinement the policy asks for. An exit status. */
 static int confine_for(const json_t *policy, struct egr_confine *conf)
 {
@@ -374,7 +331,7 @@ static int prepare_policy(const struct run_opts *o, json_t **out)
 		return CTL_EXIT_INVALID;
 	}
 	if (!json_object_get(policy, "execution_id")) {
-		err = random_hex(id + 4, 8);
+		err = run_random_hex(id + 4, 8);
 		if (err || json_object_set_new(policy, "execution_id", json_string(id))) {
 			fprintf(stderr, "egressctl: cannot make an execution id: %s\n",
 				strerror(err ? -err : ENOMEM));
@@ -393,528 +350,6 @@ static int prepare_policy(const struct run_opts *o, json_t **out)
 	return CTL_EXIT_OK;
 }
 
-/* The parent directory: --cgroup-parent or <cgroup2 mount>/egressd, created
- * when missing (*created tells). 0 or -errno, with a message printed. */
-static int make_parent(const char *opt, char *parent, size_t len, bool *created)
-{
-	char mnt[PATH_MAX];
-	int err;
-
-	*created = false;
-	if (opt) {
-		err = ctl_abs_path(opt, parent, len);
-		if (err) {
-			fprintf(stderr, "egressctl: --cgroup-parent %s: %s\n", opt, strerror(-err));
-			return err;
-		}
-	} else {
-		err = egr_cgroup2_mount(mnt, sizeof(mnt));
-		if (err) {
-			fprintf(stderr, "egressctl: cannot find the cgroup2 mount: %s\n",
-				err == -ENOENT ? "cgroup2 is not mounted" : strerror(-err));
-			return err;
-		}
-		if ((size_t)snprintf(parent, len, "%s/egressd", mnt) >= len)
-			return -ENAMETOOLONG;
-	}
-	if (mkdir(parent, 0755) == 0)
-		*created = true;
-	else if (errno != EEXIST) {
-		err = -errno;
-		fprintf(stderr, "egressctl: cannot create cgroup %s: %s\n", parent, strerror(errno));
-		return err;
-	}
-	err = egr_cgroup_check(parent);
-	if (err) {
-		fprintf(stderr, "egressctl: %s is not a cgroup v2 directory: %s\n", parent,
-			err == -EINVAL ? "not on cgroup2" : strerror(-err));
-		return err;
-	}
-	return 0;
-}
-
-/* Create <parent>/run-<pid>-<8 hex>. 0 or -errno, with a message printed. */
-static int make_cgroup(const char *parent, char *cg, size_t len, bool *parent_created)
-{
-	char hex[9];
-	int err;
-
-	for (int tries = 0; tries < 16; tries++) {
-		err = random_hex(hex, 4);
-		if (err)
-			break;
-		if ((size_t)snprintf(cg, len, "%s/run-%d-%s", parent, (int)getpid(), hex) >= len) {
-			err = -ENAMETOOLONG;
-			break;
-		}
-		if (mkdir(cg, 0755) == 0)
-			return 0;
-		err = -errno;
-		/* A concurrent run may have removed the (empty) default parent. */
-		if (err == -ENOENT && mkdir(parent, 0755) == 0) {
-			*parent_created = true;
-			continue;
-		}
-		if (err != -EEXIST)
-			break;
-	}
-	fprintf(stderr, "egressctl: cannot create a cgroup under %s: %s\n", parent,
-		strerror(-err));
-	return err;
-}
-
-static int write_file_at(int dfd, const char *name, const char *val)
-{
-	size_t len = strlen(val);
-	ssize_t n;
-	int fd, err = 0;
-
-	fd = openat(dfd, name, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	n = write(fd, val, len);
-	if (n < 0)
-		err = -errno;
-	else if ((size_t)n != len)
-		err = -EIO;
-	close(fd);
-	return err;
-}
-
-/* --- the child ------------------------------------------------------------------ */
-
-static void close_inherited_fds(void)
-{
-	long max;
-
-#ifdef SYS_close_range
-	if (syscall(SYS_close_range, 3U, ~0U, 0U) == 0)
-		return;
-#endif
-	max = sysconf(_SC_OPEN_MAX);
-	if (max < 0 || max > 1 << 20)
-		max = 1 << 20;
-	for (long fd = 3; fd < max; fd++)
-		close((int)fd);
-}
-
-static void reset_signals(void)
-{
-	struct sigaction sa = { .sa_handler = SIG_DFL };
-	sigset_t none;
-
-	sigemptyset(&sa.sa_mask);
-	for (int sig = 1; sig < NSIG; sig++)
-		sigaction(sig, &sa, NULL); /* fails harmlessly for SIGKILL, SIGSTOP, ... */
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-}
-
-/* What the clone child needs; set up by the caller before spawn(). */
-struct run_child {
-	char **cmd;
-	int leaffd;     /* the command's cgroup (S/cmd) */
-	int status_fd;  /* write end: pid 1 reports the command's wait status */
-	const struct egr_confine *conf;
-	const struct run_view *view;
-	/* The command's user namespace maps ns_id (its uid and gid inside) to
-	 * host_id (what the host sees: file owners, peer credentials). */
-	struct egr_run_user ns_id, host_id;
-};
-
-/* The host uid and gid of a command that is uid 0 in its user namespace
- * (no --user): the kernel's overflow ids, "nobody", which own nothing. */
-#define RUN_ROOT_HOST_ID 65534u
-
-/* Sync bytes between pid 1 and the command over the user namespace setup. */
-#define USERNS_MADE   'u'
-#define USERNS_MAPPED 'm'
-#define USERNS_NONE   'n' /* the kernel refused one: the host identity itself */
-
-static void __attribute__((noreturn, format(printf, 1, 2))) die(const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	dprintf(STDERR_FILENO, "egressctl: %s; not running the command\n", buf);
-	_exit(CTL_EXIT_RUN_FAILED);
-}
-
-/*
- * In the command, before anything else: a user namespace of its own in
- * which it is rc->ns_id and the host sees rc->host_id (pid 1 writes the
- * maps; a uid 0 without the namespace owns every root-owned file of the
- * host). The namespace is made while still host root, so only host root
- * holds capabilities over it; the supplementary groups are set first
- * (setgroups is denied inside). The mount, cgroup, pid and IPC namespaces
- * stay those pid 1 made and owns: the command can change none of them.
- */
-static bool userns_enter(const struct run_child *rc, int to_init, int from_init)
-{
-	gid_t gid = rc->host_id.gid;
-	char c = USERNS_MADE;
-
-	/* Still host root: the one supplementary group first (setgroups is
-	 * denied in the namespace). */
-	if (setgroups(1, &gid) < 0)
-		die("cannot set the command's groups: %s", strerror(errno));
-	if (unshare(CLONE_NEWUSER) < 0) {
-		/* The kernel refuses a user namespace to a chrooted process (a
-		 * build root, a test chroot) and where a sysctl disables them.
-		 * Then the command is the host identity its uid would have been
-		 * mapped to (65534, --map-root-to, --user), set while dropping
-		 * the capabilities: never host root unless --user 0 asked for
-		 * it, only without the uid 0 it would see inside. */
-		int why = errno;
-
-		c = USERNS_NONE;
-		if (write(to_init, &c, 1) != 1)
-			die("cannot tell pid 1 there is no user namespace");
-		dprintf(STDERR_FILENO, "egressctl: run: no user namespace here (%s; a chroot?): "
-			"the command runs as host uid %u gid %u\n", strerror(why), rc->host_id.uid,
-			rc->host_id.gid);
-		return false;
-	}
-	if (write(to_init, &c, 1) != 1 || read(from_init, &c, 1) != 1 || c != USERNS_MAPPED)
-		die("pid 1 did not map the command's user namespace");
-	if (setresgid(rc->ns_id.gid, rc->ns_id.gid, rc->ns_id.gid) < 0 ||
-	    setresuid(rc->ns_id.uid, rc->ns_id.uid, rc->ns_id.uid) < 0)
-		die("cannot become %u:%u in the command's user namespace: %s", rc->ns_id.uid,
-		    rc->ns_id.gid, strerror(errno));
-	return true;
-}
-
-/* The command itself, forked by pid 1: never returns, and never runs CMD
- * with a capability or without its seccomp filter. */
-static void __attribute__((noreturn)) command_exec(const struct run_child *rc, int to_init,
-						   int from_init)
-{
-	bool in_userns;
-	int err;
-
-	reset_signals();
-	in_userns = userns_enter(rc, to_init, from_init);
-	close_inherited_fds();
-	/* In its namespace the identity is set already (setgroups is denied
-	 * there); without one it becomes the host identity here. */
-	err = egr_confine_drop_all_caps(in_userns ? NULL : &rc->host_id);
-	if (err)
-		die("cannot drop the command's capabilities: %s", strerror(-err));
-	err = egr_confine_seccomp(rc->conf);
-	if (err)
-		die("cannot install the seccomp filter: %s", strerror(-err));
-	execvp(rc->cmd[0], rc->cmd);
-	err = errno;
-	dprintf(STDERR_FILENO, "egressctl: cannot run %s: %s\n", rc->cmd[0], strerror(err));
-	_exit(err == ENOENT ? 127 : 126);
-}
-
-static int write_proc(pid_t pid, const char *name, const char *val)
-{
-	char path[64];
-	int dfd, err;
-
-	snprintf(path, sizeof(path), "/proc/%d", (int)pid);
-	dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		return -errno;
-	err = write_file_at(dfd, name, val);
-	close(dfd);
-	return err;
-}
-
-/* In pid 1 (still every capability): map the command's new user namespace,
- * one uid and one gid, setgroups denied. 0 or -errno (printed). */
-static int userns_map(const struct run_child *rc, pid_t cmd, int from_cmd, int to_cmd)
-{
-	char map[64], c = 0;
-	int err;
-
-	if (read(from_cmd, &c, 1) != 1 || (c != USERNS_MADE && c != USERNS_NONE))
-		return -ECHILD; /* it said why */
-	if (c == USERNS_NONE)
-		return 0; /* nothing to map: it became the host identity itself */
-	err = write_proc(cmd, "setgroups", "deny");
-	if (!err) {
-		snprintf(map, sizeof(map), "%u %u 1\n", rc->ns_id.uid, rc->host_id.uid);
-		err = write_proc(cmd, "uid_map", map);
-	}
-	if (!err) {
-		snprintf(map, sizeof(map), "%u %u 1\n", rc->ns_id.gid, rc->host_id.gid);
-		err = write_proc(cmd, "gid_map", map);
-	}
-	if (err) {
-		dprintf(STDERR_FILENO, "egressctl: cannot map the command's user namespace (%u:%u "
-			"as host %u:%u): %s; not running the command\n", rc->ns_id.uid,
-			rc->ns_id.gid, rc->host_id.uid, rc->host_id.gid, strerror(-err));
-		return err;
-	}
-	c = USERNS_MAPPED;
-	return write(to_cmd, &c, 1) == 1 ? 0 : -errno;
-}
-
-static bool keep_kill(int cap, void *ctx)
-{
-	return cap == CAP_KILL; /* to forward signals to a --user command */
-}
-
-/*
- * pid 1 of the command's namespaces: never returns. All signals are blocked
- * on entry (the caller's mask) and the caller's handlers forward SIGINT,
- * SIGTERM and SIGHUP to child_pid, which is 0 here until the command exists.
- */
-static void __attribute__((noreturn)) run_init(const struct run_child *rc, bool join)
-{
-	int err, status, to_init[2], to_cmd[2];
-	sigset_t none;
-	pid_t pid, cmd;
-
-	/* The sandbox does not outlive egressctl: when it dies, so does this
-	 * pid 1, and with it every process of the pid namespace. */
-	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-	/* A session of its own: no controlling terminal (TIOCSTI into the
-	 * caller's terminal needs CAP_SYS_ADMIN then) and no process group
-	 * shared with egressctl or its caller (kill(0) reaches only the
-	 * sandbox). */
-	if (setsid() < 0)
-		die("cannot start a session of its own: %s", strerror(errno));
-	if (join) {
-		/* fork fallback: we are pid 1 of the new pid namespace already;
-		 * into the cgroup first, then a cgroup namespace rooted there. */
-		err = write_file_at(rc->leaffd, "cgroup.procs", "0");
-		if (err)
-			die("cannot move the command into its cgroup: %s", strerror(-err));
-		if (unshare(CLONE_NEWCGROUP | CLONE_NEWNS | CLONE_NEWIPC) < 0)
-			die("cannot make its namespaces: %s", strerror(errno));
-	}
-	if (run_view_enter(rc->view))
-		_exit(CTL_EXIT_RUN_FAILED);
-	/* Only the status pipe (as 3) stays open in pid 1; the command gets 0-2. */
-	if (dup2(rc->status_fd, 3) < 0)
-		die("dup2: %s", strerror(errno));
-#ifdef SYS_close_range
-	syscall(SYS_close_range, 4U, ~0U, 0U);
-#endif
-	fflush(stderr);
-	if (pipe2(to_init, O_CLOEXEC) < 0 || pipe2(to_cmd, O_CLOEXEC) < 0)
-		die("pipe: %s", strerror(errno));
-	cmd = fork();
-	if (cmd < 0)
-		die("cannot fork the command: %s", strerror(errno));
-	if (cmd == 0) {
-		close(to_init[0]);
-		close(to_cmd[1]);
-		command_exec(rc, to_init[1], to_cmd[0]);
-	}
-	child_pid = cmd;
-	close(to_init[1]);
-	close(to_cmd[0]);
-	err = userns_map(rc, cmd, to_init[0], to_cmd[1]);
-	close(to_init[0]);
-	close(to_cmd[1]);
-	if (err) {
-		kill(cmd, SIGKILL);
-		_exit(CTL_EXIT_RUN_FAILED);
-	}
-	/* Nothing in the sandbox may reach into pid 1: not dumpable (its /proc
-	 * files are root's and ptrace-protected), no capability but CAP_KILL,
-	 * the same seccomp filter. */
-	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
-	err = egr_caps_restrict(keep_kill, NULL, NULL);
-	if (!err)
-		err = egr_confine_seccomp(rc->conf);
-	if (err) {
-		kill(cmd, SIGKILL);
-		die("cannot confine the sandbox's pid 1: %s", strerror(-err));
-	}
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	for (;;) {
-		pid = waitpid(-1, &status, 0);
-		if (pid < 0 && errno == EINTR)
-			continue;
-		if (pid < 0)
-			_exit(CTL_EXIT_RUN_FAILED); /* ECHILD: cannot happen before cmd */
-		if (pid != cmd)
-			continue; /* an orphan reparented to us */
-		if (write(3, &status, sizeof(status)) != (ssize_t)sizeof(status))
-			_exit(CTL_EXIT_RUN_FAILED);
-		_exit(0);
-	}
-}
-
-/*
- * Start the command's pid 1 in the leaf cgroup in new namespaces. The
- * caller blocks all signals first. Returns pid 1's pid or -errno.
- */
-static pid_t spawn(const struct run_child *rc)
-{
-	struct clone_args args = {
-		.flags = CLONE_INTO_CGROUP | CLONE_NEWCGROUP | CLONE_NEWPID | CLONE_NEWNS |
-			 CLONE_NEWIPC,
-		.exit_signal = SIGCHLD,
-		.cgroup = (uint64_t)rc->leaffd,
-	};
-	long ret;
-	pid_t pid;
-
-	fflush(stdout);
-	fflush(stderr);
-	/* With CLONE_INTO_CGROUP the new cgroup namespace is rooted at the
-	 * target cgroup (cgroup_post_fork). */
-	ret = syscall(SYS_clone3, &args, sizeof(args));
-	if (ret == 0)
-		run_init(rc, false);
-	if (ret > 0)
-		return (pid_t)ret;
-	if (errno != ENOSYS && errno != EINVAL && errno != E2BIG)
-		return -errno;
-	/* Kernel without clone3 or CLONE_INTO_CGROUP: our next child is pid 1
-	 * of a new pid namespace (egressctl itself stays where it is). */
-	if (unshare(CLONE_NEWPID) < 0)
-		return -errno;
-	pid = fork();
-	if (pid == 0)
-		run_init(rc, true);
-	return pid < 0 ? -errno : pid;
-}
-
-/* --- cleanup -------------------------------------------------------------------- */
-
-static void sleep_ms(long ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
-/* Reap what the command left to us (we are its subreaper). */
-static void reap_orphans(void)
-{
-	while (waitpid(-1, NULL, WNOHANG) > 0)
-		;
-}
-
-/* 1 populated, 0 not, -errno. */
-static int populated(const char *cg)
-{
-	char path[PATH_MAX], line[128];
-	int ret = -ENODATA;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/cgroup.events", cg);
-	f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	while (fgets(line, sizeof(line), f)) {
-		if (strncmp(line, "populated ", 10) == 0) {
-			ret = atoi(line + 10) != 0;
-			break;
-		}
-	}
-	fclose(f);
-	return ret;
-}
-
-/* For kernels without cgroup.kill (before 5.14): SIGKILL every process in
- * the tree, one pass. */
-static void kill_tree_pids(const char *dir)
-{
-	char path[PATH_MAX];
-	struct dirent *de;
-	FILE *f;
-	DIR *d;
-	int pid;
-
-	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
-	f = fopen(path, "re");
-	if (f) {
-		while (fscanf(f, "%d", &pid) == 1)
-			if (pid > 0)
-				kill(pid, SIGKILL);
-		fclose(f);
-	}
-	d = opendir(dir);
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 ||
-		    strcmp(de->d_name, "..") == 0)
-			continue;
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) < sizeof(path))
-			kill_tree_pids(path);
-	}
-	closedir(d);
-}
-
-/* Kill everything in the cgroup tree and wait (bounded) until it is empty.
- * 0, or -EBUSY when processes remain, or -errno. */
-static int empty_cgroup(const char *cg, int cgfd)
-{
-	bool have_kill;
-	int err, pop = 1;
-
-	err = write_file_at(cgfd, "cgroup.kill", "1");
-	have_kill = err != -ENOENT;
-	if (err && have_kill)
-		fprintf(stderr, "egressctl: WARNING: writing %s/cgroup.kill: %s\n", cg,
-			strerror(-err));
-	for (int waited = 0; waited <= KILL_WAIT_MS; waited += POLL_MS) {
-		if (!have_kill || err)
-			kill_tree_pids(cg);
-		reap_orphans();
-		pop = populated(cg);
-		if (pop <= 0)
-			break;
-		sleep_ms(POLL_MS);
-	}
-	if (pop < 0) {
-		fprintf(stderr, "egressctl: WARNING: reading %s/cgroup.events: %s\n", cg,
-			strerror(-pop));
-		return pop;
-	}
-	return pop ? -EBUSY : 0;
-}
-
-/* rmdir the cgroup tree at dir, children first. 0 or the first -errno. */
-static int remove_tree(const char *dir)
-{
-	char path[PATH_MAX];
-	struct dirent *de;
-	int err = 0, e;
-	DIR *d;
-
-	d = opendir(dir);
-	if (!d)
-		return errno == ENOENT ? 0 : -errno;
-	while ((de = readdir(d))) {
-		if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 ||
-		    strcmp(de->d_name, "..") == 0)
-			continue;
-		if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= sizeof(path)) {
-			err = err ?: -ENAMETOOLONG;
-			continue;
-		}
-		e = remove_tree(path);
-		err = err ?: e;
-	}
-	closedir(d);
-	for (int tries = 0; tries < 50; tries++) {
-		if (rmdir(dir) == 0 || errno == ENOENT)
-			return err;
-		if (errno != EBUSY)
-			break;
-		sleep_ms(POLL_MS); /* the last tasks may still be on their way out */
-	}
-	return err ?: -errno;
-}
-
-/* status: how the command ended, for the execution's audit record (detach
- * only; NULL when unknown). */
 static int request_cgroup(struct ctl *c, const char *op, const char *cg, json_t *policy,
 			  const char *status, char *code, size_t codelen)
 {
@@ -937,135 +372,6 @@ static int request_cgroup(struct ctl *c, const char *op, const char *cg, json_t 
 	json_decref(req);
 	json_decref(resp);
 	return rc;
-}
-
-/* --- limits and the command's view ------------------------------------------- */
-
-/* Read a small cgroup file into buf (NUL-terminated, newline stripped). */
-static int read_small(const char *dir, const char *name, char *buf, size_t len)
-{
-	char path[PATH_MAX];
-	ssize_t n;
-	int fd;
-
-	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path))
-		return -ENAMETOOLONG;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	n = read(fd, buf, len - 1);
-	close(fd);
-	if (n < 0)
-		return -errno;
-	buf[n] = '\0';
-	buf[strcspn(buf, "\n")] = '\0';
-	return 0;
-}
-
-/* Is word one of the space-separated words of list? */
-static bool has_word(const char *list, const char *word)
-{
-	size_t n = strlen(word);
-
-	for (const char *p = list; (p = strstr(p, word)); p += n)
-		if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
-			return true;
-	return false;
-}
-
-/*
- * Make controller ctrl available to the children of parent (its
- * cgroup.subtree_control), for option opt. 0, or -errno after saying
- * exactly what is missing: a limit is never silently not applied.
- */
-static int enable_controller(const char *mnt, const char *parent, const char *ctrl,
-			     const char *opt)
-{
-	char have[512], root[512], add[32];
-	int fd, err;
-
-	err = read_small(parent, "cgroup.controllers", have, sizeof(have));
-	if (err) {
-		fprintf(stderr, "egressctl: run: %s: cannot read %s/cgroup.controllers: %s\n", opt,
-			parent, strerror(-err));
-		return err;
-	}
-	if (!has_word(have, ctrl)) {
-		if (read_small(mnt, "cgroup.controllers", root, sizeof(root)))
-			snprintf(root, sizeof(root), "?");
-		if (!has_word(root, ctrl))
-			fprintf(stderr, "egressctl: run: %s needs the %s controller, which cgroup2 "
-					"does not offer on this host (%s/cgroup.controllers: \"%s\"; "
-					"it may be bound to a cgroup v1 hierarchy); not running the "
-					"command\n", opt, ctrl, mnt, root);
-		else
-			fprintf(stderr, "egressctl: run: %s needs the %s controller, which is not "
-					"enabled for %s (add it to the cgroup.subtree_control of its "
-					"parent); not running the command\n", opt, ctrl, parent);
-		return -EOPNOTSUPP;
-	}
-	err = read_small(parent, "cgroup.subtree_control", have, sizeof(have));
-	if (!err && has_word(have, ctrl))
-		return 0;
-	fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0) {
-		err = -errno;
-	} else {
-		snprintf(add, sizeof(add), "+%s", ctrl);
-		err = write_file_at(fd, "cgroup.subtree_control", add);
-		close(fd);
-	}
-	if (err)
-		fprintf(stderr, "egressctl: run: %s: cannot enable the %s controller in "
-				"%s/cgroup.subtree_control: %s; not running the command\n", opt, ctrl,
-			parent, strerror(-err));
-	return err;
-}
-
-/* Enable what the limits need in parent. 0 or -errno (printed). */
-static int limits_prepare(const struct run_opts *o, const char *mnt, const char *parent)
-{
-	int err = 0;
-
-	if (o->pids_max)
-		err = enable_controller(mnt, parent, "pids", "--pids-max");
-	if (!err && o->memory_max)
-		err = enable_controller(mnt, parent, "memory", "--memory-max");
-	return err;
-}
-
-/* Write the limits into the sandbox cgroup (above the command's cgroup
- * namespace root, out of its reach). 0 or -errno (printed). */
-static int limits_apply(const struct run_opts *o, const char *cg, int cgfd)
-{
-	char val[32];
-	int err = 0;
-
-	if (o->pids_max) {
-		snprintf(val, sizeof(val), "%llu", (unsigned long long)o->pids_max);
-		err = write_file_at(cgfd, "pids.max", val);
-		if (err)
-			fprintf(stderr, "egressctl: run: --pids-max: cannot write %s/pids.max: %s\n",
-				cg, strerror(-err));
-	}
-	if (!err && o->memory_max) {
-		snprintf(val, sizeof(val), "%llu", (unsigned long long)o->memory_max);
-		err = write_file_at(cgfd, "memory.max", val);
-		if (err)
-			fprintf(stderr, "egressctl: run: --memory-max: cannot write %s/memory.max: "
-					"%s\n", cg, strerror(-err));
-		/* The limit is on memory, not on memory plus swap. No file: no
-		 * swap accounting (or no swap), nothing to close. */
-		if (!err) {
-			err = write_file_at(cgfd, "memory.swap.max", "0");
-			if (err == -ENOENT)
-				err = 0;
-			else if (err)
-				fprintf(stderr, "egressctl: run: --memory-max: cannot write "
-						"%s/memory.swap.max: %s\n", cg, strerror(-err));
-		}
-	}
-	return err;
 }
 
 /* Shared directories are never covered whole; a socket in one of them is
@@ -1237,9 +543,9 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	default_parent = !o.parent;
 	parent[0] = '\0';
 	parent_created = false;
-	if (make_parent(o.parent, parent, sizeof(parent), &parent_created) ||
-	    limits_prepare(&o, view.cgroup2, parent) ||
-	    make_cgroup(parent, cg, sizeof(cg), &parent_created)) {
+	if (run_make_parent(o.parent, parent, sizeof(parent), &parent_created) ||
+	    run_limits_prepare(&o, view.cgroup2, parent) ||
+	    run_make_cgroup(parent, cg, sizeof(cg), &parent_created)) {
 		rc = CTL_EXIT_RUN_FAILED;
 		goto out_parent;
 	}
@@ -1249,7 +555,7 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 		rc = CTL_EXIT_RUN_FAILED;
 		goto out_rmdir;
 	}
-	if (limits_apply(&o, cg, cgfd)) {
+	if (run_limits_apply(&o, cg, cgfd)) {
 		rc = CTL_EXIT_RUN_FAILED;
 		goto out_rmdir;
 	}
@@ -1307,7 +613,7 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	child = (struct run_child){ .cmd = o.cmd, .leaffd = leaffd, .status_fd = spipe[1],
 				    .conf = &conf, .view = &view, .ns_id = ids.ns,
 				    .host_id = ids.host };
-	pid = spawn(&child);
+	pid = run_spawn(&child);
 	close(spipe[1]);
 	spipe[1] = -1;
 	if (pid < 0) {
@@ -1315,7 +621,7 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 			strerror(-pid));
 		status = -1;
 	} else {
-		child_pid = pid;
+		run_child_pid = pid;
 	}
 	sigprocmask(SIG_SETMASK, &old_mask, NULL);
 	while (pid > 0 && waitpid(pid, &status, 0) < 0) {
@@ -1326,7 +632,7 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 			break;
 		}
 	}
-	child_pid = -1; /* signals from now on are dropped */
+	run_child_pid = -1; /* signals from now on are dropped */
 	/* pid 1 passes the command's own wait status on; without it (pid 1
 	 * failed to set up, or was killed) pid 1's status is the answer. */
 	if (pid > 0 && status >= 0) {
@@ -1338,7 +644,7 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	rc = status < 0 ? CTL_EXIT_RUN_FAILED : exit_status(status);
 
 cleanup:
-	err = empty_cgroup(cg, cgfd);
+	err = run_empty_cgroup(cg, cgfd);
 	if (err) {
 		/* Fail closed: never detach a cgroup that may still hold processes. */
 		fprintf(stderr, "egressctl: ERROR: %s: %s; leaving it attached and in place "
@@ -1373,7 +679,7 @@ out_rmdir:
 		close(cgfd);
 		cgfd = -1;
 	}
-	err = remove_tree(cg);
+	err = run_remove_tree(cg);
 	if (err && attached)
 		fprintf(stderr, "egressctl: ERROR: %s is still attached to egressd and could not be "
 				"removed (%s); detach and remove it by hand\n",

@@ -20,6 +20,7 @@
 #include "inspect.h"
 #include "learned.h"
 #include "execobs.h"
+#include "fileio.h"
 #include "log.h"
 
 /* Destinations listed per execution record at most. */
@@ -94,6 +95,9 @@ int egr_auditlog_open(struct egr_auditlog **out, const struct egr_auditlog_opts 
 			free(al);
 			return err;
 		}
+		/* Records share the loop's fsync; replies wait for it (ctlconn.c). */
+		if ((err = egr_audit_set_commit(al->a, egr_commitq_default())))
+			log_warn("audit: no group commit (%s): one fsync per record", strerror(-err));
 	}
 	*out = al;
 	return 0;

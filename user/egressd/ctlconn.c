@@ -3,7 +3,10 @@
  * Control connections: see ctlconn.h. Each connection is READING (bytes
  * appended as they arrive, level-triggered EPOLLIN) until its newline, then
  * WRITING (EPOLLOUT until the reply is out), then closed or handed to the
- * event stream. One timer closes whatever is past its deadline.
+ * event stream. One timer closes whatever is past its deadline. A reply
+ * whose request wrote records that are not durable yet waits in COMMIT, out
+ * of epoll, until the commit queue's flush (on_commit, once per loop
+ * iteration for every such reply) has put them on disk.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -17,13 +20,14 @@
 
 #include "ctlconn.h"
 #include "events.h"
+#include "fileio.h"
 #include "log.h"
 #include "proto.h"
 
 #define CTL_TICK_MS 50
 #define CTL_READ_CHUNK 65536
 
-enum conn_state { C_READING = 1, C_WRITING };
+enum conn_state { C_READING = 1, C_COMMIT, C_WRITING };
 
 struct conn {
 	struct egr_ctl *ctl;
@@ -36,6 +40,7 @@ struct conn {
 	json_t *req; /* kept for the events --follow hand-over */
 	bool follow;
 	uint32_t follow_sb;
+	uint64_t ticket; /* C_COMMIT: the commit batch the reply waits for */
 	struct conn *next;
 };
 
@@ -44,6 +49,8 @@ struct egr_ctl {
 	struct egr_server *srv;
 	int lfd;
 	int timer_fd;
+	struct egr_commitq *commit; /* NULL: nothing to wait for */
+	bool commit_in_loop;        /* flushed by on_commit, else per reply */
 	struct conn *conns;
 	struct egr_ctl_stats st;
 };
@@ -97,6 +104,27 @@ static int conn_reply(struct conn *c, json_t *reply)
 	return err;
 }
 
+/* c's batch was flushed (err: what the flush returned): send its reply, or
+ * an error in its place when the batch could not be made durable. */
+static int conn_commit_done(struct conn *c, int err)
+{
+	int st = egr_commit_status(c->ctl->commit, c->ticket);
+
+	if (st < 0) {
+		json_t *e = egr_server_error("internal", "the request's audit record could not "
+							 "be made durable; it is not acknowledged");
+
+		log_error("control: reply to pid %d withheld: %s", c->cred.pid,
+			  strerror(-(err ?: st)));
+		c->follow = false;
+		err = conn_reply(c, e);
+		json_decref(e);
+		return err;
+	}
+	c->state = C_WRITING;
+	return egr_loop_add(c->ctl->loop, c->fd, EPOLLOUT, on_conn, c);
+}
+
 /* The newline arrived: parse, answer, start writing. */
 static int conn_request(struct conn *c, size_t len)
 {
@@ -117,6 +145,13 @@ static int conn_request(struct conn *c, size_t len)
 	c->req = req;
 	err = conn_reply(c, reply);
 	json_decref(reply);
+	/* Never acknowledge what is not on disk: wait for the flush. */
+	if (err || !c->ctl->commit || !(c->ticket = egr_commit_ticket(c->ctl->commit)))
+		return err;
+	c->state = C_COMMIT;
+	egr_loop_del(c->ctl->loop, c->fd);
+	if (!c->ctl->commit_in_loop)
+		err = conn_commit_done(c, egr_commitq_flush(c->ctl->commit));
 	return err;
 }
 
@@ -209,7 +244,7 @@ static void on_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 			conn_close(c);
 			return;
 		}
-		if (c->state == C_READING)
+		if (c->state != C_WRITING)
 			return;
 	}
 	rc = conn_write(c);
@@ -219,6 +254,30 @@ static void on_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 	} else if (rc == 1) {
 		conn_done(c);
 	}
+}
+
+/* Flush the commit queue, then release the replies that waited for it; a
+ * batch that could not be made durable turns them into errors. */
+static void on_commit(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
+{
+	struct egr_ctl *ctl = ctx;
+	struct conn *c, *next;
+	int ferr;
+
+	ferr = egr_commitq_sync(ctl->commit);
+	for (c = ctl->conns; c; c = next) {
+		next = c->next;
+		if (c->state != C_COMMIT || !egr_commit_status(ctl->commit, c->ticket))
+			continue; /* pending cannot happen: the flush covered every ticket */
+		if (conn_commit_done(c, ferr)) {
+			conn_close(c);
+			continue;
+		}
+		on_conn(loop, c->fd, EPOLLOUT, c); /* usually sends it all right away */
+	}
+	/* The audit state file names only durable records; it may lag the
+	 * replies (docs/audit.md), so it is written after they are out. */
+	egr_commitq_after(ctl->commit);
 }
 
 static void on_accept(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
@@ -318,6 +377,12 @@ int egr_ctl_start(struct egr_loop *loop, int lfd, struct egr_server *srv, struct
 		free(ctl);
 		return err;
 	}
+	ctl->commit = egr_commitq_default();
+	ctl->commit_in_loop = ctl->commit && egr_commitq_fd(ctl->commit) >= 0 &&
+			      !egr_loop_add(loop, egr_commitq_fd(ctl->commit), EPOLLIN, on_commit,
+					    ctl);
+	if (ctl->commit && !ctl->commit_in_loop)
+		log_warn("control: commit queue not in the loop; one flush per reply");
 	*out = ctl;
 	return 0;
 }
@@ -331,6 +396,8 @@ void egr_ctl_free(struct egr_ctl *ctl)
 	egr_loop_del(ctl->loop, ctl->lfd);
 	egr_loop_del(ctl->loop, ctl->timer_fd);
 	close(ctl->timer_fd);
+	if (ctl->commit_in_loop)
+		egr_loop_del(ctl->loop, egr_commitq_fd(ctl->commit));
 	free(ctl);
 }
 

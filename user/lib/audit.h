@@ -42,13 +42,26 @@ void egr_audit_close(struct egr_audit *a);
 /*
  * Append @record (a JSON object; not modified, not stolen). Its "seq", "ts",
  * "prev", "alg" and "hash" members, if any, are replaced by the writer's.
- * The line is written whole and fsynced before this returns 0; on failure
+ * The line is written whole and fsynced before this returns 0 (with group
+ * commit: written, and fsynced by the next flush); on failure
  * nothing of it stays in the log, the failure counter is bumped and a
  * negative errno is returned. A failure to update the state file or to
  * compress a rotated file after the record is durable is counted and logged
  * but returns 0 (the record is in the log; retrying would duplicate it).
  */
 int egr_audit_append(struct egr_audit *a, json_t *record);
+
+/*
+ * Group commit: from now on egr_audit_append() writes the line but leaves
+ * the fsync (and the state file) to @q's next egr_commitq_flush(), which
+ * syncs every record appended since the last flush at once. A caller that
+ * acknowledges a record to someone takes egr_commit_ticket(q) after the
+ * append and answers only when egr_commit_status() says durable; a failed
+ * sync cuts the unsynced records off again and their tickets fail.
+ * egr_audit_close() syncs what is pending. -EINVAL if already set.
+ */
+struct egr_commitq;
+int egr_audit_set_commit(struct egr_audit *a, struct egr_commitq *q);
 
 /* Append {"type":"audit_gap","reason":@reason,"lost":@lost}. */
 int egr_audit_record_gap(struct egr_audit *a, const char *reason, uint64_t lost);

@@ -1,7 +1,16 @@
 # Group commit (issue 10): egressd answers a request only once the audit
-# records it wrote are on disk, and requests share that fsync. exec'd by
-# run.py after its own tests, in run.py's namespace.
+# records it wrote are on disk, and requests share that fsync.
+import json
+import os
 import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
 
 CM_ATTACHES = 6   # concurrent attaches of the crash test
 CM_KILL_AFTER = 3  # kill -9 egressd once this many were acknowledged

@@ -134,6 +134,15 @@ $(OUT)/tests/test_%: tests/unit/test_%.c $(OUT)/libegr.a $(wildcard include/*.h)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) $< $(OUT)/libegr.a $(LDFLAGS) $(LIBS) -lcmocka -o $@
 
+# The registry's set and state files are daemon objects; its test links them.
+REGISTRY_TEST_OBJS := $(OUT)/user/egressd/registry/registry.o $(OUT)/user/egressd/registry/statefile.o
+$(OUT)/tests/test_registry: tests/unit/test_registry.c $(REGISTRY_TEST_OBJS) $(OUT)/libegr.a \
+			    $(wildcard user/egressd/*.h user/egressd/*/*.h)
+	$(call msg,CC,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -Iuser/egressd $< $(REGISTRY_TEST_OBJS) $(OUT)/libegr.a $(LDFLAGS) $(LIBS) \
+		-lcmocka -o $@
+
 $(OUT)/tests/%: tests/e2e/%.c $(wildcard include/*.h)
 	$(call msg,CC,$@)
 	@mkdir -p $(@D)

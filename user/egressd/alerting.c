@@ -203,7 +203,6 @@ void egr_alerting_forget_sandbox(struct egr_alerting *al, uint32_t sandbox)
 static void sample_volume(struct egr_alerting *al, uint64_t now, uint64_t interval_ns)
 {
 	struct egr_registry *r = al->reg;
-
 	size_t ntenants = egr_reg_tenant_count(r);
 
 	if (al->nprev < ntenants) {
@@ -227,7 +226,8 @@ static void sample_volume(struct egr_alerting *al, uint64_t now, uint64_t interv
 		delta = m.bytes_out >= al->prev[i].bytes_out ? m.bytes_out - al->prev[i].bytes_out
 							     : m.bytes_out;
 		if (al->prev[i].seen)
-			egr_alerts_volume(al->alerts, egr_reg_tenant_name(r, (uint32_t)(i + 1)), delta, interval_ns, now);
+			egr_alerts_volume(al->alerts, egr_reg_tenant_name(r, (uint32_t)(i + 1)),
+					  delta, interval_ns, now);
 		al->prev[i].bytes_out = m.bytes_out;
 		al->prev[i].seen = true;
 	}

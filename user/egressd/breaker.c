@@ -264,7 +264,6 @@ static void metrics_source(void *ctx, struct egr_mbuf *mb)
 	egr_mbuf_family(mb, "egressd_sandbox_quarantined", "gauge",
 			"1 for a sandbox its circuit breaker quarantined (network.breaker).");
 	for (const struct egr_sb *sb; (sb = egr_reg_next(b->reg, &it));) {
-
 		if (!sb->quarantined)
 			continue;
 		n++;

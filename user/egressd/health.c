@@ -49,6 +49,7 @@ json_t *egr_health_problems(struct egr_health *h)
 	uint64_t cnt[EGR_CNT_MAX], now = mono_ns();
 	struct egr_bpf *b = egr_reg_bpf(h->reg);
 	struct bpf_map *map;
+	struct egr_reg_iter it = { 0 };
 	struct stat st;
 
 	if (!arr)
@@ -78,8 +79,6 @@ json_t *egr_health_problems(struct egr_health *h)
 				add(arr, "pins: map %s is not pinned at %s", bpf_map__name(map), path);
 		}
 	}
-	struct egr_reg_iter it = { 0 };
-
 	for (const struct egr_sb *sb; (sb = egr_reg_next(h->reg, &it));)
 		if (!egr_bpf_links_complete(b, sb->id))
 			add(arr, "pins: sandbox %u: not all of its links are pinned", sb->id);

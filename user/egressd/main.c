@@ -528,8 +528,8 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out_sock;
 	}
-	log_info("egressd %s ready: %zu sandbox(es), control socket %s", EGRESSD_VERSION, egr_reg_count(reg),
-		 o.socket);
+	log_info("egressd %s ready: %zu sandbox(es), control socket %s", EGRESSD_VERSION,
+		 egr_reg_count(reg), o.socket);
 	egr_notify("READY=1\nSTATUS=running: %zu sandbox(es)", egr_reg_count(reg));
 	err = egr_loop_run(loop);
 	egr_notify("STOPPING=1\nSTATUS=stopping; sandboxes stay enforced");

@@ -320,6 +320,7 @@ json_t *egr_metrics_stats_json(struct egr_metrics *m, const char *tenant)
 	struct egr_registry *r = m->reg;
 	json_t *tenants = json_array(), *sbs = json_array(), *o, *q;
 	struct egr_figures f;
+	struct egr_reg_iter it = { 0 };
 
 	if (!tenants || !sbs)
 		goto oom;
@@ -339,8 +340,6 @@ json_t *egr_metrics_stats_json(struct egr_metrics *m, const char *tenant)
 			json_object_set_new(o, "quota", q);
 		json_array_append_new(tenants, o);
 	}
-	struct egr_reg_iter it = { 0 };
-
 	for (const struct egr_sb *sb; (sb = egr_reg_next(r, &it));) {
 		if (tenant && (!sb->tenant || strcmp(tenant, sb->tenant)))
 			continue;
@@ -595,6 +594,7 @@ static void emit_health(struct egr_metrics *m, struct egr_mbuf *b)
 	struct egr_bpf *bpf = egr_reg_bpf(r);
 	uint64_t cnt[EGR_CNT_MAX], e, c, rules4 = 0, rules6 = 0;
 	bool have_cnt = egr_bpf_counters(bpf, cnt) == 0;
+	struct egr_reg_iter it = { 0 };
 	static const struct {
 		const char *name;
 		size_t off;
@@ -627,8 +627,6 @@ static void emit_health(struct egr_metrics *m, struct egr_mbuf *b)
 	egr_mbuf_family(b, "egressd_map_entries", "gauge",
 			"Entries in a BPF map (egr_allow4/6: the rules of the compiled "
 			"policies, without DNS-learned addresses).");
-	struct egr_reg_iter it = { 0 };
-
 	for (const struct egr_sb *sb; (sb = egr_reg_next(r, &it));) {
 		rules4 += sb->n4;
 		rules6 += sb->n6;

@@ -84,7 +84,7 @@ static void quarantine(struct egr_registry *r, uint32_t id, const char *type, co
 		reg_destroy_sockets(id, path, cg, NULL);
 	snprintf(reason, sizeof(reason), "%s", why);
 	h = egr_reg_held_add(r, id, tenant, cg, path[0] ? path : NULL, EGR_HELD_TAMPERED, reason,
-		     time(NULL));
+			     time(NULL));
 	if (h && egr_state_save_held(&r->st, h))
 		log_error("sandbox %u: cannot record it as held; the next start checks it again", id);
 	log_error("sandbox %u (%s): %s; held under deny-all", id, path[0] ? path : "cgroup unknown",
@@ -103,8 +103,8 @@ static void adopt_held(struct egr_registry *r, uint32_t id, json_t *st, enum egr
 	egr_bpf_adopt_links(r->bpf, id);
 	reg_deny_all(r, id, tenant);
 	if (!egr_reg_held_add(r, id, tenant, cg, cgroup, state,
-		      json_string_value(json_object_get(st, "reason")),
-		      (time_t)json_integer_value(json_object_get(st, "since"))))
+			      json_string_value(json_object_get(st, "reason")),
+			      (time_t)json_integer_value(json_object_get(st, "since"))))
 		log_error("sandbox %u: out of memory; left under deny-all, unmanaged", id);
 	else
 		log_info("sandbox %u (%s): held under deny-all (%s)", id, cgroup ? cgroup : "?",

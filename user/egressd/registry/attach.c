@@ -61,7 +61,7 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 		egr_policy_free(&p);
 		if (!same) {
 			reg_fail(f, EGR_REG_EXISTS, "cgroup",
-			     "%s is already a sandbox with another policy; use update", real);
+				 "%s is already a sandbox with another policy; use update", real);
 			return -EEXIST;
 		}
 		log_info("sandbox %u: attach of %s again with the same policy: nothing to do",
@@ -133,7 +133,7 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 			err = egr_state_save_sb(&r->st, sb, policy);
 		if (err) {
 			reg_fail(f, EGR_REG_INTERNAL, NULL, "attach to held sandbox %u: %s", sb->id,
-			     strerror(-err));
+				 strerror(-err));
 			reg_deny_all(r, sb->id, held->tenant_id);
 			goto undo_rules;
 		}

@@ -118,7 +118,7 @@ static int retire(struct egr_registry *r, const struct egr_sb *sb, const json_t 
 	err = egr_state_save_held(&r->st, &h);
 	if (err) {
 		reg_fail(f, EGR_REG_INTERNAL, NULL, "detach sandbox %u: write state: %s", sb->id,
-		     strerror(-err));
+			 strerror(-err));
 		return err;
 	}
 	reg_deny_all(r, sb->id, sb->tenant_id);
@@ -130,8 +130,8 @@ static int retire(struct egr_registry *r, const struct egr_sb *sb, const json_t 
 	if (policy)
 		reg_delete_policy_rules(r, sb->id, sb->policy_id, policy);
 	egr_bpf_forget_sandbox_stats(r->bpf, sb->id);
-	if (!egr_reg_held_add(r, sb->id, sb->tenant_id, sb->cgroup_id, sb->cgroup, EGR_HELD_DETACHED,
-		      h.reason, h.since))
+	if (!egr_reg_held_add(r, sb->id, sb->tenant_id, sb->cgroup_id, sb->cgroup,
+			      EGR_HELD_DETACHED, h.reason, h.since))
 		log_error("sandbox %u: out of memory; held under deny-all, reclaimed at the next "
 			  "start", sb->id);
 	return 0;

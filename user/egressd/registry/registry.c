@@ -315,8 +315,8 @@ const struct egr_held *egr_reg_held_at(const struct egr_registry *r, size_t i)
 }
 
 struct egr_held *egr_reg_held_add(struct egr_registry *r, uint32_t id, uint32_t tenant_id,
-				  uint64_t cgroup_id, const char *cgroup,
-				  enum egr_held_state state, const char *reason, time_t since)
+				  uint64_t cgroup_id, const char *cgroup, enum egr_held_state state,
+				  const char *reason, time_t since)
 {
 	struct egr_held *h;
 

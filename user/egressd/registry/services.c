@@ -154,8 +154,8 @@ int reg_start_dns(struct egr_registry *r, struct egr_sb *sb, const struct egr_po
 	if (netns_fd >= 0)
 		close(netns_fd);
 	if (err)
-		reg_fail(f, EGR_REG_INTERNAL, NULL, "DNS proxy listeners for sandbox %u: %s", sb->id,
-		     strerror(-err));
+		reg_fail(f, EGR_REG_INTERNAL, NULL, "DNS proxy listeners for sandbox %u: %s",
+			 sb->id, strerror(-err));
 	return err;
 }
 
@@ -208,8 +208,8 @@ int reg_start_inspect(struct egr_registry *r, struct egr_sb *sb, const struct eg
 	if (netns_fd >= 0)
 		close(netns_fd);
 	if (err)
-		reg_fail(f, EGR_REG_INTERNAL, NULL, "inspecting proxy listeners for sandbox %u: %s", sb->id,
-		     strerror(-err));
+		reg_fail(f, EGR_REG_INTERNAL, NULL, "inspecting proxy listeners for sandbox %u: %s",
+			 sb->id, strerror(-err));
 	return err;
 }
 

@@ -97,8 +97,8 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	reg_kernel_entry(&ksb, sb, next.policy_id, next.tenant_id, &p);
 	err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
 	if (err) {
-		reg_fail(f, EGR_REG_INTERNAL, NULL, "switch sandbox %u to the new policy: %s", sb->id,
-		     strerror(-err));
+		reg_fail(f, EGR_REG_INTERNAL, NULL, "switch sandbox %u to the new policy: %s",
+			 sb->id, strerror(-err));
 		egr_bpf_del_rules(r->bpf, next.policy_id, &c);
 		if (old_policy)
 			egr_state_save_sb(&r->st, sb, old_policy);
@@ -156,8 +156,8 @@ int egr_reg_set_quarantine(struct egr_registry *r, struct egr_sb *sb, bool on, u
 	ksb.quarantined = on ? 1 : 0;
 	err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
 	if (err) {
-		reg_fail(f, EGR_REG_INTERNAL, NULL, "%s sandbox %u: %s", on ? "quarantine" : "release",
-		     sb->id, strerror(-err));
+		reg_fail(f, EGR_REG_INTERNAL, NULL, "%s sandbox %u: %s",
+			 on ? "quarantine" : "release", sb->id, strerror(-err));
 		return err;
 	}
 	sb->quarantined = on;

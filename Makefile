@@ -152,6 +152,15 @@ $(OUT)/tests/integration/test_%: tests/integration/test_%.c $(OUT)/libegressd.a 
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -Iuser/egressd $< $(OUT)/libegressd.a $(OUT)/libegr.a $(LDFLAGS) $(LIBS) -lcmocka -o $@
 
+# The registry's set and state files are daemon objects; its test links them.
+REGISTRY_TEST_OBJS := $(OUT)/user/egressd/registry/registry.o $(OUT)/user/egressd/registry/statefile.o
+$(OUT)/tests/test_registry: tests/unit/test_registry.c $(REGISTRY_TEST_OBJS) $(OUT)/libegr.a \
+			    $(wildcard user/egressd/*.h user/egressd/*/*.h)
+	$(call msg,CC,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) -Iuser/egressd $< $(REGISTRY_TEST_OBJS) $(OUT)/libegr.a $(LDFLAGS) $(LIBS) \
+		-lcmocka -o $@
+
 $(OUT)/tests/%: tests/e2e/%.c $(wildcard include/*.h)
 	$(call msg,CC,$@)
 	@mkdir -p $(@D)

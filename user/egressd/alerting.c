@@ -203,29 +203,31 @@ void egr_alerting_forget_sandbox(struct egr_alerting *al, uint32_t sandbox)
 static void sample_volume(struct egr_alerting *al, uint64_t now, uint64_t interval_ns)
 {
 	struct egr_registry *r = al->reg;
+	size_t ntenants = egr_reg_tenant_count(r);
 
-	if (al->nprev < r->ntenants) {
-		struct tenant_prev *np = realloc(al->prev, r->ntenants * sizeof(*np));
+	if (al->nprev < ntenants) {
+		struct tenant_prev *np = realloc(al->prev, ntenants * sizeof(*np));
 
 		if (!np)
 			return;
-		memset(np + al->nprev, 0, (r->ntenants - al->nprev) * sizeof(*np));
+		memset(np + al->nprev, 0, (ntenants - al->nprev) * sizeof(*np));
 		al->prev = np;
-		al->nprev = r->ntenants;
+		al->nprev = ntenants;
 	}
-	for (size_t i = 0; i < r->ntenants; i++) {
+	for (size_t i = 0; i < ntenants; i++) {
 		struct egr_meter m;
 		uint64_t delta;
 
-		if (!r->tenants[i])
+		if (!egr_reg_tenant_name(r, (uint32_t)(i + 1)))
 			continue;
-		if (egr_bpf_meter_tenant(r->bpf, (uint32_t)(i + 1), &m))
+		if (egr_bpf_meter_tenant(egr_reg_bpf(r), (uint32_t)(i + 1), &m))
 			memset(&m, 0, sizeof(m));
 		/* A meter that went backwards was recreated: count from zero. */
 		delta = m.bytes_out >= al->prev[i].bytes_out ? m.bytes_out - al->prev[i].bytes_out
 							     : m.bytes_out;
 		if (al->prev[i].seen)
-			egr_alerts_volume(al->alerts, r->tenants[i], delta, interval_ns, now);
+			egr_alerts_volume(al->alerts, egr_reg_tenant_name(r, (uint32_t)(i + 1)),
+					  delta, interval_ns, now);
 		al->prev[i].bytes_out = m.bytes_out;
 		al->prev[i].seen = true;
 	}
@@ -233,7 +235,7 @@ static void sample_volume(struct egr_alerting *al, uint64_t now, uint64_t interv
 
 static void check_health(struct egr_alerting *al)
 {
-	size_t n = al->reg->n;
+	size_t n = egr_reg_count(al->reg);
 	char summary[256];
 
 	if (n * 100 >= (size_t)SANDBOX_MAP_MAX * PRESSURE_PCT) {

@@ -288,7 +288,7 @@ int egr_billing_export(struct egr_billing *b)
 	struct stat st;
 	int fd, err = 0;
 
-	pend = calloc(r->ntenants + 1, sizeof(*pend));
+	pend = calloc(egr_reg_tenant_count(r) + 1, sizeof(*pend));
 	mem = open_memstream(&buf, &blen);
 	if (!pend || !mem) {
 		if (mem)
@@ -298,8 +298,8 @@ int egr_billing_export(struct egr_billing *b)
 		fail(b, "prepare", -ENOMEM);
 		return -ENOMEM;
 	}
-	for (uint32_t tid = 1; tid <= r->ntenants; tid++) {
-		const char *name = r->tenants[tid - 1];
+	for (uint32_t tid = 1; tid <= egr_reg_tenant_count(r); tid++) {
+		const char *name = egr_reg_tenant_name(r, tid);
 		struct tenant_state *t = tenant(b, name, true);
 		struct egr_figures fg;
 		uint64_t now[NF], delta[NF], any = 0;

@@ -58,7 +58,7 @@ static void read_denies(struct egr_breaker *b, const struct egr_sb *sb, struct d
 	struct egr_meter m;
 
 	memset(d, 0, sizeof(*d));
-	if (egr_bpf_meter_sandbox(b->reg->bpf, sb->id, &m) == 0) {
+	if (egr_bpf_meter_sandbox(egr_reg_bpf(b->reg), sb->id, &m) == 0) {
 		d->connect = m.conn_denied;
 		d->datagram = m.dgram_denied;
 		d->socket = m.sock_denied;
@@ -69,7 +69,8 @@ static void read_denies(struct egr_breaker *b, const struct egr_sb *sb, struct d
 	/* The inspecting proxy's refusals (fronting, names not allowed): a
 	 * tool probing it is probing the policy. socket includes setsockopt
 	 * refusals (the kernel meter counts both per sandbox). */
-	if (b->reg->inspect && egr_inspect_sandbox_denied(b->reg->inspect, sb->id, &d->inspect))
+	if (egr_reg_inspect(b->reg) &&
+	    egr_inspect_sandbox_denied(egr_reg_inspect(b->reg), sb->id, &d->inspect))
 		d->inspect = 0;
 	d->total = d->connect + d->datagram + d->socket + d->backstop + d->dns + d->inspect;
 }
@@ -183,11 +184,11 @@ void egr_breaker_check(struct egr_breaker *b)
 {
 	uint64_t now = mono_ns();
 	struct track **pt;
+	struct egr_reg_iter it = { 0 };
 
 	for (struct track *t = b->tracks; t; t = t->next)
 		t->seen = false;
-	for (size_t i = 0; i < b->reg->n; i++) {
-		struct egr_sb *sb = b->reg->sbs[i];
+	for (struct egr_sb *sb; (sb = egr_reg_next(b->reg, &it));) {
 		uint32_t max = sb->breaker_max_denies ? sb->breaker_max_denies : b->o.max_denies;
 		uint32_t win = sb->breaker_max_denies ? sb->breaker_window_s : b->o.window_s;
 		struct track *t;
@@ -258,12 +259,11 @@ static void metrics_source(void *ctx, struct egr_mbuf *mb)
 {
 	struct egr_breaker *b = ctx;
 	size_t n = 0;
+	struct egr_reg_iter it = { 0 };
 
 	egr_mbuf_family(mb, "egressd_sandbox_quarantined", "gauge",
 			"1 for a sandbox its circuit breaker quarantined (network.breaker).");
-	for (size_t i = 0; i < b->reg->n; i++) {
-		const struct egr_sb *sb = b->reg->sbs[i];
-
+	for (const struct egr_sb *sb; (sb = egr_reg_next(b->reg, &it));) {
 		if (!sb->quarantined)
 			continue;
 		n++;
@@ -288,9 +288,10 @@ int egr_breaker_add_metrics(struct egr_breaker *b, struct egr_metrics *m)
 json_t *egr_breaker_status(const struct egr_breaker *b)
 {
 	size_t n = 0;
+	struct egr_reg_iter it = { 0 };
 
-	for (size_t i = 0; i < b->reg->n; i++)
-		n += b->reg->sbs[i]->quarantined;
+	for (const struct egr_sb *sb; (sb = egr_reg_next(b->reg, &it));)
+		n += sb->quarantined;
 	return json_pack("{s:o, s:i, s:I, s:I}", "default",
 			 b->o.max_denies ? json_pack("{s:i, s:i}", "max_denies",
 						     (int)b->o.max_denies, "window_s",

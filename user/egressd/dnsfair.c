@@ -22,6 +22,8 @@ json_t *egr_dnsfair_json(const struct egr_dnsproxy *p, uint32_t sandbox_id)
 void egr_dnsfair_metrics(void *ctx, struct egr_mbuf *b)
 {
 	const struct egr_registry *reg = ctx;
+	struct egr_dnsproxy *dns = egr_reg_dns(reg);
+	struct egr_reg_iter it = { 0 };
 	static const char *const reasons[] = { "rate", "inflight", "evicted", "foreign" };
 
 	egr_mbuf_family(b, "egressd_dns_shed_total", "counter",
@@ -29,12 +31,11 @@ void egr_dnsfair_metrics(void *ctx, struct egr_mbuf *b)
 			"rate, past its in-flight share, evicted for a sandbox with fewer in "
 			"flight, or sent to its listener by a socket not of that sandbox "
 			"(docs/dns.md).");
-	for (size_t i = 0; reg->dns && i < reg->n; i++) {
-		const struct egr_sb *sb = reg->sbs[i];
+	for (const struct egr_sb *sb; dns && (sb = egr_reg_next(reg, &it));) {
 		struct egr_dnsproxy_stats st;
 		uint64_t v[4];
 
-		if (egr_dnsproxy_stats(reg->dns, sb->id, &st))
+		if (egr_dnsproxy_stats(dns, sb->id, &st))
 			continue;
 		v[0] = st.shed_rate;
 		v[1] = st.shed_inflight;

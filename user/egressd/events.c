@@ -189,8 +189,8 @@ static void put_identity(struct egr_events *ev, json_t *o, uint32_t sandbox, uin
 				exec = ev->gone[i].execution_id;
 			}
 	}
-	if (!tenant && tenant_id && tenant_id <= ev->reg->ntenants)
-		tenant = ev->reg->tenants[tenant_id - 1];
+	if (!tenant && tenant_id)
+		tenant = egr_reg_tenant_name(ev->reg, tenant_id);
 	if (!json_object_get(o, "tenant"))
 		json_object_set_new(o, "tenant", tenant ? json_string(tenant) : json_null());
 	if (!json_object_get(o, "execution_id"))

@@ -27,7 +27,7 @@ void egr_health_init(struct egr_health *h)
 
 	h->lost_rise_ns = 0;
 	h->lost_seen = 0;
-	if (h->reg && egr_bpf_counters(h->reg->bpf, cnt) == 0)
+	if (h->reg && egr_bpf_counters(egr_reg_bpf(h->reg), cnt) == 0)
 		h->lost_seen = cnt[EGR_CNT_EVENTS_LOST];
 }
 
@@ -47,15 +47,16 @@ json_t *egr_health_problems(struct egr_health *h)
 {
 	json_t *arr = json_array();
 	uint64_t cnt[EGR_CNT_MAX], now = mono_ns();
-	struct egr_bpf *b = h->reg->bpf;
+	struct egr_bpf *b = egr_reg_bpf(h->reg);
 	struct bpf_map *map;
+	struct egr_reg_iter it = { 0 };
 	struct stat st;
 
 	if (!arr)
 		return NULL;
 	if (h->metrics_wanted && !egr_metrics_serving(h->metrics))
 		add(arr, "metrics: /metrics is not served (the address did not bind)");
-	if (!h->reg->dns)
+	if (!egr_reg_dns(h->reg))
 		add(arr, "dns: the DNS proxy is down; sandboxes get no DNS");
 	if (egr_bpf_counters(b, cnt) == 0) {
 		if (cnt[EGR_CNT_EVENTS_LOST] > h->lost_seen) {
@@ -78,9 +79,8 @@ json_t *egr_health_problems(struct egr_health *h)
 				add(arr, "pins: map %s is not pinned at %s", bpf_map__name(map), path);
 		}
 	}
-	for (size_t i = 0; i < h->reg->n; i++)
-		if (!egr_bpf_links_complete(b, h->reg->sbs[i]->id))
-			add(arr, "pins: sandbox %u: not all of its links are pinned",
-			    h->reg->sbs[i]->id);
+	for (const struct egr_sb *sb; (sb = egr_reg_next(h->reg, &it));)
+		if (!egr_bpf_links_complete(b, sb->id))
+			add(arr, "pins: sandbox %u: not all of its links are pinned", sb->id);
 	return arr;
 }

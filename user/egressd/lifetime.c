@@ -276,11 +276,9 @@ static void detach(struct egr_lifetime *lt, struct egr_sb *sb, const char *statu
 	struct egr_fail f;
 	uint32_t id = sb->id;
 
-	free(sb->end_status);
-	sb->end_status = strdup(status);
-	if (!sb->end_status)
+	if (egr_reg_set_end_status(lt->reg, sb, status))
 		log_warn("sandbox %u: out of memory; its audit record says \"detached\"", id);
-	if (egr_reg_detach(lt->reg, sb, NULL, &f))
+	if (egr_reg_detach(lt->reg, sb, &f))
 		log_error("sandbox %u: detach (%s): %s; it stays enforced", id, status,
 			  f.e.message);
 }
@@ -394,7 +392,8 @@ static void tie_or_end(struct egr_lifetime *lt, struct egr_sb *sb)
 
 void egr_lifetime_check(struct egr_lifetime *lt)
 {
-	size_t n = lt->reg->n;
+	size_t n = egr_reg_count(lt->reg), k = 0;
+	struct egr_reg_iter it = { 0 };
 	uint32_t *ids;
 
 	/* Ties of sandboxes detached since. */
@@ -406,8 +405,8 @@ void egr_lifetime_check(struct egr_lifetime *lt)
 	}
 	/* Detaching changes the registry: by id. */
 	ids = n ? calloc(n, sizeof(*ids)) : NULL;
-	for (size_t i = 0; ids && i < n; i++)
-		ids[i] = lt->reg->sbs[i]->id;
+	for (const struct egr_sb *sb; ids && k < n && (sb = egr_reg_next(lt->reg, &it));)
+		ids[k++] = sb->id;
 	for (size_t i = 0; ids && i < n; i++) {
 		struct egr_sb *sb = egr_reg_find(lt->reg, NULL, ids[i]);
 		uint64_t now = 0;

@@ -243,14 +243,14 @@ static void on_sighup(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 			 "old values): %s", restart);
 out:
 	egr_options_free(&next);
-	egr_notify("READY=1\nSTATUS=running: %zu sandbox(es)", r->reg->n);
+	egr_notify("READY=1\nSTATUS=running: %zu sandbox(es)", egr_reg_count(r->reg));
 }
 
 int main(int argc, char **argv)
 {
 	struct egr_features feat = { 0 };
 	struct egr_escape escape = { 0 };
-	struct egr_registry reg;
+	struct egr_registry *reg = NULL;
 	struct egr_bpf bpf;
 	struct egr_options o;
 	struct egr_health health = { 0 };
@@ -270,7 +270,7 @@ int main(int argc, char **argv)
 	char audit_path[512], audit_state[512], alerts_path[512];
 	struct egr_dnsproxy *dns = NULL;
 	struct egr_learned *learned = NULL;
-	struct dns_ctx dctx = { .reg = &reg };
+	struct dns_ctx dctx = { 0 };
 	struct egr_inspect *inspect = NULL;
 	struct egr_guard *guard = NULL;
 	struct egr_lifetime *lifetime = NULL;
@@ -341,7 +341,12 @@ int main(int argc, char **argv)
 	}
 	/* The DNS proxy exists before adoption, which reopens the listeners of
 	 * every adopted sandbox. Without it sandboxes get no DNS (closed). */
-	memset(&reg, 0, sizeof(reg));
+	if (egr_reg_new(&reg)) {
+		log_error("registry: out of memory");
+		rc = 1;
+		goto out;
+	}
+	dctx.reg = reg;
 	err = egr_learned_new(&bpf, o.dns_max_learned, &learned);
 	if (!err && !o.dns.nupstreams)
 		err = egr_dnsproxy_resolv_conf("/etc/resolv.conf", &o.dns);
@@ -369,7 +374,6 @@ int main(int argc, char **argv)
 	if (err)
 		log_error("inspecting proxy: %s; inspected sandboxes will have no TCP",
 			  strerror(-err));
-	reg.inspect = inspect;
 	/* The audit log before adoption: its hooks see every sandbox. */
 	egr_notify("STATUS=opening the audit log, adopting the pinned sandboxes");
 	if (mkdir(o.state_dir, 0700) < 0 && errno != EEXIST)
@@ -392,22 +396,22 @@ int main(int argc, char **argv)
 	snprintf(alerts_path, sizeof(alerts_path), "%s/alerts.jsonl", o.state_dir);
 	if (!o.alerts.file)
 		o.alerts.file = alerts_path;
-	err = egr_alerting_new(&alerting, &o.alerts, &reg, loop);
+	err = egr_alerting_new(&alerting, &o.alerts, reg, loop);
 	if (err) {
 		log_error("alerts %s: %s", o.alerts.file, strerror(-err));
 		rc = 1;
 		goto out;
 	}
 	egr_auditlog_set_sinks(audit, NULL, alerting);
-	err = egr_reg_init(&reg, &bpf, o.state_dir, &hooks, dns, learned);
-	reg.host_lsm_cgroup = feat.lsm_cgroup;
+	err = egr_reg_init(reg, &bpf, o.state_dir, &hooks, dns, inspect, learned);
+	egr_reg_set_host_lsm_cgroup(reg, feat.lsm_cgroup);
 	if (err) {
 		log_error("state dir %s: %s", o.state_dir, strerror(-err));
 		rc = 1;
 		goto out;
 	}
 	/* Pins removed from now on are pinned again within a second. */
-	err = egr_guard_start(&guard, loop, &bpf, &reg, audit);
+	err = egr_guard_start(&guard, loop, &bpf, reg, audit);
 	if (err) {
 		log_error("pin guard: %s", strerror(-err));
 		rc = 1;
@@ -415,14 +419,14 @@ int main(int argc, char **argv)
 	}
 	srv.guard = guard;
 	/* Cgroups removed and launchers gone are noticed within a second. */
-	err = egr_lifetime_start(&lifetime, loop, &reg);
+	err = egr_lifetime_start(&lifetime, loop, reg);
 	if (err) {
 		log_error("sandbox lifetime watch: %s", strerror(-err));
 		rc = 1;
 		goto out;
 	}
 	srv.lifetime = lifetime;
-	err = egr_events_new(&events, &bpf, &reg, loop, o.events_keep, o.state_dir);
+	err = egr_events_new(&events, &bpf, reg, loop, o.events_keep, o.state_dir);
 	if (!err)
 		dctx.events = events;
 	if (err) {
@@ -439,19 +443,19 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
-	srv.reg = &reg;
+	srv.reg = reg;
 	srv.features = &feat;
 	srv.group = o.group;
 	srv.events = events;
 	srv.alerting = alerting;
 	srv.audit = audit;
 	/* Metering export: /metrics and the billing lines (docs/metering.md). */
-	err = egr_metrics_new(&metrics, &reg, o.metrics_max_sandboxes);
+	err = egr_metrics_new(&metrics, reg, o.metrics_max_sandboxes);
 	if (!err) {
 		dctx.metrics = metrics;
 		err = egr_metrics_add_source(metrics, layers_source, &feat);
 		if (!err)
-			err = egr_metrics_add_source(metrics, egr_dnsfair_metrics, &reg);
+			err = egr_metrics_add_source(metrics, egr_dnsfair_metrics, reg);
 		if (!err)
 			err = egr_metrics_add_source(metrics, egr_events_metrics, events);
 	}
@@ -469,7 +473,7 @@ int main(int argc, char **argv)
 			  strerror(-err));
 	snprintf(billing_path, sizeof(billing_path), "%s/billing.jsonl", o.state_dir);
 	snprintf(billing_state, sizeof(billing_state), "%s/billing.state", o.state_dir);
-	err = egr_billing_new(&billing, &reg, metrics, o.billing_file ? o.billing_file : billing_path,
+	err = egr_billing_new(&billing, reg, metrics, o.billing_file ? o.billing_file : billing_path,
 			      billing_state);
 	if (!err)
 		err = egr_billing_start(billing, loop, o.billing_interval_s);
@@ -479,7 +483,7 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
-	err = egr_breaker_new(&breaker, &o.breaker, &reg, dns, loop);
+	err = egr_breaker_new(&breaker, &o.breaker, reg, dns, loop);
 	if (!err)
 		err = egr_breaker_add_metrics(breaker, metrics);
 	if (err) {
@@ -511,9 +515,9 @@ int main(int argc, char **argv)
 	rctx.alerting = alerting;
 	rctx.dns = dns;
 	rctx.metrics = metrics;
-	rctx.reg = &reg;
+	rctx.reg = reg;
 	egr_loop_on_sighup(loop, on_sighup, &rctx);
-	health.reg = &reg;
+	health.reg = reg;
 	health.metrics = metrics;
 	health.metrics_wanted = strcmp(o.metrics_addr, "off") != 0;
 	egr_health_init(&health);
@@ -524,9 +528,9 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out_sock;
 	}
-	log_info("egressd %s ready: %zu sandbox(es), control socket %s", EGRESSD_VERSION, reg.n,
-		 o.socket);
-	egr_notify("READY=1\nSTATUS=running: %zu sandbox(es)", reg.n);
+	log_info("egressd %s ready: %zu sandbox(es), control socket %s", EGRESSD_VERSION,
+		 egr_reg_count(reg), o.socket);
+	egr_notify("READY=1\nSTATUS=running: %zu sandbox(es)", egr_reg_count(reg));
 	err = egr_loop_run(loop);
 	egr_notify("STOPPING=1\nSTATUS=stopping; sandboxes stay enforced");
 	rc = err ? 1 : 0;
@@ -547,7 +551,7 @@ out:
 	egr_events_free(events);
 	egr_lifetime_free(lifetime);
 	egr_guard_free(guard);
-	egr_reg_free(&reg);
+	egr_reg_free(reg);
 	egr_alerting_free(alerting);
 	egr_auditlog_close(audit);
 	egr_dnsproxy_free(dns);

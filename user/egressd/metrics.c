@@ -183,7 +183,7 @@ int egr_metrics_tenant(struct egr_metrics *m, uint32_t tenant_id, struct egr_fig
 	int err;
 
 	memset(out, 0, sizeof(*out));
-	err = egr_bpf_meter_tenant(m->reg->bpf, tenant_id, &out->m);
+	err = egr_bpf_meter_tenant(egr_reg_bpf(m->reg), tenant_id, &out->m);
 	if (err)
 		memset(&out->m, 0, sizeof(out->m));
 	if (tenant_id < m->ndns_tenant) {
@@ -202,7 +202,7 @@ int egr_metrics_sandbox(struct egr_metrics *m, uint32_t sandbox_id, uint32_t ten
 	int err;
 
 	memset(out, 0, sizeof(*out));
-	err = egr_bpf_meter_sandbox(m->reg->bpf, sandbox_id, &out->m);
+	err = egr_bpf_meter_sandbox(egr_reg_bpf(m->reg), sandbox_id, &out->m);
 	if (err)
 		memset(&out->m, 0, sizeof(out->m));
 	if (d) {
@@ -292,7 +292,7 @@ static uint64_t fig_val(const struct egr_figures *f, size_t i)
 
 static const char *tenant_name(struct egr_registry *r, uint32_t tid)
 {
-	return tid >= 1 && tid <= r->ntenants ? r->tenants[tid - 1] : NULL;
+	return egr_reg_tenant_name(r, tid);
 }
 
 static json_t *quota_json(int fd, uint32_t id)
@@ -320,10 +320,11 @@ json_t *egr_metrics_stats_json(struct egr_metrics *m, const char *tenant)
 	struct egr_registry *r = m->reg;
 	json_t *tenants = json_array(), *sbs = json_array(), *o, *q;
 	struct egr_figures f;
+	struct egr_reg_iter it = { 0 };
 
 	if (!tenants || !sbs)
 		goto oom;
-	for (uint32_t tid = 1; tid <= r->ntenants; tid++) {
+	for (uint32_t tid = 1; tid <= egr_reg_tenant_count(r); tid++) {
 		const char *name = tenant_name(r, tid);
 
 		if (tenant && strcmp(tenant, name))
@@ -334,14 +335,12 @@ json_t *egr_metrics_stats_json(struct egr_metrics *m, const char *tenant)
 			goto oom;
 		json_object_set_new(o, "tenant", json_string(name));
 		json_object_set_new(o, "tenant_id", json_integer(tid));
-		q = quota_json(r->bpf->fd_quota_tenant, tid);
+		q = quota_json(egr_reg_bpf(r)->fd_quota_tenant, tid);
 		if (q)
 			json_object_set_new(o, "quota", q);
 		json_array_append_new(tenants, o);
 	}
-	for (size_t i = 0; i < r->n; i++) {
-		const struct egr_sb *sb = r->sbs[i];
-
+	for (const struct egr_sb *sb; (sb = egr_reg_next(r, &it));) {
 		if (tenant && (!sb->tenant || strcmp(tenant, sb->tenant)))
 			continue;
 		egr_metrics_sandbox(m, sb->id, sb->tenant_id, &f);
@@ -353,7 +352,7 @@ json_t *egr_metrics_stats_json(struct egr_metrics *m, const char *tenant)
 		json_object_set_new(o, "execution_id",
 				    sb->execution_id ? json_string(sb->execution_id) : json_null());
 		json_object_set_new(o, "cgroup", json_string(sb->cgroup));
-		q = quota_json(r->bpf->fd_quota_sb, sb->id);
+		q = quota_json(egr_reg_bpf(r)->fd_quota_sb, sb->id);
 		if (q)
 			json_object_set_new(o, "quota", q);
 		json_array_append_new(sbs, o);
@@ -456,20 +455,24 @@ static void emit_sandboxes(struct egr_metrics *m, struct egr_mbuf *b)
 	struct egr_sb **sorted = NULL;
 	struct series *rows = NULL;
 	uint32_t *folded = NULL;
-	size_t nrows = 0, nfolded = 0;
+	size_t nrows = 0, nfolded = 0, n = egr_reg_count(r);
 
-	if (r->n) {
-		sorted = malloc(r->n * sizeof(*sorted));
-		rows = calloc(r->n + r->ntenants + 1, sizeof(*rows));
-		folded = malloc(r->n * sizeof(*folded));
+	if (n) {
+		struct egr_reg_iter it = { 0 };
+		size_t k = 0;
+
+		sorted = malloc(n * sizeof(*sorted));
+		rows = calloc(n + egr_reg_tenant_count(r) + 1, sizeof(*rows));
+		folded = malloc(n * sizeof(*folded));
 		if (!sorted || !rows || !folded) {
 			b->oom = true;
 			goto out;
 		}
-		memcpy(sorted, r->sbs, r->n * sizeof(*sorted));
-		qsort(sorted, r->n, sizeof(*sorted), cmp_sb_id);
+		for (struct egr_sb *sb; k < n && (sb = egr_reg_next(r, &it));)
+			sorted[k++] = sb;
+		qsort(sorted, n, sizeof(*sorted), cmp_sb_id);
 	}
-	for (size_t i = 0; i < r->n; i++) {
+	for (size_t i = 0; i < n; i++) {
 		const struct egr_sb *sb = sorted[i];
 		struct egr_figures f;
 		size_t k;
@@ -521,14 +524,14 @@ out:
 static void emit_tenants(struct egr_metrics *m, struct egr_mbuf *b)
 {
 	struct egr_registry *r = m->reg;
-	struct series *rows = calloc(r->ntenants + 1, sizeof(*rows));
+	struct series *rows = calloc(egr_reg_tenant_count(r) + 1, sizeof(*rows));
 	size_t n = 0;
 
 	if (!rows) {
 		b->oom = true;
 		return;
 	}
-	for (uint32_t tid = 1; tid <= r->ntenants; tid++) {
+	for (uint32_t tid = 1; tid <= egr_reg_tenant_count(r); tid++) {
 		rows[n].tenant = tenant_name(r, tid);
 		egr_metrics_tenant(m, tid, &rows[n].f);
 		n++;
@@ -588,9 +591,10 @@ static void emit_kernel_counters(struct egr_mbuf *b, const uint64_t *cnt)
 static void emit_health(struct egr_metrics *m, struct egr_mbuf *b)
 {
 	struct egr_registry *r = m->reg;
-	struct egr_bpf *bpf = r->bpf;
+	struct egr_bpf *bpf = egr_reg_bpf(r);
 	uint64_t cnt[EGR_CNT_MAX], e, c, rules4 = 0, rules6 = 0;
 	bool have_cnt = egr_bpf_counters(bpf, cnt) == 0;
+	struct egr_reg_iter it = { 0 };
 	static const struct {
 		const char *name;
 		size_t off;
@@ -608,9 +612,9 @@ static void emit_health(struct egr_metrics *m, struct egr_mbuf *b)
 	egr_mbuf_label(b, EGRESSD_VERSION);
 	egr_mbuf_printf(b, "\"} 1\n");
 	egr_mbuf_family(b, "egressd_sandboxes", "gauge", "Sandboxes egressd manages.");
-	egr_mbuf_printf(b, "egressd_sandboxes %zu\n", r->n);
+	egr_mbuf_printf(b, "egressd_sandboxes %zu\n", egr_reg_count(r));
 	egr_mbuf_family(b, "egressd_tenants", "gauge", "Tenants egressd has seen.");
-	egr_mbuf_printf(b, "egressd_tenants %zu\n", r->ntenants);
+	egr_mbuf_printf(b, "egressd_tenants %zu\n", egr_reg_tenant_count(r));
 	egr_mbuf_family(b, "egressd_events_lost_total", "counter",
 			"Events the kernel could not put in the ring buffer.");
 	egr_mbuf_printf(b, "egressd_events_lost_total %llu\n",
@@ -623,9 +627,9 @@ static void emit_health(struct egr_metrics *m, struct egr_mbuf *b)
 	egr_mbuf_family(b, "egressd_map_entries", "gauge",
 			"Entries in a BPF map (egr_allow4/6: the rules of the compiled "
 			"policies, without DNS-learned addresses).");
-	for (size_t i = 0; i < r->n; i++) {
-		rules4 += r->sbs[i]->n4;
-		rules6 += r->sbs[i]->n6;
+	for (const struct egr_sb *sb; (sb = egr_reg_next(r, &it));) {
+		rules4 += sb->n4;
+		rules6 += sb->n6;
 	}
 	{
 		uint64_t caps[sizeof(maps) / sizeof(maps[0])];

@@ -24,6 +24,7 @@
 #include "lifetime.h"
 #include "proto.h"
 #include "server.h"
+#include "control/sandbox_ops.h"
 
 int egr_server_listen(const char *path, gid_t group, int *out_fd)
 {
@@ -147,7 +148,7 @@ static json_t *error_reply(const char *code, const char *field, const char *msg)
 
 static json_t *fail_reply(const struct egr_fail *f)
 {
-	return error_reply(f->code, f->e.field, f->e.message);
+	return error_reply(egr_reg_code_name(f->code), f->e.field, f->e.message);
 }
 
 
@@ -284,13 +285,15 @@ static json_t *do_detach(struct egr_server *s, const json_t *req)
 			return fail_reply(&f);
 		return json_pack("{s:b, s:o}", "ok", 1, "sandbox", egr_held_json(h));
 	}
-	if (status) {
-		/* For the execution's audit record ("exited:0", "killed:9"). */
-		free(sb->end_status);
-		sb->end_status = strdup(json_string_value(status));
-	}
-	if (egr_reg_detach(s->reg, sb, &snap, &f))
+	/* For the execution's audit record ("exited:0", "killed:9"). */
+	if (status && egr_reg_set_end_status(s->reg, sb, json_string_value(status)))
+		log_warn("sandbox %u: out of memory; its audit record says \"detached\"", sb->id);
+	/* The reply shows the sandbox as it was: it is gone after. */
+	snap = egr_sb_json(sb);
+	if (egr_reg_detach(s->reg, sb, &f)) {
+		json_decref(snap);
 		return fail_reply(&f);
+	}
 	return json_pack("{s:b, s:o}", "ok", 1, "sandbox", snap ? snap : json_null());
 }
 
@@ -316,24 +319,7 @@ static json_t *do_release(struct egr_server *s, const json_t *req)
 
 static json_t *do_list(struct egr_server *s, const json_t *req)
 {
-	json_t *arr, *held = json_array();
-
-	arr = json_array();
-	for (size_t i = 0; arr && i < s->reg->n; i++) {
-		json_t *o = egr_sb_json(s->reg->sbs[i]);
-		json_t *dns = json_object_get(o, "dns");
-
-		/* What the proxy served and shed for it (docs/dns.md). */
-		if (json_is_object(dns))
-			json_object_set_new(dns, "proxy",
-					    egr_dnsfair_json(s->reg->dns, s->reg->sbs[i]->id) ?:
-						    json_null());
-		json_array_append_new(arr, o);
-	}
-	for (size_t i = 0; held && i < s->reg->nheld; i++)
-		json_array_append_new(held, egr_held_json(&s->reg->held[i]));
-	/* Held cgroups are not sandboxes with a policy: their own list. */
-	return json_pack("{s:b, s:o, s:o}", "ok", 1, "sandboxes", arr, "held", held);
+	return egr_sandbox_list_reply(s->reg);
 }
 
 static json_t *do_status(struct egr_server *s, const json_t *req)
@@ -343,14 +329,15 @@ static json_t *do_status(struct egr_server *s, const json_t *req)
 	const struct egr_features *ft = s->features;
 
 	counters = json_object();
-	if (counters && egr_bpf_counters(s->reg->bpf, cnt) == 0)
+	if (counters && egr_bpf_counters(egr_reg_bpf(s->reg), cnt) == 0)
 		for (int i = 0; i < EGR_CNT_MAX; i++)
 			json_object_set_new(counters, egr_counter_names[i],
 					    json_integer((json_int_t)cnt[i]));
 	reply = json_pack("{s:b, s:s, s:i, s:s, s:s, s:I, s:{s:b, s:b, s:b, s:b, s:b, s:b}, s:o}",
 			  "ok", 1, "version", EGRESSD_VERSION, "pid", (int)getpid(), "bpffs_dir",
-			  s->reg->bpf->dir, "state_dir", s->reg->state_dir, "sandboxes",
-			  (json_int_t)s->reg->n, "features", "btf", ft->btf, "cgroup2",
+			  egr_reg_bpf(s->reg)->dir, "state_dir", egr_reg_state_dir(s->reg),
+			  "sandboxes", (json_int_t)egr_reg_count(s->reg), "features", "btf", ft->btf,
+			  "cgroup2",
 			  ft->cgroup2, "bpffs", ft->bpffs, "cgroup_sock_addr",
 			  ft->cgroup_sock_addr, "cgroup_sock", ft->cgroup_sock, "bpf_link",
 			  ft->bpf_link, "counters", counters);
@@ -398,8 +385,8 @@ static json_t *do_status_obs(struct egr_server *s, const json_t *req)
 		json_object_set_new(reply, "alerts", egr_alerting_status(s->alerting));
 	if (s->audit)
 		json_object_set_new(reply, "audit", egr_auditlog_status(s->audit));
-	if (s->reg->inspect)
-		json_object_set_new(reply, "inspect", egr_inspect_status(s->reg->inspect));
+	if (egr_reg_inspect(s->reg))
+		json_object_set_new(reply, "inspect", egr_inspect_status(egr_reg_inspect(s->reg)));
 	if (s->breaker)
 		json_object_set_new(reply, "breaker", egr_breaker_status(s->breaker));
 	return reply;
@@ -450,7 +437,7 @@ static json_t *do_stats(struct egr_server *s, const json_t *req)
 	for (size_t i = 0; i < json_array_size(json_object_get(body, "sandboxes")); i++) {
 		json_t *row = json_array_get(json_object_get(body, "sandboxes"), i);
 		json_int_t id = json_integer_value(json_object_get(row, "id"));
-		json_t *dns = id > 0 ? egr_dnsfair_json(s->reg->dns, (uint32_t)id) : NULL;
+		json_t *dns = id > 0 ? egr_dnsfair_json(egr_reg_dns(s->reg), (uint32_t)id) : NULL;
 
 		if (dns)
 			json_object_set_new(row, "dns_proxy", dns);

@@ -1,0 +1,76 @@
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+# Issue 15, the registry (user/egressd/registry/): many sandboxes in the
+# hashed set, some detached from the middle of it (the last one moves into
+# each gap), and every remaining one still found by its id on the
+# ring-event path (its denies carry its own tenant and execution id, never
+# a neighbour's), allowed what its policy allows, and listed; the detached
+# ones' cgroups stay under deny-all.
+#
+# exec'd by run.py in its namespace (see "tests by area" there).
+
+import contextlib
+
+RG_SANDBOXES = 12
+
+
+def rg_execution_id(sb):
+    with open(sb.policy) as f:
+        return json.load(f)["execution_id"]
+
+
+@test
+def registry_many_sandboxes_found_after_removals(c):
+    a, b = c.tcp("rg-a"), c.tcp("rg-b")
+    with contextlib.ExitStack() as stack:
+        sbs = []
+        for i in range(RG_SANDBOXES):
+            sb = stack.enter_context(c.sandbox(["127.0.0.1:%d" % a.port], name="rg%d" % i,
+                                               tenant="%s-rg%d" % (RUN_ID, i)))
+            sbs.append((i, sb, sandbox_id(c, sb)))
+        ids = [sid for _, _, sid in sbs]
+        check(len(set(ids)) == len(ids), "sandbox ids repeat: %r" % ids)
+        # Detach the first, then every third: each removal moves the last
+        # record of the set into its slot.
+        gone = [x for x in sbs if x[0] % 3 == 0]
+        kept = [x for x in sbs if x[0] % 3 != 0]
+        for _, sb, _ in gone:
+            sb.detach()
+        listed = sorted(s["id"] for s in c.list_json())
+        check(listed == sorted(sid for _, _, sid in kept),
+              "list shows %r, expected the kept %r" % (listed, sorted(x[2] for x in kept)))
+        # A detached cgroup is held under deny-all: even what its policy
+        # allowed is refused (no stale record answers for it).
+        for _, sb, _ in gone[:2]:
+            sb.denied("tcp", "127.0.0.1", a.port)
+        # Every kept one: the allowed thing works (the sanity twin), the
+        # denied thing is refused and its event names this sandbox only.
+        for i, sb, sid in kept:
+            sb.allowed("tcp", "127.0.0.1", a.port)
+            sb.denied("tcp", "127.0.0.1", b.port)
+        for i, sb, sid in kept:
+            want_tenant, want_exec = "%s-rg%d" % (RUN_ID, i), rg_execution_id(sb)
+            found = []
+
+            def seen():
+                found[:] = [e for e in obs_events(c, "--sandbox", str(sid))
+                            if e.get("type") == "connect" and e.get("verdict") == "deny" and
+                            e.get("port") == b.port]
+                return bool(found)
+
+            check(wait_until(seen, 5, 0.1), "sandbox %d: no deny event for port %d" %
+                  (sid, b.port))
+            for e in found:
+                check(e.get("sandbox") == sid and e.get("tenant") == want_tenant and
+                      e.get("execution_id") == want_exec,
+                      "sandbox %d's deny is attributed to %r/%r/%r, expected %r/%r" %
+                      (sid, e.get("sandbox"), e.get("tenant"), e.get("execution_id"),
+                       want_tenant, want_exec))
+        # Detached ones left the set for the held list (their cgroups still
+        # exist): status counts only the kept ones.
+        st = obs_status(c)
+        check(st.get("sandboxes") == len(kept), "status counts %r sandboxes, expected %d" %
+              (st.get("sandboxes"), len(kept)))
+        held = json.loads(c.ctl_ok("list", "--json", "--held").stdout)
+        held_ids = sorted(h.get("id") for h in held if h.get("state") == "detached")
+        for _, _, sid in gone:
+            check(sid in held_ids, "detached sandbox %d is not held: %r" % (sid, held))

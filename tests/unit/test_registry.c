@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * The registry's set (user/egressd/registry/registry.c): hashed lookups by
+ * sandbox id and by cgroup id through growth and removal, iteration, and
+ * removal of the sandbox in hand while iterating.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "registry/registry_impl.h"
+
+static struct egr_sb *mk(uint32_t id, uint64_t cgid)
+{
+	struct egr_sb *sb = calloc(1, sizeof(*sb));
+	char path[64];
+
+	assert_non_null(sb);
+	snprintf(path, sizeof(path), "/sys/fs/cgroup/t/%u", id);
+	sb->cgroup = strdup(path);
+	assert_non_null(sb->cgroup);
+	sb->id = id;
+	sb->cgroup_id = cgid;
+	return sb;
+}
+
+/* Cgroup ids far from sandbox ids, and sharing low bits (one bucket if
+ * the hash were the identity). */
+static uint64_t cg_of(uint32_t id)
+{
+	return ((uint64_t)id << 32) | 0x1000;
+}
+
+static void test_lookup_by_id_and_cgroup_id(void **state)
+{
+	struct egr_registry *r = egr_reg_alloc();
+	const uint32_t n = 1000; /* past several rehashes */
+
+	assert_non_null(r);
+	for (uint32_t id = 1; id <= n; id++)
+		assert_int_equal(egr_reg_add(r, mk(id, cg_of(id))), 0);
+	assert_int_equal(egr_reg_count(r), n);
+	for (uint32_t id = 1; id <= n; id++) {
+		struct egr_sb *sb = egr_reg_by_id(r, id);
+
+		assert_non_null(sb);
+		assert_int_equal(sb->id, id);
+		assert_ptr_equal(egr_reg_by_cgroup_id(r, cg_of(id)), sb);
+		assert_ptr_equal(egr_reg_find(r, NULL, id), sb);
+	}
+	assert_null(egr_reg_by_id(r, n + 1));
+	assert_null(egr_reg_by_id(r, 0));
+	assert_null(egr_reg_by_cgroup_id(r, cg_of(n + 1)));
+	assert_null(egr_reg_by_cgroup_id(r, 0x1000));
+	/* By path: the cgroup string (no such path: compared as given). */
+	assert_ptr_equal(egr_reg_find(r, "/sys/fs/cgroup/t/7", 0), egr_reg_by_id(r, 7));
+	assert_null(egr_reg_find(r, "/sys/fs/cgroup/t/7/child", 0));
+	assert_true(egr_reg_confines(r, "/sys/fs/cgroup/t/7/child"));
+	assert_false(egr_reg_confines(r, "/sys/fs/cgroup/t/70000"));
+	egr_reg_free(r);
+}
+
+static void test_duplicate_id_refused(void **state)
+{
+	struct egr_registry *r = egr_reg_alloc();
+	struct egr_sb *a = mk(5, 50), *b = mk(5, 51);
+
+	assert_int_equal(egr_reg_add(r, a), 0);
+	assert_int_equal(egr_reg_add(r, b), -EEXIST);
+	assert_ptr_equal(egr_reg_by_id(r, 5), a);
+	assert_null(egr_reg_by_cgroup_id(r, 51));
+	assert_int_equal(egr_reg_count(r), 1);
+	egr_sb_free(b);
+	egr_reg_free(r);
+}
+
+static void test_remove_keeps_others_found(void **state)
+{
+	struct egr_registry *r = egr_reg_alloc();
+	const uint32_t n = 300;
+
+	for (uint32_t id = 1; id <= n; id++)
+		assert_int_equal(egr_reg_add(r, mk(id, cg_of(id))), 0);
+	/* Remove every third one: the last fills each gap. */
+	for (uint32_t id = 3; id <= n; id += 3) {
+		struct egr_sb *sb = egr_reg_by_id(r, id);
+
+		egr_reg_remove(r, sb);
+		egr_sb_free(sb);
+	}
+	assert_int_equal(egr_reg_count(r), n - n / 3);
+	for (uint32_t id = 1; id <= n; id++) {
+		if (id % 3 == 0) {
+			assert_null(egr_reg_by_id(r, id));
+			assert_null(egr_reg_by_cgroup_id(r, cg_of(id)));
+		} else {
+			assert_non_null(egr_reg_by_id(r, id));
+			assert_ptr_equal(egr_reg_by_cgroup_id(r, cg_of(id)), egr_reg_by_id(r, id));
+		}
+	}
+	/* An id freed is free again. */
+	assert_int_equal(egr_reg_add(r, mk(3, cg_of(3))), 0);
+	assert_int_equal(egr_reg_by_id(r, 3)->cgroup_id, cg_of(3));
+	egr_reg_free(r);
+}
+
+static void test_iteration_sees_each_once(void **state)
+{
+	struct egr_registry *r = egr_reg_alloc();
+	struct egr_reg_iter it = { 0 };
+	unsigned seen[65] = { 0 }, total = 0;
+
+	assert_null(egr_reg_next(r, &it)); /* empty */
+	for (uint32_t id = 1; id <= 64; id++)
+		assert_int_equal(egr_reg_add(r, mk(id, cg_of(id))), 0);
+	memset(&it, 0, sizeof(it));
+	for (struct egr_sb *sb; (sb = egr_reg_next(r, &it));) {
+		seen[sb->id]++;
+		total++;
+	}
+	assert_int_equal(total, 64);
+	for (uint32_t id = 1; id <= 64; id++)
+		assert_int_equal(seen[id], 1);
+	egr_reg_free(r);
+}
+
+/* What a detach from inside a loop does (lifetime, adoption). */
+static void test_remove_current_while_iterating(void **state)
+{
+	struct egr_registry *r = egr_reg_alloc();
+	struct egr_reg_iter it = { 0 };
+	unsigned seen[41] = { 0 }, total = 0;
+
+	for (uint32_t id = 1; id <= 40; id++)
+		assert_int_equal(egr_reg_add(r, mk(id, cg_of(id))), 0);
+	for (struct egr_sb *sb; (sb = egr_reg_next(r, &it));) {
+		seen[sb->id]++;
+		total++;
+		if (sb->id % 2 == 0 || sb->id == 40 || sb->id == 1) {
+			egr_reg_remove(r, sb);
+			egr_sb_free(sb);
+		}
+	}
+	/* Every sandbox seen exactly once, removed or not. */
+	assert_int_equal(total, 40);
+	for (uint32_t id = 1; id <= 40; id++)
+		assert_int_equal(seen[id], 1);
+	assert_int_equal(egr_reg_count(r), 19); /* odd ones but 1 */
+	assert_null(egr_reg_by_id(r, 1));
+	assert_non_null(egr_reg_by_id(r, 3));
+	egr_reg_free(r);
+}
+
+static int remove_all(struct egr_sb *sb, void *ctx)
+{
+	struct egr_registry *r = ctx;
+
+	egr_reg_remove(r, sb);
+	egr_sb_free(sb);
+	return 0;
+}
+
+static int stop_at_5(struct egr_sb *sb, void *ctx)
+{
+	(*(unsigned *)ctx)++;
+	return sb->id == 5 ? -EINTR : 0;
+}
+
+static void test_foreach(void **state)
+{
+	struct egr_registry *r = egr_reg_alloc();
+	unsigned calls = 0;
+
+	for (uint32_t id = 1; id <= 10; id++)
+		assert_int_equal(egr_reg_add(r, mk(id, cg_of(id))), 0);
+	assert_int_equal(egr_reg_foreach(r, stop_at_5, &calls), -EINTR);
+	assert_int_equal(calls, 5); /* in the order added */
+	assert_int_equal(egr_reg_foreach(r, remove_all, r), 0);
+	assert_int_equal(egr_reg_count(r), 0);
+	assert_null(egr_reg_by_id(r, 1));
+	egr_reg_free(r);
+}
+
+static void test_tenants_and_held(void **state)
+{
+	struct egr_registry *r = egr_reg_alloc();
+	bool added;
+
+	assert_int_equal(egr_reg_tenant_intern(r, "acme", &added), 1);
+	assert_true(added);
+	assert_int_equal(egr_reg_tenant_intern(r, "globex", &added), 2);
+	assert_int_equal(egr_reg_tenant_intern(r, "acme", &added), 1);
+	assert_false(added);
+	assert_int_equal(egr_reg_tenant_count(r), 2);
+	assert_string_equal(egr_reg_tenant_name(r, 2), "globex");
+	assert_null(egr_reg_tenant_name(r, 0));
+	assert_null(egr_reg_tenant_name(r, 3));
+
+	assert_non_null(egr_reg_held_add(r, 7, 1, 70, "/sys/fs/cgroup/h/7", EGR_HELD_DETACHED,
+					 "detached", 1));
+	assert_non_null(egr_reg_held_add(r, 8, 1, 80, NULL, EGR_HELD_TAMPERED, "x", 1));
+	assert_int_equal(egr_reg_held_total(r), 2);
+	assert_int_equal(egr_reg_held_count(r, EGR_HELD_TAMPERED), 1);
+	assert_int_equal(egr_reg_find_held(r, NULL, 8)->cgroup_id, 80);
+	assert_true(egr_reg_confines(r, "/sys/fs/cgroup/h/7/x"));
+	egr_reg_held_remove(r, egr_reg_find_held(r, NULL, 7));
+	assert_null(egr_reg_find_held(r, NULL, 7));
+	assert_int_equal(egr_reg_held_at(r, 0)->id, 8);
+	assert_false(egr_reg_confines(r, "/sys/fs/cgroup/h/7/x"));
+	egr_reg_free(r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_lookup_by_id_and_cgroup_id),
+		cmocka_unit_test(test_duplicate_id_refused),
+		cmocka_unit_test(test_remove_keeps_others_found),
+		cmocka_unit_test(test_iteration_sees_each_once),
+		cmocka_unit_test(test_remove_current_while_iterating),
+		cmocka_unit_test(test_foreach),
+		cmocka_unit_test(test_tenants_and_held),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

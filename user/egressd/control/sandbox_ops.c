@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#include <time.h>
+
+#include "control/sandbox_ops.h"
+#include "dnsfair.h"
+#include "registry/statefile.h"
+
+const char *egr_reg_code_name(enum egr_reg_code code)
+{
+	switch (code) {
+	case EGR_REG_BAD_REQUEST:
+		return "bad_request";
+	case EGR_REG_BAD_CGROUP:
+		return "bad_cgroup";
+	case EGR_REG_INVALID_POLICY:
+		return "invalid_policy";
+	case EGR_REG_EXISTS:
+		return "exists";
+	case EGR_REG_NO_SPACE:
+		return "no_space";
+	case EGR_REG_INTERNAL:
+		break;
+	}
+	return "internal";
+}
+
+static json_t *sb_json_base(const struct egr_sb *sb);
+
+static json_t *str_or_null(const char *s)
+{
+	return s ? json_string(s) : json_null();
+}
+
+static json_t *iso_time(time_t t)
+{
+	char buf[32];
+	struct tm tm;
+
+	gmtime_r(&t, &tm);
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return json_string(buf);
+}
+
+json_t *egr_sb_json(const struct egr_sb *sb)
+{
+	json_t *o = sb_json_base(sb);
+
+	if (o) {
+		json_object_set_new(o, "mode", json_string(sb->audit_mode ? "audit" : "enforce"));
+		json_object_set_new(o, "quarantined", json_boolean(sb->quarantined));
+		if (sb->quarantined)
+			json_object_set_new(o, "quarantined_at", iso_time(sb->quarantined_at));
+		json_object_set_new(o, "netns", str_or_null(sb->netns));
+		json_object_set_new(o, "launcher_pid", sb->launcher.pid
+							       ? json_integer(sb->launcher.pid)
+							       : json_null());
+		json_object_set_new(o, "dns", json_pack("{s:i, s:i}", "port4", sb->dns_port4,
+							 "port6", sb->dns_port6));
+		if (sb->inspect_port4 || sb->inspect_port6)
+			json_object_set_new(o, "inspect",
+					    json_pack("{s:i, s:i}", "port4", sb->inspect_port4,
+						      "port6", sb->inspect_port6));
+	}
+	return o;
+}
+
+static json_t *sb_json_base(const struct egr_sb *sb)
+{
+	return json_pack("{s:I, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:I, s:s, s:{s:I, s:I, s:I},"
+			 " s:o, s:o}",
+			 "id", (json_int_t)sb->id, "cgroup", sb->cgroup, "cgroup_id",
+			 (json_int_t)sb->cgroup_id, "tenant", str_or_null(sb->tenant),
+			 "execution_id", str_or_null(sb->execution_id), "principal",
+			 str_or_null(sb->principal), "tool", str_or_null(sb->tool), "version",
+			 str_or_null(sb->version), "policy_id", (json_int_t)sb->policy_id,
+			 "policy_sha256", sb->sha256, "rules", "v4", (json_int_t)sb->n4, "v6",
+			 (json_int_t)sb->n6, "names", (json_int_t)sb->nnames, "attached_at",
+			 iso_time(sb->attached_at), "updated_at", iso_time(sb->updated_at));
+}
+
+json_t *egr_held_json(const struct egr_held *h)
+{
+	char buf[32];
+	struct tm tm;
+
+	gmtime_r(&h->since, &tm);
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	return json_pack("{s:I, s:o, s:I, s:s, s:s, s:s, s:s}", "id", (json_int_t)h->id,
+			 "cgroup", h->cgroup ? json_string(h->cgroup) : json_null(), "cgroup_id",
+			 (json_int_t)h->cgroup_id, "state", egr_held_state_name(h->state), "enforcing",
+			 "deny-all until the cgroup is released", "since", buf, "reason", h->reason);
+}
+
+json_t *egr_sandbox_list_reply(struct egr_registry *r)
+{
+	json_t *arr = json_array(), *held = json_array();
+	struct egr_reg_iter it = { 0 };
+
+	if (!arr || !held) {
+		json_decref(arr);
+		json_decref(held);
+		return NULL;
+	}
+	for (struct egr_sb *sb; (sb = egr_reg_next(r, &it));) {
+		json_t *o = egr_sb_json(sb);
+		json_t *dns = json_object_get(o, "dns");
+
+		/* What the proxy served and shed for it (docs/dns.md). */
+		if (json_is_object(dns))
+			json_object_set_new(dns, "proxy",
+					    egr_dnsfair_json(egr_reg_dns(r), sb->id) ?: json_null());
+		json_array_append_new(arr, o);
+	}
+	for (size_t i = 0; i < egr_reg_held_total(r); i++)
+		json_array_append_new(held, egr_held_json(egr_reg_held_at(r, i)));
+	/* Held cgroups are not sandboxes with a policy: their own list. */
+	return json_pack("{s:b, s:o, s:o}", "ok", 1, "sandboxes", arr, "held", held);
+}

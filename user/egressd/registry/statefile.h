@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * <state-dir>: what lets a restarted egressd manage its sandboxes again.
+ * sandboxes/<id>.json, one per sandbox or held cgroup, authenticated
+ * (HMAC-SHA-256 with state.key, docs/security.md); tenants.json, the name
+ * of every tenant id ever given out. Every write replaces the file
+ * durably (write, fsync, rename, fsync the directory).
+ */
+#ifndef EGR_STATEFILE_H
+#define EGR_STATEFILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "registry/registry.h"
+
+struct egr_statedir {
+	char dir[256];
+	uint8_t *key;   /* <state-dir>/state.key: HMAC key of the state files */
+	size_t keylen;
+	bool key_new;   /* made at this start: files of an earlier egressd have no MAC */
+};
+
+/* Make the directories and load (or make) the key. 0 or -errno. */
+int egr_state_open(struct egr_statedir *st, const char *dir);
+void egr_state_close(struct egr_statedir *st);
+
+/* The state of sandbox id, authenticated; NULL with why on failure
+ * (-ENOENT in *errp when there is no file). With legacy non-NULL, a file
+ * without a MAC is returned too (*legacy set) when the key was made at this
+ * start: an earlier egressd wrote it, and only the kernel can confirm it. */
+json_t *egr_state_read(const struct egr_statedir *st, uint32_t id, char *why, size_t whylen,
+		       int *errp, bool *legacy);
+/* Just its "policy" (logged when unreadable); NULL then. */
+json_t *egr_state_load_policy(const struct egr_statedir *st, uint32_t id);
+/* "attached" with policy, or held ("detached"/"tampered"). 0 or -errno. */
+int egr_state_save_sb(const struct egr_statedir *st, const struct egr_sb *sb,
+		      const json_t *policy);
+int egr_state_save_held(const struct egr_statedir *st, const struct egr_held *h);
+void egr_state_drop(const struct egr_statedir *st, uint32_t id);
+/* Keep a file that failed its check, for whoever investigates. */
+void egr_state_move_aside(const struct egr_statedir *st, uint32_t id);
+/* "<digits>.json" in sandboxes/ and nothing else: its id, else 0. */
+uint32_t egr_state_file_id(const char *name);
+const char *egr_held_state_name(enum egr_held_state s);
+
+/* tenants.json: names[i] is tenant id i + 1. load: nothing on first start. */
+int egr_state_tenants_save(const struct egr_statedir *st, char *const *names, size_t n);
+void egr_state_tenants_load(const struct egr_statedir *st, char ***names, size_t *n);
+
+#endif /* EGR_STATEFILE_H */

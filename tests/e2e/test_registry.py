@@ -5,10 +5,11 @@
 # ring-event path (its denies carry its own tenant and execution id, never
 # a neighbour's), allowed what its policy allows, and listed; the detached
 # ones' cgroups stay under deny-all.
-#
-# exec'd by run.py in its namespace (see "tests by area" there).
 
 import contextlib
+import json
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
 
 RG_SANDBOXES = 12
 

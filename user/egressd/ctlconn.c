@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "ctlconn.h"
-#include "events.h"
+#include "obs/events.h"
 #include "log.h"
 #include "proto.h"
 

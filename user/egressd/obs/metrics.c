@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +22,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "kcounters.h"
 #include "procmetrics.h"
 
 #define TICK_MS 250           /* MHD_run for its timeouts */
@@ -69,62 +69,6 @@ struct egr_metrics {
 	struct source *sources;
 	size_t nsources;
 };
-
-/* --- text buffer ------------------------------------------------------------------ */
-
-void egr_mbuf_printf(struct egr_mbuf *b, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (b->oom)
-		return;
-	for (;;) {
-		size_t room = b->cap - b->len;
-
-		va_start(ap, fmt);
-		n = vsnprintf(b->p ? b->p + b->len : NULL, room, fmt, ap);
-		va_end(ap);
-		if (n < 0) {
-			b->oom = true;
-			return;
-		}
-		if ((size_t)n < room) {
-			b->len += (size_t)n;
-			return;
-		}
-		size_t cap = b->cap ? b->cap * 2 : 16384;
-		while (cap - b->len <= (size_t)n)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-
-		if (!p) {
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-}
-
-void egr_mbuf_family(struct egr_mbuf *b, const char *name, const char *type, const char *help)
-{
-	egr_mbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-void egr_mbuf_label(struct egr_mbuf *b, const char *value)
-{
-	for (const char *s = value ? value : ""; *s; s++) {
-		if (*s == '\\')
-			egr_mbuf_printf(b, "\\\\");
-		else if (*s == '"')
-			egr_mbuf_printf(b, "\\\"");
-		else if (*s == '\n')
-			egr_mbuf_printf(b, "\\n");
-		else
-			egr_mbuf_printf(b, "%c", *s);
-	}
-}
 
 /* --- the figures --------------------------------------------------------------------- */
 
@@ -537,54 +481,6 @@ static void emit_tenants(struct egr_metrics *m, struct egr_mbuf *b)
 	free(rows);
 }
 
-/*
- * The kernel's global counters (egressctl status), by kind: what the hooks
- * allowed, what they denied and why, what they dropped and why. The reason
- * values are the fixed set of docs/metering.md.
- */
-static void emit_kernel_counters(struct egr_mbuf *b, const uint64_t *cnt)
-{
-	static const struct {
-		int idx;
-		const char *label;
-	} allowed[] = {
-		{ EGR_CNT_CONNECT_ALLOW, "connect" },
-		{ EGR_CNT_SENDMSG_ALLOW, "sendmsg" },
-		{ EGR_CNT_SOCK_CREATE_ALLOW, "sock_create" },
-	}, denied[] = {
-		{ EGR_CNT_CONNECT_DENY, "connect" },
-		{ EGR_CNT_SENDMSG_DENY, "sendmsg" },
-		{ EGR_CNT_SOCK_CREATE_DENY, "sock_create" },
-		{ EGR_CNT_SETSOCKOPT_DENY, "setsockopt" },
-		{ EGR_CNT_NO_SANDBOX, "no_sandbox" },
-		{ EGR_CNT_EXPIRED, "expired" },
-	}, dropped[] = {
-		{ EGR_CNT_BACKSTOP_DROP, "backstop" },
-		{ EGR_CNT_INBOUND_DROP, "inbound" },
-		{ EGR_CNT_QUOTA_DROP, "quota" },
-	};
-
-	egr_mbuf_family(b, "egressd_kernel_allowed_total", "counter",
-			"Calls the kernel hooks allowed, all sandboxes, by hook.");
-	for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
-		egr_mbuf_printf(b, "egressd_kernel_allowed_total{hook=\"%s\"} %llu\n",
-				allowed[i].label, (unsigned long long)cnt[allowed[i].idx]);
-	egr_mbuf_family(b, "egressd_kernel_denied_total", "counter",
-			"Calls the kernel hooks denied, all sandboxes, by reason.");
-	for (size_t i = 0; i < sizeof(denied) / sizeof(denied[0]); i++)
-		egr_mbuf_printf(b, "egressd_kernel_denied_total{reason=\"%s\"} %llu\n",
-				denied[i].label, (unsigned long long)cnt[denied[i].idx]);
-	egr_mbuf_family(b, "egressd_kernel_dropped_packets_total", "counter",
-			"Packets the kernel hooks dropped, all sandboxes, by reason.");
-	for (size_t i = 0; i < sizeof(dropped) / sizeof(dropped[0]); i++)
-		egr_mbuf_printf(b, "egressd_kernel_dropped_packets_total{reason=\"%s\"} %llu\n",
-				dropped[i].label, (unsigned long long)cnt[dropped[i].idx]);
-	egr_mbuf_family(b, "egressd_kernel_meter_full_total", "counter",
-			"Meter updates lost because a meter map was full.");
-	egr_mbuf_printf(b, "egressd_kernel_meter_full_total %llu\n",
-			(unsigned long long)cnt[EGR_CNT_METER_FULL]);
-}
-
 static void emit_health(struct egr_metrics *m, struct egr_mbuf *b)
 {
 	struct egr_registry *r = m->reg;
@@ -616,7 +512,7 @@ static void emit_health(struct egr_metrics *m, struct egr_mbuf *b)
 	egr_mbuf_printf(b, "egressd_events_lost_total %llu\n",
 			have_cnt ? (unsigned long long)cnt[EGR_CNT_EVENTS_LOST] : 0ULL);
 	if (have_cnt)
-		emit_kernel_counters(b, cnt);
+		egr_kcounters_emit(b, cnt);
 	else
 		m->read_failures++;
 

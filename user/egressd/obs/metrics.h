@@ -17,25 +17,13 @@
 
 #include "egressd.h"
 #include "loop.h"
+#include "mbuf.h"
 #include "sandbox.h"
 
 #define EGR_METRICS_DEFAULT_ADDR "127.0.0.1:9477"
 #define EGR_METRICS_DEFAULT_MAX_SANDBOXES 1000
 
 struct egr_metrics;
-
-/* A growing text buffer for the exposition (sources append to it). */
-struct egr_mbuf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-};
-
-void egr_mbuf_printf(struct egr_mbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* `# HELP` and `# TYPE` lines of a family. */
-void egr_mbuf_family(struct egr_mbuf *b, const char *name, const char *type, const char *help);
-/* A label value escaped per the exposition format (\\, \", \n). */
-void egr_mbuf_label(struct egr_mbuf *b, const char *value);
 
 /* Another module's metrics (billing, alerts, ...): fn appends complete
  * families to b at every scrape. */

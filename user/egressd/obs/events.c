@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-/* The event stream: ring buffer consumer, userspace events, subscribers. */
+/* The event stream: ring buffer consumer, history, --follow subscribers. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,19 +12,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "alerting.h"
 #include "alerts.h"
-#include "auditlog.h"
+#include "budgets.h"
 #include "dnsproxy.h"
-#include "egr_decide.h"
 #include "escape.h"
 #include "events.h"
 #include "fileio.h"
+#include "inspect.h"
 #include "log.h"
-#include "metrics.h"
 #include "sandbox.h"
 
 /* A --follow subscriber may fall this far behind; past it, events skip it
@@ -32,8 +29,6 @@
  * gets one aggregated "events_skipped" line instead of being cut off. */
 #define SUB_MAX_PENDING (4u << 20)
 #define SUB_SKIP_SBS 8
-/* Detached sandboxes remembered for events still in the ring. */
-#define GONE_MAX 256
 
 struct sub {
 	int fd;
@@ -52,40 +47,51 @@ struct sub {
 	struct sub *next;
 };
 
+/* Detached sandboxes remembered for events still in the ring. */
+#define GONE_MAX 256
+
 struct gone {
 	uint32_t id;
 	char *tenant, *execution_id;
 };
 
 /* Events handled per loop wake-up: a sandbox hammering denied connects
- * produces them faster than userspace turns them into JSON, and the loop
- * must still serve DNS and the control socket. The ring's epoll fd is
- * level-triggered, so the rest is handled on the next turn. */
+ * produces them faster than userspace handles them, and the loop must still
+ * serve DNS and the control socket. The ring's epoll fd is level-triggered,
+ * so the rest is handled on the next turn. */
 #define EVENTS_PER_WAKEUP 1024
 
-/* What egressd already reported of a sandbox's suppressed and lost kernel
- * events (egr_deny_budget), to report only the growth. */
-struct budget_seen {
-	uint32_t id;
-	uint64_t suppressed, lost;
-	struct budget_seen *next;
+/*
+ * A record of the history: the bus record copied with everything it points
+ * to (one allocation), and the identity the stream resolved when it was
+ * published. Rendered to JSON only when `egressctl events` asks: the
+ * history costs a copy per event, not a JSON object (docs/benchmarks.md).
+ */
+struct kept {
+	struct egr_rec rec;
+	const char *tenant, *execution_id;
+	union {
+		struct egr_escape_event kernel;
+		struct egr_dns_event dns;
+		struct egr_inspect_event inspect;
+		struct egr_sb sb; /* identity members only */
+		struct egr_deny_budget budget;
+	} u;
+	char strings[];
 };
 
 struct egr_events {
-	struct budget_seen *budgets;
-	uint64_t suppressed_reported; /* deny events reported in aggregate */
+	struct egr_budgets budgets;
 	unsigned int batch; /* events handled in the current consume call */
 	unsigned int undrained_ticks; /* ticks in a row that left the ring non-empty */
 	struct egr_bpf *bpf;
 	struct egr_registry *reg;
 	struct egr_loop *loop;
+	struct egr_bus *bus;
 	struct ring_buffer *rb;
-	struct egr_alerting *alerting;
-	struct egr_auditlog *audit;
 	char state_path[512];
-	json_t **kept;
+	struct kept **kept;
 	size_t keep, head, nkept;
-	uint64_t seq;
 	uint64_t received, emitted, bad_version, lost_reported, lost_seen;
 	uint64_t subs_total, subs_dropped;
 	struct sub *subs;
@@ -110,92 +116,156 @@ static void put_time(json_t *o, uint64_t unix_ns)
 	json_object_set_new(o, "time", json_string(buf));
 }
 
-static const char *type_name(uint32_t t)
-{
-	switch (t) {
-	case EGR_EV_CONNECT:
-		return "connect";
-	case EGR_EV_SENDMSG:
-		return "sendmsg";
-	case EGR_EV_SOCK_CREATE:
-		return "sock_create";
-	case EGR_EV_SETSOCKOPT:
-		return "setsockopt";
-	case EGR_EV_BACKSTOP:
-		return "backstop";
-	case EGR_EV_INBOUND:
-		return "inbound";
-	case EGR_EV_QUOTA:
-		return "quota";
-	case EGR_EV_ESCAPE:
-		return "escape";
-	default:
-		return NULL;
-	}
-}
-
-static json_t *proto_json(uint32_t p)
-{
-	switch (p) {
-	case EGR_IPPROTO_TCP:
-		return json_string("tcp");
-	case EGR_IPPROTO_UDP:
-		return json_string("udp");
-	case EGR_IPPROTO_ICMP:
-		return json_string("icmp");
-	case EGR_IPPROTO_ICMPV6:
-		return json_string("icmpv6");
-	case EGR_IPPROTO_UDPLITE:
-		return json_string("udplite");
-	case EGR_IPPROTO_SCTP:
-		return json_string("sctp");
-	case EGR_IPPROTO_MPTCP:
-		return json_string("mptcp");
-	default:
-		return json_integer(p);
-	}
-}
-
-static json_t *sock_type_json(uint32_t t)
-{
-	switch (t) {
-	case SOCK_STREAM:
-		return json_string("stream");
-	case SOCK_DGRAM:
-		return json_string("dgram");
-	case SOCK_RAW:
-		return json_string("raw");
-	case SOCK_SEQPACKET:
-		return json_string("seqpacket");
-	default:
-		return json_integer(t);
-	}
-}
-
 /* Tenant and execution id of a sandbox: the registry, else a recently
- * detached one. */
-static void put_identity(struct egr_events *ev, json_t *o, uint32_t sandbox, uint32_t tenant_id)
+ * detached one, else (kernel events) the tenant the kernel named. */
+static void identity_of(struct egr_events *ev, uint32_t sandbox, uint32_t tenant_id,
+			const char **tenant, const char **exec)
 {
-	const char *tenant = NULL, *exec = NULL;
 	struct egr_sb *sb = sandbox ? egr_reg_find(ev->reg, NULL, sandbox) : NULL;
 
+	*tenant = *exec = NULL;
 	if (sb) {
-		tenant = sb->tenant;
-		exec = sb->execution_id;
+		*tenant = sb->tenant;
+		*exec = sb->execution_id;
 	} else if (sandbox) {
 		for (size_t i = 0; i < GONE_MAX; i++)
 			if (ev->gone[i].id == sandbox) {
-				tenant = ev->gone[i].tenant;
-				exec = ev->gone[i].execution_id;
+				*tenant = ev->gone[i].tenant;
+				*exec = ev->gone[i].execution_id;
 			}
 	}
-	if (!tenant && tenant_id && tenant_id <= ev->reg->ntenants)
-		tenant = ev->reg->tenants[tenant_id - 1];
-	if (!json_object_get(o, "tenant"))
-		json_object_set_new(o, "tenant", tenant ? json_string(tenant) : json_null());
-	if (!json_object_get(o, "execution_id"))
-		json_object_set_new(o, "execution_id", exec ? json_string(exec) : json_null());
+	if (!*tenant && tenant_id && tenant_id <= ev->reg->ntenants)
+		*tenant = ev->reg->tenants[tenant_id - 1];
 }
+
+static void rec_identity(struct egr_events *ev, const struct egr_rec *r, const char **tenant,
+			 const char **exec)
+{
+	identity_of(ev, r->sandbox, r->kind == EGR_REC_KERNEL ? r->kernel.e->tenant_id : 0,
+		    tenant, exec);
+}
+
+json_t *egr_events_render(struct egr_events *ev, const struct egr_rec *r)
+{
+	const char *tenant, *exec;
+
+	if (!ev)
+		return NULL;
+	rec_identity(ev, r, &tenant, &exec);
+	return egr_render_event(r, tenant, exec);
+}
+
+/* --- the history ------------------------------------------------------------------- */
+
+#define SLEN(s) ((s) ? strlen(s) + 1 : 0)
+
+static const char *copy_str(char **p, const char *s)
+{
+	size_t n;
+	const char *at = *p;
+
+	if (!s)
+		return NULL;
+	n = strlen(s) + 1;
+	memcpy(*p, s, n);
+	*p += n;
+	return at;
+}
+
+static size_t strings_len(const struct egr_rec *r)
+{
+	const struct egr_sb *sb;
+
+	switch (r->kind) {
+	case EGR_REC_DNS:
+		return SLEN(r->dns->tenant) + SLEN(r->dns->qname) + SLEN(r->dns->reason);
+	case EGR_REC_INSPECT:
+		return SLEN(r->inspect->tenant) + SLEN(r->inspect->reason) +
+		       SLEN(r->inspect->proto) + SLEN(r->inspect->name) + SLEN(r->inspect->alpn);
+	case EGR_REC_LIFECYCLE:
+		sb = r->life.sb;
+		return SLEN(sb->cgroup) + SLEN(sb->tenant) + SLEN(sb->execution_id) +
+		       SLEN(sb->principal) + SLEN(sb->tool) + SLEN(sb->version) +
+		       SLEN(r->life.old_sha256);
+	case EGR_REC_LOSS:
+		return SLEN(r->loss.reason);
+	default:
+		return 0;
+	}
+}
+
+/* r and what it points to in one allocation. NULL on OOM. */
+static struct kept *kept_new(const struct egr_rec *r, const char *tenant, const char *exec)
+{
+	struct kept *k = malloc(sizeof(*k) + strings_len(r) + SLEN(tenant) + SLEN(exec));
+	char *p;
+
+	if (!k)
+		return NULL;
+	p = k->strings;
+	k->rec = *r;
+	k->tenant = copy_str(&p, tenant);
+	k->execution_id = copy_str(&p, exec);
+	switch (r->kind) {
+	case EGR_REC_KERNEL:
+		memcpy(&k->u.kernel, r->kernel.e, r->kernel.e->type == EGR_EV_ESCAPE
+							  ? sizeof(struct egr_escape_event)
+							  : sizeof(struct egr_event));
+		k->rec.kernel.e = &k->u.kernel.ev;
+		break;
+	case EGR_REC_DNS:
+		k->u.dns = *r->dns;
+		k->u.dns.tenant = copy_str(&p, r->dns->tenant);
+		k->u.dns.qname = copy_str(&p, r->dns->qname);
+		k->u.dns.reason = copy_str(&p, r->dns->reason);
+		k->rec.dns = &k->u.dns;
+		break;
+	case EGR_REC_INSPECT:
+		k->u.inspect = *r->inspect;
+		k->u.inspect.tenant = copy_str(&p, r->inspect->tenant);
+		k->u.inspect.reason = copy_str(&p, r->inspect->reason);
+		k->u.inspect.proto = copy_str(&p, r->inspect->proto);
+		k->u.inspect.name = copy_str(&p, r->inspect->name);
+		k->u.inspect.alpn = copy_str(&p, r->inspect->alpn);
+		k->rec.inspect = &k->u.inspect;
+		break;
+	case EGR_REC_LIFECYCLE: {
+		const struct egr_sb *sb = r->life.sb;
+
+		memset(&k->u.sb, 0, sizeof(k->u.sb));
+		k->u.sb.id = sb->id;
+		k->u.sb.cgroup_id = sb->cgroup_id;
+		memcpy(k->u.sb.sha256, sb->sha256, sizeof(sb->sha256));
+		/* The copies are read only; egr_sb's members are not const. */
+		k->u.sb.cgroup = (char *)copy_str(&p, sb->cgroup);
+		k->u.sb.tenant = (char *)copy_str(&p, sb->tenant);
+		k->u.sb.execution_id = (char *)copy_str(&p, sb->execution_id);
+		k->u.sb.principal = (char *)copy_str(&p, sb->principal);
+		k->u.sb.tool = (char *)copy_str(&p, sb->tool);
+		k->u.sb.version = (char *)copy_str(&p, sb->version);
+		k->rec.life.sb = &k->u.sb;
+		k->rec.life.old_sha256 = copy_str(&p, r->life.old_sha256);
+		break;
+	}
+	case EGR_REC_LOSS:
+		k->rec.loss.reason = copy_str(&p, r->loss.reason);
+		break;
+	case EGR_REC_SUPPRESSED:
+		k->u.budget = *r->suppressed.budget;
+		k->rec.suppressed.budget = &k->u.budget;
+		break;
+	default:
+		break;
+	}
+	return k;
+}
+
+static json_t *kept_json(const struct kept *k)
+{
+	return egr_render_event(&k->rec, k->tenant, k->execution_id);
+}
+
+/* --- subscribers --------------------------------------------------------------- */
 
 /* --- subscribers --------------------------------------------------------------- */
 
@@ -325,7 +395,7 @@ static void sub_catch_up(struct egr_events *ev, struct sub *s)
 	o = json_pack("{s:i, s:s, s:s, s:I, s:o}", "v", EGR_EVENTS_SCHEMA, "type",
 		      "events_skipped", "reason", "subscriber too slow: over 4 MiB pending",
 		      "skipped", (json_int_t)s->skipped, "by_sandbox", by ? by : json_null());
-	put_time(o, clock_ns(CLOCK_REALTIME));
+	put_time(o, egr_now_ns());
 	line = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
 	if (!line)
@@ -414,36 +484,61 @@ int egr_events_subscribe(struct egr_events *ev, int fd, uint32_t sandbox)
 	return 0;
 }
 
-static void publish(struct egr_events *ev, json_t *o)
+/* A detached sandbox's identity, for its events still in the ring. */
+static void remember_gone(struct egr_events *ev, const struct egr_sb *sb)
 {
-	uint32_t sandbox = (uint32_t)json_integer_value(json_object_get(o, "sandbox"));
+	struct gone *g = &ev->gone[ev->gone_next];
+
+	free(g->tenant);
+	free(g->execution_id);
+	g->id = sb->id;
+	g->tenant = sb->tenant ? strdup(sb->tenant) : NULL;
+	g->execution_id = sb->execution_id ? strdup(sb->execution_id) : NULL;
+	ev->gone_next = (ev->gone_next + 1) % GONE_MAX;
+}
+
+/* The stream's bus subscriber: every event into the history and to the
+ * --follow subscribers of its sandbox, JSON only if one of them wants it. */
+static void on_rec(void *ctx, const struct egr_rec *r)
+{
+	struct egr_events *ev = ctx;
+	const char *tenant, *exec;
 	struct sub *s, *next;
 	char *line = NULL;
 	size_t n = 0;
 
-	/* Keep it. */
+	if (r->kind != EGR_REC_KERNEL)
+		ev->emitted++;
+	rec_identity(ev, r, &tenant, &exec);
+	if (r->kind == EGR_REC_LIFECYCLE && r->life.what == EGR_LIFE_DETACH)
+		remember_gone(ev, r->life.sb);
 	if (ev->keep) {
-		json_decref(ev->kept[ev->head]);
-		ev->kept[ev->head] = json_incref(o);
-		ev->head = (ev->head + 1) % ev->keep;
-		if (ev->nkept < ev->keep)
-			ev->nkept++;
+		struct kept *k = kept_new(r, tenant, exec);
+
+		if (k) {
+			free(ev->kept[ev->head]);
+			ev->kept[ev->head] = k;
+			ev->head = (ev->head + 1) % ev->keep;
+			if (ev->nkept < ev->keep)
+				ev->nkept++;
+		}
 	}
-	if (ev->alerting)
-		egr_alerting_event(ev->alerting, o);
 	for (s = ev->subs; s; s = next) {
 		next = s->next;
-		if (s->closing || (s->sandbox && s->sandbox != sandbox))
+		if (s->closing || (s->sandbox && s->sandbox != r->sandbox))
 			continue;
 		if (!line) {
-			line = json_dumps(o, JSON_COMPACT);
+			json_t *o = egr_render_event(r, tenant, exec);
+
+			line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+			json_decref(o);
 			if (!line)
 				return;
 			n = strlen(line);
 			line[n++] = '\n'; /* overwrites the NUL: length is n */
 		}
 		if (s->len + n > SUB_MAX_PENDING || (s->skipped && s->len > SUB_MAX_PENDING / 2)) {
-			sub_skip(s, sandbox);
+			sub_skip(s, r->sandbox);
 			continue;
 		}
 		if (sub_append(s, line, n)) {
@@ -460,45 +555,26 @@ static void publish(struct egr_events *ev, json_t *o)
 _Static_assert(sizeof(struct egr_escape_event) == sizeof(struct egr_event) + 24,
 	       "struct egr_escape_event is struct egr_event and the move");
 
-static const char *escape_action(uint32_t a)
-{
-	switch (a) {
-	case EGR_ESCAPE_KILLED:
-		return "killed";
-	case EGR_ESCAPE_ALERTED:
-		return "alerted";
-	case EGR_ESCAPE_BY_OUTSIDER:
-		return "moved_by_outsider";
-	case EGR_ESCAPE_KILL_FAILED:
-		return "kill_failed";
-	default:
-		return "unknown";
-	}
-}
-
 /* A task left its sandbox cgroup (bpf/escape.bpf.c). The kernel killed the
  * mover when it was in the sandbox; a different process it moved out (or
  * forked out with CLONE_INTO_CGROUP, or forked by a marked process) is
  * killed here, at once, by its escaped mark wherever it has moved since: it
- * is outside every hook. */
-static void put_escape(struct egr_events *ev, json_t *o, const struct egr_escape_event *x)
+ * is outside every hook. Whether it was killed: 1, 0; -1 none was due. */
+static int escape_kill(struct egr_events *ev, const struct egr_escape_event *x)
 {
-	json_object_set_new(o, "action", json_string(escape_action(x->action)));
-	json_object_set_new(o, "from_cgroup_id", json_integer((json_int_t)x->from_cgroup_id));
-	json_object_set_new(o, "to_cgroup_id", json_integer((json_int_t)x->to_cgroup_id));
-	json_object_set_new(o, "target_pid", json_integer(x->target_pid));
-	if ((x->action == EGR_ESCAPE_KILLED || x->action == EGR_ESCAPE_KILL_FAILED) &&
-	    x->target_pid && x->target_pid != x->ev.pid) {
-		int err = egr_escape_kill_moved(ev->bpf->fd_proc_home, x->target_pid);
+	int err;
 
-		json_object_set_new(o, "target_killed", json_boolean(!err));
-		if (err)
-			log_error("escape from sandbox %u: kill moved process %u: %s",
-				  x->ev.sandbox_id, x->target_pid, strerror(-err));
-		/* And whatever else is marked: a child the moved process forked
-		 * whose event was lost, one moved again since. */
-		egr_escape_kill_marked(ev->bpf->fd_proc_home);
-	}
+	if ((x->action != EGR_ESCAPE_KILLED && x->action != EGR_ESCAPE_KILL_FAILED) ||
+	    !x->target_pid || x->target_pid == x->ev.pid)
+		return -1;
+	err = egr_escape_kill_moved(ev->bpf->fd_proc_home, x->target_pid);
+	if (err)
+		log_error("escape from sandbox %u: kill moved process %u: %s", x->ev.sandbox_id,
+			  x->target_pid, strerror(-err));
+	/* And whatever else is marked: a child the moved process forked whose
+	 * event was lost, one moved again since. */
+	egr_escape_kill_marked(ev->bpf->fd_proc_home);
+	return !err;
 }
 
 static int on_ring(void *ctx, void *data, size_t size)
@@ -506,10 +582,7 @@ static int on_ring(void *ctx, void *data, size_t size)
 	struct egr_events *ev = ctx;
 	const struct egr_event *e = data;
 	uint64_t off = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_BOOTTIME);
-	char addr[INET6_ADDRSTRLEN], comm[sizeof(e->comm) + 1];
-	const char *tname;
-	json_t *o;
-	bool inbound;
+	struct egr_rec r = { .kind = EGR_REC_KERNEL, .kernel = { .e = e, .target_killed = -1 } };
 
 	ev->received++;
 	if (size < sizeof(*e) || e->version < 1 ||
@@ -518,66 +591,12 @@ static int on_ring(void *ctx, void *data, size_t size)
 		ev->bad_version++;
 		return 0;
 	}
-	tname = type_name(e->type);
-	o = json_object();
-	if (!o)
-		return 0;
-	json_object_set_new(o, "v", json_integer(EGR_EVENTS_SCHEMA));
-	json_object_set_new(o, "seq", json_integer((json_int_t)++ev->seq));
-	json_object_set_new(o, "type", tname ? json_string(tname) : json_integer(e->type));
-	json_object_set_new(o, "origin", json_string("kernel"));
-	put_time(o, e->ts_ns + off);
-	json_object_set_new(o, "sandbox", json_integer(e->sandbox_id));
-	put_identity(ev, o, e->sandbox_id, e->tenant_id);
-	json_object_set_new(o, "policy_id", json_integer(e->policy_id));
-	json_object_set_new(o, "verdict", json_string(e->verdict == EGR_ALLOW		? "allow"
-						     : e->verdict == EGR_VERDICT_AUDIT ? "audit"
-											: "deny"));
-	if (e->pid) {
-		memcpy(comm, e->comm, sizeof(e->comm));
-		comm[sizeof(e->comm)] = '\0';
-		json_object_set_new(o, "pid", json_integer(e->pid));
-		json_object_set_new(o, "comm", json_string(comm));
-		json_object_set_new(o, "cgroup_id", json_integer((json_int_t)e->cgroup_id));
-	}
-	if (e->family == EGR_AF_INET || e->family == EGR_AF_INET6)
-		json_object_set_new(o, "family",
-				    json_string(e->family == EGR_AF_INET ? "ipv4" : "ipv6"));
-	else if (e->family)
-		json_object_set_new(o, "family", json_integer(e->family));
-	if (e->protocol || (e->type != EGR_EV_SETSOCKOPT && e->type != EGR_EV_ESCAPE))
-		json_object_set_new(o, "protocol", proto_json(e->protocol));
-	if (e->sock_type)
-		json_object_set_new(o, "sock_type", sock_type_json(e->sock_type));
-	inbound = e->type == EGR_EV_INBOUND;
-	switch (e->type) {
-	case EGR_EV_CONNECT:
-	case EGR_EV_SENDMSG:
-	case EGR_EV_BACKSTOP:
-	case EGR_EV_INBOUND:
-	case EGR_EV_QUOTA:
-		if (inet_ntop(e->family == EGR_AF_INET6 ? AF_INET6 : AF_INET, e->addr, addr,
-			      sizeof(addr))) {
-			json_object_set_new(o, inbound ? "src" : "dst", json_string(addr));
-			json_object_set_new(o, inbound ? "src_port" : "port", json_integer(e->port));
-		}
-		break;
-	case EGR_EV_SETSOCKOPT:
-		json_object_set_new(o, "level", json_integer(e->level));
-		json_object_set_new(o, "optname", json_integer(e->optname));
-		break;
-	case EGR_EV_ESCAPE:
-		put_escape(ev, o, (const struct egr_escape_event *)data);
-		break;
-	default:
-		break;
-	}
-	/* Denied and would-be denied destinations go into the execution's
-	 * audit record (what `egressctl suggest` reads). */
-	if (ev->audit && e->verdict != EGR_ALLOW)
-		egr_auditlog_kernel_event(ev->audit, o);
-	publish(ev, o);
-	json_decref(o);
+	r.sandbox = e->sandbox_id;
+	r.unix_ns = e->ts_ns + off;
+	/* The kill is due whoever reads the event. */
+	if (e->type == EGR_EV_ESCAPE)
+		r.kernel.target_killed = escape_kill(ev, data);
+	egr_bus_publish(ev->bus, &r);
 	/* Returning < 0 stops libbpf's consume loop after this sample (it
 	 * is already consumed): the next wake-up takes the rest. */
 	if (++ev->batch >= EVENTS_PER_WAKEUP)
@@ -596,110 +615,6 @@ static void on_ring_ready(struct egr_loop *loop, int fd, uint32_t events, void *
 		log_debug("events: ring_buffer__consume: %s", strerror(-n));
 }
 
-/* --- userspace events ------------------------------------------------------------- */
-
-static void remember_gone(struct egr_events *ev, const json_t *o)
-{
-	struct gone *g = &ev->gone[ev->gone_next];
-	const char *t = json_string_value(json_object_get(o, "tenant"));
-	const char *x = json_string_value(json_object_get(o, "execution_id"));
-
-	free(g->tenant);
-	free(g->execution_id);
-	g->id = (uint32_t)json_integer_value(json_object_get(o, "sandbox"));
-	g->tenant = t ? strdup(t) : NULL;
-	g->execution_id = x ? strdup(x) : NULL;
-	ev->gone_next = (ev->gone_next + 1) % GONE_MAX;
-}
-
-void egr_events_emit(struct egr_events *ev, json_t *obj)
-{
-	json_t *o, *sb;
-
-	if (!ev || !json_is_object(obj))
-		return;
-	o = json_deep_copy(obj);
-	if (!o)
-		return;
-	ev->emitted++;
-	json_object_set_new(o, "v", json_integer(EGR_EVENTS_SCHEMA));
-	json_object_set_new(o, "seq", json_integer((json_int_t)++ev->seq));
-	if (!json_object_get(o, "origin"))
-		json_object_set_new(o, "origin", json_string("egressd"));
-	if (!json_is_string(json_object_get(o, "time")))
-		put_time(o, clock_ns(CLOCK_REALTIME));
-	sb = json_object_get(o, "sandbox");
-	if (json_is_integer(sb))
-		put_identity(ev, o, (uint32_t)json_integer_value(sb), 0);
-	if (json_is_integer(sb) &&
-	    strcmp(json_string_value(json_object_get(o, "type")) ?: "", "detach") == 0)
-		remember_gone(ev, o);
-	publish(ev, o);
-	json_decref(o);
-}
-
-/* The answer's first addresses, each with its TTL and whether it went into
- * the sandbox's allowlist. */
-static json_t *dns_addresses(const struct egr_dns_event *d)
-{
-	json_t *arr = json_array();
-
-	for (size_t i = 0; arr && i < d->naddrs_listed && i < EGR_DNSPROXY_EVENT_ADDRS; i++) {
-		char text[INET6_ADDRSTRLEN];
-
-		if (!inet_ntop(d->addrs[i].family, d->addrs[i].addr, text, sizeof(text)))
-			continue;
-		json_array_append_new(arr, json_pack("{s:s, s:I, s:b}", "addr", text, "ttl",
-						     (json_int_t)d->addrs[i].ttl, "learned",
-						     (d->learned_mask >> i) & 1));
-	}
-	return arr ? arr : json_null();
-}
-
-void egr_events_dns(struct egr_events *ev, const struct egr_dns_event *d)
-{
-	static const char *const verdicts[] = {
-		[EGR_DNS_V_ALLOWED] = "allow", [EGR_DNS_V_REFUSED] = "deny",
-		[EGR_DNS_V_SERVFAIL] = "servfail", [EGR_DNS_V_EXFIL] = "exfil",
-		[EGR_DNS_V_CAP] = "servfail", [EGR_DNS_V_REBIND] = "rebind", [EGR_DNS_V_AUDIT] = "audit",
-	};
-	char a[INET6_ADDRSTRLEN];
-	json_t *o, *arr;
-
-	if (!ev || !d)
-		return;
-	o = json_pack("{s:s, s:I, s:s, s:o, s:i, s:s, s:i, s:s, s:I}", "type", "dns", "sandbox",
-		      (json_int_t)d->sandbox_id, "verdict",
-		      (unsigned)d->verdict < sizeof(verdicts) / sizeof(verdicts[0]) &&
-				      verdicts[d->verdict] ? verdicts[d->verdict] : "deny",
-		      "qname", d->qname ? json_string(d->qname) : json_null(), "qtype",
-		      (int)d->qtype, "transport", d->transport == IPPROTO_TCP ? "tcp" : "udp",
-		      "rcode", (int)d->rcode, "reason", d->reason ? d->reason : "", "answers",
-		      (json_int_t)d->naddrs);
-	if (o && d->tenant)
-		json_object_set_new(o, "tenant", json_string(d->tenant));
-	/* The answer's addresses (learned ones for reason "learned"), at most
-	 * EGR_DNSPROXY_EVENT_ADDRS, each with its TTL and whether it went into
-	 * the allowlist; "answers" counts all of them. */
-	if (o)
-		json_object_set_new(o, "addresses", dns_addresses(d));
-	if (o && d->verdict == EGR_DNS_V_REBIND && (arr = json_array())) {
-		for (size_t i = 0; i < d->nstripped_listed; i++) {
-			const struct egr_dns_stripped *st = &d->stripped[i];
-
-			if (!inet_ntop(st->family, st->addr, a, sizeof(a)))
-				continue;
-			json_array_append_new(arr, json_pack("{s:s, s:s, s:s}", "addr", a, "class",
-							     egr_rebind_class_name(st->cls), "form",
-							     egr_rebind_form_name(st->form)));
-		}
-		json_object_set_new(o, "stripped", arr);
-		json_object_set_new(o, "stripped_total", json_integer((json_int_t)d->nstripped));
-	}
-	egr_events_emit(ev, o);
-	json_decref(o);
-}
-
 /* --- lost events -------------------------------------------------------------------- */
 
 static void save_lost(struct egr_events *ev)
@@ -713,35 +628,17 @@ static void save_lost(struct egr_events *ev)
 		log_warn("events: cannot write %s: %s", ev->state_path, strerror(-err));
 }
 
+/* A loss record: the stream shows it, the audit log writes its gap, alerting
+ * raises lost_events. */
 static void report_lost(struct egr_events *ev, uint64_t lost, uint64_t total, const char *why)
 {
-	char summary[256];
-	json_t *o;
+	struct egr_rec r = { .kind = EGR_REC_LOSS,
+			     .loss = { .lost = lost, .total = total, .reason = why } };
 
 	ev->lost_reported += lost;
 	log_warn("events: %" PRIu64 " kernel event(s) lost (%s; %" PRIu64 " in total)", lost, why,
 		 total);
-	o = json_pack("{s:s, s:I, s:I, s:s}", "type", "lost_events", "lost", (json_int_t)lost,
-		      "lost_total", (json_int_t)total, "reason", why);
-	egr_events_emit(ev, o);
-	json_decref(o);
-	if (ev->audit && egr_auditlog_gap(ev->audit, "ring buffer overflow", lost))
-		log_error("events: cannot write the audit gap record for %" PRIu64 " lost events",
-			  lost);
-	if (ev->alerting) {
-		struct egr_alert_in in = {
-			.type = "lost_events",
-			.severity = EGR_SEV_CRITICAL,
-			.summary = summary,
-			.evidence = json_pack("{s:I, s:I, s:s}", "lost", (json_int_t)lost,
-					      "lost_total", (json_int_t)total, "reason", why),
-		};
-
-		snprintf(summary, sizeof(summary),
-			 "%" PRIu64 " kernel event(s) lost: the ring buffer was full (%s)", lost,
-			 why);
-		egr_alerting_raise(ev->alerting, &in);
-	}
+	egr_bus_publish(ev->bus, &r);
 }
 
 static void check_lost(struct egr_events *ev)
@@ -777,144 +674,12 @@ void egr_events_poll(struct egr_events *ev)
 	}
 }
 
-static struct budget_seen *budget_seen(struct egr_events *ev, uint32_t id)
-{
-	struct budget_seen *b;
-
-	for (b = ev->budgets; b; b = b->next)
-		if (b->id == id)
-			return b;
-	b = calloc(1, sizeof(*b));
-	if (b) {
-		b->id = id;
-		b->next = ev->budgets;
-		ev->budgets = b;
-	}
-	return b;
-}
-
-static json_t *top_json(const struct egr_deny_budget *v)
-{
-	json_t *arr = json_array();
-
-	for (int i = 0; arr && i < EGR_DENY_TOP; i++) {
-		const struct egr_deny_top *t = &v->top[i];
-		char addr[INET6_ADDRSTRLEN];
-
-		if (!t->count || !inet_ntop(t->family == EGR_AF_INET6 ? AF_INET6 : AF_INET,
-					    t->addr, addr, sizeof(addr)))
-			continue;
-		json_array_append_new(arr, json_pack("{s:s, s:i, s:o, s:I}", "dst", addr, "port",
-						     (int)t->port, "protocol",
-						     proto_json(t->protocol), "count",
-						     (json_int_t)t->count));
-	}
-	return arr ? arr : json_null();
-}
-
-/*
- * One aggregated event per sandbox and tick for what its deny budget held
- * back ("N denies suppressed, top destinations"), and one per sandbox for
- * its events the ring had no room for, so that losses are attributed.
- */
-static void report_budgets(struct egr_events *ev)
-{
-	uint32_t key, *prev = NULL;
-	struct egr_deny_budget v;
-
-	while (bpf_map_get_next_key(ev->bpf->fd_deny_budget, prev, &key) == 0) {
-		struct budget_seen *b;
-		json_t *o;
-
-		prev = &key;
-		if (bpf_map_lookup_elem(ev->bpf->fd_deny_budget, &key, &v) ||
-		    !(b = budget_seen(ev, key)))
-			continue;
-		if (v.suppressed > b->suppressed) {
-			uint64_t n = v.suppressed - b->suppressed;
-
-			b->suppressed = v.suppressed;
-			ev->suppressed_reported += n;
-			o = json_pack("{s:s, s:s, s:I, s:s, s:I, s:I, s:o}", "type",
-				      "denies_suppressed", "origin", "kernel", "sandbox",
-				      (json_int_t)key, "verdict", "deny", "suppressed", (json_int_t)n,
-				      "suppressed_total", (json_int_t)v.suppressed, "top",
-				      top_json(&v));
-			egr_events_emit(ev, o);
-			json_decref(o);
-		}
-		if (v.lost > b->lost) {
-			uint64_t n = v.lost - b->lost;
-
-			b->lost = v.lost;
-			o = json_pack("{s:s, s:I, s:I, s:I, s:s}", "type", "lost_events", "sandbox",
-				      (json_int_t)key, "lost", (json_int_t)n, "lost_total",
-				      (json_int_t)v.lost, "reason", "ring buffer full");
-			egr_events_emit(ev, o);
-			json_decref(o);
-		}
-	}
-	/* Forget sandboxes whose budget is gone (detached). */
-	for (struct budget_seen **pb = &ev->budgets; *pb;) {
-		struct budget_seen *b = *pb;
-
-		if (bpf_map_lookup_elem(ev->bpf->fd_deny_budget, &b->id, &v) < 0 &&
-		    errno == ENOENT) {
-			*pb = b->next;
-			free(b);
-			continue;
-		}
-		pb = &b->next;
-	}
-}
-
-int egr_events_sandbox_figures(struct egr_events *ev, uint32_t sandbox_id, uint64_t *suppressed,
-			       uint64_t *lost)
-{
-	struct egr_deny_budget v;
-
-	*suppressed = *lost = 0;
-	if (!ev)
-		return -EINVAL;
-	if (bpf_map_lookup_elem(ev->bpf->fd_deny_budget, &sandbox_id, &v))
-		return errno == ENOENT ? 0 : -errno;
-	*suppressed = v.suppressed;
-	*lost = v.lost;
-	return 0;
-}
-
-/* One family of per-sandbox budget figures, labelled as the meter series
- * are (tenant, sandbox). */
-static void budget_family(struct egr_events *ev, struct egr_mbuf *mb, const char *name,
-			  const char *help, bool lost)
-{
-	uint32_t key, *prev = NULL;
-	struct egr_deny_budget v;
-
-	egr_mbuf_family(mb, name, "counter", help);
-	while (bpf_map_get_next_key(ev->bpf->fd_deny_budget, prev, &key) == 0) {
-		const struct egr_sb *sb = egr_reg_find(ev->reg, NULL, key);
-
-		prev = &key;
-		if (!sb || bpf_map_lookup_elem(ev->bpf->fd_deny_budget, &key, &v))
-			continue; /* a detached sandbox's figures are in its audit record */
-		egr_mbuf_printf(mb, "%s{tenant=\"", name);
-		egr_mbuf_label(mb, sb->tenant ? sb->tenant : "");
-		egr_mbuf_printf(mb, "\",sandbox=\"%u\"} %" PRIu64 "\n", key,
-				(uint64_t)(lost ? v.lost : v.suppressed));
-	}
-}
 
 void egr_events_metrics(void *ctx, struct egr_mbuf *mb)
 {
 	struct egr_events *ev = ctx;
 
-	budget_family(ev, mb, "egressd_events_suppressed_total",
-		      "Deny events past the sandbox's kernel budget, reported in aggregate "
-		      "(docs/events.md).",
-		      false);
-	budget_family(ev, mb, "egressd_sandbox_events_lost_total",
-		      "Events of the sandbox the ring buffer had no room for.", true);
+	egr_budgets_metrics(ev->bpf, ev->reg, mb);
 }
 
 static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
@@ -924,7 +689,7 @@ static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 
 	/* Drain first, so a loss is reported after the events that made it. */
 	egr_events_poll(ev);
-	report_budgets(ev);
+	egr_budgets_report(&ev->budgets, ev->bpf, ev->bus);
 	for (s = ev->subs; s; s = next) {
 		next = s->next;
 		if (s->closing && ++s->closing_ticks > 5)
@@ -937,7 +702,7 @@ static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 /* --- life ------------------------------------------------------------------------------ */
 
 int egr_events_new(struct egr_events **out, struct egr_bpf *bpf, struct egr_registry *reg,
-		   struct egr_loop *loop, size_t keep, const char *state_dir)
+		   struct egr_loop *loop, struct egr_bus *bus, size_t keep, const char *state_dir)
 {
 	struct egr_events *ev = calloc(1, sizeof(*ev));
 	uint64_t cnt[EGR_CNT_MAX];
@@ -949,6 +714,7 @@ int egr_events_new(struct egr_events **out, struct egr_bpf *bpf, struct egr_regi
 	ev->bpf = bpf;
 	ev->reg = reg;
 	ev->loop = loop;
+	ev->bus = bus;
 	ev->keep = keep;
 	if (keep && !(ev->kept = calloc(keep, sizeof(*ev->kept)))) {
 		free(ev);
@@ -965,6 +731,9 @@ int egr_events_new(struct egr_events **out, struct egr_bpf *bpf, struct egr_regi
 	err = egr_loop_add(loop, ring_buffer__epoll_fd(ev->rb), EPOLLIN, on_ring_ready, ev);
 	if (!err)
 		err = egr_loop_every(loop, 1000, on_tick, ev);
+	/* The stream sees every event: the first subscriber of its kinds. */
+	if (!err)
+		err = egr_bus_subscribe(bus, EGR_REC_EVENTS, on_rec, ev);
 	if (err) {
 		egr_loop_del(loop, ring_buffer__epoll_fd(ev->rb));
 		ring_buffer__free(ev->rb);
@@ -989,28 +758,16 @@ int egr_events_new(struct egr_events **out, struct egr_bpf *bpf, struct egr_regi
 	return 0;
 }
 
-void egr_events_set_sinks(struct egr_events *ev, struct egr_alerting *alerting,
-			  struct egr_auditlog *audit)
-{
-	ev->alerting = alerting;
-	ev->audit = audit;
-}
-
 void egr_events_free(struct egr_events *ev)
 {
 	if (!ev)
 		return;
 	while (ev->subs)
 		sub_close(ev, ev->subs);
-	while (ev->budgets) {
-		struct budget_seen *b = ev->budgets;
-
-		ev->budgets = b->next;
-		free(b);
-	}
+	egr_budgets_free(&ev->budgets);
 	ring_buffer__free(ev->rb);
 	for (size_t i = 0; i < ev->keep; i++)
-		json_decref(ev->kept[i]);
+		free(ev->kept[i]);
 	for (size_t i = 0; i < GONE_MAX; i++) {
 		free(ev->gone[i].tenant);
 		free(ev->gone[i].execution_id);
@@ -1029,12 +786,14 @@ json_t *egr_events_query(struct egr_events *ev, uint32_t sandbox, size_t limit)
 	/* Newest first to apply the limit, then reversed into oldest first. */
 	start = (ev->head + ev->keep - ev->nkept) % (ev->keep ? ev->keep : 1);
 	for (size_t i = ev->nkept; i-- > 0;) {
-		json_t *o = ev->kept[(start + i) % ev->keep];
+		const struct kept *k = ev->kept[(start + i) % ev->keep];
 
-		if (sandbox &&
-		    (uint32_t)json_integer_value(json_object_get(o, "sandbox")) != sandbox)
+		if (sandbox && k->rec.sandbox != sandbox)
 			continue;
-		json_array_insert(arr, 0, o);
+		if (json_array_insert_new(arr, 0, kept_json(k))) {
+			json_decref(arr);
+			return NULL;
+		}
 		if (limit && ++n >= limit)
 			break;
 	}

@@ -22,6 +22,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "dnsproxy.h"
 #include "kcounters.h"
 #include "procmetrics.h"
 
@@ -828,15 +829,39 @@ int egr_metrics_add_source(struct egr_metrics *m, egr_metrics_source_fn fn, void
 	return 0;
 }
 
-int egr_metrics_new(struct egr_metrics **out, struct egr_registry *reg, unsigned max_sandboxes)
+/* DNS verdicts from the bus: counts for /metrics, stats and billing, and
+ * the proxy's latency. Refusals are counted with everything the proxy did
+ * not forward; a REBIND or AUDIT verdict accompanies the ALLOWED or
+ * SERVFAIL one of the same answer, which counts it. */
+static void on_rec(void *ctx, const struct egr_rec *r)
+{
+	struct egr_metrics *m = ctx;
+	const struct egr_dns_event *d = r->dns;
+	const struct egr_sb *sb = egr_reg_find(m->reg, NULL, d->sandbox_id);
+
+	if (!sb || d->verdict == EGR_DNS_V_REBIND || d->verdict == EGR_DNS_V_AUDIT)
+		return;
+	egr_metrics_count_dns(m, d->sandbox_id, sb->tenant_id, d->verdict == EGR_DNS_V_ALLOWED);
+	if (d->latency_ns)
+		egr_metrics_observe_dns_latency(m, (double)d->latency_ns / 1e9);
+}
+
+int egr_metrics_new(struct egr_metrics **out, struct egr_registry *reg, struct egr_bus *bus,
+		    unsigned max_sandboxes)
 {
 	struct egr_metrics *m = calloc(1, sizeof(*m));
+	int err;
 
 	if (!m)
 		return -ENOMEM;
 	m->reg = reg;
 	m->max_sandboxes = max_sandboxes;
 	m->mhd_fd = -1;
+	err = egr_bus_subscribe(bus, EGR_REC_BIT(EGR_REC_DNS), on_rec, m);
+	if (err) {
+		free(m);
+		return err;
+	}
 	*out = m;
 	return 0;
 }

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "egressd.h"
+#include "bus.h"
 #include "loop.h"
 #include "mbuf.h"
 #include "sandbox.h"
@@ -38,7 +39,9 @@ struct egr_figures {
 
 /* max_sandboxes: per-sandbox series at most; the rest fold into
  * sandbox="_other" of their tenant. */
-int egr_metrics_new(struct egr_metrics **out, struct egr_registry *reg, unsigned max_sandboxes);
+/* Subscribes to bus's DNS verdicts (the DNS counts and latency). */
+int egr_metrics_new(struct egr_metrics **out, struct egr_registry *reg, struct egr_bus *bus,
+		    unsigned max_sandboxes);
 void egr_metrics_free(struct egr_metrics *m);
 
 /* Serve /metrics on addr ("127.0.0.1:9477", "[::1]:9477"; "off": nothing)
@@ -53,7 +56,7 @@ bool egr_metrics_serving(const struct egr_metrics *m);
 void egr_metrics_set_max_sandboxes(struct egr_metrics *m, unsigned max_sandboxes);
 int egr_metrics_add_source(struct egr_metrics *m, egr_metrics_source_fn fn, void *ctx);
 
-/* --- fed by the DNS proxy ---------------------------------------------------- */
+/* --- fed by the DNS proxy's verdicts (the bus) ------------------------------------- */
 
 /* One query answered (allowed: forwarded; else refused). */
 void egr_metrics_count_dns(struct egr_metrics *m, uint32_t sandbox_id, uint32_t tenant_id,

@@ -302,12 +302,6 @@ static void on_rec(void *ctx, const struct egr_rec *r)
 	}
 }
 
-void egr_alerting_forget_sandbox(struct egr_alerting *al, uint32_t sandbox)
-{
-	if (al)
-		egr_alerts_forget_sandbox(al->alerts, sandbox);
-}
-
 static void sample_volume(struct egr_alerting *al, uint64_t now, uint64_t interval_ns)
 {
 	struct egr_registry *r = al->reg;

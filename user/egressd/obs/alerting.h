@@ -42,7 +42,6 @@ void egr_alerting_free(struct egr_alerting *al);
 int egr_alerting_set_cfg(struct egr_alerting *al, const struct egr_alert_cfg *cfg);
 /* Raise an alert now (through de-duplication). */
 int egr_alerting_raise(struct egr_alerting *al, const struct egr_alert_in *in);
-void egr_alerting_forget_sandbox(struct egr_alerting *al, uint32_t sandbox);
 /* {"raised","suppressed","write_failures","file"} */
 json_t *egr_alerting_status(struct egr_alerting *al);
 

@@ -65,7 +65,7 @@ struct gone {
  * A record of the history: the bus record copied with everything it points
  * to (one allocation), and the identity the stream resolved when it was
  * published. Rendered to JSON only when `egressctl events` asks: the
- * history costs a copy per event, not a JSON object (docs/benchmarks.md).
+ * history costs a copy per event, not a JSON object (docs/architecture.md).
  */
 struct kept {
 	struct egr_rec rec;

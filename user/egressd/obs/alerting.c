@@ -112,8 +112,9 @@ static void raise_for(struct egr_alerting *al, const struct egr_rec *r, const ch
 	json_decref(evidence);
 }
 
-/* The sandbox's tenant for a summary: the registry's, else "?". */
-static const char *tenant_of(struct egr_alerting *al, const struct egr_rec *r)
+/* The record's tenant: the DNS proxy's, the registry's, else the one the
+ * kernel named; NULL when none is known. */
+static const char *tenant_or_null(struct egr_alerting *al, const struct egr_rec *r)
 {
 	const struct egr_sb *sb = r->sandbox ? egr_reg_find(al->reg, NULL, r->sandbox) : NULL;
 
@@ -123,20 +124,25 @@ static const char *tenant_of(struct egr_alerting *al, const struct egr_rec *r)
 		return sb->tenant;
 	if (r->kind == EGR_REC_KERNEL && r->kernel.e->tenant_id &&
 	    r->kernel.e->tenant_id <= al->reg->ntenants)
-		return al->reg->tenants[r->kernel.e->tenant_id - 1] ?: "?";
-	return "?";
+		return al->reg->tenants[r->kernel.e->tenant_id - 1];
+	return NULL;
+}
+
+static const char *tenant_of(struct egr_alerting *al, const struct egr_rec *r)
+{
+	return tenant_or_null(al, r) ?: "?";
 }
 
 /* A denied (or exfiltrating) record into the deny burst detector, by
  * destination: "addr:port" of a kernel event, the DNS name, else its type. */
 static void count_deny(struct egr_alerting *al, const struct egr_rec *r, const char *type)
 {
-	const struct egr_sb *sb = egr_reg_find(al->reg, NULL, r->sandbox);
-	const char *tenant = sb ? sb->tenant : NULL, *exec = sb ? sb->execution_id : NULL;
+	const struct egr_sb *sb;
 	char dest[128], addr[64];
 
 	if (!r->sandbox)
 		return;
+	sb = egr_reg_find(al->reg, NULL, r->sandbox);
 	if (r->kind == EGR_REC_KERNEL && r->kernel.e->type != EGR_EV_INBOUND &&
 	    egr_render_kernel_addr(r->kernel.e, addr, sizeof(addr)))
 		snprintf(dest, sizeof(dest), "%s:%u", addr, r->kernel.e->port);
@@ -144,11 +150,8 @@ static void count_deny(struct egr_alerting *al, const struct egr_rec *r, const c
 		snprintf(dest, sizeof(dest), "%s", r->dns->qname);
 	else
 		snprintf(dest, sizeof(dest), "%s", type);
-	if (r->kind == EGR_REC_DNS && r->dns->tenant)
-		tenant = r->dns->tenant;
-	if (!tenant && r->kind == EGR_REC_KERNEL)
-		tenant = strcmp(tenant_of(al, r), "?") ? tenant_of(al, r) : NULL;
-	egr_alerts_deny(al->alerts, r->sandbox, tenant, exec, dest, egr_now_ns());
+	egr_alerts_deny(al->alerts, r->sandbox, tenant_or_null(al, r),
+			sb ? sb->execution_id : NULL, dest, egr_now_ns());
 }
 
 static void on_kernel(struct egr_alerting *al, const struct egr_rec *r)

@@ -8,6 +8,8 @@
 #ifndef EGR_RENDER_H
 #define EGR_RENDER_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
 
@@ -29,7 +31,6 @@ const char *egr_render_proto_name(uint32_t proto, char *buf, size_t len);
 const char *egr_render_escape_action(uint32_t action);
 /* The event's destination (inbound: its source) as text; false when it has
  * none (not an address-carrying type). */
-#include <stdbool.h>
 bool egr_render_kernel_addr(const struct egr_event *e, char *buf, size_t len);
 
 #endif /* EGR_RENDER_H */

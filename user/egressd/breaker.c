@@ -4,14 +4,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "alerting.h"
+#include "obs/alerting.h"
 #include "alerts.h"
-#include "auditlog.h"
+#include "obs/auditlog.h"
 #include "breaker.h"
 #include "dnsproxy.h"
 #include "inspect.h"
 #include "log.h"
-#include "metrics.h"
+#include "obs/metrics.h"
 
 struct sample {
 	uint64_t at_ns; /* CLOCK_MONOTONIC */

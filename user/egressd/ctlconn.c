@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include "ctlconn.h"
-#include "events.h"
 #include "fileio.h"
+#include "obs/events.h"
 #include "log.h"
 #include "proto.h"
 

@@ -11,7 +11,7 @@
 #include <jansson.h>
 
 #include "dnsproxy.h"
-#include "metrics.h"
+#include "obs/metrics.h"
 #include "sandbox.h"
 
 /* {"allowed":N,...,"shed_rate":N,"shed_inflight":N,"evicted":N,

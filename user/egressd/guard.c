@@ -10,7 +10,7 @@
 
 #include "guard.h"
 #include "log.h"
-#include "metrics.h"
+#include "obs/metrics.h"
 
 struct egr_guard {
 	struct egr_loop *loop;

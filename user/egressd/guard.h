@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <jansson.h>
 
-#include "auditlog.h"
+#include "obs/auditlog.h"
 #include "bpfstate.h"
 #include "loop.h"
 #include "sandbox.h"

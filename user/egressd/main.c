@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "alerting.h"
-#include "auditlog.h"
+#include "obs/alerting.h"
+#include "obs/auditlog.h"
 #include "bpfstate.h"
 #include "cgroup.h"
 #include "confine.h"
@@ -26,20 +26,20 @@
 #include "dnsfair.h"
 #include "dnsproxy.h"
 #include "inspect.h"
-#include "events.h"
+#include "obs/events.h"
 #include "escape.h"
 #include "guard.h"
 #include "lifetime.h"
 #include "harden.h"
-#include "health.h"
+#include "obs/health.h"
 #include "hostns.h"
 #include "learned.h"
 #include "log.h"
 #include "loop.h"
-#include "metrics.h"
+#include "obs/metrics.h"
 #include "notify.h"
 #include "options.h"
-#include "billing.h"
+#include "obs/billing.h"
 #include "breaker.h"
 #include "proto.h"
 #include "sandbox.h"
@@ -48,9 +48,7 @@
 struct dns_ctx {
 	struct egr_registry *reg;
 	struct egr_learned *learned;
-	struct egr_events *events; /* NULL until the event stream is up */
-	struct egr_metrics *metrics;
-	struct egr_auditlog *audit; /* NULL until the audit log is open */
+	struct egr_bus *bus; /* NULL once the subscribers are gone */
 };
 
 /* The proxy learned addresses: into the sandbox's current policy. */
@@ -64,27 +62,15 @@ static int on_dns_learn(void *ctx, uint32_t sandbox_id, const struct egr_dns_lea
 	return egr_learned_add(d->learned, sandbox_id, sb->policy_id, a, n);
 }
 
+/* Every DNS verdict onto the bus: the stream shows it (exfil verdicts
+ * become dns_exfiltration_suspected alerts), the audit log keeps it for the
+ * execution record, metrics count it. */
 static void on_dns_event(void *ctx, const struct egr_dns_event *ev)
 {
 	struct dns_ctx *d = ctx;
+	struct egr_rec r = { .kind = EGR_REC_DNS, .sandbox = ev->sandbox_id, .dns = ev };
 
-	/* Every DNS verdict joins the socket verdicts in one stream (exfil
-	 * verdicts become dns_exfiltration_suspected alerts there). */
-	struct egr_sb *sb = egr_reg_find(d->reg, NULL, ev->sandbox_id);
-
-	if (d->events)
-		egr_events_dns(d->events, ev);
-	egr_auditlog_dns(d->audit, ev);
-	/* Counts for /metrics, stats and billing; refusals are counted with
-	 * everything the proxy did not forward. */
-	/* A REBIND or AUDIT event accompanies the ALLOWED or SERVFAIL verdict of
-	 * the same answer: counted there. */
-	if (d->metrics && sb && ev->verdict != EGR_DNS_V_REBIND && ev->verdict != EGR_DNS_V_AUDIT) {
-		egr_metrics_count_dns(d->metrics, ev->sandbox_id, sb->tenant_id,
-				      ev->verdict == EGR_DNS_V_ALLOWED);
-		if (ev->latency_ns)
-			egr_metrics_observe_dns_latency(d->metrics, (double)ev->latency_ns / 1e9);
-	}
+	egr_bus_publish(d->bus, &r);
 	log_debug("dns: sandbox %u tenant %s %s type %u: %s (%s), %zu address(es)", ev->sandbox_id,
 		 ev->tenant ? ev->tenant : "?", ev->qname ? ev->qname : "?", ev->qtype,
 		 egr_dns_verdict_name(ev->verdict), ev->reason, ev->naddrs);
@@ -94,20 +80,11 @@ static void on_dns_event(void *ctx, const struct egr_dns_event *ev)
 static void on_inspect_event(void *ctx, const struct egr_inspect_event *ev)
 {
 	struct dns_ctx *d = ctx;
-	char addr[INET6_ADDRSTRLEN] = "";
-	json_t *o;
+	struct egr_rec r = { .kind = EGR_REC_INSPECT, .sandbox = ev->sandbox_id, .inspect = ev };
 
-	if (ev->closed || !d->events)
+	if (ev->closed)
 		return; /* ends of connections feed the audit record only */
-	if (ev->family)
-		inet_ntop(ev->family, ev->addr, addr, sizeof(addr));
-	o = json_pack("{s:s, s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i}", "type", "inspect",
-		      "sandbox", (json_int_t)ev->sandbox_id, "tenant", ev->tenant ? ev->tenant : "",
-		      "verdict", ev->allowed ? "allow" : "deny", "reason", ev->reason, "proto",
-		      ev->proto, "name", ev->name, "alpn", ev->alpn, "addr", addr, "port",
-		      (int)ev->port);
-	egr_events_emit(d->events, o);
-	json_decref(o);
+	egr_bus_publish(d->bus, &r);
 }
 
 static uint64_t boot_ns(void)
@@ -267,10 +244,11 @@ int main(int argc, char **argv)
 	struct egr_alerting *alerting = NULL;
 	struct egr_events *events = NULL;
 	struct egr_reg_hooks hooks;
+	struct egr_bus bus = { 0 };
 	char audit_path[512], audit_state[512], alerts_path[512];
 	struct egr_dnsproxy *dns = NULL;
 	struct egr_learned *learned = NULL;
-	struct dns_ctx dctx = { 0 };
+	struct dns_ctx dctx = { .bus = &bus };
 	struct egr_inspect *inspect = NULL;
 	struct egr_guard *guard = NULL;
 	struct egr_lifetime *lifetime = NULL;
@@ -374,15 +352,25 @@ int main(int argc, char **argv)
 	if (err)
 		log_error("inspecting proxy: %s; inspected sandboxes will have no TCP",
 			  strerror(-err));
-	/* The audit log before adoption: its hooks see every sandbox. */
-	egr_notify("STATUS=opening the audit log, adopting the pinned sandboxes");
+	/* Every subscriber of the observation bus before adoption, whose
+	 * lifecycle records ("adopt") and tampering findings reach them all:
+	 * the stream first, then the audit log, alerting and metrics. */
+	egr_notify("STATUS=opening the event stream and the audit log, adopting the pinned "
+		   "sandboxes");
 	if (mkdir(o.state_dir, 0700) < 0 && errno != EEXIST)
 		log_warn("state dir %s: %s", o.state_dir, strerror(errno));
+	err = egr_events_new(&events, &bpf, reg, loop, &bus, o.events_keep, o.state_dir);
+	if (err) {
+		log_error("event stream (ring buffer): %s", strerror(-err));
+		rc = 1;
+		goto out;
+	}
 	snprintf(audit_path, sizeof(audit_path), "%s/audit.log", o.state_dir);
 	snprintf(audit_state, sizeof(audit_state), "%s/audit.state", o.state_dir);
 	err = egr_auditlog_open(&audit, &(struct egr_auditlog_opts){
 		.path = o.audit_log ? o.audit_log : audit_path, .state = audit_state,
-		.key_file = o.audit_key, .rotate_bytes = (size_t)o.audit_rotate_bytes }, &bpf);
+		.key_file = o.audit_key, .rotate_bytes = (size_t)o.audit_rotate_bytes }, &bpf,
+		&bus);
 	if (err) {
 		log_error("audit log %s: %s", o.audit_log ? o.audit_log : audit_path,
 			  err == -EBUSY ? "another egressd writes it" : strerror(-err));
@@ -391,18 +379,22 @@ int main(int argc, char **argv)
 	}
 	egr_auditlog_hooks(audit, &hooks, NULL);
 	egr_auditlog_set_names(audit, learned, inspect);
-	/* Alerts before adoption too: it may find tampered state. */
-	dctx.audit = audit;
 	snprintf(alerts_path, sizeof(alerts_path), "%s/alerts.jsonl", o.state_dir);
 	if (!o.alerts.file)
 		o.alerts.file = alerts_path;
-	err = egr_alerting_new(&alerting, &o.alerts, reg, loop);
+	err = egr_alerting_new(&alerting, &o.alerts, reg, loop, &bus, events, audit);
 	if (err) {
 		log_error("alerts %s: %s", o.alerts.file, strerror(-err));
 		rc = 1;
 		goto out;
 	}
-	egr_auditlog_set_sinks(audit, NULL, alerting);
+	/* Metering export: /metrics and the billing lines (docs/metering.md). */
+	err = egr_metrics_new(&metrics, reg, &bus, o.metrics_max_sandboxes);
+	if (err) {
+		log_error("metrics: %s", strerror(-err));
+		rc = 1;
+		goto out;
+	}
 	err = egr_reg_init(reg, &bpf, o.state_dir, &hooks, dns, inspect, learned);
 	egr_reg_set_host_lsm_cgroup(reg, feat.lsm_cgroup);
 	if (err) {
@@ -426,17 +418,6 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	srv.lifetime = lifetime;
-	err = egr_events_new(&events, &bpf, reg, loop, o.events_keep, o.state_dir);
-	if (!err)
-		dctx.events = events;
-	if (err) {
-		log_error("event stream (ring buffer): %s", strerror(-err));
-		rc = 1;
-		goto out;
-	}
-	egr_events_set_sinks(events, alerting, audit);
-	egr_alerting_set_audit(alerting, audit);
-	egr_auditlog_set_sinks(audit, events, alerting);
 	err = egr_server_listen(o.socket, o.group, &lfd);
 	if (err) {
 		log_error("control socket %s: %s", o.socket, strerror(-err));
@@ -449,16 +430,11 @@ int main(int argc, char **argv)
 	srv.events = events;
 	srv.alerting = alerting;
 	srv.audit = audit;
-	/* Metering export: /metrics and the billing lines (docs/metering.md). */
-	err = egr_metrics_new(&metrics, reg, o.metrics_max_sandboxes);
-	if (!err) {
-		dctx.metrics = metrics;
-		err = egr_metrics_add_source(metrics, layers_source, &feat);
-		if (!err)
-			err = egr_metrics_add_source(metrics, egr_dnsfair_metrics, reg);
-		if (!err)
-			err = egr_metrics_add_source(metrics, egr_events_metrics, events);
-	}
+	err = egr_metrics_add_source(metrics, layers_source, &feat);
+	if (!err)
+		err = egr_metrics_add_source(metrics, egr_dnsfair_metrics, reg);
+	if (!err)
+		err = egr_metrics_add_source(metrics, egr_events_metrics, events);
 	if (!err)
 		err = egr_metrics_add_source(metrics, egr_guard_metrics, guard);
 	if (err) {
@@ -541,10 +517,10 @@ out_sock:
 	close(lfd);
 	unlink(o.socket);
 out:
-	/* The proxy outlives the stream and the metrics: unhook them first. */
-	dctx.events = NULL;
-	dctx.metrics = NULL;
-	dctx.audit = NULL;
+	/* The proxy, the breaker and the registry's hooks outlive the
+	 * subscribers: nothing is published to them once they go. */
+	dctx.bus = NULL;
+	bus.nsubs = 0;
 	egr_billing_free(billing);
 	egr_metrics_free(metrics);
 	egr_breaker_free(breaker);

@@ -8,10 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "billing.h"
+#include "obs/billing.h"
 #include "policy.h"
-#include "events.h"
-#include "metrics.h"
+#include "obs/events.h"
+#include "obs/metrics.h"
 #include "options.h"
 #include "proto.h"
 

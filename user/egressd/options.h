@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "alerting.h"
+#include "obs/alerting.h"
 #include "breaker.h"
 #include "config.h"
 #include "dnsproxy.h"

@@ -12,14 +12,14 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "alerting.h"
-#include "auditlog.h"
+#include "obs/alerting.h"
+#include "obs/auditlog.h"
 #include "breaker.h"
 #include "dnsfair.h"
-#include "events.h"
+#include "obs/events.h"
 #include "inspect.h"
 #include "log.h"
-#include "metrics.h"
+#include "obs/metrics.h"
 #include "guard.h"
 #include "lifetime.h"
 #include "proto.h"

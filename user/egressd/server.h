@@ -11,7 +11,7 @@
 
 #include "bpfstate.h"
 #include "harden.h"
-#include "health.h"
+#include "obs/health.h"
 #include "sandbox.h"
 
 struct egr_events;

@@ -3,8 +3,9 @@
  * egressd's audit records (docs/audit.md) on top of user/lib/audit.c: one
  * "policy_change" record per attach and update, one "execution" record per
  * sandbox at detach (destinations, bytes, verdict counts), and "audit_gap"
- * records for lost events. It implements the registry hooks and also turns
- * them into lifecycle events of the event stream.
+ * records for lost events. It implements the registry hooks and publishes
+ * what they see as lifecycle records on the bus (egr_auditlog_quarantine
+ * and egr_auditlog_tamper too). It calls neither the stream nor alerting.
  */
 #ifndef EGR_AUDITLOG_H
 #define EGR_AUDITLOG_H
@@ -14,11 +15,10 @@
 #include <sys/socket.h>
 
 #include "bpfstate.h"
+#include "bus.h"
 #include "sandbox.h"
 
 struct egr_auditlog;
-struct egr_events;
-struct egr_alerting;
 
 struct egr_auditlog_opts {
 	const char *path;        /* the log */
@@ -27,12 +27,12 @@ struct egr_auditlog_opts {
 	size_t rotate_bytes;     /* 0: no rotation */
 };
 
+/* Subscribes to bus (DNS verdicts and denied kernel events for the
+ * execution records, losses for gap records) and publishes the lifecycle
+ * records its registry hooks see and the tampering it records. */
 int egr_auditlog_open(struct egr_auditlog **out, const struct egr_auditlog_opts *o,
-		      struct egr_bpf *bpf);
+		      struct egr_bpf *bpf, struct egr_bus *bus);
 void egr_auditlog_close(struct egr_auditlog *al);
-
-void egr_auditlog_set_sinks(struct egr_auditlog *al, struct egr_events *ev,
-			    struct egr_alerting *alerting);
 
 /* Registry hooks that write the audit records and lifecycle events, then
  * call next's (may be NULL: lets other modules chain theirs). al may be NULL
@@ -54,8 +54,9 @@ void egr_auditlog_set_actor(struct egr_auditlog *al, const struct ucred *cred);
 /* Something was done to egressd's own state from outside (docs/audit.md,
  * "Tampering"): type "pin_removed" or "state_tampered". Writes an audit
  * record of that type (sb's identity when sb is not NULL, else just the
- * sandbox id, 0 for none) with detail's members, and raises the critical
- * alert of the same type. detail is stolen (may be NULL). */
+ * sandbox id, 0 for none) with detail's members, and publishes it as a
+ * health record (alerting raises the critical alert of the same type).
+ * detail is stolen (may be NULL). */
 void egr_auditlog_tamper(struct egr_auditlog *al, const char *type, uint32_t sandbox,
 			 const struct egr_sb *sb, const char *summary, json_t *detail);
 
@@ -63,12 +64,6 @@ void egr_auditlog_tamper(struct egr_auditlog *al, const char *type, uint32_t san
 int egr_auditlog_gap(struct egr_auditlog *al, const char *reason, uint64_t lost);
 uint64_t egr_auditlog_failures(const struct egr_auditlog *al);
 
-struct egr_dns_event;
-/* What the execution record's "observed" keeps (user/egressd/execobs.h):
- * every DNS verdict, and kernel events (the event stream's JSON) whose
- * verdict is deny or audit. */
-void egr_auditlog_dns(struct egr_auditlog *al, const struct egr_dns_event *d);
-void egr_auditlog_kernel_event(struct egr_auditlog *al, const json_t *ev);
 /* A "quarantine" record (on: the breaker tripped; evidence says why) or a
  * "release" record (actor: the current control request). 0 or -errno. */
 int egr_auditlog_quarantine(struct egr_auditlog *al, const struct egr_sb *sb, bool on,

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* Alerting glue: meters, events and egressd's health into user/lib/alerts.c;
  * alerts out to a JSON-lines file and syslog. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -13,6 +14,10 @@
 
 #include "alerting.h"
 #include "auditlog.h"
+#include "dnsproxy.h"
+#include "egr_decide.h"
+#include "events.h"
+#include "inspect.h"
 #include "log.h"
 
 /* egr_sandboxes' size (bpf/egressd.bpf.c EGR_MAX_SANDBOXES). */
@@ -28,7 +33,8 @@ struct egr_alerting {
 	struct egr_alerting_opts o;
 	char file[512];
 	struct egr_registry *reg;
-	struct egr_auditlog *audit;
+	const struct egr_auditlog *audit; /* its write failures (tick) */
+	struct egr_events *events;        /* renders evidence */
 	struct egr_alerts *alerts;
 	int fd; /* -1: none */
 	bool syslog;
@@ -38,14 +44,6 @@ struct egr_alerting {
 	uint64_t audit_failures_seen;
 	uint64_t write_failures;
 };
-
-uint64_t egr_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void egr_alerting_opts_default(struct egr_alerting_opts *o)
 {
@@ -93,111 +91,217 @@ int egr_alerting_raise(struct egr_alerting *al, const struct egr_alert_in *in)
 	return egr_alerts_raise(al->alerts, in, egr_now_ns());
 }
 
-/* One alert about the sandbox an event names, the event as its evidence. */
-static void raise_for_event(struct egr_alerting *al, const json_t *ev, const char *type,
-			    enum egr_alert_severity severity, const char *summary)
+/* One alert about the sandbox a record names, its event as the evidence
+ * (rendered only now that an alert is raised). */
+static void raise_for(struct egr_alerting *al, const struct egr_rec *r, const char *type,
+		      enum egr_alert_severity severity, const char *summary)
 {
+	json_t *evidence = egr_events_render(al->events, r);
 	struct egr_alert_in in = {
 		.type = type,
 		.severity = severity,
-		.tenant = json_string_value(json_object_get(ev, "tenant")),
-		.sandbox = (uint32_t)json_integer_value(json_object_get(ev, "sandbox")),
-		.execution_id = json_string_value(json_object_get(ev, "execution_id")),
+		.tenant = json_string_value(json_object_get(evidence, "tenant")),
+		.sandbox = r->sandbox,
+		.execution_id = json_string_value(json_object_get(evidence, "execution_id")),
 		.summary = summary,
-		.evidence = json_deep_copy(ev),
+		.evidence = evidence ? json_incref(evidence) : json_object(),
+	};
+
+	/* Our reference keeps in's tenant and execution id alive. */
+	egr_alerting_raise(al, &in);
+	json_decref(evidence);
+}
+
+/* The record's tenant: the DNS proxy's, the registry's, else the one the
+ * kernel named; NULL when none is known. */
+static const char *tenant_or_null(struct egr_alerting *al, const struct egr_rec *r)
+{
+	const struct egr_sb *sb = r->sandbox ? egr_reg_find(al->reg, NULL, r->sandbox) : NULL;
+
+	if (r->kind == EGR_REC_DNS && r->dns->tenant)
+		return r->dns->tenant;
+	if (sb && sb->tenant)
+		return sb->tenant;
+	if (r->kind == EGR_REC_KERNEL && r->kernel.e->tenant_id)
+		return egr_reg_tenant_name(al->reg, r->kernel.e->tenant_id);
+	return NULL;
+}
+
+static const char *tenant_of(struct egr_alerting *al, const struct egr_rec *r)
+{
+	return tenant_or_null(al, r) ?: "?";
+}
+
+/* A denied (or exfiltrating) record into the deny burst detector, by
+ * destination: "addr:port" of a kernel event, the DNS name, else its type. */
+static void count_deny(struct egr_alerting *al, const struct egr_rec *r, const char *type)
+{
+	const struct egr_sb *sb;
+	char dest[128], addr[64];
+
+	if (!r->sandbox)
+		return;
+	sb = egr_reg_find(al->reg, NULL, r->sandbox);
+	if (r->kind == EGR_REC_KERNEL && r->kernel.e->type != EGR_EV_INBOUND &&
+	    egr_render_kernel_addr(r->kernel.e, addr, sizeof(addr)))
+		snprintf(dest, sizeof(dest), "%s:%u", addr, r->kernel.e->port);
+	else if (r->kind == EGR_REC_DNS && r->dns->qname)
+		snprintf(dest, sizeof(dest), "%s", r->dns->qname);
+	else
+		snprintf(dest, sizeof(dest), "%s", type);
+	egr_alerts_deny(al->alerts, r->sandbox, tenant_or_null(al, r),
+			sb ? sb->execution_id : NULL, dest, egr_now_ns());
+}
+
+static void on_kernel(struct egr_alerting *al, const struct egr_rec *r)
+{
+	const struct egr_event *e = r->kernel.e;
+	const char *type = egr_render_type_name(e->type);
+	char summary[512], addr[64];
+
+	if (e->type == EGR_EV_QUOTA) {
+		snprintf(summary, sizeof(summary),
+			 "sandbox %" PRIu32 " (tenant %s) is past its egress quota: packets dropped",
+			 r->sandbox, tenant_of(al, r));
+		raise_for(al, r, "quota_exceeded", EGR_SEV_WARNING, summary);
+		return;
+	}
+	if (e->type == EGR_EV_BACKSTOP && e->verdict == EGR_VERDICT_AUDIT)
+		return; /* audit mode let it through: a would-be deny, not an attack */
+	if (e->type == EGR_EV_BACKSTOP) {
+		/* The skb backstop stopped what no earlier hook did: a path
+		 * around the sock_addr hooks is in use (docs/security.md). */
+		if (!egr_render_kernel_addr(e, addr, sizeof(addr)))
+			snprintf(addr, sizeof(addr), "?");
+		snprintf(summary, sizeof(summary),
+			 "sandbox %" PRIu32 " (tenant %s) sent a packet to %s that no socket hook "
+			 "judged; the backstop dropped it",
+			 r->sandbox, tenant_of(al, r), addr);
+		raise_for(al, r, "backstop_drop", EGR_SEV_CRITICAL, summary);
+		return;
+	}
+	if (e->type == EGR_EV_ESCAPE) {
+		/* A task left its sandbox cgroup: outside every hook now. */
+		const struct egr_escape_event *x = (const struct egr_escape_event *)e;
+		char comm[sizeof(e->comm) + 1];
+
+		memcpy(comm, e->comm, sizeof(e->comm));
+		comm[sizeof(e->comm)] = '\0';
+		snprintf(summary, sizeof(summary),
+			 "sandbox %" PRIu32 " (tenant %s): process %" PRIu32 " was moved out of "
+			 "the sandbox cgroup by %" PRIu32 " (%s): %s",
+			 r->sandbox, tenant_of(al, r), x->target_pid, e->pid,
+			 e->pid ? comm : "?", egr_render_escape_action(x->action));
+		raise_for(al, r, "sandbox_escape", EGR_SEV_CRITICAL, summary);
+		return;
+	}
+	if (e->verdict != EGR_ALLOW && e->verdict != EGR_VERDICT_AUDIT)
+		count_deny(al, r, type ? type : "");
+}
+
+static void on_dns(struct egr_alerting *al, const struct egr_rec *r)
+{
+	const struct egr_dns_event *d = r->dns;
+	char summary[512];
+
+	if (d->verdict == EGR_DNS_V_EXFIL) {
+		snprintf(summary, sizeof(summary),
+			 "sandbox %" PRIu32 " (tenant %s): DNS query %.200s looks like exfiltration",
+			 r->sandbox, tenant_of(al, r), d->qname ?: "?");
+		raise_for(al, r, "dns_exfiltration_suspected", EGR_SEV_CRITICAL, summary);
+	}
+	if (d->verdict == EGR_DNS_V_REBIND) {
+		/* An allowed name answered with loopback, private, link-local, ...
+		 * addresses: a rebinding attempt on local services (docs/dns.md). */
+		char fa[64] = "?";
+		const char *fc = "?";
+
+		if (d->nstripped_listed &&
+		    inet_ntop(d->stripped[0].family, d->stripped[0].addr, fa, sizeof(fa)))
+			fc = egr_rebind_class_name(d->stripped[0].cls);
+		else
+			snprintf(fa, sizeof(fa), "?");
+		snprintf(summary, sizeof(summary),
+			 "sandbox %" PRIu32 " (tenant %s): the answer for %.200s pointed to %s (%s); "
+			 "%zu address(es) stripped, none learned",
+			 r->sandbox, tenant_of(al, r), d->qname ?: "?", fa, fc, d->nstripped);
+		raise_for(al, r, "dns_rebind", EGR_SEV_CRITICAL, summary);
+		return;
+	}
+	/* The stream's "deny" and "exfil" verdicts (docs/events.md). */
+	if (!strcmp(egr_dns_verdict_event_name(d->verdict), "deny") ||
+	    d->verdict == EGR_DNS_V_EXFIL)
+		count_deny(al, r, "dns");
+}
+
+static void on_loss(struct egr_alerting *al, const struct egr_rec *r)
+{
+	char summary[256];
+	struct egr_alert_in in = {
+		.type = "lost_events",
+		.severity = EGR_SEV_CRITICAL,
+		.summary = summary,
+		.evidence = json_pack("{s:I, s:I, s:s}", "lost", (json_int_t)r->loss.lost,
+				      "lost_total", (json_int_t)r->loss.total, "reason",
+				      r->loss.reason),
+	};
+
+	snprintf(summary, sizeof(summary),
+		 "%" PRIu64 " kernel event(s) lost: the ring buffer was full (%s)", r->loss.lost,
+		 r->loss.reason);
+	egr_alerting_raise(al, &in);
+}
+
+/* Tampering found by the audit log's registry hooks or the pin guard. */
+static void on_health(struct egr_alerting *al, const struct egr_rec *r)
+{
+	const struct egr_rec_health *h = &r->health;
+	struct egr_alert_in in = {
+		.type = h->type,
+		.severity = EGR_SEV_CRITICAL,
+		.tenant = h->sb ? h->sb->tenant : NULL,
+		.sandbox = r->sandbox,
+		.execution_id = h->sb ? h->sb->execution_id : NULL,
+		.summary = h->summary,
+		.evidence = h->detail ? json_deep_copy(h->detail) : json_object(),
 	};
 
 	egr_alerting_raise(al, &in);
 }
 
-void egr_alerting_event(struct egr_alerting *al, const json_t *ev)
+static void on_rec(void *ctx, const struct egr_rec *r)
 {
-	const char *type = json_string_value(json_object_get(ev, "type")) ?: "";
-	const char *verdict = json_string_value(json_object_get(ev, "verdict")) ?: "";
-	const char *tenant = json_string_value(json_object_get(ev, "tenant"));
-	const char *exec = json_string_value(json_object_get(ev, "execution_id"));
-	uint32_t sandbox = (uint32_t)json_integer_value(json_object_get(ev, "sandbox"));
-	char summary[512], dest[128];
-	const char *dst;
+	struct egr_alerting *al = ctx;
 
-	if (!al)
-		return;
-	if (strcmp(type, "quota") == 0) {
-		snprintf(summary, sizeof(summary),
-			 "sandbox %" PRIu32 " (tenant %s) is past its egress quota: packets dropped",
-			 sandbox, tenant ?: "?");
-		raise_for_event(al, ev, "quota_exceeded", EGR_SEV_WARNING, summary);
-		return;
+	switch (r->kind) {
+	case EGR_REC_KERNEL:
+		on_kernel(al, r);
+		break;
+	case EGR_REC_DNS:
+		on_dns(al, r);
+		break;
+	case EGR_REC_INSPECT:
+		if (!r->inspect->allowed)
+			count_deny(al, r, "inspect");
+		break;
+	case EGR_REC_SUPPRESSED:
+		/* The stream shows it as one deny event: one deny here too. */
+		count_deny(al, r, "denies_suppressed");
+		break;
+	case EGR_REC_LOSS:
+		if (!r->sandbox) /* a sandbox's share of a loss already raised */
+			on_loss(al, r);
+		break;
+	case EGR_REC_LIFECYCLE:
+		if (r->life.what == EGR_LIFE_DETACH)
+			egr_alerts_forget_sandbox(al->alerts, r->sandbox);
+		break;
+	case EGR_REC_HEALTH:
+		on_health(al, r);
+		break;
+	default:
+		break;
 	}
-	if (strcmp(type, "backstop") == 0 && strcmp(verdict, "audit") == 0)
-		return; /* audit mode let it through: a would-be deny, not an attack */
-	if (strcmp(type, "backstop") == 0) {
-		/* The skb backstop stopped what no earlier hook did: a path
-		 * around the sock_addr hooks is in use (docs/security.md). */
-		const char *d = json_string_value(json_object_get(ev, "dst"));
-
-		snprintf(summary, sizeof(summary),
-			 "sandbox %" PRIu32 " (tenant %s) sent a packet to %s that no socket hook "
-			 "judged; the backstop dropped it",
-			 sandbox, tenant ?: "?", d ?: "?");
-		raise_for_event(al, ev, "backstop_drop", EGR_SEV_CRITICAL, summary);
-		return;
-	}
-	if (strcmp(type, "escape") == 0) {
-		/* A task left its sandbox cgroup: outside every hook now. */
-		const char *action = json_string_value(json_object_get(ev, "action")) ?: "?";
-		const char *comm = json_string_value(json_object_get(ev, "comm")) ?: "?";
-		int64_t target = (int64_t)json_integer_value(json_object_get(ev, "target_pid"));
-		int64_t mover = (int64_t)json_integer_value(json_object_get(ev, "pid"));
-
-		snprintf(summary, sizeof(summary),
-			 "sandbox %" PRIu32 " (tenant %s): process %" PRId64 " was moved out of "
-			 "the sandbox cgroup by %" PRId64 " (%s): %s",
-			 sandbox, tenant ?: "?", target, mover, comm, action);
-		raise_for_event(al, ev, "sandbox_escape", EGR_SEV_CRITICAL, summary);
-		return;
-	}
-	if (strcmp(type, "dns") == 0 && strcmp(verdict, "exfil") == 0) {
-		const char *q = json_string_value(json_object_get(ev, "qname"));
-
-		snprintf(summary, sizeof(summary),
-			 "sandbox %" PRIu32 " (tenant %s): DNS query %.200s looks like exfiltration",
-			 sandbox, tenant ?: "?", q ?: "?");
-		raise_for_event(al, ev, "dns_exfiltration_suspected", EGR_SEV_CRITICAL, summary);
-	}
-	if (strcmp(type, "dns") == 0 && strcmp(verdict, "rebind") == 0) {
-		/* An allowed name answered with loopback, private, link-local, ...
-		 * addresses: a rebinding attempt on local services (docs/dns.md). */
-		const char *q = json_string_value(json_object_get(ev, "qname"));
-		const json_t *first = json_array_get(json_object_get(ev, "stripped"), 0);
-		const char *fa = json_string_value(json_object_get(first, "addr"));
-		const char *fc = json_string_value(json_object_get(first, "class"));
-
-		snprintf(summary, sizeof(summary),
-			 "sandbox %" PRIu32 " (tenant %s): the answer for %.200s pointed to %s (%s); "
-			 "%" JSON_INTEGER_FORMAT " address(es) stripped, none learned",
-			 sandbox, tenant ?: "?", q ?: "?", fa ?: "?", fc ?: "?",
-			 json_integer_value(json_object_get(ev, "stripped_total")));
-		raise_for_event(al, ev, "dns_rebind", EGR_SEV_CRITICAL, summary);
-		return;
-	}
-	if (strcmp(verdict, "deny") != 0 && strcmp(verdict, "exfil") != 0)
-		return;
-	if (!sandbox)
-		return;
-	dst = json_string_value(json_object_get(ev, "dst"));
-	if (dst)
-		snprintf(dest, sizeof(dest), "%s:%" PRId64, dst,
-			 (int64_t)json_integer_value(json_object_get(ev, "port")));
-	else
-		snprintf(dest, sizeof(dest), "%s", json_string_value(json_object_get(ev, "qname")) ?: type);
-	egr_alerts_deny(al->alerts, sandbox, tenant, exec, dest, egr_now_ns());
-}
-
-void egr_alerting_forget_sandbox(struct egr_alerting *al, uint32_t sandbox)
-{
-	if (al)
-		egr_alerts_forget_sandbox(al->alerts, sandbox);
 }
 
 static void sample_volume(struct egr_alerting *al, uint64_t now, uint64_t interval_ns)
@@ -291,7 +395,8 @@ static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 }
 
 int egr_alerting_new(struct egr_alerting **out, const struct egr_alerting_opts *o,
-		     struct egr_registry *reg, struct egr_loop *loop)
+		     struct egr_registry *reg, struct egr_loop *loop, struct egr_bus *bus,
+		     struct egr_events *events, const struct egr_auditlog *audit)
 {
 	struct egr_alerting *al = calloc(1, sizeof(*al));
 	int err;
@@ -300,6 +405,9 @@ int egr_alerting_new(struct egr_alerting **out, const struct egr_alerting_opts *
 		return -ENOMEM;
 	al->o = *o;
 	al->reg = reg;
+	al->events = events;
+	al->audit = audit;
+	al->audit_failures_seen = audit ? egr_auditlog_failures(audit) : 0;
 	al->fd = -1;
 	al->syslog = o->syslog;
 	snprintf(al->file, sizeof(al->file), "%s", o->file ? o->file : "");
@@ -317,6 +425,8 @@ int egr_alerting_new(struct egr_alerting **out, const struct egr_alerting_opts *
 	err = egr_alerts_new(&al->alerts, &o->cfg, sink, al);
 	if (!err)
 		err = egr_loop_every(loop, (o->interval_s ? o->interval_s : 10) * 1000, on_tick, al);
+	if (!err)
+		err = egr_bus_subscribe(bus, EGR_REC_ALL, on_rec, al);
 	if (err) {
 		egr_alerts_free(al->alerts);
 		if (al->fd > STDOUT_FILENO)
@@ -340,12 +450,6 @@ int egr_alerting_set_cfg(struct egr_alerting *al, const struct egr_alert_cfg *cf
 	if (!err)
 		al->o.cfg = *cfg;
 	return err;
-}
-
-void egr_alerting_set_audit(struct egr_alerting *al, struct egr_auditlog *audit)
-{
-	al->audit = audit;
-	al->audit_failures_seen = audit ? egr_auditlog_failures(audit) : 0;
 }
 
 void egr_alerting_free(struct egr_alerting *al)

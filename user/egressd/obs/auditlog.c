@@ -10,13 +10,13 @@
 
 #include <bpf/bpf.h>
 
-#include "alerting.h"
 #include "alerts.h"
 #include "audit.h"
 #include "auditlog.h"
 #include "egr_decide.h"
 #include "dnsproxy.h"
-#include "events.h"
+#include "budgets.h"
+#include "render.h"
 #include "inspect.h"
 #include "learned.h"
 #include "execobs.h"
@@ -29,8 +29,7 @@
 struct egr_auditlog {
 	struct egr_audit *a;      /* NULL: events only */
 	struct egr_bpf *bpf;
-	struct egr_events *events;
-	struct egr_alerting *alerting;
+	struct egr_bus *bus;      /* lifecycle and tamper records out */
 	struct egr_reg_hooks next;
 	struct egr_learned *learned; /* host names of learned addresses */
 	struct egr_inspect *inspect; /* host names the proxy saw */
@@ -62,8 +61,10 @@ static json_t *str_or_null(const char *s)
 	return s ? json_string(s) : json_null();
 }
 
+static void on_rec(void *ctx, const struct egr_rec *r);
+
 int egr_auditlog_open(struct egr_auditlog **out, const struct egr_auditlog_opts *o,
-		      struct egr_bpf *bpf)
+		      struct egr_bpf *bpf, struct egr_bus *bus)
 {
 	struct egr_auditlog *al = calloc(1, sizeof(*al));
 	uint8_t *key = NULL;
@@ -77,6 +78,7 @@ int egr_auditlog_open(struct egr_auditlog **out, const struct egr_auditlog_opts 
 		return -ENOMEM;
 	}
 	al->bpf = bpf;
+	al->bus = bus;
 	if (o && o->path) {
 		snprintf(al->path, sizeof(al->path), "%s", o->path);
 		if (o->key_file && (err = egr_audit_load_key(o->key_file, &key, &keylen))) {
@@ -98,6 +100,16 @@ int egr_auditlog_open(struct egr_auditlog **out, const struct egr_auditlog_opts 
 		/* Records share the loop's fsync; replies wait for it (ctlconn.c). */
 		if ((err = egr_audit_set_commit(al->a, egr_commitq_default())))
 			log_warn("audit: no group commit (%s): one fsync per record", strerror(-err));
+	}
+	/* What execution records keep (DNS verdicts, denied destinations) and
+	 * the gaps of lost events. */
+	err = egr_bus_subscribe(bus, EGR_REC_BIT(EGR_REC_KERNEL) | EGR_REC_BIT(EGR_REC_DNS) |
+				EGR_REC_BIT(EGR_REC_LOSS), on_rec, al);
+	if (err) {
+		egr_audit_close(al->a);
+		egr_execobs_free(al->obs);
+		free(al);
+		return err;
 	}
 	*out = al;
 	return 0;
@@ -121,7 +133,7 @@ void egr_auditlog_set_names(struct egr_auditlog *al, struct egr_learned *learned
 	al->inspect = inspect;
 }
 
-void egr_auditlog_dns(struct egr_auditlog *al, const struct egr_dns_event *d)
+static void on_dns(struct egr_auditlog *al, const struct egr_dns_event *d)
 {
 	static const char *const v[] = {
 		[EGR_DNS_V_ALLOWED] = "allow", [EGR_DNS_V_REFUSED] = "deny",
@@ -142,32 +154,38 @@ void egr_auditlog_dns(struct egr_auditlog *al, const struct egr_dns_event *d)
 			(const uint8_t(*)[16])addr, n);
 }
 
-void egr_auditlog_kernel_event(struct egr_auditlog *al, const json_t *ev)
+/* Denied and would-be denied destinations of connect, sendmsg and the
+ * backstop: what `egressctl suggest` reads. */
+static void on_kernel(struct egr_auditlog *al, const struct egr_event *e)
 {
-	const char *verdict = json_string_value(json_object_get(ev, "verdict"));
-	const char *type = json_string_value(json_object_get(ev, "type"));
-	const char *dst = json_string_value(json_object_get(ev, "dst"));
-	const json_t *proto = json_object_get(ev, "protocol");
-	char pbuf[16];
+	char addr[64], pbuf[16], tbuf[16];
+	const char *type;
 
-	if (!al || !verdict || !type || !dst || !strcmp(verdict, "allow"))
+	if (e->verdict == EGR_ALLOW)
 		return;
-	if (strcmp(type, "connect") && strcmp(type, "sendmsg") && strcmp(type, "backstop"))
+	if (e->type != EGR_EV_CONNECT && e->type != EGR_EV_SENDMSG && e->type != EGR_EV_BACKSTOP)
 		return;
-	if (json_is_integer(proto))
-		snprintf(pbuf, sizeof(pbuf), "%lld", (long long)json_integer_value(proto));
-	else
-		snprintf(pbuf, sizeof(pbuf), "%s", json_string_value(proto) ?: "");
-	egr_execobs_denied(al->obs, (uint32_t)json_integer_value(json_object_get(ev, "sandbox")),
-			   dst, (uint16_t)json_integer_value(json_object_get(ev, "port")), pbuf,
-			   type, !strcmp(verdict, "audit"));
+	if (!egr_render_kernel_addr(e, addr, sizeof(addr)))
+		return;
+	type = egr_render_type_name(e->type);
+	snprintf(tbuf, sizeof(tbuf), "%s", type ? type : "");
+	egr_execobs_denied(al->obs, e->sandbox_id, addr, e->port,
+			   egr_render_proto_name(e->protocol, pbuf, sizeof(pbuf)), tbuf,
+			   e->verdict == EGR_VERDICT_AUDIT);
 }
 
-void egr_auditlog_set_sinks(struct egr_auditlog *al, struct egr_events *ev,
-			    struct egr_alerting *alerting)
+static void on_rec(void *ctx, const struct egr_rec *r)
 {
-	al->events = ev;
-	al->alerting = alerting;
+	struct egr_auditlog *al = ctx;
+
+	if (r->kind == EGR_REC_KERNEL)
+		on_kernel(al, r->kernel.e);
+	else if (r->kind == EGR_REC_DNS)
+		on_dns(al, r->dns);
+	else if (r->kind == EGR_REC_LOSS && !r->sandbox &&
+		 egr_auditlog_gap(al, "ring buffer overflow", r->loss.lost))
+		log_error("events: cannot write the audit gap record for %" PRIu64 " lost events",
+			  r->loss.lost);
 }
 
 void egr_auditlog_set_actor(struct egr_auditlog *al, const struct ucred *cred)
@@ -239,23 +257,16 @@ static json_t *identity(const struct egr_sb *sb)
 			 "policy_sha256", sb->sha256);
 }
 
-static void lifecycle_event(struct egr_auditlog *al, const char *type, const struct egr_sb *sb,
+/* The registry's hooks are where lifecycle is seen: its record onto the
+ * bus (the stream shows it, alerting forgets a detached sandbox). */
+static void lifecycle_event(struct egr_auditlog *al, enum egr_life what, const struct egr_sb *sb,
 			    const char *old_sha, int closed)
 {
-	json_t *o;
+	struct egr_rec r = { .kind = EGR_REC_LIFECYCLE, .sandbox = sb->id,
+			     .life = { .what = what, .sb = sb, .old_sha256 = old_sha,
+				       .closed = closed } };
 
-	if (!al->events)
-		return;
-	o = identity(sb);
-	if (!o)
-		return;
-	json_object_set_new(o, "type", json_string(type));
-	if (old_sha)
-		json_object_set_new(o, "previous_policy_sha256", json_string(old_sha));
-	if (closed >= 0)
-		json_object_set_new(o, "connections_closed", json_integer(closed));
-	egr_events_emit(al->events, o);
-	json_decref(o);
+	egr_bus_publish(al->bus, &r);
 }
 
 static void policy_change(struct egr_auditlog *al, const char *change, const struct egr_sb *sb,
@@ -300,16 +311,12 @@ void egr_auditlog_tamper(struct egr_auditlog *al, const char *type, uint32_t san
 		json_object_set_new(rec, "summary", json_string(summary));
 	}
 	append(al, rec);
-	struct egr_alert_in in = {
-		.type = type,
-		.severity = EGR_SEV_CRITICAL,
-		.tenant = sb ? sb->tenant : NULL,
-		.sandbox = sandbox,
-		.execution_id = sb ? sb->execution_id : NULL,
-		.summary = summary,
-		.evidence = detail ? detail : json_object(),
-	};
-	egr_alerting_raise(al->alerting, &in);
+	/* Alerting raises the critical alert of the same type. */
+	struct egr_rec r = { .kind = EGR_REC_HEALTH, .sandbox = sandbox,
+			     .health = { .type = type, .sb = sb, .summary = summary,
+					 .detail = detail } };
+	egr_bus_publish(al->bus, &r);
+	json_decref(detail);
 }
 
 static void h_attached(void *ctx, const struct egr_sb *sb, const json_t *policy)
@@ -318,7 +325,7 @@ static void h_attached(void *ctx, const struct egr_sb *sb, const json_t *policy)
 
 	egr_execobs_forget(al->obs, sb->id);
 	policy_change(al, "attach", sb, NULL, 0);
-	lifecycle_event(al, "attach", sb, NULL, -1);
+	lifecycle_event(al, EGR_LIFE_ATTACH, sb, NULL, -1);
 	if (al->next.attached)
 		al->next.attached(al->next.ctx, sb, policy);
 }
@@ -327,7 +334,7 @@ static void h_adopted(void *ctx, const struct egr_sb *sb, const json_t *policy)
 {
 	struct egr_auditlog *al = ctx;
 
-	lifecycle_event(al, "adopt", sb, NULL, -1);
+	lifecycle_event(al, EGR_LIFE_ADOPT, sb, NULL, -1);
 	if (al->next.adopted)
 		al->next.adopted(al->next.ctx, sb, policy);
 }
@@ -338,7 +345,7 @@ static void h_updated(void *ctx, const struct egr_sb *sb, const char *old_sha256
 	struct egr_auditlog *al = ctx;
 
 	policy_change(al, "update", sb, old_sha256, closed);
-	lifecycle_event(al, "update", sb, old_sha256, (int)closed);
+	lifecycle_event(al, EGR_LIFE_UPDATE, sb, old_sha256, (int)closed);
 	if (al->next.updated)
 		al->next.updated(al->next.ctx, sb, old_sha256, policy, closed);
 }
@@ -475,7 +482,7 @@ static void h_detaching(void *ctx, const struct egr_sb *sb)
 				uint64_t sup = 0, lost = 0;
 
 				/* Its kernel events held back or lost (docs/events.md). */
-				egr_events_sandbox_figures(al->events, sb->id, &sup, &lost);
+				egr_budget_figures(al->bpf, sb->id, &sup, &lost);
 				json_object_set_new(rec, "events",
 						    json_pack("{s:I, s:I}", "suppressed",
 							      (json_int_t)sup, "lost",
@@ -523,8 +530,7 @@ static void h_detaching(void *ctx, const struct egr_sb *sb)
 		append(al, rec);
 	}
 	json_decref(obs);
-	lifecycle_event(al, "detach", sb, NULL, -1);
-	egr_alerting_forget_sandbox(al->alerting, sb->id);
+	lifecycle_event(al, EGR_LIFE_DETACH, sb, NULL, -1);
 	if (al->next.detaching)
 		al->next.detaching(al->next.ctx, sb);
 }
@@ -570,7 +576,7 @@ int egr_auditlog_quarantine(struct egr_auditlog *al, const struct egr_sb *sb, bo
 						(int)al->actor.uid, "gid", (int)al->actor.gid)
 				    : json_string(on ? "breaker" : "unknown"));
 	append(al, rec);
-	lifecycle_event(al, on ? "quarantine" : "release", sb, NULL, (int)closed);
+	lifecycle_event(al, on ? EGR_LIFE_QUARANTINE : EGR_LIFE_RELEASE, sb, NULL, (int)closed);
 	return 0;
 }
 

@@ -16,26 +16,15 @@
 #include <jansson.h>
 
 #include "egressd.h"
+#include "bus.h"
 #include "loop.h"
+#include "mbuf.h"
 #include "sandbox.h"
 
 #define EGR_METRICS_DEFAULT_ADDR "127.0.0.1:9477"
 #define EGR_METRICS_DEFAULT_MAX_SANDBOXES 1000
 
 struct egr_metrics;
-
-/* A growing text buffer for the exposition (sources append to it). */
-struct egr_mbuf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-};
-
-void egr_mbuf_printf(struct egr_mbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* `# HELP` and `# TYPE` lines of a family. */
-void egr_mbuf_family(struct egr_mbuf *b, const char *name, const char *type, const char *help);
-/* A label value escaped per the exposition format (\\, \", \n). */
-void egr_mbuf_label(struct egr_mbuf *b, const char *value);
 
 /* Another module's metrics (billing, alerts, ...): fn appends complete
  * families to b at every scrape. */
@@ -50,7 +39,9 @@ struct egr_figures {
 
 /* max_sandboxes: per-sandbox series at most; the rest fold into
  * sandbox="_other" of their tenant. */
-int egr_metrics_new(struct egr_metrics **out, struct egr_registry *reg, unsigned max_sandboxes);
+/* Subscribes to bus's DNS verdicts (the DNS counts and latency). */
+int egr_metrics_new(struct egr_metrics **out, struct egr_registry *reg, struct egr_bus *bus,
+		    unsigned max_sandboxes);
 void egr_metrics_free(struct egr_metrics *m);
 
 /* Serve /metrics on addr ("127.0.0.1:9477", "[::1]:9477"; "off": nothing)
@@ -65,7 +56,7 @@ bool egr_metrics_serving(const struct egr_metrics *m);
 void egr_metrics_set_max_sandboxes(struct egr_metrics *m, unsigned max_sandboxes);
 int egr_metrics_add_source(struct egr_metrics *m, egr_metrics_source_fn fn, void *ctx);
 
-/* --- fed by the DNS proxy ---------------------------------------------------- */
+/* --- fed by the DNS proxy's verdicts (the bus) ------------------------------------- */
 
 /* One query answered (allowed: forwarded; else refused). */
 void egr_metrics_count_dns(struct egr_metrics *m, uint32_t sandbox_id, uint32_t tenant_id,

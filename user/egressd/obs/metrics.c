@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +22,8 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "dnsproxy.h"
+#include "kcounters.h"
 #include "procmetrics.h"
 
 #define TICK_MS 250           /* MHD_run for its timeouts */
@@ -69,62 +70,6 @@ struct egr_metrics {
 	struct source *sources;
 	size_t nsources;
 };
-
-/* --- text buffer ------------------------------------------------------------------ */
-
-void egr_mbuf_printf(struct egr_mbuf *b, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (b->oom)
-		return;
-	for (;;) {
-		size_t room = b->cap - b->len;
-
-		va_start(ap, fmt);
-		n = vsnprintf(b->p ? b->p + b->len : NULL, room, fmt, ap);
-		va_end(ap);
-		if (n < 0) {
-			b->oom = true;
-			return;
-		}
-		if ((size_t)n < room) {
-			b->len += (size_t)n;
-			return;
-		}
-		size_t cap = b->cap ? b->cap * 2 : 16384;
-		while (cap - b->len <= (size_t)n)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-
-		if (!p) {
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-}
-
-void egr_mbuf_family(struct egr_mbuf *b, const char *name, const char *type, const char *help)
-{
-	egr_mbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-void egr_mbuf_label(struct egr_mbuf *b, const char *value)
-{
-	for (const char *s = value ? value : ""; *s; s++) {
-		if (*s == '\\')
-			egr_mbuf_printf(b, "\\\\");
-		else if (*s == '"')
-			egr_mbuf_printf(b, "\\\"");
-		else if (*s == '\n')
-			egr_mbuf_printf(b, "\\n");
-		else
-			egr_mbuf_printf(b, "%c", *s);
-	}
-}
 
 /* --- the figures --------------------------------------------------------------------- */
 
@@ -540,54 +485,6 @@ static void emit_tenants(struct egr_metrics *m, struct egr_mbuf *b)
 	free(rows);
 }
 
-/*
- * The kernel's global counters (egressctl status), by kind: what the hooks
- * allowed, what they denied and why, what they dropped and why. The reason
- * values are the fixed set of docs/metering.md.
- */
-static void emit_kernel_counters(struct egr_mbuf *b, const uint64_t *cnt)
-{
-	static const struct {
-		int idx;
-		const char *label;
-	} allowed[] = {
-		{ EGR_CNT_CONNECT_ALLOW, "connect" },
-		{ EGR_CNT_SENDMSG_ALLOW, "sendmsg" },
-		{ EGR_CNT_SOCK_CREATE_ALLOW, "sock_create" },
-	}, denied[] = {
-		{ EGR_CNT_CONNECT_DENY, "connect" },
-		{ EGR_CNT_SENDMSG_DENY, "sendmsg" },
-		{ EGR_CNT_SOCK_CREATE_DENY, "sock_create" },
-		{ EGR_CNT_SETSOCKOPT_DENY, "setsockopt" },
-		{ EGR_CNT_NO_SANDBOX, "no_sandbox" },
-		{ EGR_CNT_EXPIRED, "expired" },
-	}, dropped[] = {
-		{ EGR_CNT_BACKSTOP_DROP, "backstop" },
-		{ EGR_CNT_INBOUND_DROP, "inbound" },
-		{ EGR_CNT_QUOTA_DROP, "quota" },
-	};
-
-	egr_mbuf_family(b, "egressd_kernel_allowed_total", "counter",
-			"Calls the kernel hooks allowed, all sandboxes, by hook.");
-	for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
-		egr_mbuf_printf(b, "egressd_kernel_allowed_total{hook=\"%s\"} %llu\n",
-				allowed[i].label, (unsigned long long)cnt[allowed[i].idx]);
-	egr_mbuf_family(b, "egressd_kernel_denied_total", "counter",
-			"Calls the kernel hooks denied, all sandboxes, by reason.");
-	for (size_t i = 0; i < sizeof(denied) / sizeof(denied[0]); i++)
-		egr_mbuf_printf(b, "egressd_kernel_denied_total{reason=\"%s\"} %llu\n",
-				denied[i].label, (unsigned long long)cnt[denied[i].idx]);
-	egr_mbuf_family(b, "egressd_kernel_dropped_packets_total", "counter",
-			"Packets the kernel hooks dropped, all sandboxes, by reason.");
-	for (size_t i = 0; i < sizeof(dropped) / sizeof(dropped[0]); i++)
-		egr_mbuf_printf(b, "egressd_kernel_dropped_packets_total{reason=\"%s\"} %llu\n",
-				dropped[i].label, (unsigned long long)cnt[dropped[i].idx]);
-	egr_mbuf_family(b, "egressd_kernel_meter_full_total", "counter",
-			"Meter updates lost because a meter map was full.");
-	egr_mbuf_printf(b, "egressd_kernel_meter_full_total %llu\n",
-			(unsigned long long)cnt[EGR_CNT_METER_FULL]);
-}
-
 static void emit_health(struct egr_metrics *m, struct egr_mbuf *b)
 {
 	struct egr_registry *r = m->reg;
@@ -620,7 +517,7 @@ static void emit_health(struct egr_metrics *m, struct egr_mbuf *b)
 	egr_mbuf_printf(b, "egressd_events_lost_total %llu\n",
 			have_cnt ? (unsigned long long)cnt[EGR_CNT_EVENTS_LOST] : 0ULL);
 	if (have_cnt)
-		emit_kernel_counters(b, cnt);
+		egr_kcounters_emit(b, cnt);
 	else
 		m->read_failures++;
 
@@ -936,15 +833,39 @@ int egr_metrics_add_source(struct egr_metrics *m, egr_metrics_source_fn fn, void
 	return 0;
 }
 
-int egr_metrics_new(struct egr_metrics **out, struct egr_registry *reg, unsigned max_sandboxes)
+/* DNS verdicts from the bus: counts for /metrics, stats and billing, and
+ * the proxy's latency. Refusals are counted with everything the proxy did
+ * not forward; a REBIND or AUDIT verdict accompanies the ALLOWED or
+ * SERVFAIL one of the same answer, which counts it. */
+static void on_rec(void *ctx, const struct egr_rec *r)
+{
+	struct egr_metrics *m = ctx;
+	const struct egr_dns_event *d = r->dns;
+	const struct egr_sb *sb = egr_reg_find(m->reg, NULL, d->sandbox_id);
+
+	if (!sb || d->verdict == EGR_DNS_V_REBIND || d->verdict == EGR_DNS_V_AUDIT)
+		return;
+	egr_metrics_count_dns(m, d->sandbox_id, sb->tenant_id, d->verdict == EGR_DNS_V_ALLOWED);
+	if (d->latency_ns)
+		egr_metrics_observe_dns_latency(m, (double)d->latency_ns / 1e9);
+}
+
+int egr_metrics_new(struct egr_metrics **out, struct egr_registry *reg, struct egr_bus *bus,
+		    unsigned max_sandboxes)
 {
 	struct egr_metrics *m = calloc(1, sizeof(*m));
+	int err;
 
 	if (!m)
 		return -ENOMEM;
 	m->reg = reg;
 	m->max_sandboxes = max_sandboxes;
 	m->mhd_fd = -1;
+	err = egr_bus_subscribe(bus, EGR_REC_BIT(EGR_REC_DNS), on_rec, m);
+	if (err) {
+		free(m);
+		return err;
+	}
 	*out = m;
 	return 0;
 }

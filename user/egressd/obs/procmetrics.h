@@ -3,7 +3,7 @@
 #ifndef EGR_PROCMETRICS_H
 #define EGR_PROCMETRICS_H
 
-#include "metrics.h"
+#include "mbuf.h"
 
 /*
  * Append process_cpu_seconds_total, process_resident_memory_bytes,

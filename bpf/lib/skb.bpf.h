@@ -35,13 +35,22 @@ static __always_inline int egr_parse_l3(struct __sk_buff *skb, struct egr_l3 *l3
 
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		/* The header and, when it has no options, the ports in one
-		 * load: one helper call per packet instead of two. */
+		 * read: straight from the linear data where it is there (a
+		 * locally sent packet's headers always are), no helper call;
+		 * else one bpf_skb_load_bytes. */
 		struct {
 			struct iphdr ip;
 			__be16 ports[2];
 		} h;
-		int ports_loaded = bpf_skb_load_bytes(skb, 0, &h, sizeof(h)) == 0;
+		void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
+		int ports_loaded;
 
+		if (data + sizeof(h) <= data_end) {
+			__builtin_memcpy(&h, data, sizeof(h));
+			ports_loaded = 1;
+		} else {
+			ports_loaded = bpf_skb_load_bytes(skb, 0, &h, sizeof(h)) == 0;
+		}
 		if (!ports_loaded && bpf_skb_load_bytes(skb, 0, &h.ip, sizeof(h.ip)))
 			return -1;
 		l3->family = EGR_AF_INET;

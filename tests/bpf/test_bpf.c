@@ -513,6 +513,57 @@ static void test_backstop_unconnected_datagrams_need_the_allowlist(void **state)
 	assert_reason(run(&c, &p).reason, EGR_R_DENY_NOT_IP);
 }
 
+/* The parser reads where the packet really goes, options and extension
+ * headers included; a later fragment has no ports. */
+static void test_parse_finds_ports_past_options(void **state)
+{
+	struct egr_t_case c = connected(SB_A, EGR_SOCK_DGRAM, EGR_IPPROTO_UDP, "0.0.0.0", 0);
+	struct pkt p = pkt4(EGR_IPPROTO_UDP, "10.200.0.1", "10.0.0.9", 40000, 5000);
+	struct egr_t_out o;
+	unsigned char *ip = p.b + 14;
+
+	o = run(&c, &p);
+	assert_int_equal(o.has_ports, 1);
+	assert_int_equal(o.dport, 5000);
+	assert_reason(o.reason, EGR_R_ALLOW_RULE);
+	/* One word of IP options (a NOP-padded record): the ports move. */
+	memmove(ip + 24, ip + 20, 20);
+	memset(ip + 20, 1, 4);
+	ip[0] = 0x46;
+	p.len += 4;
+	o = run(&c, &p);
+	assert_int_equal(o.has_ports, 1);
+	assert_int_equal(o.dport, 5000);
+	assert_reason(o.reason, EGR_R_ALLOW_RULE);
+	/* The same words read as ports without the options: what a parser
+	 * that ignored ihl would judge. */
+	ip[0] = 0x45;
+	o = run(&c, &p);
+	assert_int_equal(o.dport, 0x0101);
+	assert_reason(o.reason, EGR_R_DENY_PORT);
+	/* A later fragment: no ports, so only an address allowed on every
+	 * port would pass. */
+	ip[0] = 0x46;
+	ip[6] = 0x00;
+	ip[7] = 0x10;
+	o = run(&c, &p);
+	assert_int_equal(o.has_ports, 0);
+	assert_reason(o.reason, EGR_R_DENY_PORT);
+	/* IPv6, through a hop-by-hop header. */
+	p = pkt6(EGR_IPPROTO_TCP, "2001:db8:ff::1", "2001:db8::7", 40000, 443);
+	ip = p.b + 14;
+	memmove(ip + 48, ip + 40, 20);
+	memset(ip + 40, 0, 8);
+	ip[40] = EGR_IPPROTO_TCP; /* next header */
+	ip[6] = 0;                /* hop-by-hop */
+	ip[5] = 28;
+	p.len += 8;
+	o = run(&c, &p);
+	assert_int_equal(o.has_ports, 1);
+	assert_int_equal(o.dport, 443);
+	assert_reason(o.reason, EGR_R_ALLOW_RULE);
+}
+
 static void test_backstop_listeners_only_with_inbound_allow(void **state)
 {
 	struct pkt p = pkt4(EGR_IPPROTO_TCP, "10.200.0.1", "198.51.100.9", 8080, 40000);
@@ -650,6 +701,7 @@ int main(void)
 		cmocka_unit_test(test_backstop_judges_a_packet_not_going_to_the_peer),
 		cmocka_unit_test(test_backstop_trusts_only_sockets_connect_judged),
 		cmocka_unit_test(test_backstop_unconnected_datagrams_need_the_allowlist),
+		cmocka_unit_test(test_parse_finds_ports_past_options),
 		cmocka_unit_test(test_backstop_listeners_only_with_inbound_allow),
 		cmocka_unit_test(test_quota_first_over_then_window_reset),
 		cmocka_unit_test(test_tenant_quota_binds_a_sandbox_without_its_own),

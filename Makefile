@@ -288,7 +288,7 @@ vmlinux:
 	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > vmlinux/vmlinux.h
 
 fmt:
-	clang-format -i bpf/*.c include/*.h user/*/*.c user/*/*.h tests/*/*.c
+	clang-format -i bpf/*.c bpf/lib/*.h include/*.h user/*/*.c user/*/*.h tests/*/*.c
 
 clean:
 	rm -rf build build-asan

@@ -2,8 +2,9 @@
 #
 # make            build the BPF object, its skeleton, egressd and egressctl
 # make deps       install the Debian packages the build and tests need
-# make test       deps + build + unit, integration, fuzz smoke and end-to-end tests
-#                 (root; docs/testing.md)
+# make test       deps + build + unit, integration, BPF, fuzz smoke and end-to-end
+#                 tests (root; docs/testing.md)
+# make test-bpf   tests/bpf: the BPF decisions run in the kernel (root)
 # make test-asan  the same tests against an ASan/UBSan build
 # make demo       a sandboxed command with one allowed and one denied connection
 # make bench      benchmarks, written into docs/benchmarks.md (installs tinyproxy, gnuplot)
@@ -90,7 +91,7 @@ endif
 
 .DELETE_ON_ERROR:
 .SECONDARY:
-.PHONY: all deps test test-unit test-integration test-e2e test-fuzz test-asan demo bench vmlinux clean fmt upgrade-from image install-oci-hooks
+.PHONY: all deps test test-unit test-integration test-bpf test-e2e test-fuzz test-asan demo bench vmlinux clean fmt upgrade-from image install-oci-hooks
 
 MAN_PAGES := $(OUT)/man/egressd.8 $(OUT)/man/egressctl.8
 DOCS      := README.md $(sort $(wildcard docs/*.md))
@@ -111,6 +112,25 @@ $(OUT)/%.bpf.o: bpf/%.bpf.c $(BPF_HDRS) vmlinux/vmlinux.h | $(OUT)
 $(OUT)/%.skel.h: $(OUT)/%.bpf.o
 	$(call msg,GEN-SKEL,$@)
 	$(Q)$(BPFTOOL) gen skeleton $< name $(subst -,_,$*)_bpf > $@
+
+# The BPF tests (tests/bpf): bpf/lib's decisions in a cgroup_skb program,
+# run with BPF_PROG_TEST_RUN against the real map definitions (root).
+BPFT_OUT := $(OUT)/tests/bpf
+
+$(BPFT_OUT)/%.bpf.o: tests/bpf/%.bpf.c tests/bpf/egr_test.h $(BPF_HDRS) vmlinux/vmlinux.h
+	$(call msg,BPF,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CLANG) $(BPF_CFLAGS) -Ibpf -Itests/bpf -c $< -o $@.tmp
+	$(Q)$(BPFTOOL) gen object $@ $@.tmp && rm -f $@.tmp
+
+$(BPFT_OUT)/%.skel.h: $(BPFT_OUT)/%.bpf.o
+	$(call msg,GEN-SKEL,$@)
+	$(Q)$(BPFTOOL) gen skeleton $< name $(subst -,_,$*)_bpf > $@
+
+$(BPFT_OUT)/test_bpf: tests/bpf/test_bpf.c tests/bpf/egr_test.h $(BPFT_OUT)/egr_test.skel.h \
+		      $(wildcard include/*.h)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(CFLAGS) -I$(BPFT_OUT) -Itests/bpf $< $(LDFLAGS) -lbpf -lelf -lz -lcmocka -o $@
 
 # --- userspace ---------------------------------------------------------------
 $(OUT)/%.o: %.c $(wildcard include/*.h) $(wildcard user/lib/*.h) $(wildcard user/*/*.h) $(wildcard user/*/*/*.h)
@@ -235,8 +255,8 @@ deb: all
 # The whole suite, then the unit and end-to-end tests again against an
 # ASan/UBSan build of egressd, egressctl and the tests (issue 5).
 test: deps
-	$(Q)$(MAKE) --no-print-directory all $(UNIT_BINS) $(INTEG_BINS) $(E2E_BINS) $(FUZZ_BINS)
-	$(Q)$(MAKE) --no-print-directory test-unit test-integration test-fuzz test-e2e
+	$(Q)$(MAKE) --no-print-directory all $(UNIT_BINS) $(INTEG_BINS) $(BPFT_OUT)/test_bpf $(E2E_BINS) $(FUZZ_BINS)
+	$(Q)$(MAKE) --no-print-directory test-unit test-integration test-bpf test-fuzz test-e2e
 	$(Q)$(MAKE) --no-print-directory test-asan
 
 test-unit: $(UNIT_BINS)
@@ -245,6 +265,10 @@ test-unit: $(UNIT_BINS)
 # Root: BPF maps, dnsmasq.
 test-integration: $(INTEG_BINS)
 	$(Q)tools/run-unit $(INTEG_BINS)
+
+# Root: it loads BPF. Never skips (a host that cannot load it fails).
+test-bpf: $(BPFT_OUT)/test_bpf
+	$(Q)tools/run-unit $(BPFT_OUT)/test_bpf
 
 test-fuzz: $(FUZZ_BINS)
 	$(Q)tools/run-fuzz $(OUT) $(FUZZ_BINS)
@@ -295,7 +319,7 @@ vmlinux:
 	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > vmlinux/vmlinux.h
 
 fmt:
-	clang-format -i bpf/*.c include/*.h user/*/*.c user/*/*.h tests/*/*.c
+	clang-format -i bpf/*.c bpf/lib/*.h include/*.h user/*/*.c user/*/*.h tests/*/*.c
 
 clean:
 	rm -rf build build-asan

@@ -43,18 +43,9 @@
 
 #include "egressd.h"
 #include "egr_decide.h"
-#include "egr_maps.bpf.h"
+#include "lib/maps.bpf.h"
 
 #define SIGKILL 9
-
-static __always_inline void egr_count(enum egr_counter c)
-{
-	__u32 key = c;
-	__u64 *v = bpf_map_lookup_elem(&egr_counters, &key);
-
-	if (v)
-		*v += 1;
-}
 
 /* ancestors[level] of a cgroup: ancestors[] holds every ancestor and the
  * cgroup itself (ancestors[cgrp->level] == cgrp), a flexible array whose

@@ -4,9 +4,11 @@
  * programs) declares and pins them; escape.bpf.c (the migration guard)
  * declares the same from here and egressd hands it the very fds
  * (bpf_map__reuse_fd in user/egressd/escape.c), so both always share them.
+ * Maps only the cgroup programs use live with their concern in the other
+ * bpf/lib headers, so the guard's object never declares (or pins) them.
  */
-#ifndef EGR_MAPS_BPF_H
-#define EGR_MAPS_BPF_H
+#ifndef EGR_LIB_MAPS_BPF_H
+#define EGR_LIB_MAPS_BPF_H
 
 #define EGR_MAX_SANDBOXES 65536
 
@@ -54,4 +56,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_proc_home SEC(".maps");
 
-#endif /* EGR_MAPS_BPF_H */
+/* One more of a global counter (egr_counters, per CPU: no atomics). */
+static __always_inline void egr_count(enum egr_counter c)
+{
+	__u32 key = c;
+	__u64 *v = bpf_map_lookup_elem(&egr_counters, &key);
+
+	if (v)
+		*v += 1;
+}
+
+#endif /* EGR_LIB_MAPS_BPF_H */

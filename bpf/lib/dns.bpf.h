@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * DNS: every DNS connect or datagram of a sandbox goes to its own proxy
+ * listener on the loopback (docs/dns.md), whatever resolver it named; the
+ * reply is shown as coming from that resolver; the proxy learns who asks
+ * from egr_dns_clients, written from the asking socket's own packets.
+ */
+#ifndef EGR_LIB_DNS_BPF_H
+#define EGR_LIB_DNS_BPF_H
+
+#include "maps.bpf.h"
+#include "sandbox.bpf.h"
+#include "skb.bpf.h"
+#include "egr_reasons.h"
+
+#define EGR_LOOPBACK4 0x7f000001 /* host order */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct egr_dns_orig);
+	/* Pinned so that an upgrade reuses it: a DNS query in flight keeps
+	 * its original destination for the reply (user/egressd/migrate.c). */
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_dns_orig SEC(".maps");
+
+/* Who may ask each sandbox's DNS proxy (include/egressd.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 18);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct egr_dns_client_key);
+	__type(value, struct egr_dns_client_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_dns_clients SEC(".maps");
+
+/* Entries per sandbox in egr_dns_clients, for EGR_DNS_CLIENTS_PER_SB. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EGR_MAX_SANDBOXES);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_dns_clients_n SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct egr_dns_client_rec);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_dns_client_sk SEC(".maps");
+
+static __always_inline int egr_is_proxy4(const struct egr_sandbox *sb, __u32 addr_be, __u16 port)
+{
+	return sb->dns_port4 && addr_be == bpf_htonl(EGR_LOOPBACK4) && port == sb->dns_port4;
+}
+
+static __always_inline int egr_is_proxy6(const struct egr_sandbox *sb, const __u32 a[4], __u16 port)
+{
+	return sb->dns_port6 && a[0] == 0 && a[1] == 0 && a[2] == 0 && a[3] == bpf_htonl(1) &&
+	       port == sb->dns_port6;
+}
+
+/*
+ * Is this connect or datagram DNS, and where does it go? 0: not DNS (the
+ * allowlist judges it). DNS goes to the sandbox's own proxy
+ * (EGR_R_ALLOW_DNS_REDIRECT); no proxy listener for the family (egressd
+ * down) means no DNS (EGR_R_DENY_NO_DNS_PROXY).
+ */
+static __always_inline int egr_dns_route(const struct egr_sandbox *sb, int v6, __u16 port,
+					 __u32 protocol)
+{
+	if (port != EGR_DNS_PORT || !egr_proto_bit(protocol))
+		return 0;
+	if (v6 ? !sb->dns_port6 : !sb->dns_port4)
+		return EGR_R_DENY_NO_DNS_PROXY;
+	return EGR_R_ALLOW_DNS_REDIRECT;
+}
+
+/*
+ * Point a DNS connect or datagram at the sandbox's proxy listener (its
+ * identity: the proxy knows the sandbox by the port it was reached on) and
+ * remember the resolver it named, for recvmsg to put back. A v4-mapped
+ * resolver on a v6 socket goes to the IPv6 listener too.
+ */
+static __always_inline int egr_redirect_dns(struct bpf_sock_addr *ctx,
+					    const struct egr_sandbox *sb, int v6,
+					    const __u32 daddr[4])
+{
+	struct egr_dns_orig *orig;
+	struct bpf_sock *sk = ctx->sk;
+
+	if (v6 ? !sb->dns_port6 : !sb->dns_port4)
+		return EGR_R_DENY_NO_DNS_PROXY;
+	if (!sk)
+		return EGR_R_DENY_NO_STORAGE;
+	orig = bpf_sk_storage_get(&egr_dns_orig, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!orig)
+		return EGR_R_DENY_NO_STORAGE;
+	if (v6) {
+		orig->addr6[0] = daddr[0];
+		orig->addr6[1] = daddr[1];
+		orig->addr6[2] = daddr[2];
+		orig->addr6[3] = daddr[3];
+		orig->port6 = (__u16)ctx->user_port;
+		ctx->user_ip6[0] = 0;
+		ctx->user_ip6[1] = 0;
+		ctx->user_ip6[2] = 0;
+		ctx->user_ip6[3] = bpf_htonl(1);
+		ctx->user_port = bpf_htons(sb->dns_port6);
+	} else {
+		orig->addr4 = daddr[0];
+		orig->port4 = (__u16)ctx->user_port;
+		ctx->user_ip4 = bpf_htonl(EGR_LOOPBACK4);
+		ctx->user_port = bpf_htons(sb->dns_port4);
+	}
+	return EGR_R_ALLOW_DNS_REDIRECT;
+}
+
+/* A reply from the proxy is shown as coming from the resolver the stub
+ * asked, or it would drop it; getpeername() on a redirected TCP or
+ * connected UDP socket names that resolver too. These hooks can change the
+ * address but never refuse. The caller looked up the sandbox (NULL: none,
+ * nothing to restore). */
+static __always_inline int egr_restore_resolver4(struct bpf_sock_addr *ctx,
+						 const struct egr_sandbox *sb)
+{
+	struct egr_dns_orig *orig;
+	struct bpf_sock *sk = ctx->sk;
+
+	if (!sb || !sk || !egr_is_proxy4(sb, ctx->user_ip4, bpf_ntohs((__u16)ctx->user_port)))
+		return 1;
+	orig = bpf_sk_storage_get(&egr_dns_orig, sk, 0, 0);
+	if (orig && orig->port4) {
+		ctx->user_ip4 = orig->addr4;
+		ctx->user_port = orig->port4;
+	}
+	return 1;
+}
+
+static __always_inline int egr_restore_resolver6(struct bpf_sock_addr *ctx,
+						 const struct egr_sandbox *sb)
+{
+	struct egr_dns_orig *orig;
+	__u32 src[4];
+	struct bpf_sock *sk = ctx->sk;
+
+	if (!sb || !sk)
+		return 1;
+	src[0] = ctx->user_ip6[0];
+	src[1] = ctx->user_ip6[1];
+	src[2] = ctx->user_ip6[2];
+	src[3] = ctx->user_ip6[3];
+	if (!egr_is_proxy6(sb, src, bpf_ntohs((__u16)ctx->user_port)))
+		return 1;
+	orig = bpf_sk_storage_get(&egr_dns_orig, sk, 0, 0);
+	if (orig && orig->port6) {
+		ctx->user_ip6[0] = orig->addr6[0];
+		ctx->user_ip6[1] = orig->addr6[1];
+		ctx->user_ip6[2] = orig->addr6[2];
+		ctx->user_ip6[3] = orig->addr6[3];
+		ctx->user_port = orig->port6;
+	}
+	return 1;
+}
+
+/*
+ * A packet of this sandbox to its own DNS proxy: record its socket as one
+ * that may ask the proxy as this sandbox (egr_dns_clients). Only the
+ * socket's own packets count (a full TCP or UDP socket bound to the packet's
+ * source port: a raw socket forging that source is not one), one source per
+ * family per socket, at most EGR_DNS_CLIENTS_PER_SB per sandbox. This runs
+ * before the packet is queued to the listener, so the entry is there when
+ * the proxy reads it.
+ */
+static __always_inline void egr_note_dns_client(struct __sk_buff *skb, __u32 sandbox_id,
+						const struct egr_sandbox *sb,
+						const struct egr_l3 *l3)
+{
+	struct egr_dns_client_key key = {};
+	struct egr_dns_client_val val = {};
+	struct egr_dns_client_rec *rec;
+	struct bpf_sock *sk = skb->sk;
+	__u32 zero = 0, *n;
+	int v6 = l3->family == EGR_AF_INET6;
+
+	if (!l3->has_ports ||
+	    (l3->protocol != EGR_IPPROTO_UDP && l3->protocol != EGR_IPPROTO_TCP))
+		return;
+	if (v6 ? !egr_is_proxy6(sb, l3->daddr, l3->dport)
+	       : !egr_is_proxy4(sb, l3->daddr[0], l3->dport))
+		return;
+	if (!sk)
+		return;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk || !egr_connect_judged(sk) || sk->src_port != l3->sport)
+		return;
+	rec = bpf_sk_storage_get(&egr_dns_client_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!rec || rec->has[v6 ? 1 : 0])
+		return;
+	key.sandbox_id = sandbox_id;
+	key.port = l3->sport;
+	key.family = l3->family;
+	key.protocol = l3->protocol;
+	__builtin_memcpy(key.addr, l3->saddr, sizeof(key.addr));
+	n = bpf_map_lookup_elem(&egr_dns_clients_n, &sandbox_id);
+	if (!n) {
+		bpf_map_update_elem(&egr_dns_clients_n, &sandbox_id, &zero, BPF_NOEXIST);
+		n = bpf_map_lookup_elem(&egr_dns_clients_n, &sandbox_id);
+		if (!n)
+			return;
+	}
+	if (*n >= EGR_DNS_CLIENTS_PER_SB)
+		return;
+	val.cookie = bpf_get_socket_cookie(skb);
+	/* Taken already: a sibling of this sandbox on the same port
+	 * (SO_REUSEPORT) recorded it; entries never cross sandboxes. */
+	if (bpf_map_update_elem(&egr_dns_clients, &key, &val, BPF_NOEXIST))
+		return;
+	__sync_fetch_and_add(n, 1);
+	if (v6) {
+		rec->key[1] = key;
+		rec->has[1] = 1;
+	} else {
+		rec->key[0] = key;
+		rec->has[0] = 1;
+	}
+}
+
+static __always_inline void egr_forget_dns_client(struct bpf_sock *sk,
+						  const struct egr_dns_client_key *key,
+						  __u64 cookie)
+{
+	struct egr_dns_client_val *v = bpf_map_lookup_elem(&egr_dns_clients, key);
+	__u32 id = key->sandbox_id, *n;
+
+	if (!v || v->cookie != cookie || bpf_map_delete_elem(&egr_dns_clients, key))
+		return;
+	n = bpf_map_lookup_elem(&egr_dns_clients_n, &id);
+	if (n && *n)
+		__sync_fetch_and_add(n, -1);
+}
+
+#endif /* EGR_LIB_DNS_BPF_H */

@@ -26,7 +26,7 @@
 #include <cmocka.h>
 
 #include "../../user/egressd/loop.c"
-#include "../../user/egressd/dnsproxy.c"
+#include "../../user/egressd/dns/dnsproxy.c"
 
 #define SBID 7
 

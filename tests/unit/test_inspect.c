@@ -23,7 +23,7 @@
 #include <bpf/bpf.h>
 
 #include "../../user/egressd/loop.c"
-#include "../../user/egressd/learned.c"
+#include "../../user/egressd/dns/learned.c"
 #include "../../user/egressd/inspect.c"
 
 #define SBID 9

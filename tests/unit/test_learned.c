@@ -17,7 +17,7 @@
 #include <cmocka.h>
 #include <bpf/bpf.h>
 
-#include "../../user/egressd/learned.c"
+#include "../../user/egressd/dns/learned.c"
 #include "compile.h"
 #include "policy.h"
 

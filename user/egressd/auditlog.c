@@ -15,10 +15,10 @@
 #include "audit.h"
 #include "auditlog.h"
 #include "egr_decide.h"
-#include "dnsproxy.h"
+#include "dns/dnsproxy.h"
 #include "events.h"
 #include "inspect.h"
-#include "learned.h"
+#include "dns/learned.h"
 #include "execobs.h"
 #include "log.h"
 

@@ -18,7 +18,7 @@
 #include "alerting.h"
 #include "alerts.h"
 #include "auditlog.h"
-#include "dnsproxy.h"
+#include "dns/dnsproxy.h"
 #include "egr_decide.h"
 #include "escape.h"
 #include "events.h"

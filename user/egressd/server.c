@@ -15,7 +15,7 @@
 #include "alerting.h"
 #include "auditlog.h"
 #include "breaker.h"
-#include "dnsfair.h"
+#include "dns/dnsfair.h"
 #include "events.h"
 #include "inspect.h"
 #include "log.h"

@@ -27,6 +27,11 @@
 
 #include "../../user/egressd/loop.c"
 #include "../../user/egressd/dns/dnsproxy.c"
+#include "../../user/egressd/dns/dns_listen.c"
+#include "../../user/egressd/dns/dns_query.c"
+#include "../../user/egressd/dns/dns_upstream.c"
+#include "../../user/egressd/dns/dns_answer.c"
+#include "../../user/egressd/dns/dns_tcp.c"
 
 #define SBID 7
 

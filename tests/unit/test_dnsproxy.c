@@ -32,6 +32,7 @@
 #include "../../user/egressd/dns/dns_upstream.c"
 #include "../../user/egressd/dns/dns_answer.c"
 #include "../../user/egressd/dns/dns_tcp.c"
+#include "../../user/egressd/dns/dns_io.c"
 
 #define SBID 7
 

@@ -56,9 +56,19 @@ static bool sb_rebind_blocked(const struct sb *sb, int family, const uint8_t *ad
  * in. One non-blocking recv per set when nothing is queued. */
 void dnsp_localaddr_refresh(struct sb *sb)
 {
-	egr_localaddr_process(sb->p->host_la);
-	if (sb->ns_la)
+	struct egr_dnsproxy *p = sb->p;
+
+	/* Within one upstream batch, once per set: every answer of the batch
+	 * had arrived when recvmmsg() returned, so a change made before any
+	 * of them is queued by now (rtnetlink notifies synchronously). */
+	if (!p->rx_batch || p->host_la_batch != p->rx_batch) {
+		egr_localaddr_process(p->host_la);
+		p->host_la_batch = p->rx_batch;
+	}
+	if (sb->ns_la && (!p->rx_batch || sb->la_batch != p->rx_batch)) {
 		egr_localaddr_process(sb->ns_la);
+		sb->la_batch = p->rx_batch;
+	}
 }
 
 void dnsp_on_localaddr(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
@@ -224,7 +234,11 @@ void dnsp_pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt, s
 	pkt[0] = (uint8_t)(q->client_id >> 8);
 	pkt[1] = (uint8_t)q->client_id;
 	dnsp_pend_client(q, &cl);
-	dnsp_reply(sb, &cl, pkt, len);
+	/* An answer read by the current recvmmsg() batch leaves with the
+	 * others of the batch (its bytes stay in rxbuf until the flush). */
+	if (cl.transport != IPPROTO_UDP || !p->rx_batch || pkt == p->obuf ||
+	    dnsp_tx_add(p, cl.lfd, pkt, len, false, cl.caddr, cl.calen, NULL, sb->id))
+		dnsp_reply(sb, &cl, pkt, len);
 	sb->st.allowed++;
 	p->answer_latency_ns = mono_ns() - q->received_ns;
 	/* learn() took all n or the query failed above; nothing is learned

@@ -32,6 +32,12 @@
 #define TCP_BACKLOG   64
 #define TCP_WBUF_MAX  (256 * 1024) /* unsent replies per client connection */
 #define TCP_PER_CONN  64           /* queries in flight per client connection */
+/* Datagrams one recvmmsg() takes (a listener's turn is smaller,
+ * EGR_DNSPROXY_UDP_TURN), and datagrams queued for one sendmmsg(). */
+#define DNS_RX_SLOTS  16
+#define DNS_TX_SLOTS  32
+/* Query bytes kept in the in-flight slot itself (longer ones: malloc). */
+#define DNS_QUERY_INLINE 512
 
 struct sb;
 
@@ -72,6 +78,7 @@ struct sb {
 	struct listener lis[4];    /* udp4, tcp4, udp6, tcp6; fd -1 if absent */
 	struct egr_localaddr *ns_la; /* its own network namespace's addresses, or NULL */
 	uint16_t port4, port6;
+	uint64_t la_batch;         /* ns_la refreshed in this upstream batch */
 	struct tconn *conns;
 	uint32_t nconns;
 	uint32_t inflight;
@@ -95,8 +102,9 @@ struct pending {
 	uint16_t client_id, up_id;
 	uint16_t qtype, qclass;
 	char qname[EGR_DNS_NAME_BUF];
-	uint8_t *query;            /* the client's bytes, for SERVFAIL */
+	uint8_t *query;            /* the client's bytes, for SERVFAIL: qinline or malloc */
 	size_t qlen;
+	int32_t next_free;         /* free list of the table, -1 ends it */
 	struct egr_dns_ports ports;
 	uint64_t deadline_ns;
 	uint64_t received_ns;      /* when the client's query arrived (latency) */
@@ -106,6 +114,20 @@ struct pending {
 	enum tstate tstate;
 	uint8_t *ubuf;
 	size_t ulen, uoff;
+	uint8_t qinline[DNS_QUERY_INLINE];
+};
+
+/* A datagram queued for the next dnsp_tx_flush(). */
+struct dns_tx {
+	int fd;
+	socklen_t tolen;
+	struct sockaddr_storage to;
+	const uint8_t *msg;        /* copy, or the caller's bytes (stable until the flush) */
+	size_t len;
+	struct pending *q;         /* a forwarded query, failed if its send fails */
+	uint16_t up_id;            /* ... and still the one with this upstream id */
+	uint32_t sandbox_id;       /* for the log */
+	uint8_t copy[DNS_QUERY_INLINE];
 };
 
 struct egr_dnsproxy {
@@ -126,7 +148,21 @@ struct egr_dnsproxy {
 	uint16_t rnd[256];
 	uint32_t nrnd;
 	uint64_t dropped_answers;  /* upstream packets that matched nothing */
-	uint8_t buf[MSG_MAX + 1];
+	int32_t free_head;         /* first free slot of pend, -1 none */
+	/* Upstream answers read by one recvmmsg() are judged as one batch:
+	 * the local-address sets are refreshed once per batch (rx_batch,
+	 * non-zero while one is handled). */
+	uint64_t rx_batch, rx_batches, host_la_batch;
+	/* recvmmsg(): DNS_RX_SLOTS buffers of MSG_MAX + 1 in rxbuf */
+	uint8_t *rxbuf;
+	struct mmsghdr rxmsg[DNS_RX_SLOTS];
+	struct iovec rxiov[DNS_RX_SLOTS];
+	struct sockaddr_storage rxfrom[DNS_RX_SLOTS];
+	/* sendmmsg(): what the current callback queued */
+	unsigned int ntx;
+	struct dns_tx tx[DNS_TX_SLOTS];
+	struct mmsghdr txmsg[DNS_TX_SLOTS];
+	struct iovec txiov[DNS_TX_SLOTS];
 	uint8_t obuf[MSG_MAX + 1];
 };
 
@@ -160,6 +196,29 @@ static inline uint64_t boot_ns(void)
 	clock_gettime(CLOCK_BOOTTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
+
+/* dns_io.c: batched datagram I/O. */
+int dnsp_io_init(struct egr_dnsproxy *p);
+void dnsp_io_free(struct egr_dnsproxy *p);
+/* Up to want (<= DNS_RX_SLOTS) datagrams into rxbuf/rxmsg: how many, 0 when
+ * none is queued, or -errno. */
+int dnsp_rx(struct egr_dnsproxy *p, int fd, unsigned int want);
+static inline uint8_t *dnsp_rx_buf(struct egr_dnsproxy *p, int i)
+{
+	return p->rxbuf + (size_t)i * (MSG_MAX + 1);
+}
+/* Queue msg for fd: a reply whose bytes stay valid until the flush (q
+ * NULL), or a forwarded query (q: the slot it belongs to), copied. -E2BIG:
+ * too long to copy, the caller sends it itself. */
+int dnsp_tx_add(struct egr_dnsproxy *p, int fd, const uint8_t *msg, size_t len, bool copy,
+		const struct sockaddr_storage *to, socklen_t tolen, struct pending *q,
+		uint32_t sandbox_id);
+/* Send what is queued; a forwarded query whose send fails gets SERVFAIL.
+ * Every callback that queues flushes before it returns. */
+void dnsp_tx_flush(struct egr_dnsproxy *p);
+/* Drop what is queued for fd, or (sb non-NULL) forwarded for sb: a
+ * sandbox removed from within a callback leaves nothing behind. */
+void dnsp_tx_forget(struct egr_dnsproxy *p, int fd, const struct sb *sb);
 
 /* dns_listen.c */
 bool dnsp_client_is_sb(struct sb *sb, const struct sockaddr_storage *from, int protocol);

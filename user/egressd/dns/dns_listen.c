@@ -92,7 +92,6 @@ void dnsp_purge_clients(struct egr_dnsproxy *p, uint32_t id)
 		log_debug("dns: sandbox %u: forgot %u client sockets", id, purged);
 }
 
-
 /* --- listeners ------------------------------------------------------------------ */
 
 void dnsp_on_udp_listener(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
@@ -100,24 +99,26 @@ void dnsp_on_udp_listener(struct egr_loop *loop, int fd, uint32_t events, void *
 	struct listener *l = ctx;
 	struct egr_dnsproxy *p = l->sb->p;
 
-	/* One sandbox's turn (level-triggered: the rest on a later one). */
-	for (int i = 0; i < EGR_DNSPROXY_UDP_TURN; i++) {
-		struct sockaddr_storage from;
-		struct client cl = { .transport = IPPROTO_UDP, .lfd = fd, .caddr = &from };
-		ssize_t k;
+	int n;
 
-		cl.calen = sizeof(from);
-		k = recvfrom(fd, p->buf, sizeof(p->buf), 0, (struct sockaddr *)&from, &cl.calen);
-		if (k < 0)
-			return;
+	/* One sandbox's turn, one recvmmsg() (level-triggered: the rest on
+	 * a later one). */
+	n = dnsp_rx(p, fd, EGR_DNSPROXY_UDP_TURN);
+	if (n < 0)
+		log_debug("dns: sandbox %u: udp listener: %s", l->sb->id, strerror(-n));
+	for (int i = 0; i < n; i++) {
+		struct client cl = { .transport = IPPROTO_UDP, .lfd = fd, .caddr = &p->rxfrom[i] };
+
+		cl.calen = p->rxmsg[i].msg_hdr.msg_namelen;
 		/* Before anything is charged to the sandbox: a stranger's
 		 * queries take none of its tokens or exfiltration budget. */
-		if (!dnsp_client_is_sb(l->sb, &from, IPPROTO_UDP))
+		if (!dnsp_client_is_sb(l->sb, &p->rxfrom[i], IPPROTO_UDP))
 			continue;
-		dnsp_handle_query(l->sb, &cl, p->buf, (size_t)k);
+		dnsp_handle_query(l->sb, &cl, dnsp_rx_buf(p, i), p->rxmsg[i].msg_len);
 	}
+	/* The turn's forwarded queries leave together. */
+	dnsp_tx_flush(p);
 }
-
 
 void dnsp_close_listeners(struct sb *sb)
 {
@@ -125,11 +126,11 @@ void dnsp_close_listeners(struct sb *sb)
 		if (sb->lis[i].fd < 0)
 			continue;
 		egr_loop_del(sb->p->loop, sb->lis[i].fd);
+		dnsp_tx_forget(sb->p, sb->lis[i].fd, NULL);
 		close(sb->lis[i].fd);
 		sb->lis[i].fd = -1;
 	}
 }
-
 
 /* UDP on loopback:want (0 = any), then TCP on the same port; retried when
  * an ephemeral UDP port is taken for TCP. */

@@ -12,6 +12,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +60,6 @@ void dnsp_emit(struct sb *sb, const char *qname, uint16_t qtype, int transport,
 	if (p->cfg.event)
 		p->cfg.event(p->cfg.ctx, &ev);
 }
-
 
 void dnsp_reply(struct sb *sb, const struct client *cl, const uint8_t *msg, size_t len)
 {
@@ -127,10 +127,13 @@ void dnsp_pend_free(struct egr_dnsproxy *p, struct pending *q)
 		q->sb->inflight--;
 	if (p->inflight)
 		p->inflight--;
-	free(q->query);
+	if (q->query != q->qinline)
+		free(q->query);
 	free(q->ubuf);
-	memset(q, 0, sizeof(*q));
+	memset(q, 0, offsetof(struct pending, qinline));
 	q->ufd = -1;
+	q->next_free = p->free_head;
+	p->free_head = (int32_t)(q - p->pend);
 }
 
 void dnsp_pend_client(const struct pending *q, struct client *cl)
@@ -161,7 +164,6 @@ void dnsp_pend_fail(struct egr_dnsproxy *p, struct pending *q, enum egr_dns_verd
 	if (conn)
 		dnsp_conn_settle(conn);
 }
-
 
 /* --- queries ------------------------------------------------------------------ */
 
@@ -222,6 +224,7 @@ static int forward(struct egr_dnsproxy *p, struct sb *sb, const struct client *c
 {
 	const struct sockaddr_storage *up;
 	struct pending *q = NULL;
+	int32_t next_free;
 	uint16_t id = 0;
 	int err;
 
@@ -229,21 +232,21 @@ static int forward(struct egr_dnsproxy *p, struct sb *sb, const struct client *c
 		return -EDQUOT;
 	if (p->inflight >= p->npend && !evict_for(p, sb))
 		return -EBUSY;
-	for (uint32_t i = 0; i < p->npend; i++)
-		if (!p->pend[i].used) {
-			q = &p->pend[i];
-			break;
-		}
-	if (!q)
+	if (p->free_head < 0)
 		return -EBUSY;
+	q = &p->pend[p->free_head];
+	next_free = q->next_free;
 	err = random_id(p, &id);
 	if (err)
 		return err;
-	memset(q, 0, sizeof(*q));
+	memset(q, 0, offsetof(struct pending, qinline));
 	q->ufd = -1;
-	q->query = malloc(len);
+	q->next_free = next_free; /* still free until it is taken below */
+	q->query = len <= sizeof(q->qinline) ? q->qinline : malloc(len);
 	if (!q->query)
 		return -ENOMEM;
+	p->free_head = next_free;
+	q->next_free = -1;
 	memcpy(q->query, pkt, len);
 	q->qlen = len;
 	q->used = true;
@@ -278,6 +281,10 @@ static int forward(struct egr_dnsproxy *p, struct sb *sb, const struct client *c
 		memcpy(p->obuf, pkt, len);
 		p->obuf[0] = (uint8_t)(id >> 8);
 		p->obuf[1] = (uint8_t)id;
+		/* Sent with the rest of the listener's turn (dns_io.c); a
+		 * failed send then answers SERVFAIL as here. */
+		if (!dnsp_tx_add(p, ufd, p->obuf, len, true, up, sa_len(up), q, sb->id))
+			return 0;
 		if (sendto(ufd, p->obuf, len, MSG_NOSIGNAL, (const struct sockaddr *)up,
 			   sa_len(up)) < 0) {
 			err = -errno;

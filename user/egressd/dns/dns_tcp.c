@@ -90,7 +90,6 @@ void dnsp_conn_send(struct tconn *c, const uint8_t *msg, size_t len)
 	conn_flush(c);
 }
 
-
 void dnsp_conn_close(struct tconn *c)
 {
 	struct sb *sb = c->sb;

@@ -157,7 +157,6 @@ static bool sa_equal(const struct sockaddr_storage *a, const struct sockaddr_sto
 	}
 }
 
-
 const char *dnsp_sa_str(const struct sockaddr_storage *ss, char *buf, size_t len)
 {
 	char a[INET6_ADDRSTRLEN];
@@ -175,7 +174,6 @@ const char *dnsp_sa_str(const struct sockaddr_storage *ss, char *buf, size_t len
 	}
 	return buf;
 }
-
 
 /* Does an upstream response answer q? */
 static bool pend_matches(const struct pending *q, const struct egr_dns_response *r)
@@ -197,32 +195,45 @@ void dnsp_on_upstream_udp(struct egr_loop *loop, int fd, uint32_t events, void *
 	struct egr_dnsproxy *p = ctx;
 	static struct egr_dns_response r; /* large; single-threaded */
 
-	for (int i = 0; i < RX_BATCH; i++) {
-		struct sockaddr_storage from;
-		socklen_t flen = sizeof(from);
-		struct pending *q;
-		ssize_t k;
-		int32_t slot;
+	for (int got = 0; got < RX_BATCH;) {
+		int n = dnsp_rx(p, fd, DNS_RX_SLOTS);
 
-		k = recvfrom(fd, p->buf, sizeof(p->buf), 0, (struct sockaddr *)&from, &flen);
-		if (k < 0)
+		if (n <= 0) {
+			if (n < 0)
+				log_debug("dns: upstream udp: %s", strerror(-n));
 			return;
-		if (egr_dns_parse_response(p->buf, (size_t)k, &r)) {
-			p->dropped_answers++;
-			continue;
 		}
-		slot = p->by_id[r.id];
-		if (slot < 0) {
-			p->dropped_answers++;
-			continue;
+		got += n;
+		p->rx_batch = ++p->rx_batches;
+		for (int i = 0; i < n; i++) {
+			const struct sockaddr_storage *from = &p->rxfrom[i];
+			uint8_t *pkt = dnsp_rx_buf(p, i);
+			size_t k = p->rxmsg[i].msg_len;
+			struct pending *q;
+			int32_t slot;
+
+			if (egr_dns_parse_response(pkt, k, &r)) {
+				p->dropped_answers++;
+				continue;
+			}
+			slot = p->by_id[r.id];
+			if (slot < 0) {
+				p->dropped_answers++;
+				continue;
+			}
+			q = &p->pend[slot];
+			if (q->transport != IPPROTO_UDP ||
+			    !sa_equal(from, &p->cfg.upstreams[q->up]) || !pend_matches(q, &r)) {
+				p->dropped_answers++;
+				continue;
+			}
+			dnsp_pend_answer(p, q, pkt, k, &r);
 		}
-		q = &p->pend[slot];
-		if (q->transport != IPPROTO_UDP ||
-		    !sa_equal(&from, &p->cfg.upstreams[q->up]) || !pend_matches(q, &r)) {
-			p->dropped_answers++;
-			continue;
-		}
-		dnsp_pend_answer(p, q, p->buf, (size_t)k, &r);
+		/* The batch's answers leave together, before rxbuf is reused. */
+		dnsp_tx_flush(p);
+		p->rx_batch = 0;
+		if (n < DNS_RX_SLOTS)
+			return; /* drained */
 	}
 }
 

@@ -60,7 +60,6 @@ const char *egr_dns_verdict_name(enum egr_dns_verdict v)
 	return "?";
 }
 
-
 /* --- timer ------------------------------------------------------------------------ */
 
 static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
@@ -181,8 +180,15 @@ int egr_dnsproxy_new(struct egr_loop *loop, const struct egr_dnsproxy_config *cf
 		err = -ENOMEM;
 		goto fail;
 	}
-	for (uint32_t i = 0; i < p->npend; i++)
+	p->free_head = -1;
+	for (uint32_t i = p->npend; i-- > 0;) {
 		p->pend[i].ufd = -1;
+		p->pend[i].next_free = p->free_head;
+		p->free_head = (int32_t)i;
+	}
+	err = dnsp_io_init(p);
+	if (err)
+		goto fail;
 	for (int i = 0; i < 65536; i++)
 		p->by_id[i] = -1;
 
@@ -253,11 +259,11 @@ fail:
 	return err;
 }
 
-
 static void sb_free(struct sb *sb)
 {
 	struct egr_dnsproxy *p = sb->p;
 
+	dnsp_tx_forget(p, -1, sb);
 	while (sb->conns)
 		dnsp_conn_close(sb->conns);
 	for (uint32_t i = 0; i < p->npend; i++)
@@ -304,9 +310,9 @@ void egr_dnsproxy_free(struct egr_dnsproxy *p)
 	}
 	free(p->pend);
 	free(p->by_id);
+	dnsp_io_free(p);
 	free(p);
 }
-
 
 int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const char *tenant,
 			     struct egr_dnspolicy *pol, int netns_fd, uint16_t want_port4,

@@ -14,6 +14,8 @@
  *                  exchanges; an answer is matched to its query here
  *   dns_answer.c   a matched answer: rebinding filter, learning, release
  *   dns_tcp.c      client TCP connections: framing, buffered writes, limits
+ *   dns_io.c       batched datagram I/O: recvmmsg() into rxbuf, and the
+ *                  sendmmsg() queue every callback flushes before it returns
  */
 #ifndef EGR_DNS_INTERNAL_H
 #define EGR_DNS_INTERNAL_H

@@ -25,7 +25,7 @@
 #include <cmocka.h>
 
 #include "loop.h"
-#include "dnsproxy.h"
+#include "dns/dnsproxy.h"
 
 #define SBID 7
 

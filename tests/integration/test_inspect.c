@@ -23,7 +23,7 @@
 #include <bpf/bpf.h>
 
 #include "loop.h"
-#include "learned.h"
+#include "dns/learned.h"
 #include "inspect.h"
 
 #define SBID 9

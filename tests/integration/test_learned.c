@@ -18,7 +18,7 @@
 #include <bpf/bpf.h>
 
 #include "egr_decide.h"
-#include "learned.h"
+#include "dns/learned.h"
 #include "compile.h"
 #include "policy.h"
 

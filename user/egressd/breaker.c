@@ -8,7 +8,7 @@
 #include "alerts.h"
 #include "obs/auditlog.h"
 #include "breaker.h"
-#include "dnsproxy.h"
+#include "dns/dnsproxy.h"
 #include "inspect.h"
 #include "log.h"
 #include "obs/metrics.h"

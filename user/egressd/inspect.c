@@ -29,7 +29,7 @@
 #include "egressd.h"
 #include "httphead.h"
 #include "inspect.h"
-#include "learned.h"
+#include "dns/learned.h"
 #include "log.h"
 #include "tlshello.h"
 

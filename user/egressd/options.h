@@ -15,7 +15,7 @@
 #include "obs/alerting.h"
 #include "breaker.h"
 #include "config.h"
-#include "dnsproxy.h"
+#include "dns/dnsproxy.h"
 #include "log.h"
 
 #define EGR_OPT_SLOTS 64

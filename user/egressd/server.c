@@ -15,7 +15,7 @@
 #include "obs/alerting.h"
 #include "obs/auditlog.h"
 #include "breaker.h"
-#include "dnsfair.h"
+#include "dns/dnsfair.h"
 #include "obs/events.h"
 #include "inspect.h"
 #include "log.h"

@@ -2,7 +2,7 @@
 #include <time.h>
 
 #include "control/sandbox_ops.h"
-#include "dnsfair.h"
+#include "dns/dnsfair.h"
 #include "registry/statefile.h"
 
 const char *egr_reg_code_name(enum egr_reg_code code)

@@ -14,7 +14,7 @@
 
 #include "alerting.h"
 #include "auditlog.h"
-#include "dnsproxy.h"
+#include "dns/dnsproxy.h"
 #include "egr_decide.h"
 #include "events.h"
 #include "inspect.h"

@@ -4,7 +4,7 @@
 #include <time.h>
 
 #include "bus.h"
-#include "dnsproxy.h"
+#include "dns/dnsproxy.h"
 
 uint64_t egr_now_ns(void)
 {

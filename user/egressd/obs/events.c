@@ -16,7 +16,7 @@
 
 #include "alerts.h"
 #include "budgets.h"
-#include "dnsproxy.h"
+#include "dns/dnsproxy.h"
 #include "escape.h"
 #include "events.h"
 #include "fileio.h"

@@ -22,7 +22,7 @@
 
 #include "log.h"
 #include "metrics.h"
-#include "dnsproxy.h"
+#include "dns/dnsproxy.h"
 #include "kcounters.h"
 #include "procmetrics.h"
 

@@ -7,7 +7,7 @@
 #include <sys/socket.h>
 
 #include "alerts.h"
-#include "dnsproxy.h"
+#include "dns/dnsproxy.h"
 #include "egr_decide.h"
 #include "inspect.h"
 #include "render.h"

@@ -14,7 +14,7 @@
 
 #include "cgroup.h"
 #include "compile.h"
-#include "dnsproxy.h"
+#include "dns/dnsproxy.h"
 #include "inspect.h"
 #include "log.h"
 #include "registry/registry_impl.h"

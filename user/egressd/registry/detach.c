@@ -13,9 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dnsproxy.h"
+#include "dns/dnsproxy.h"
 #include "inspect.h"
-#include "learned.h"
+#include "dns/learned.h"
 #include "log.h"
 #include "registry/registry_impl.h"
 

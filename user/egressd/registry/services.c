@@ -18,10 +18,10 @@
 
 #include "cgroup.h"
 #include "compile.h"
-#include "dnsproxy.h"
+#include "dns/dnsproxy.h"
 #include "egr_decide.h"
 #include "inspect.h"
-#include "learned.h"
+#include "dns/learned.h"
 #include "log.h"
 #include "sockdiag.h"
 #include "registry/registry_impl.h"

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "compile.h"
-#include "dnsproxy.h"
-#include "learned.h"
+#include "dns/dnsproxy.h"
+#include "dns/learned.h"
 #include "log.h"
 #include "registry/registry_impl.h"
 

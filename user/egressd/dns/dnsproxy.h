@@ -46,7 +46,7 @@
 #include "dnspolicy.h"
 #include "dnswire.h"
 #include "egressd.h"
-#include "loop.h"
+#include "../loop.h" /* the unit tests build this without -Iuser/egressd */
 
 #define EGR_DNSPROXY_MAX_UPSTREAMS 8
 #define EGR_DNSPROXY_EVENT_ADDRS   16 /* addresses carried in one event */

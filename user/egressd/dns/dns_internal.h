@@ -1,0 +1,267 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The DNS proxy's private state, shared by its modules (dnsproxy.h is the
+ * public contract). Everything here runs on the one egr_loop the proxy was
+ * created with; no locking.
+ *
+ *   dnsproxy.c     the proxy and its sandboxes: create/free, add, update,
+ *                  remove, limits, stats, the timer (timeouts, TCP idle)
+ *   dns_listen.c   a sandbox's listener sockets and the UDP receive path;
+ *                  who asks (egr_dns_clients, the kernel-recorded sender)
+ *   dns_query.c    one query: rate, policy, exfiltration, the in-flight
+ *                  table and fairness (eviction), forwarding, replies, events
+ *   dns_upstream.c resolver addresses, the upstream UDP socket and the TCP
+ *                  exchanges; an answer is matched to its query here
+ *   dns_answer.c   a matched answer: rebinding filter, learning, release
+ *   dns_tcp.c      client TCP connections: framing, buffered writes, limits
+ *   dns_io.c       batched datagram I/O: recvmmsg() into rxbuf, and the
+ *                  sendmmsg() queue every callback flushes before it returns
+ */
+#ifndef EGR_DNS_INTERNAL_H
+#define EGR_DNS_INTERNAL_H
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "dnsproxy.h"
+#include "localaddr.h"
+
+#define RX_BATCH      64
+#define MSG_MAX       65535
+#define TCP_BACKLOG   64
+#define TCP_WBUF_MAX  (256 * 1024) /* unsent replies per client connection */
+#define TCP_PER_CONN  64           /* queries in flight per client connection */
+/* Datagrams one recvmmsg() takes (a listener's turn is smaller,
+ * EGR_DNSPROXY_UDP_TURN), and datagrams queued for one sendmmsg(). */
+#define DNS_RX_SLOTS  16
+#define DNS_TX_SLOTS  32
+/* Query bytes kept in the in-flight slot itself (longer ones: malloc). */
+#define DNS_QUERY_INLINE 512
+
+struct sb;
+
+struct listener {
+	struct sb *sb;
+	int fd;
+	int family;
+	bool tcp;
+};
+
+struct tconn {
+	struct sb *sb;
+	int fd;
+	uint8_t *rbuf;             /* 2 + MSG_MAX */
+	size_t rlen;
+	uint8_t *wbuf;
+	size_t wlen, woff, wcap;
+	uint64_t last_ns;
+	uint32_t npending;
+	bool eof;                  /* client shut down its side */
+	bool dead;                 /* close when the current callback returns */
+	bool in_cb;
+	bool more;                 /* stopped at the per-wake-up bound: resume on tick */
+	struct tconn *next;
+};
+
+/* Queries handled per wake-up of one client TCP connection: a client that
+ * pipelines (cheap, refused) queries must not keep the loop to itself. The
+ * socket is edge-triggered, so the rest is resumed on the next tick. */
+#define TCP_QUERIES_PER_WAKEUP 32
+
+struct sb {
+	struct egr_dnsproxy *p;
+	uint32_t id;
+	char *tenant;
+	struct egr_dnspolicy *pol;
+	struct egr_exfil *exfil;
+	struct listener lis[4];    /* udp4, tcp4, udp6, tcp6; fd -1 if absent */
+	struct egr_localaddr *ns_la; /* its own network namespace's addresses, or NULL */
+	uint16_t port4, port6;
+	uint64_t la_batch;         /* ns_la refreshed in this upstream batch */
+	struct tconn *conns;
+	uint32_t nconns;
+	uint32_t inflight;
+	double tokens;             /* query rate bucket (rate_take) */
+	uint64_t tokens_ns;
+	struct egr_dnsproxy_stats st;
+	struct sb *next;
+};
+
+enum tstate { T_CONNECTING = 1, T_SENDING, T_READING };
+
+struct pending {
+	bool used;
+	uint32_t idx;
+	struct sb *sb;
+	int transport;
+	int lfd;                   /* UDP: listener to answer from */
+	struct sockaddr_storage caddr;
+	socklen_t calen;
+	struct tconn *conn;        /* TCP: client connection */
+	uint16_t client_id, up_id;
+	uint16_t qtype, qclass;
+	char qname[EGR_DNS_NAME_BUF];
+	uint8_t *query;            /* the client's bytes, for SERVFAIL: qinline or malloc */
+	size_t qlen;
+	int32_t next_free;         /* free list of the table, -1 ends it */
+	struct egr_dns_ports ports;
+	uint64_t deadline_ns;
+	uint64_t received_ns;      /* when the client's query arrived (latency) */
+	uint32_t up;               /* upstream index */
+	/* TCP upstream */
+	int ufd;
+	enum tstate tstate;
+	uint8_t *ubuf;
+	size_t ulen, uoff;
+	uint8_t qinline[DNS_QUERY_INLINE];
+};
+
+/* A datagram queued for the next dnsp_tx_flush(). */
+struct dns_tx {
+	int fd;
+	socklen_t tolen;
+	struct sockaddr_storage to;
+	const uint8_t *msg;        /* copy, or the caller's bytes (stable until the flush) */
+	size_t len;
+	struct pending *q;         /* a forwarded query, failed if its send fails */
+	uint16_t up_id;            /* ... and still the one with this upstream id */
+	uint32_t sandbox_id;       /* for the log */
+	uint8_t copy[DNS_QUERY_INLINE];
+};
+
+struct egr_dnsproxy {
+	struct egr_loop *loop;
+	uint64_t answer_latency_ns; /* of the answer being reported, for emit() */
+	uint32_t answer_learned;    /* and which of its listed addresses were learned */
+	struct egr_dnsproxy_config cfg;
+	int up4, up6;
+	int timer_fd;
+	int self_netns;
+	struct egr_localaddr *host_la; /* egressd's network namespace's addresses */
+	struct sb *sbs;
+	struct pending *pend;
+	uint32_t npend;
+	uint32_t inflight;
+	int32_t *by_id;            /* 65536: upstream id -> slot, -1 free */
+	uint32_t cur_up;
+	uint16_t rnd[256];
+	uint32_t nrnd;
+	uint64_t dropped_answers;  /* upstream packets that matched nothing */
+	int32_t free_head;         /* first free slot of pend, -1 none */
+	/* Upstream answers read by one recvmmsg() are judged as one batch:
+	 * the local-address sets are refreshed once per batch (rx_batch,
+	 * non-zero while one is handled). */
+	uint64_t rx_batch, rx_batches, host_la_batch;
+	/* recvmmsg(): DNS_RX_SLOTS buffers of MSG_MAX + 1 in rxbuf */
+	uint8_t *rxbuf;
+	struct mmsghdr rxmsg[DNS_RX_SLOTS];
+	struct iovec rxiov[DNS_RX_SLOTS];
+	struct sockaddr_storage rxfrom[DNS_RX_SLOTS];
+	/* sendmmsg(): what the current callback queued */
+	unsigned int ntx;
+	struct dns_tx tx[DNS_TX_SLOTS];
+	struct mmsghdr txmsg[DNS_TX_SLOTS];
+	struct iovec txiov[DNS_TX_SLOTS];
+	uint8_t obuf[MSG_MAX + 1];
+};
+
+/* Where an answer goes: a UDP client (lfd + address) or a TCP connection. */
+struct client {
+	int transport;
+	int lfd;
+	const struct sockaddr_storage *caddr;
+	socklen_t calen;
+	struct tconn *conn;
+};
+
+static inline socklen_t sa_len(const struct sockaddr_storage *ss)
+{
+	return ss->ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+}
+
+
+static inline uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t boot_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* dns_io.c: batched datagram I/O. */
+int dnsp_io_init(struct egr_dnsproxy *p);
+void dnsp_io_free(struct egr_dnsproxy *p);
+/* Up to want (<= DNS_RX_SLOTS) datagrams into rxbuf/rxmsg: how many, 0 when
+ * none is queued, or -errno. */
+int dnsp_rx(struct egr_dnsproxy *p, int fd, unsigned int want);
+static inline uint8_t *dnsp_rx_buf(struct egr_dnsproxy *p, int i)
+{
+	return p->rxbuf + (size_t)i * (MSG_MAX + 1);
+}
+/* Queue msg for fd: a reply whose bytes stay valid until the flush (q
+ * NULL), or a forwarded query (q: the slot it belongs to), copied. -E2BIG:
+ * too long to copy, the caller sends it itself. */
+int dnsp_tx_add(struct egr_dnsproxy *p, int fd, const uint8_t *msg, size_t len, bool copy,
+		const struct sockaddr_storage *to, socklen_t tolen, struct pending *q,
+		uint32_t sandbox_id);
+/* Send what is queued; a forwarded query whose send fails gets SERVFAIL.
+ * Every callback that queues flushes before it returns. */
+void dnsp_tx_flush(struct egr_dnsproxy *p);
+/* Drop what is queued for fd, or (sb non-NULL) forwarded for sb: a
+ * sandbox removed from within a callback leaves nothing behind. */
+void dnsp_tx_forget(struct egr_dnsproxy *p, int fd, const struct sb *sb);
+
+/* dns_listen.c */
+bool dnsp_client_is_sb(struct sb *sb, const struct sockaddr_storage *from, int protocol);
+void dnsp_purge_clients(struct egr_dnsproxy *p, uint32_t id);
+void dnsp_on_udp_listener(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
+int dnsp_open_family(struct sb *sb, int family, uint16_t want, struct listener *u,
+		     struct listener *t, uint16_t *port);
+void dnsp_close_listeners(struct sb *sb);
+
+/* dns_query.c */
+void dnsp_handle_query(struct sb *sb, const struct client *cl, const uint8_t *pkt, size_t len);
+void dnsp_emit(struct sb *sb, const char *qname, uint16_t qtype, int transport,
+	       enum egr_dns_verdict v, const char *reason, int error, uint16_t rcode,
+	       const struct egr_dns_addr *addrs, size_t n);
+void dnsp_reply(struct sb *sb, const struct client *cl, const uint8_t *msg, size_t len);
+void dnsp_reply_rcode(struct sb *sb, const struct client *cl, const uint8_t *q, size_t qlen,
+		      uint16_t rcode);
+void dnsp_pend_free(struct egr_dnsproxy *p, struct pending *q);
+void dnsp_pend_client(const struct pending *q, struct client *cl);
+/* Answer SERVFAIL, count, report and free. */
+void dnsp_pend_fail(struct egr_dnsproxy *p, struct pending *q, enum egr_dns_verdict v,
+		    const char *reason, int error, const struct egr_dns_addr *addrs, size_t n);
+
+/* dns_upstream.c */
+const char *dnsp_sa_str(const struct sockaddr_storage *ss, char *buf, size_t len);
+void dnsp_on_upstream_udp(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
+void dnsp_on_upstream_tcp(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
+void dnsp_tcp_up_step(struct egr_dnsproxy *p, struct pending *q, uint32_t events);
+
+/* dns_answer.c */
+void dnsp_pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt, size_t len,
+		      const struct egr_dns_response *r);
+bool dnsp_sb_is_local(void *ctx, int family, const uint8_t *addr);
+void dnsp_localaddr_refresh(struct sb *sb);
+void dnsp_on_localaddr(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
+
+/* dns_tcp.c */
+void dnsp_conn_close(struct tconn *c);
+void dnsp_conn_settle(struct tconn *c);
+void dnsp_conn_send(struct tconn *c, const uint8_t *msg, size_t len);
+void dnsp_on_tcp_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
+void dnsp_on_tcp_listener(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
+
+#endif /* EGR_DNS_INTERNAL_H */

@@ -1,0 +1,425 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * One DNS query (dns_internal.h): the sandbox's rate bucket, name, class and
+ * qtype against its DNS policy, the exfiltration tracker, then a slot of
+ * the in-flight table (per-sandbox limit; a full table evicts from the
+ * heaviest sandbox) and the upstream send. Every verdict is answered
+ * (REFUSED/SERVFAIL built from the client's bytes) and reported.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+
+#include "dns_internal.h"
+#include "log.h"
+
+/* --- events and replies ------------------------------------------------------ */
+
+void dnsp_emit(struct sb *sb, const char *qname, uint16_t qtype, int transport,
+	       enum egr_dns_verdict v, const char *reason, int error, uint16_t rcode,
+	       const struct egr_dns_addr *addrs, size_t n)
+{
+	struct egr_dnsproxy *p = sb->p;
+	struct egr_dns_event ev = {
+		.sandbox_id = sb->id,
+		.tenant = sb->tenant,
+		.qname = qname,
+		.qtype = qtype,
+		.transport = transport,
+		.verdict = v,
+		.reason = reason ? reason : "",
+		.error = error,
+		.rcode = rcode,
+		.naddrs = n,
+		.latency_ns = p->answer_latency_ns,
+		.learned_mask = p->answer_learned,
+	};
+
+	ev.naddrs_listed = n < EGR_DNSPROXY_EVENT_ADDRS ? n : EGR_DNSPROXY_EVENT_ADDRS;
+	if (ev.naddrs_listed)
+		memcpy(ev.addrs, addrs, ev.naddrs_listed * sizeof(*addrs));
+	log_debug("dns: sandbox %u %s %s %s: %s%s%s", sb->id, qname,
+		  egr_dns_type_name(qtype) ? egr_dns_type_name(qtype) : "?",
+		  transport == IPPROTO_TCP ? "tcp" : "udp", egr_dns_verdict_name(v),
+		  reason ? " - " : "", reason ? reason : "");
+	if (p->cfg.event)
+		p->cfg.event(p->cfg.ctx, &ev);
+}
+
+void dnsp_reply(struct sb *sb, const struct client *cl, const uint8_t *msg, size_t len)
+{
+	if (cl->transport == IPPROTO_UDP) {
+		if (sendto(cl->lfd, msg, len, MSG_NOSIGNAL, (const struct sockaddr *)cl->caddr,
+			   cl->calen) < 0)
+			log_debug("dns: sandbox %u: reply: %m", sb->id);
+		return;
+	}
+	if (cl->conn)
+		dnsp_conn_send(cl->conn, msg, len);
+}
+
+/* REFUSED or SERVFAIL built from the client's query bytes. */
+void dnsp_reply_rcode(struct sb *sb, const struct client *cl, const uint8_t *q, size_t qlen,
+		      uint16_t rcode)
+{
+	struct egr_dnsproxy *p = sb->p;
+	size_t olen;
+	int err;
+
+	if (rcode == EGR_DNS_R_REFUSED)
+		err = egr_dns_build_refused(q, qlen, p->obuf, sizeof(p->obuf), &olen);
+	else
+		err = egr_dns_build_servfail(q, qlen, p->obuf, sizeof(p->obuf), &olen);
+	if (err) {
+		log_debug("dns: sandbox %u: cannot build rcode %u reply: %s", sb->id, rcode,
+			  strerror(-err));
+		return;
+	}
+	dnsp_reply(sb, cl, p->obuf, olen);
+}
+
+/* --- the in-flight table ----------------------------------------------------- */
+
+static int random_id(struct egr_dnsproxy *p, uint16_t *id)
+{
+	for (int tries = 0; tries < 64; tries++) {
+		if (!p->nrnd) {
+			ssize_t k = getrandom(p->rnd, sizeof(p->rnd), GRND_NONBLOCK);
+
+			if (k != (ssize_t)sizeof(p->rnd))
+				return k < 0 ? -errno : -EAGAIN;
+			p->nrnd = sizeof(p->rnd) / sizeof(p->rnd[0]);
+		}
+		*id = p->rnd[--p->nrnd];
+		if (p->by_id[*id] < 0)
+			return 0;
+	}
+	return -EBUSY;
+}
+
+void dnsp_pend_free(struct egr_dnsproxy *p, struct pending *q)
+{
+	if (!q->used)
+		return;
+	if (q->ufd >= 0) {
+		egr_loop_del(p->loop, q->ufd);
+		close(q->ufd);
+	}
+	if (q->conn && q->conn->npending)
+		q->conn->npending--;
+	p->by_id[q->up_id] = -1;
+	if (q->sb->inflight)
+		q->sb->inflight--;
+	if (p->inflight)
+		p->inflight--;
+	if (q->query != q->qinline)
+		free(q->query);
+	free(q->ubuf);
+	memset(q, 0, offsetof(struct pending, qinline));
+	q->ufd = -1;
+	q->next_free = p->free_head;
+	p->free_head = (int32_t)(q - p->pend);
+}
+
+void dnsp_pend_client(const struct pending *q, struct client *cl)
+{
+	cl->transport = q->transport;
+	cl->lfd = q->lfd;
+	cl->caddr = &q->caddr;
+	cl->calen = q->calen;
+	cl->conn = q->conn;
+}
+
+/* Answer SERVFAIL, count, report and free. */
+void dnsp_pend_fail(struct egr_dnsproxy *p, struct pending *q, enum egr_dns_verdict v,
+		    const char *reason, int error, const struct egr_dns_addr *addrs, size_t n)
+{
+	struct sb *sb = q->sb;
+	struct tconn *conn = q->conn;
+	struct client cl;
+
+	dnsp_pend_client(q, &cl);
+	dnsp_reply_rcode(sb, &cl, q->query, q->qlen, EGR_DNS_R_SERVFAIL);
+	sb->st.servfail++;
+	if (v == EGR_DNS_V_CAP)
+		sb->st.cap++;
+	dnsp_emit(sb, q->qname, q->qtype, q->transport, v, reason, error, EGR_DNS_R_SERVFAIL, addrs,
+	     n);
+	dnsp_pend_free(p, q);
+	if (conn)
+		dnsp_conn_settle(conn);
+}
+
+/* --- queries ------------------------------------------------------------------ */
+
+/*
+ * The table is full and sb wants a slot. A sandbox's queries in flight are
+ * its own business only up to its share: the sandbox with the most in
+ * flight, if it has at least two more than sb, loses its oldest query
+ * (SERVFAIL, counted as evicted) so that sb gets the slot. Otherwise sb is
+ * itself among the heaviest and is shed. So a neighbour that fills the
+ * table with queries the upstream never answers costs the others nothing.
+ */
+static bool evict_for(struct egr_dnsproxy *p, struct sb *sb)
+{
+	struct sb *heavy = NULL;
+	struct pending *oldest = NULL;
+
+	for (struct sb *o = p->sbs; o; o = o->next)
+		if (!heavy || o->inflight > heavy->inflight)
+			heavy = o;
+	if (!heavy || heavy == sb || heavy->inflight < sb->inflight + 2)
+		return false;
+	for (uint32_t i = 0; i < p->npend; i++) {
+		struct pending *q = &p->pend[i];
+
+		if (q->used && q->sb == heavy && (!oldest || q->received_ns < oldest->received_ns))
+			oldest = q;
+	}
+	if (!oldest)
+		return false;
+	heavy->st.evicted++;
+	dnsp_pend_fail(p, oldest, EGR_DNS_V_SERVFAIL, "evicted: sandbox over its in-flight share",
+		  -EBUSY, NULL, 0);
+	return true;
+}
+
+/* Take one token of sb's query bucket; false when it is empty. */
+static bool rate_take(struct egr_dnsproxy *p, struct sb *sb)
+{
+	uint64_t now = mono_ns();
+
+	if (now > sb->tokens_ns) {
+		sb->tokens += (double)(now - sb->tokens_ns) * p->cfg.rate_qps / 1e9;
+		if (sb->tokens > p->cfg.burst)
+			sb->tokens = p->cfg.burst;
+	}
+	sb->tokens_ns = now;
+	if (sb->tokens < 1.0) {
+		sb->st.shed_rate++;
+		return false;
+	}
+	sb->tokens -= 1.0;
+	return true;
+}
+
+static int forward(struct egr_dnsproxy *p, struct sb *sb, const struct client *cl,
+		   const uint8_t *pkt, size_t len, const struct egr_dns_query *qq,
+		   const struct egr_dns_ports *ports)
+{
+	const struct sockaddr_storage *up;
+	struct pending *q = NULL;
+	int32_t next_free;
+	uint16_t id = 0;
+	int err;
+
+	if (sb->inflight >= p->cfg.max_inflight_per_sb)
+		return -EDQUOT;
+	if (p->inflight >= p->npend && !evict_for(p, sb))
+		return -EBUSY;
+	if (p->free_head < 0)
+		return -EBUSY;
+	q = &p->pend[p->free_head];
+	next_free = q->next_free;
+	err = random_id(p, &id);
+	if (err)
+		return err;
+	memset(q, 0, offsetof(struct pending, qinline));
+	q->ufd = -1;
+	q->next_free = next_free; /* still free until it is taken below */
+	q->query = len <= sizeof(q->qinline) ? q->qinline : malloc(len);
+	if (!q->query)
+		return -ENOMEM;
+	p->free_head = next_free;
+	q->next_free = -1;
+	memcpy(q->query, pkt, len);
+	q->qlen = len;
+	q->used = true;
+	q->idx = (uint32_t)(q - p->pend);
+	q->sb = sb;
+	q->transport = cl->transport;
+	q->lfd = cl->lfd;
+	if (cl->caddr) {
+		memcpy(&q->caddr, cl->caddr, cl->calen);
+		q->calen = cl->calen;
+	}
+	q->conn = cl->conn;
+	q->client_id = qq->id;
+	q->up_id = id;
+	q->qtype = qq->qtype;
+	q->qclass = qq->qclass;
+	memcpy(q->qname, qq->qname, sizeof(q->qname));
+	q->ports = *ports;
+	q->received_ns = mono_ns();
+	q->deadline_ns = q->received_ns + (uint64_t)p->cfg.timeout_ms * 1000000ULL;
+	q->up = p->cur_up;
+	p->by_id[id] = (int32_t)q->idx;
+	p->inflight++;
+	sb->inflight++;
+	if (q->conn)
+		q->conn->npending++;
+	up = &p->cfg.upstreams[q->up];
+
+	if (cl->transport == IPPROTO_UDP) {
+		int ufd = up->ss_family == AF_INET ? p->up4 : p->up6;
+
+		memcpy(p->obuf, pkt, len);
+		p->obuf[0] = (uint8_t)(id >> 8);
+		p->obuf[1] = (uint8_t)id;
+		/* Sent with the rest of the listener's turn (dns_io.c); a
+		 * failed send then answers SERVFAIL as here. */
+		if (!dnsp_tx_add(p, ufd, p->obuf, len, true, up, sa_len(up), q, sb->id))
+			return 0;
+		if (sendto(ufd, p->obuf, len, MSG_NOSIGNAL, (const struct sockaddr *)up,
+			   sa_len(up)) < 0) {
+			err = -errno;
+			goto fail;
+		}
+		return 0;
+	}
+
+	q->ubuf = malloc(2 + MSG_MAX);
+	if (!q->ubuf) {
+		err = -ENOMEM;
+		goto fail;
+	}
+	q->ubuf[0] = (uint8_t)(len >> 8);
+	q->ubuf[1] = (uint8_t)len;
+	memcpy(q->ubuf + 2, pkt, len);
+	q->ubuf[2] = (uint8_t)(id >> 8);
+	q->ubuf[3] = (uint8_t)id;
+	q->ulen = 2 + len;
+	q->ufd = socket(up->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (q->ufd < 0) {
+		err = -errno;
+		goto fail;
+	}
+	q->tstate = T_CONNECTING;
+	if (connect(q->ufd, (const struct sockaddr *)up, sa_len(up)) == 0) {
+		q->tstate = T_SENDING;
+	} else if (errno != EINPROGRESS) {
+		err = -errno;
+		goto fail;
+	}
+	err = egr_loop_add(p->loop, q->ufd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+			   dnsp_on_upstream_tcp, q);
+	if (err) {
+		close(q->ufd);
+		q->ufd = -1;
+		goto fail;
+	}
+	if (q->tstate == T_SENDING)
+		dnsp_tcp_up_step(p, q, EPOLLOUT);
+	return 0;
+fail:
+	/* The caller answers SERVFAIL from the query bytes it still has. */
+	if (q->ufd >= 0) {
+		close(q->ufd);
+		q->ufd = -1;
+	}
+	dnsp_pend_free(p, q);
+	return err;
+}
+
+void dnsp_handle_query(struct sb *sb, const struct client *cl, const uint8_t *pkt, size_t len)
+{
+	struct egr_dnsproxy *p = sb->p;
+	struct egr_dnspolicy_match m;
+	enum egr_exfil_reason why;
+	struct egr_dns_query q;
+	int err;
+
+	if (!rate_take(p, sb)) {
+		/* Unanswered over UDP (the cheapest: nothing parsed, nothing
+		 * sent); over TCP the stream's order needs an answer. */
+		if (cl->transport == IPPROTO_TCP)
+			dnsp_reply_rcode(sb, cl, pkt, len, EGR_DNS_R_SERVFAIL);
+		return;
+	}
+	err = egr_dns_parse_query(pkt, len, &q);
+	if (err) {
+		sb->st.malformed++;
+		log_debug("dns: sandbox %u: malformed query (%zu bytes): %s", sb->id, len,
+			  strerror(-err));
+		return;
+	}
+	if (q.qclass != EGR_DNS_C_IN) {
+		dnsp_reply_rcode(sb, cl, pkt, len, EGR_DNS_R_REFUSED);
+		sb->st.refused++;
+		dnsp_emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_REFUSED, "class not IN", 0,
+		     EGR_DNS_R_REFUSED, NULL, 0);
+		return;
+	}
+	if (egr_dnspolicy_match(sb->pol, q.qname, &m) != 1) {
+		if (egr_dnspolicy_audit(sb->pol)) {
+			/* Audit mode: resolve it; its addresses are learned
+			 * without ports, so reaching them is a would-be deny
+			 * the kernel reports too. */
+			memset(&m, 0, sizeof(m));
+			snprintf(m.domain, sizeof(m.domain), "%s", q.qname);
+			sb->st.would_deny++;
+			dnsp_emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_AUDIT,
+			     "name not allowed", 0, 0, NULL, 0);
+		} else {
+			dnsp_reply_rcode(sb, cl, pkt, len, EGR_DNS_R_REFUSED);
+			sb->st.refused++;
+			dnsp_emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_REFUSED,
+			     "name not allowed", 0, EGR_DNS_R_REFUSED, NULL, 0);
+			return;
+		}
+	}
+	if (!egr_dnspolicy_qtype_allowed(sb->pol, q.qtype) && egr_dnspolicy_audit(sb->pol)) {
+		sb->st.would_deny++;
+		dnsp_emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_AUDIT, "qtype not allowed", 0,
+		     0, NULL, 0);
+	} else if (!egr_dnspolicy_qtype_allowed(sb->pol, q.qtype)) {
+		dnsp_reply_rcode(sb, cl, pkt, len, EGR_DNS_R_REFUSED);
+		sb->st.refused++;
+		dnsp_emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_REFUSED, "qtype not allowed",
+		     0, EGR_DNS_R_REFUSED, NULL, 0);
+		return;
+	}
+	err = egr_exfil_check(sb->exfil, q.qname, m.domain, mono_ns(), &why);
+	if (err) {
+		dnsp_reply_rcode(sb, cl, pkt, len, err == -EPERM ? EGR_DNS_R_REFUSED : EGR_DNS_R_SERVFAIL);
+		if (err == -EPERM) {
+			sb->st.exfil++;
+			dnsp_emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_EXFIL,
+			     egr_exfil_reason_name(why), 0, EGR_DNS_R_REFUSED, NULL, 0);
+		} else {
+			sb->st.servfail++;
+			dnsp_emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_SERVFAIL,
+			     "exfil tracker", err, EGR_DNS_R_SERVFAIL, NULL, 0);
+		}
+		return;
+	}
+	if (cl->conn && cl->conn->npending >= TCP_PER_CONN)
+		err = -EBUSY;
+	else
+		err = forward(p, sb, cl, pkt, len, &q, &m.ports);
+	if (err) {
+		dnsp_reply_rcode(sb, cl, pkt, len, EGR_DNS_R_SERVFAIL);
+		sb->st.servfail++;
+		if (err == -EBUSY || err == -EDQUOT)
+			sb->st.shed_inflight++;
+		dnsp_emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_SERVFAIL,
+		     err == -EDQUOT ? "sandbox's in-flight limit" :
+		     err == -EBUSY ? "too many queries in flight" : "cannot forward", err,
+		     EGR_DNS_R_SERVFAIL, NULL, 0);
+	}
+}

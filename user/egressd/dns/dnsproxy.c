@@ -1,0 +1,548 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * The DNS proxy (contract: dnsproxy.h; its modules: dns_internal.h): the
+ * proxy and its sandboxes, created, updated and removed here, and the
+ * timer. One listener set per sandbox (UDP and TCP on 127.0.0.1 and ::1),
+ * one shared unconnected UDP socket per upstream family, one TCP
+ * connection per query that arrived over TCP. Queries in flight live in a
+ * fixed table indexed through a 65536-entry map from upstream id to slot,
+ * so an answer finds its query in O(1).
+ *
+ * Client TCP connections and upstream TCP sockets are registered
+ * edge-triggered (EPOLLIN | EPOLLOUT | EPOLLET) so no re-registration is
+ * needed when switching between reading and writing; they are always
+ * drained to EAGAIN. Listeners are level-triggered and handle a bounded
+ * batch per callback.
+ *
+ * Lifetimes: a client TCP connection that fails while one of its own
+ * callbacks runs is only marked dead and closed when that callback
+ * returns; the loop skips events of fds removed earlier in the same batch.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+
+#include "dns_internal.h"
+#include "log.h"
+
+const char *egr_dns_verdict_name(enum egr_dns_verdict v)
+{
+	switch (v) {
+	case EGR_DNS_V_ALLOWED:
+		return "allowed";
+	case EGR_DNS_V_REFUSED:
+		return "refused";
+	case EGR_DNS_V_SERVFAIL:
+		return "servfail";
+	case EGR_DNS_V_EXFIL:
+		return "exfil";
+	case EGR_DNS_V_CAP:
+		return "cap";
+	case EGR_DNS_V_REBIND:
+		return "rebind";
+	case EGR_DNS_V_AUDIT:
+		return "audit";
+	}
+	return "?";
+}
+
+/* --- timer ------------------------------------------------------------------------ */
+
+static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
+{
+	struct egr_dnsproxy *p = ctx;
+	uint64_t now = mono_ns(), idle = (uint64_t)p->cfg.tcp_idle_ms * 1000000ULL, exp;
+	bool failover = false;
+
+	if (read(fd, &exp, sizeof(exp)) < 0 && errno != EAGAIN)
+		log_debug("dns: timer read: %m");
+	for (uint32_t i = 0; i < p->npend; i++) {
+		struct pending *q = &p->pend[i];
+
+		if (!q->used || q->deadline_ns > now)
+			continue;
+		if (q->up == p->cur_up)
+			failover = true;
+		dnsp_pend_fail(p, q, EGR_DNS_V_SERVFAIL, "upstream timeout", -ETIMEDOUT, NULL, 0);
+	}
+	if (failover && p->cfg.nupstreams > 1) {
+		char b[80];
+
+		p->cur_up = (p->cur_up + 1) % (uint32_t)p->cfg.nupstreams;
+		log_warn("dns: upstream timed out, switching to %s",
+			 dnsp_sa_str(&p->cfg.upstreams[p->cur_up], b, sizeof(b)));
+	}
+	for (struct sb *sb = p->sbs; sb; sb = sb->next) {
+		struct tconn *c = sb->conns, *next;
+
+		for (; c; c = next) {
+			next = c->next;
+			if (c->more) {
+				/* Its turn again: what it pipelined is still
+				 * buffered, and edge-triggered epoll will not
+				 * say so. */
+				dnsp_on_tcp_conn(loop, c->fd, EPOLLIN, c);
+				continue;
+			}
+			if (!c->npending && c->last_ns + idle <= now)
+				dnsp_conn_close(c);
+		}
+	}
+}
+
+/* --- proxy and sandboxes --------------------------------------------------------- */
+
+static struct sb *sb_find(const struct egr_dnsproxy *p, uint32_t id)
+{
+	for (struct sb *sb = p->sbs; sb; sb = sb->next)
+		if (sb->id == id)
+			return sb;
+	return NULL;
+}
+
+static int upstream_socket(int family)
+{
+	int fd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	return fd < 0 ? -errno : fd;
+}
+
+int egr_dnsproxy_new(struct egr_loop *loop, const struct egr_dnsproxy_config *cfg,
+		     struct egr_dnsproxy **out)
+{
+	struct itimerspec its = { 0 };
+	struct egr_dnsproxy *p;
+	int err;
+
+	if (!loop || !cfg || !out || !cfg->learn)
+		return -EINVAL;
+	*out = NULL;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->loop = loop;
+	p->cfg = *cfg;
+	p->up4 = p->up6 = p->timer_fd = p->self_netns = -1;
+	if (!p->cfg.nupstreams) {
+		err = egr_dnsproxy_resolv_conf(NULL, &p->cfg);
+		if (err) {
+			log_error("dns: no upstream resolver given and none in /etc/resolv.conf");
+			goto fail;
+		}
+	}
+	if (p->cfg.nupstreams > EGR_DNSPROXY_MAX_UPSTREAMS) {
+		err = -EINVAL;
+		goto fail;
+	}
+	if (!p->cfg.timeout_ms)
+		p->cfg.timeout_ms = 2000;
+	if (!p->cfg.max_inflight)
+		p->cfg.max_inflight = 1024;
+	if (p->cfg.max_inflight > 16384)
+		p->cfg.max_inflight = 16384;
+	if (!p->cfg.max_inflight_per_sb)
+		p->cfg.max_inflight_per_sb =
+			p->cfg.max_inflight / 4 < 64 ? 64 : p->cfg.max_inflight / 4;
+	if (!p->cfg.max_tcp_per_sb)
+		p->cfg.max_tcp_per_sb = 16;
+	if (!p->cfg.tcp_idle_ms)
+		p->cfg.tcp_idle_ms = 10000;
+	if (!p->cfg.tick_ms)
+		p->cfg.tick_ms = 100;
+	if (!p->cfg.rate_qps)
+		p->cfg.rate_qps = EGR_DNSPROXY_RATE;
+	if (!p->cfg.burst)
+		p->cfg.burst = p->cfg.rate_qps > EGR_DNSPROXY_BURST ? p->cfg.rate_qps :
+								      EGR_DNSPROXY_BURST;
+	if (!p->cfg.exfil.window_ns && !p->cfg.exfil.max_label_len && !p->cfg.exfil.max_name_len &&
+	    !p->cfg.exfil.max_subdomains && !p->cfg.exfil.max_nxdomain &&
+	    p->cfg.exfil.max_entropy == 0)
+		egr_exfil_limits_default(&p->cfg.exfil);
+
+	p->npend = p->cfg.max_inflight;
+	p->pend = calloc(p->npend, sizeof(*p->pend));
+	p->by_id = malloc(65536 * sizeof(*p->by_id));
+	if (!p->pend || !p->by_id) {
+		err = -ENOMEM;
+		goto fail;
+	}
+	p->free_head = -1;
+	for (uint32_t i = p->npend; i-- > 0;) {
+		p->pend[i].ufd = -1;
+		p->pend[i].next_free = p->free_head;
+		p->free_head = (int32_t)i;
+	}
+	err = dnsp_io_init(p);
+	if (err)
+		goto fail;
+	for (int i = 0; i < 65536; i++)
+		p->by_id[i] = -1;
+
+	for (size_t i = 0; i < p->cfg.nupstreams; i++) {
+		int fam = p->cfg.upstreams[i].ss_family;
+		int *fd = fam == AF_INET ? &p->up4 : &p->up6;
+
+		if (fam != AF_INET && fam != AF_INET6) {
+			err = -EAFNOSUPPORT;
+			goto fail;
+		}
+		if (*fd >= 0)
+			continue;
+		*fd = upstream_socket(fam);
+		if (*fd < 0) {
+			err = *fd;
+			goto fail;
+		}
+		err = egr_loop_add(loop, *fd, EPOLLIN, dnsp_on_upstream_udp, p);
+		if (err) {
+			close(*fd);
+			*fd = -1;
+			goto fail;
+		}
+	}
+	p->self_netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (p->self_netns < 0)
+		log_warn("dns: cannot open /proc/self/ns/net (%m): sandboxes with their own "
+			 "network namespace are not supported");
+	/* Without the host's addresses no answer could be judged: refuse to
+	 * start rather than let "this machine" be learned. */
+	err = egr_localaddr_open("host", &p->host_la);
+	if (!err)
+		err = egr_loop_add(loop, egr_localaddr_fd(p->host_la), EPOLLIN, dnsp_on_localaddr,
+				   p->host_la);
+	if (err) {
+		log_error("dns: the host's local addresses (rtnetlink): %s", strerror(-err));
+		goto fail;
+	}
+
+	p->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (p->timer_fd < 0) {
+		err = -errno;
+		goto fail;
+	}
+	its.it_interval.tv_sec = p->cfg.tick_ms / 1000;
+	its.it_interval.tv_nsec = (long)(p->cfg.tick_ms % 1000) * 1000000L;
+	its.it_value = its.it_interval;
+	if (timerfd_settime(p->timer_fd, 0, &its, NULL) < 0) {
+		err = -errno;
+		goto fail;
+	}
+	err = egr_loop_add(loop, p->timer_fd, EPOLLIN, on_tick, p);
+	if (err) {
+		close(p->timer_fd);
+		p->timer_fd = -1;
+		goto fail;
+	}
+	for (size_t i = 0; i < p->cfg.nupstreams; i++) {
+		char b[80];
+
+		log_info("dns: upstream %s", dnsp_sa_str(&p->cfg.upstreams[i], b, sizeof(b)));
+	}
+	*out = p;
+	return 0;
+fail:
+	egr_dnsproxy_free(p);
+	return err;
+}
+
+static void sb_free(struct sb *sb)
+{
+	struct egr_dnsproxy *p = sb->p;
+
+	dnsp_tx_forget(p, -1, sb);
+	while (sb->conns)
+		dnsp_conn_close(sb->conns);
+	for (uint32_t i = 0; i < p->npend; i++)
+		if (p->pend[i].used && p->pend[i].sb == sb)
+			dnsp_pend_free(p, &p->pend[i]);
+	dnsp_close_listeners(sb);
+	if (sb->ns_la) {
+		egr_loop_del(p->loop, egr_localaddr_fd(sb->ns_la));
+		egr_localaddr_free(sb->ns_la);
+	}
+	egr_dnspolicy_free(sb->pol);
+	egr_exfil_free(sb->exfil);
+	free(sb->tenant);
+	free(sb);
+}
+
+void egr_dnsproxy_free(struct egr_dnsproxy *p)
+{
+	if (!p)
+		return;
+	while (p->sbs) {
+		struct sb *sb = p->sbs;
+
+		p->sbs = sb->next;
+		sb_free(sb);
+	}
+	if (p->up4 >= 0) {
+		egr_loop_del(p->loop, p->up4);
+		close(p->up4);
+	}
+	if (p->up6 >= 0) {
+		egr_loop_del(p->loop, p->up6);
+		close(p->up6);
+	}
+	if (p->timer_fd >= 0) {
+		egr_loop_del(p->loop, p->timer_fd);
+		close(p->timer_fd);
+	}
+	if (p->self_netns >= 0)
+		close(p->self_netns);
+	if (p->host_la) {
+		egr_loop_del(p->loop, egr_localaddr_fd(p->host_la));
+		egr_localaddr_free(p->host_la);
+	}
+	free(p->pend);
+	free(p->by_id);
+	dnsp_io_free(p);
+	free(p);
+}
+
+int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const char *tenant,
+			     struct egr_dnspolicy *pol, int netns_fd, uint16_t want_port4,
+			     uint16_t want_port6, uint16_t *port4, uint16_t *port6)
+{
+	struct sb *sb;
+	int err, err6, errla = 0;
+
+	if (!p || !pol || sandbox_id == EGR_ID_NONE) {
+		egr_dnspolicy_free(pol);
+		return -EINVAL;
+	}
+	if (sb_find(p, sandbox_id)) {
+		egr_dnspolicy_free(pol);
+		return -EEXIST;
+	}
+	if (netns_fd >= 0 && p->self_netns < 0) {
+		egr_dnspolicy_free(pol);
+		return -EOPNOTSUPP;
+	}
+	sb = calloc(1, sizeof(*sb));
+	if (!sb) {
+		egr_dnspolicy_free(pol);
+		return -ENOMEM;
+	}
+	sb->p = p;
+	sb->id = sandbox_id;
+	sb->pol = pol;
+	sb->tokens = p->cfg.burst;
+	sb->tokens_ns = mono_ns();
+	for (int i = 0; i < 4; i++) {
+		sb->lis[i].fd = -1;
+		sb->lis[i].sb = sb;
+		sb->lis[i].family = i < 2 ? AF_INET : AF_INET6;
+		sb->lis[i].tcp = i & 1;
+	}
+	/* A new sandbox (adoption re-opens stored ports and keeps what the
+	 * kernel recorded): nothing of an earlier one with this id may ask. */
+	if (!want_port4 && !want_port6)
+		dnsp_purge_clients(p, sandbox_id);
+	sb->tenant = strdup(tenant ? tenant : "");
+	err = sb->tenant ? egr_exfil_new(&p->cfg.exfil, &sb->exfil) : -ENOMEM;
+	if (err)
+		goto fail;
+
+	if (netns_fd >= 0 && setns(netns_fd, CLONE_NEWNET) < 0) {
+		err = -errno;
+		log_error("dns: sandbox %u: setns into its network namespace: %m", sandbox_id);
+		goto fail;
+	}
+	err = dnsp_open_family(sb, AF_INET, want_port4, &sb->lis[0], &sb->lis[1], &sb->port4);
+	err6 = err ? 0 :
+		     dnsp_open_family(sb, AF_INET6, want_port6, &sb->lis[2], &sb->lis[3], &sb->port6);
+	if (!err && netns_fd >= 0) {
+		/* Its own addresses too: the netlink sockets belong to the
+		 * namespace they are opened in. */
+		char what[32];
+
+		snprintf(what, sizeof(what), "sandbox %u", sandbox_id);
+		errla = egr_localaddr_open(what, &sb->ns_la);
+	}
+	if (netns_fd >= 0 && setns(p->self_netns, CLONE_NEWNET) < 0) {
+		/* Cannot happen short of a kernel bug; nothing more we can do
+		 * than say so loudly: every later socket would be in the wrong
+		 * namespace. */
+		log_error("dns: cannot return to egressd's network namespace: %m");
+		err = err ? err : -errno;
+	}
+	if (err) {
+		log_error("dns: sandbox %u: 127.0.0.1 listeners: %s", sandbox_id, strerror(-err));
+		goto fail;
+	}
+	if (errla) {
+		err = errla;
+		log_error("dns: sandbox %u: the local addresses of its network namespace: %s",
+			  sandbox_id, strerror(-err));
+		goto fail;
+	}
+	if (err6) {
+		if (want_port6 || (err6 != -EADDRNOTAVAIL && err6 != -EAFNOSUPPORT)) {
+			err = err6;
+			log_error("dns: sandbox %u: [::1] listeners: %s", sandbox_id,
+				  strerror(-err));
+			goto fail;
+		}
+		log_warn("dns: sandbox %u: no IPv6 loopback (%s): IPv6 DNS not served",
+			 sandbox_id, strerror(-err6));
+		sb->port6 = 0;
+	}
+	for (int i = 0; i < 4; i++) {
+		if (sb->lis[i].fd < 0)
+			continue;
+		err = egr_loop_add(p->loop, sb->lis[i].fd, EPOLLIN,
+				   sb->lis[i].tcp ? dnsp_on_tcp_listener : dnsp_on_udp_listener, &sb->lis[i]);
+		if (err) {
+			/* Unregister the ones added so far. */
+			for (int j = 0; j < i; j++)
+				if (sb->lis[j].fd >= 0)
+					egr_loop_del(p->loop, sb->lis[j].fd);
+			for (int j = 0; j < 4; j++)
+				if (sb->lis[j].fd >= 0) {
+					close(sb->lis[j].fd);
+					sb->lis[j].fd = -1;
+				}
+			goto fail;
+		}
+	}
+	if (sb->ns_la) {
+		err = egr_loop_add(p->loop, egr_localaddr_fd(sb->ns_la), EPOLLIN, dnsp_on_localaddr,
+				   sb->ns_la);
+		if (err) {
+			dnsp_close_listeners(sb);
+			goto fail;
+		}
+	}
+	sb->next = p->sbs;
+	p->sbs = sb;
+	if (port4)
+		*port4 = sb->port4;
+	if (port6)
+		*port6 = sb->port6;
+	log_info("dns: sandbox %u (tenant %s): listening on 127.0.0.1:%u and [::1]:%u%s",
+		 sandbox_id, sb->tenant, sb->port4, sb->port6,
+		 netns_fd >= 0 ? " in its network namespace" : "");
+	return 0;
+fail:
+	for (int j = 0; j < 4; j++)
+		if (sb->lis[j].fd >= 0)
+			close(sb->lis[j].fd);
+	egr_localaddr_free(sb->ns_la);
+	egr_dnspolicy_free(sb->pol);
+	egr_exfil_free(sb->exfil);
+	free(sb->tenant);
+	free(sb);
+	return err;
+}
+
+int egr_dnsproxy_update_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id,
+				struct egr_dnspolicy *pol)
+{
+	struct sb *sb = p ? sb_find(p, sandbox_id) : NULL;
+
+	if (!pol)
+		return -EINVAL;
+	if (!sb) {
+		egr_dnspolicy_free(pol);
+		return -ENOENT;
+	}
+	egr_dnspolicy_free(sb->pol);
+	sb->pol = pol;
+	return 0;
+}
+
+int egr_dnsproxy_set_limits(struct egr_dnsproxy *p, uint32_t min_ttl_s,
+			    const struct egr_exfil_limits *exfil)
+{
+	struct egr_exfil **fresh;
+	size_t n = 0, i = 0;
+	int err = 0;
+
+	for (struct sb *sb = p->sbs; sb; sb = sb->next)
+		n++;
+	fresh = calloc(n ? n : 1, sizeof(*fresh));
+	if (!fresh)
+		return -ENOMEM;
+	/* New trackers for every sandbox first, so that a failure changes
+	 * nothing; their windows start empty. */
+	for (struct sb *sb = p->sbs; sb && !err; sb = sb->next)
+		err = egr_exfil_new(exfil, &fresh[i++]);
+	if (err) {
+		for (i = 0; i < n; i++)
+			egr_exfil_free(fresh[i]);
+		free(fresh);
+		return err;
+	}
+	i = 0;
+	for (struct sb *sb = p->sbs; sb; sb = sb->next) {
+		egr_exfil_free(sb->exfil);
+		sb->exfil = fresh[i++];
+	}
+	free(fresh);
+	p->cfg.exfil = *exfil;
+	p->cfg.min_ttl_s = min_ttl_s;
+	return 0;
+}
+
+int egr_dnsproxy_remove_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id)
+{
+	struct sb **psb;
+
+	if (!p)
+		return -EINVAL;
+	for (psb = &p->sbs; *psb; psb = &(*psb)->next) {
+		struct sb *sb = *psb;
+
+		if (sb->id != sandbox_id)
+			continue;
+		*psb = sb->next;
+		sb_free(sb);
+		dnsp_purge_clients(p, sandbox_id);
+		log_info("dns: sandbox %u: listeners closed", sandbox_id);
+		return 0;
+	}
+	return -ENOENT;
+}
+
+bool egr_dnsproxy_is_local(void *ctx, int family, const uint8_t *addr)
+{
+	const struct egr_dnsproxy_local *lc = ctx;
+	const struct sb *sb;
+
+	if (!lc || !lc->p)
+		return true; /* cannot tell: fail closed */
+	sb = sb_find(lc->p, lc->sandbox_id);
+	if (sb)
+		return dnsp_sb_is_local((void *)sb, family, addr);
+	return egr_localaddr_contains(lc->p->host_la, family, addr);
+}
+
+int egr_dnsproxy_stats(const struct egr_dnsproxy *p, uint32_t sandbox_id,
+		       struct egr_dnsproxy_stats *out)
+{
+	const struct sb *sb = p ? sb_find(p, sandbox_id) : NULL;
+
+	if (!out)
+		return -EINVAL;
+	if (!sb)
+		return -ENOENT;
+	*out = sb->st;
+	out->tcp_conns = sb->nconns;
+	out->inflight = sb->inflight;
+	return 0;
+}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * The version 1 -> current conversions of user/egressd/migrate.c: every
+ * The version 1 -> current conversions of user/egressd/kernel/migrate.c: every
  * field of every struct reaches the new layout (a field forgotten in a
  * conversion function is the likeliest bug of the next ABI change), and
  * carry_map() copies real BPF maps of each kind (hash, per-CPU hash, LPM
@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "../../user/egressd/migrate.c"
+#include "../../user/egressd/kernel/migrate.c"
 
 /* Distinct non-zero bytes, so a field copied to the wrong place or not at
  * all differs. */

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "bpfstate.h"
+#include "kernel/bpfstate.h"
 #include "sandbox.h"
 
 struct egr_auditlog;

@@ -20,7 +20,7 @@
 #include "auditlog.h"
 #include "dnsproxy.h"
 #include "egr_decide.h"
-#include "escape.h"
+#include "kernel/escape.h"
 #include "events.h"
 #include "fileio.h"
 #include "log.h"

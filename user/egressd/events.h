@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <jansson.h>
 
-#include "bpfstate.h"
+#include "kernel/bpfstate.h"
 #include "loop.h"
 #include "sandbox.h"
 

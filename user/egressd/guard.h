@@ -15,7 +15,7 @@
 #include <jansson.h>
 
 #include "auditlog.h"
-#include "bpfstate.h"
+#include "kernel/bpfstate.h"
 #include "loop.h"
 #include "sandbox.h"
 

@@ -7,7 +7,7 @@
 #include <time.h>
 #include <bpf/libbpf.h>
 
-#include "bpfstate.h"
+#include "kernel/bpfstate.h"
 #include "egressd.skel.h"
 #include "health.h"
 #include "metrics.h"

@@ -18,7 +18,7 @@
 
 #include "alerting.h"
 #include "auditlog.h"
-#include "bpfstate.h"
+#include "kernel/bpfstate.h"
 #include "cgroup.h"
 #include "confine.h"
 #include "ctlconn.h"
@@ -27,7 +27,7 @@
 #include "dnsproxy.h"
 #include "inspect.h"
 #include "events.h"
-#include "escape.h"
+#include "kernel/escape.h"
 #include "guard.h"
 #include "lifetime.h"
 #include "harden.h"

@@ -14,7 +14,7 @@
 #include <time.h>
 #include <jansson.h>
 
-#include "bpfstate.h"
+#include "kernel/bpfstate.h"
 #include "policy.h"
 
 /* The process a sandbox lives as long as (docs/operations.md, "Lifetime"):

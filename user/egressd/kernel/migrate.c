@@ -1184,7 +1184,7 @@ static int check_new_maps(struct bpf_object *obj)
 			known = strcmp(new_maps[i].name, name) == 0;
 		if (!known) {
 			log_error("upgrade: map %s of ABI version %d has no conversion from version "
-				  "1 and is not known to start empty (user/egressd/migrate.c)",
+				  "1 and is not known to start empty (user/egressd/kernel/migrate.c)",
 				  name, EGR_ABI_VERSION);
 			return -EPROTO;
 		}

@@ -2,7 +2,7 @@
 /*
  * The kernel side of egressd: the BPF object loaded once, its maps pinned
  * under <bpffs-dir>/v<EGR_ABI_VERSION>/maps (reused by the next egressd,
- * converted by user/egressd/migrate.c when they are of an older version),
+ * converted by user/egressd/kernel/migrate.c when they are of an older version),
  * and the per-sandbox links pinned under <bpffs-dir>/links/<sandbox-id>/
  * <program> (not versioned: an upgrade moves a link to the new program). Destroying
  * this state never detaches a sandbox: only egr_bpf_detach() does.

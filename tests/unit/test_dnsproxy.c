@@ -27,6 +27,8 @@
 
 #include "../../user/egressd/loop.c"
 #include "../../user/egressd/dnsproxy.c"
+#include "../../user/egressd/kernel/maps.c"
+#include "../../user/egressd/kernel/walk.c"
 
 #define SBID 7
 

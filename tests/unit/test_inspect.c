@@ -25,12 +25,16 @@
 #include "../../user/egressd/loop.c"
 #include "../../user/egressd/learned.c"
 #include "../../user/egressd/inspect.c"
+#include "../../user/egressd/kernel/kernel_priv.h"
+#include "../../user/egressd/kernel/maps.c"
+#include "../../user/egressd/kernel/walk.c"
 
 #define SBID 9
 
 static struct egr_loop *loop;
 static struct egr_inspect *ins;
 static int map_fd = -1, server_fd = -1;
+static struct egr_bpf kmaps; /* only its egr_inspect_orig */
 static uint16_t server_port, port4;
 static char last_reason[64];
 static unsigned nevents;
@@ -71,7 +75,8 @@ static int setup(void **state)
 		return -1;
 	}
 	server_port = ntohs(sa.sin_port);
-	cfg.orig_map_fd = map_fd;
+	kmaps.fd_inspect_orig = map_fd;
+	cfg.bpf = &kmaps;
 	snprintf(text, sizeof(text),
 		 "{\"tenant\":\"t\",\"network\":{\"default\":\"deny\",\"inspect\":true,"
 		 "\"outbound_allow\":[\"tcp/127.0.0.1:%u\"],\"dns_allow\":[\"ok.test\"]}}",

@@ -18,6 +18,9 @@
 #include <bpf/bpf.h>
 
 #include "../../user/egressd/learned.c"
+#include "../../user/egressd/kernel/kernel_priv.h"
+#include "../../user/egressd/kernel/maps.c"
+#include "../../user/egressd/kernel/walk.c"
 #include "compile.h"
 #include "policy.h"
 

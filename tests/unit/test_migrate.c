@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "../../user/egressd/kernel/migrate.c"
+#include "../../user/egressd/kernel/migrate_carry.c"
 
 /* Distinct non-zero bytes, so a field copied to the wrong place or not at
  * all differs. */
@@ -28,10 +29,10 @@ static void pattern(void *p, size_t n, uint8_t seed)
 
 static const struct map_spec *spec(const char *name)
 {
-	int i = spec_index(name);
+	int i = egr_mig_spec_index(name);
 
 	assert_true(i >= 0);
-	return &v1_maps[i];
+	return &egr_mig_v1_maps[i];
 }
 
 /* Version 2 has the layouts of version 1, some with fields appended
@@ -41,7 +42,7 @@ static const struct map_spec *spec(const char *name)
 static void test_conversions_keep_every_field(void **state)
 {
 	for (size_t i = 0; i < NMAPS; i++) {
-		const struct map_spec *s = &v1_maps[i];
+		const struct map_spec *s = &egr_mig_v1_maps[i];
 		uint8_t okey[64], nkey[64], oval[128], nval[128];
 
 		if (s->kind != CARRY_COPY && s->kind != CARRY_DESTS)

@@ -489,7 +489,7 @@ static void put_escape(struct egr_events *ev, json_t *o, const struct egr_escape
 	json_object_set_new(o, "target_pid", json_integer(x->target_pid));
 	if ((x->action == EGR_ESCAPE_KILLED || x->action == EGR_ESCAPE_KILL_FAILED) &&
 	    x->target_pid && x->target_pid != x->ev.pid) {
-		int err = egr_escape_kill_moved(ev->bpf->fd_proc_home, x->target_pid);
+		int err = egr_escape_kill_moved(ev->bpf, x->target_pid);
 
 		json_object_set_new(o, "target_killed", json_boolean(!err));
 		if (err)
@@ -497,7 +497,7 @@ static void put_escape(struct egr_events *ev, json_t *o, const struct egr_escape
 				  x->ev.sandbox_id, x->target_pid, strerror(-err));
 		/* And whatever else is marked: a child the moved process forked
 		 * whose event was lost, one moved again since. */
-		egr_escape_kill_marked(ev->bpf->fd_proc_home);
+		egr_escape_kill_marked(ev->bpf);
 	}
 }
 
@@ -817,49 +817,51 @@ static json_t *top_json(const struct egr_deny_budget *v)
  * back ("N denies suppressed, top destinations"), and one per sandbox for
  * its events the ring had no room for, so that losses are attributed.
  */
+static int report_budget(void *ctx, uint32_t key, const struct egr_deny_budget *vp)
+{
+	struct egr_events *ev = ctx;
+	struct egr_deny_budget v = *vp;
+	struct budget_seen *b;
+	json_t *o;
+
+	if (!(b = budget_seen(ev, key)))
+		return 0;
+	if (v.suppressed > b->suppressed) {
+		uint64_t n = v.suppressed - b->suppressed;
+
+		b->suppressed = v.suppressed;
+		ev->suppressed_reported += n;
+		o = json_pack("{s:s, s:s, s:I, s:s, s:I, s:I, s:o}", "type",
+			      "denies_suppressed", "origin", "kernel", "sandbox",
+			      (json_int_t)key, "verdict", "deny", "suppressed", (json_int_t)n,
+			      "suppressed_total", (json_int_t)v.suppressed, "top",
+			      top_json(&v));
+		egr_events_emit(ev, o);
+		json_decref(o);
+	}
+	if (v.lost > b->lost) {
+		uint64_t n = v.lost - b->lost;
+
+		b->lost = v.lost;
+		o = json_pack("{s:s, s:I, s:I, s:I, s:s}", "type", "lost_events", "sandbox",
+			      (json_int_t)key, "lost", (json_int_t)n, "lost_total",
+			      (json_int_t)v.lost, "reason", "ring buffer full");
+		egr_events_emit(ev, o);
+		json_decref(o);
+	}
+	return 0;
+}
+
 static void report_budgets(struct egr_events *ev)
 {
-	uint32_t key, *prev = NULL;
 	struct egr_deny_budget v;
 
-	while (bpf_map_get_next_key(ev->bpf->fd_deny_budget, prev, &key) == 0) {
-		struct budget_seen *b;
-		json_t *o;
-
-		prev = &key;
-		if (bpf_map_lookup_elem(ev->bpf->fd_deny_budget, &key, &v) ||
-		    !(b = budget_seen(ev, key)))
-			continue;
-		if (v.suppressed > b->suppressed) {
-			uint64_t n = v.suppressed - b->suppressed;
-
-			b->suppressed = v.suppressed;
-			ev->suppressed_reported += n;
-			o = json_pack("{s:s, s:s, s:I, s:s, s:I, s:I, s:o}", "type",
-				      "denies_suppressed", "origin", "kernel", "sandbox",
-				      (json_int_t)key, "verdict", "deny", "suppressed", (json_int_t)n,
-				      "suppressed_total", (json_int_t)v.suppressed, "top",
-				      top_json(&v));
-			egr_events_emit(ev, o);
-			json_decref(o);
-		}
-		if (v.lost > b->lost) {
-			uint64_t n = v.lost - b->lost;
-
-			b->lost = v.lost;
-			o = json_pack("{s:s, s:I, s:I, s:I, s:s}", "type", "lost_events", "sandbox",
-				      (json_int_t)key, "lost", (json_int_t)n, "lost_total",
-				      (json_int_t)v.lost, "reason", "ring buffer full");
-			egr_events_emit(ev, o);
-			json_decref(o);
-		}
-	}
+	egr_bpf_each_deny_budget(ev->bpf, report_budget, ev);
 	/* Forget sandboxes whose budget is gone (detached). */
 	for (struct budget_seen **pb = &ev->budgets; *pb;) {
 		struct budget_seen *b = *pb;
 
-		if (bpf_map_lookup_elem(ev->bpf->fd_deny_budget, &b->id, &v) < 0 &&
-		    errno == ENOENT) {
+		if (egr_bpf_deny_budget(ev->bpf, b->id, &v) == -ENOENT) {
 			*pb = b->next;
 			free(b);
 			continue;
@@ -872,12 +874,13 @@ int egr_events_sandbox_figures(struct egr_events *ev, uint32_t sandbox_id, uint6
 			       uint64_t *lost)
 {
 	struct egr_deny_budget v;
+	int err;
 
 	*suppressed = *lost = 0;
 	if (!ev)
 		return -EINVAL;
-	if (bpf_map_lookup_elem(ev->bpf->fd_deny_budget, &sandbox_id, &v))
-		return errno == ENOENT ? 0 : -errno;
+	if ((err = egr_bpf_deny_budget(ev->bpf, sandbox_id, &v)))
+		return err == -ENOENT ? 0 : err;
 	*suppressed = v.suppressed;
 	*lost = v.lost;
 	return 0;
@@ -885,24 +888,34 @@ int egr_events_sandbox_figures(struct egr_events *ev, uint32_t sandbox_id, uint6
 
 /* One family of per-sandbox budget figures, labelled as the meter series
  * are (tenant, sandbox). */
+struct budget_family {
+	struct egr_events *ev;
+	struct egr_mbuf *mb;
+	const char *name;
+	bool lost;
+};
+
+static int budget_line(void *ctx, uint32_t key, const struct egr_deny_budget *v)
+{
+	struct budget_family *f = ctx;
+	const struct egr_sb *sb = egr_reg_find(f->ev->reg, NULL, key);
+
+	if (!sb)
+		return 0; /* a detached sandbox's figures are in its audit record */
+	egr_mbuf_printf(f->mb, "%s{tenant=\"", f->name);
+	egr_mbuf_label(f->mb, sb->tenant ? sb->tenant : "");
+	egr_mbuf_printf(f->mb, "\",sandbox=\"%u\"} %" PRIu64 "\n", key,
+			(uint64_t)(f->lost ? v->lost : v->suppressed));
+	return 0;
+}
+
 static void budget_family(struct egr_events *ev, struct egr_mbuf *mb, const char *name,
 			  const char *help, bool lost)
 {
-	uint32_t key, *prev = NULL;
-	struct egr_deny_budget v;
+	struct budget_family f = { ev, mb, name, lost };
 
 	egr_mbuf_family(mb, name, "counter", help);
-	while (bpf_map_get_next_key(ev->bpf->fd_deny_budget, prev, &key) == 0) {
-		const struct egr_sb *sb = egr_reg_find(ev->reg, NULL, key);
-
-		prev = &key;
-		if (!sb || bpf_map_lookup_elem(ev->bpf->fd_deny_budget, &key, &v))
-			continue; /* a detached sandbox's figures are in its audit record */
-		egr_mbuf_printf(mb, "%s{tenant=\"", name);
-		egr_mbuf_label(mb, sb->tenant ? sb->tenant : "");
-		egr_mbuf_printf(mb, "\",sandbox=\"%u\"} %" PRIu64 "\n", key,
-				(uint64_t)(lost ? v.lost : v.suppressed));
-	}
+	egr_bpf_each_deny_budget(ev->bpf, budget_line, &f);
 }
 
 void egr_events_metrics(void *ctx, struct egr_mbuf *mb)
@@ -955,7 +968,7 @@ int egr_events_new(struct egr_events **out, struct egr_bpf *bpf, struct egr_regi
 		return -ENOMEM;
 	}
 	snprintf(ev->state_path, sizeof(ev->state_path), "%s/events.state", state_dir);
-	ev->rb = ring_buffer__new(bpf->fd_events, on_ring, ev, NULL);
+	ev->rb = egr_bpf_ring_new(bpf, on_ring, ev);
 	if (!ev->rb) {
 		err = -errno;
 		free(ev->kept);

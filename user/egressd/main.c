@@ -251,7 +251,7 @@ int main(int argc, char **argv)
 	struct egr_features feat = { 0 };
 	struct egr_escape escape = { 0 };
 	struct egr_registry reg;
-	struct egr_bpf bpf;
+	struct egr_bpf *bpf = NULL;
 	struct egr_options o;
 	struct egr_health health = { 0 };
 	struct reload_ctx rctx = { .argc = argc, .argv = argv };
@@ -320,9 +320,10 @@ int main(int argc, char **argv)
 	if (rc)
 		log_info("joined the host's cgroup namespace (the initial one)");
 
-	egr_bpf_deny_rate = o.events_deny_rate;
-	egr_bpf_deny_burst = o.events_deny_burst;
-	err = egr_bpf_open(&bpf, o.bpffs_dir, &feat);
+	const struct egr_bpf_knobs knobs = { .deny_events_per_s = o.events_deny_rate,
+					     .deny_events_burst = o.events_deny_burst,
+					     .allow_events_per_s = o.events_allow_rate };
+	err = egr_bpf_open(&bpf, o.bpffs_dir, &knobs, &feat);
 	if (err) {
 		log_error("cannot load the BPF side: %s", strerror(-err));
 		egr_notify("STATUS=failed: cannot load the BPF side: %s", strerror(-err));
@@ -330,19 +331,19 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/* Before any sandbox is adopted: adoption gives their processes homes. */
-	feat.escape_guard = egr_escape_start(&escape, &bpf) == 0;
+	feat.escape_guard = egr_escape_start(&escape, bpf) == 0;
 	err = egr_loop_new(&loop);
 	if (err) {
 		log_error("event loop: %s", strerror(-err));
 		egr_escape_close(&escape);
-		egr_bpf_close(&bpf);
+		egr_bpf_close(bpf);
 		egr_options_free(&o);
 		return 1;
 	}
 	/* The DNS proxy exists before adoption, which reopens the listeners of
 	 * every adopted sandbox. Without it sandboxes get no DNS (closed). */
 	memset(&reg, 0, sizeof(reg));
-	err = egr_learned_new(&bpf, o.dns_max_learned, &learned);
+	err = egr_learned_new(bpf, o.dns_max_learned, &learned);
 	if (!err && !o.dns.nupstreams)
 		err = egr_dnsproxy_resolv_conf("/etc/resolv.conf", &o.dns);
 	if (!err) {
@@ -353,8 +354,7 @@ int main(int argc, char **argv)
 		/* The proxy serves only sockets the kernel saw redirected from
 		 * the listener's own sandbox (docs/dns.md "Who asks"). */
 		o.dns.verify_clients = true;
-		o.dns.clients_fd = bpf.fd_dns_clients;
-		o.dns.clients_n_fd = bpf.fd_dns_clients_n;
+		o.dns.bpf = bpf;
 		err = egr_dnsproxy_new(loop, &o.dns, &dns);
 	}
 	if (!err)
@@ -364,7 +364,7 @@ int main(int argc, char **argv)
 	/* The inspecting proxy too: adoption reopens its listeners. Without
 	 * it, sandboxes under network.inspect get no TCP (closed). */
 	err = egr_inspect_new(loop, &(struct egr_inspect_config){
-		.orig_map_fd = bpf.fd_inspect_orig, .learned = learned,
+		.bpf = bpf, .learned = learned,
 		.event = on_inspect_event, .ctx = &dctx }, &inspect);
 	if (err)
 		log_error("inspecting proxy: %s; inspected sandboxes will have no TCP",
@@ -378,7 +378,7 @@ int main(int argc, char **argv)
 	snprintf(audit_state, sizeof(audit_state), "%s/audit.state", o.state_dir);
 	err = egr_auditlog_open(&audit, &(struct egr_auditlog_opts){
 		.path = o.audit_log ? o.audit_log : audit_path, .state = audit_state,
-		.key_file = o.audit_key, .rotate_bytes = (size_t)o.audit_rotate_bytes }, &bpf);
+		.key_file = o.audit_key, .rotate_bytes = (size_t)o.audit_rotate_bytes }, bpf);
 	if (err) {
 		log_error("audit log %s: %s", o.audit_log ? o.audit_log : audit_path,
 			  err == -EBUSY ? "another egressd writes it" : strerror(-err));
@@ -399,7 +399,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	egr_auditlog_set_sinks(audit, NULL, alerting);
-	err = egr_reg_init(&reg, &bpf, o.state_dir, &hooks, dns, learned);
+	err = egr_reg_init(&reg, bpf, o.state_dir, &hooks, dns, learned);
 	reg.host_lsm_cgroup = feat.lsm_cgroup;
 	if (err) {
 		log_error("state dir %s: %s", o.state_dir, strerror(-err));
@@ -407,7 +407,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	/* Pins removed from now on are pinned again within a second. */
-	err = egr_guard_start(&guard, loop, &bpf, &reg, audit);
+	err = egr_guard_start(&guard, loop, bpf, &reg, audit);
 	if (err) {
 		log_error("pin guard: %s", strerror(-err));
 		rc = 1;
@@ -422,7 +422,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	srv.lifetime = lifetime;
-	err = egr_events_new(&events, &bpf, &reg, loop, o.events_keep, o.state_dir);
+	err = egr_events_new(&events, bpf, &reg, loop, o.events_keep, o.state_dir);
 	if (!err)
 		dctx.events = events;
 	if (err) {
@@ -555,7 +555,7 @@ out:
 	egr_learned_free(learned);
 	egr_loop_free(loop);
 	egr_escape_close(&escape);
-	egr_bpf_close(&bpf);
+	egr_bpf_close(bpf);
 	if (rc)
 		egr_notify("STATUS=failed (see the log)");
 	egr_notify_close();

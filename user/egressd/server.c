@@ -349,7 +349,7 @@ static json_t *do_status(struct egr_server *s, const json_t *req)
 					    json_integer((json_int_t)cnt[i]));
 	reply = json_pack("{s:b, s:s, s:i, s:s, s:s, s:I, s:{s:b, s:b, s:b, s:b, s:b, s:b}, s:o}",
 			  "ok", 1, "version", EGRESSD_VERSION, "pid", (int)getpid(), "bpffs_dir",
-			  s->reg->bpf->dir, "state_dir", s->reg->state_dir, "sandboxes",
+			  egr_bpf_dir(s->reg->bpf), "state_dir", s->reg->state_dir, "sandboxes",
 			  (json_int_t)s->reg->n, "features", "btf", ft->btf, "cgroup2",
 			  ft->cgroup2, "bpffs", ft->bpffs, "cgroup_sock_addr",
 			  ft->cgroup_sock_addr, "cgroup_sock", ft->cgroup_sock, "bpf_link",

@@ -2,7 +2,7 @@
 /*
  * The kernel side of egressd: the BPF object loaded once, its maps pinned
  * under <bpffs-dir>/v<EGR_ABI_VERSION>/maps (reused by the next egressd,
- * converted by user/egressd/kernel/migrate.c when they are of an older version),
+ * converted by kernel/migrate.c when they are of an older version),
  * and the per-sandbox links pinned under <bpffs-dir>/links/<sandbox-id>/
  * <program> (not versioned: an upgrade moves a link to the new program). Destroying
  * this state never detaches a sandbox: only egr_bpf_detach() does.
@@ -23,35 +23,19 @@ struct egressd_bpf;
 /* Cgroup programs a sandbox gets one link each of, at most. */
 #define EGR_MAX_CGROUP_PROGS 16
 
-/* One sandbox's links. egressd holds its own fd of every link, so a removed
- * pin never detaches anything while it runs, and the pin can be made again
- * from the fd (egr_bpf_check_pins). fd[i] is the link of cgroup program i
- * (egr_bpf.prog_names), -1 when it has none. */
-struct egr_link_set {
-	uint32_t sandbox_id;
-	int fd[EGR_MAX_CGROUP_PROGS];
-};
+/* The loaded object, its pins, the links egressd holds and the map fds
+ * (kernel/kernel_priv.h): opaque outside kernel/. */
+struct egr_bpf;
 
-struct egr_bpf {
-	struct egressd_bpf *skel;
-	char dir[256];       /* --bpffs-dir */
-	char maps[300];      /* <dir>/v<EGR_ABI_VERSION>/maps: pin maps only here */
-	int fd_storage, fd_sandboxes, fd_allow4, fd_allow6, fd_counters;
-	int fd_meter_sb, fd_meter_tenant, fd_quota_sb, fd_quota_tenant, fd_events, fd_dests;
-	int fd_inspect_orig; /* original destinations of inspected connections */
-	int fd_sb_cgroups, fd_proc_home; /* for the escape guard (escape.h) */
-	int fd_dns_clients, fd_dns_clients_n; /* who may ask each DNS proxy (dns.md) */
-	int fd_dests_n; /* per-sandbox entries and drops of fd_dests */
-	int fd_deny_budget; /* per-sandbox deny-event budgets and losses */
-	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */
-	int migrated_from;   /* ABI version upgraded from at start, 0 = none */
-	/* The cgroup programs loaded on this host, in attach order. */
-	const char *prog_names[EGR_MAX_CGROUP_PROGS];
-	size_t nprogs;
-	struct egr_link_set *links;
-	size_t nlinks, caplinks;
-	int pin_watch_fd; /* inotify on the pin directories; -1: none */
+/* Load-time knobs: read-only data of the programs, set between open and
+ * load (programs already attached keep the values they were loaded with). */
+struct egr_bpf_knobs {
+	uint64_t deny_events_per_s;  /* per sandbox, reported one by one; 0: no budget */
+	uint64_t deny_events_burst;
+	uint64_t allow_events_per_s; /* sampled allow events per CPU (burst the same); 0: none */
 };
+#define EGR_BPF_KNOBS_DEFAULT { .deny_events_per_s = 100, .deny_events_burst = 200, \
+				.allow_events_per_s = 20 }
 
 /* What the host can do, probed once at start (egressctl status shows it). */
 struct egr_features {
@@ -60,7 +44,7 @@ struct egr_features {
 	bool bpffs;
 	bool cgroup_sock_addr;
 	bool cgroup_sock;
-	bool bpf_link;
+	bool bpf_link;    /* BPF_LINK_CREATE for cgroup programs (probed, 5.7+) */
 	/* Layers (docs/security.md): what confines a sandbox on this host. */
 	bool setsockopt;  /* cgroup/setsockopt loaded and attached with the rest */
 	bool skb;         /* cgroup_skb backstop and inbound deny */
@@ -72,16 +56,38 @@ struct egr_features {
 /* The layers as a JSON object (status, logs): {"sock_addr": true, ...}. */
 json_t *egr_features_layers(const struct egr_features *f);
 
-/* Deny events per second and sandbox the kernel reports one by one, and
- * the burst (set before egr_bpf_open; rate 0: no budget). Programs already
- * attached keep the values they were loaded with. */
-extern uint64_t egr_bpf_deny_rate, egr_bpf_deny_burst;
-
 /* Mount bpffs at /sys/fs/bpf if nothing is there, create dir, load the
- * programs (reusing pinned maps, or upgrading an older ABI version's pins
- * in place) and pin the maps. 0 or -errno. */
-int egr_bpf_open(struct egr_bpf *b, const char *dir, struct egr_features *feat);
+ * programs with knobs (NULL: EGR_BPF_KNOBS_DEFAULT), reusing pinned maps or
+ * upgrading an older ABI version's pins in place, and pin the maps. feat
+ * gets what the host was probed to have (also on failure). 0 and *out, or
+ * -errno. */
+int egr_bpf_open(struct egr_bpf **out, const char *dir, const struct egr_bpf_knobs *knobs,
+		 struct egr_features *feat);
+/* The maps of the object only, created fresh and pinned nowhere, no program
+ * loaded; every hash and LPM map capped at max_entries (0: as defined).
+ * For tests and tools that need egressd's real map types. */
+int egr_bpf_open_private(struct egr_bpf **out, uint32_t max_entries);
+/* Drop egressd's references and free b (NULL is fine): pinned maps and
+ * links stay in force. */
 void egr_bpf_close(struct egr_bpf *b);
+
+/* --bpffs-dir: the pins are below it. */
+const char *egr_bpf_dir(const struct egr_bpf *b);
+/* What the programs were loaded with. */
+const struct egr_bpf_knobs *egr_bpf_knobs(const struct egr_bpf *b);
+/* Were pinned maps of an earlier egressd adopted? The ABI version migrated
+ * from at start (0: none). */
+bool egr_bpf_reused_maps(const struct egr_bpf *b);
+int egr_bpf_migrated_from(const struct egr_bpf *b);
+
+struct ring_buffer;
+/* A libbpf ring buffer on egr_events calling fn(ctx, data, size) per record
+ * (ring_buffer_sample_fn). NULL and errno on error. */
+struct ring_buffer *egr_bpf_ring_new(struct egr_bpf *b, int (*fn)(void *, void *, size_t),
+				     void *ctx);
+/* Call fn for every map of the object whose pin is missing. The count. */
+int egr_bpf_missing_map_pins(struct egr_bpf *b,
+			     void (*fn)(void *ctx, const char *map, const char *path), void *ctx);
 
 /* Attach every cgroup program to the cgroup as links, pin them under
  * links/<sandbox_id>/ and keep an fd of each. On error nothing stays
@@ -126,61 +132,7 @@ bool egr_bpf_pin_events(struct egr_bpf *b);
 /* Sandbox ids with a links/<id> directory. Caller frees *ids. */
 int egr_bpf_pinned_sandboxes(struct egr_bpf *b, uint32_t **ids, size_t *n);
 
-/* Does the cgroup's storage name sandbox_id (it exists only while a link
- * of ours is attached, and is named after the attach completed)? */
-bool egr_bpf_cgroup_names(struct egr_bpf *b, uint64_t cgroup_id, uint32_t sandbox_id);
-/* Does the kernel hold every compiled rule under policy_id, with the same
- * value? (Learned addresses may be there too.) */
-bool egr_bpf_rules_match(struct egr_bpf *b, uint32_t policy_id, const struct egr_compiled *c);
-
-/* Name the sandbox in the cgroup's storage (exists once a link is attached)
- * and in egr_sandbox_cgroups (the escape guard's view). */
-int egr_bpf_set_cgroup_sandbox(struct egr_bpf *b, uint64_t cgroup_id, uint32_t sandbox_id);
-/* The cgroup is no sandbox's any more (detach): leaving it is no escape. */
-int egr_bpf_forget_cgroup(struct egr_bpf *b, uint64_t cgroup_id);
-/* Give every process now in the cgroup (and below) this sandbox as its home
- * (egr_proc_home), except below a nested sandbox (its own home); the guard's
- * tracepoints keep homes current from then on. *n: processes written. */
-int egr_bpf_home_procs(struct egr_bpf *b, const char *cgroup_path, uint64_t cgroup_id,
-		       uint32_t sandbox_id, size_t *n);
-
-int egr_bpf_put_sandbox(struct egr_bpf *b, uint32_t sandbox_id, const struct egr_sandbox *sb);
-int egr_bpf_get_sandbox(struct egr_bpf *b, uint32_t sandbox_id, struct egr_sandbox *sb);
-int egr_bpf_del_sandbox(struct egr_bpf *b, uint32_t sandbox_id);
-
-/* Insert every compiled rule under policy_id; on error the ones inserted are
- * removed again and -ENOSPC (map full) or -errno returned. */
-int egr_bpf_put_rules(struct egr_bpf *b, uint32_t policy_id, const struct egr_compiled *c);
-/* Remove the rules of policy_id (best effort, counts failures). */
-int egr_bpf_del_rules(struct egr_bpf *b, uint32_t policy_id, const struct egr_compiled *c);
-/* Remove every rule whose policy id is not in live[0..n). Returns the number
- * removed or -errno. Used at start to reclaim what a crash left behind. */
-int egr_bpf_gc_rules(struct egr_bpf *b, const uint32_t *live, size_t n);
-/* Every sandbox id in egr_sandboxes. Caller frees *ids. */
-int egr_bpf_list_sandbox_ids(struct egr_bpf *b, uint32_t **ids, size_t *n);
-
-/* A sandbox's or a tenant's meter, summed over CPUs; -ENOENT if it has
- * none yet (nothing counted). */
-int egr_bpf_meter_sandbox(struct egr_bpf *b, uint32_t sandbox_id, struct egr_meter *out);
-int egr_bpf_meter_tenant(struct egr_bpf *b, uint32_t tenant_id, struct egr_meter *out);
-struct egr_dest {
-	struct egr_dest_key key;
-	struct egr_dest_val val;
-};
-
-/* The destinations sandbox_id sent to (up to max into out), and with
- * remove, forget them all. 0 or -errno. */
-int egr_bpf_sandbox_dests(struct egr_bpf *b, uint32_t sandbox_id, bool remove,
-			  struct egr_dest *out, size_t max, size_t *n);
-/* Destinations of the sandbox that found no room in the map (its cap of
- * EGR_DESTS_PER_SB, or the map full). 0 or -errno. */
-int egr_bpf_sandbox_dests_dropped(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *dropped);
-
-/* Drop a detached sandbox's meter, quota and destination state. */
-int egr_bpf_forget_sandbox_stats(struct egr_bpf *b, uint32_t sandbox_id);
-
-/* Sum of the per-CPU counters. */
-int egr_bpf_counters(struct egr_bpf *b, uint64_t out[EGR_CNT_MAX]);
-extern const char *const egr_counter_names[EGR_CNT_MAX];
+/* The typed map operations on the handle. */
+#include "maps.h"
 
 #endif /* EGR_BPFSTATE_H */

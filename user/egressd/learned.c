@@ -18,7 +18,6 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include <bpf/bpf.h>
 
 #include "egr_decide.h"
 #include "learned.h"

@@ -18,7 +18,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <bpf/bpf.h>
 #include <microhttpd.h>
 
 #include "log.h"

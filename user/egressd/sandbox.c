@@ -14,7 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <bpf/bpf.h>
 #include <openssl/crypto.h>
 
 #include "audit.h"

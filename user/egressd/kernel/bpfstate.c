@@ -166,6 +166,34 @@ bool egr_kern_is_cgroup_prog(const struct bpf_program *prog)
 	}
 }
 
+/* The sizes of include/egressd.h, in force whatever the object says. */
+static const struct {
+	const char *map;
+	uint32_t max_entries;
+} map_sizes[] = {
+	{ "egr_allow4", EGR_MAX_RULES },	     { "egr_allow6", EGR_MAX_RULES },
+	{ "egr_sandboxes", EGR_MAX_SANDBOXES },	     { "egr_sandbox_cgroups", EGR_MAX_SANDBOXES },
+	{ "egr_meter_sb", EGR_MAX_SANDBOXES },	     { "egr_meter_tenant", EGR_MAX_SANDBOXES },
+	{ "egr_quota_sb", EGR_MAX_SANDBOXES },	     { "egr_quota_tenant", EGR_MAX_SANDBOXES },
+	{ "egr_dests_n", EGR_MAX_SANDBOXES },	     { "egr_dns_clients_n", EGR_MAX_SANDBOXES },
+	{ "egr_deny_budget", EGR_MAX_SANDBOXES },     { "egr_sb_dests", EGR_MAX_DESTS },
+	{ "egr_proc_home", EGR_MAX_HOMED_PROCS },
+};
+
+static int set_map_sizes(struct bpf_object *obj)
+{
+	for (size_t i = 0; i < sizeof(map_sizes) / sizeof(map_sizes[0]); i++) {
+		struct bpf_map *m = bpf_object__find_map_by_name(obj, map_sizes[i].map);
+		int err = m ? bpf_map__set_max_entries(m, map_sizes[i].max_entries) : -ENOENT;
+
+		if (err) {
+			log_error("size map %s: %s", map_sizes[i].map, strerror(-err));
+			return err;
+		}
+	}
+	return 0;
+}
+
 static int load(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 {
 	struct bpf_program *prog;
@@ -230,6 +258,8 @@ static int load(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	b->skel->rodata->egr_deny_events_per_s = b->knobs.deny_events_per_s;
 	b->skel->rodata->egr_deny_events_burst = b->knobs.deny_events_burst;
 	b->skel->rodata->egr_allow_events_per_s = b->knobs.allow_events_per_s;
+	if ((err = set_map_sizes(b->skel->obj)))
+		goto fail;
 	/* The every-family layer exists only where the host can load it. */
 	bpf_program__set_autoload(b->skel->progs.egr_lsm_socket_create, feat->lsm_cgroup);
 	if (mig && (err = egr_mig_reuse_maps(mig, b->skel->obj)))

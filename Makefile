@@ -134,6 +134,9 @@ $(OUT)/tests/test_%: tests/unit/test_%.c $(OUT)/libegr.a $(wildcard include/*.h)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) $< $(OUT)/libegr.a $(LDFLAGS) $(LIBS) -lcmocka -o $@
 
+# test_kmaps loads egressd's own map definitions (kernel/bpfstate.c).
+$(OUT)/tests/test_kmaps: | $(OUT)/egressd.skel.h
+
 $(OUT)/tests/%: tests/e2e/%.c $(wildcard include/*.h)
 	$(call msg,CC,$@)
 	@mkdir -p $(@D)

@@ -54,6 +54,7 @@ struct egr_bpf {
 };
 
 /* bpfstate.c */
+void egr_kern_maps_bind(struct egr_bpf *b);
 int egr_kern_mkdir(const char *path, mode_t mode);
 bool egr_kern_is_cgroup_prog(const struct bpf_program *prog);
 
@@ -64,8 +65,5 @@ void egr_kern_links_release(struct egr_bpf *b);
 /* The upgrade's hooks (migrate.h struct egr_mig_attach), ctx = b. */
 int egr_kern_mig_attach(void *ctx, uint32_t sandbox_id, uint64_t cgroup_id, const char *prog);
 void egr_kern_mig_detach(void *ctx, uint32_t sandbox_id, const char *prog);
-
-/* maps.c: take the map fds from the loaded object. */
-void egr_kern_maps_bind(struct egr_bpf *b);
 
 #endif /* EGR_KERNEL_PRIV_H */

@@ -15,7 +15,6 @@
 #include <bpf/libbpf.h>
 
 #include "cgroup.h"
-#include "egressd.skel.h"
 #include "kernel_priv.h"
 #include "log.h"
 
@@ -36,28 +35,6 @@ const char *const egr_counter_names[EGR_CNT_MAX] = {
 	[EGR_CNT_METER_FULL] = "meter_full",
 };
 
-
-void egr_kern_maps_bind(struct egr_bpf *b)
-{
-	b->fd_storage = bpf_map__fd(b->skel->maps.egr_cg_storage);
-	b->fd_sandboxes = bpf_map__fd(b->skel->maps.egr_sandboxes);
-	b->fd_allow4 = bpf_map__fd(b->skel->maps.egr_allow4);
-	b->fd_allow6 = bpf_map__fd(b->skel->maps.egr_allow6);
-	b->fd_counters = bpf_map__fd(b->skel->maps.egr_counters);
-	b->fd_meter_sb = bpf_map__fd(b->skel->maps.egr_meter_sb);
-	b->fd_meter_tenant = bpf_map__fd(b->skel->maps.egr_meter_tenant);
-	b->fd_quota_sb = bpf_map__fd(b->skel->maps.egr_quota_sb);
-	b->fd_quota_tenant = bpf_map__fd(b->skel->maps.egr_quota_tenant);
-	b->fd_events = bpf_map__fd(b->skel->maps.egr_events);
-	b->fd_dests = bpf_map__fd(b->skel->maps.egr_sb_dests);
-	b->fd_dests_n = bpf_map__fd(b->skel->maps.egr_dests_n);
-	b->fd_deny_budget = bpf_map__fd(b->skel->maps.egr_deny_budget);
-	b->fd_dns_clients = bpf_map__fd(b->skel->maps.egr_dns_clients);
-	b->fd_dns_clients_n = bpf_map__fd(b->skel->maps.egr_dns_clients_n);
-	b->fd_inspect_orig = bpf_map__fd(b->skel->maps.egr_inspect_orig);
-	b->fd_sb_cgroups = bpf_map__fd(b->skel->maps.egr_sandbox_cgroups);
-	b->fd_proc_home = bpf_map__fd(b->skel->maps.egr_proc_home);
-}
 
 /* --- sandboxes and their cgroups -------------------------------------------- */
 

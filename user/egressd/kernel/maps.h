@@ -28,23 +28,6 @@
 
 struct egr_bpf;
 
-/* --- the walker ------------------------------------------------------------ */
-
-/* Called for each entry: the key and the value as the kernel returns it
- * (per-CPU maps: one value per possible CPU, each rounded up to 8 bytes).
- * Non-zero stops the walk and is returned by egr_kmap_walk. */
-typedef int (*egr_kmap_walk_fn)(void *ctx, const void *key, const void *value);
-
-/* Flags of egr_kmap_walk. */
-#define EGR_WALK_NO_BATCH 1u /* get_next_key + lookup only (tests, old kernels) */
-
-/* Walk every entry of the map fd: BPF_MAP_LOOKUP_BATCH where the map type
- * has it, else (an LPM trie, a kernel without it) get_next_key + lookup,
- * as bcc's map_helpers.c does. Entries deleted meanwhile are skipped; the
- * walk is bounded by the map's max_entries (plus one batch). 0, fn's value,
- * or -errno. Private to kernel/ (it takes an fd): see the typed walkers. */
-int egr_kmap_walk(int fd, unsigned flags, egr_kmap_walk_fn fn, void *ctx);
-
 /* --- sandboxes and their cgroups -------------------------------------------- */
 
 int egr_bpf_put_sandbox(struct egr_bpf *b, uint32_t sandbox_id, const struct egr_sandbox *sb);

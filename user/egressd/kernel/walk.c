@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-/* One walker for every map (maps.h egr_kmap_walk): batched where the kernel
+/* One walker for every map (kernel_priv.h egr_kmap_walk): batched where the kernel
  * can, get_next_key where it cannot. */
 #include <errno.h>
 #include <stdbool.h>
@@ -10,7 +10,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "maps.h"
+#include "kernel_priv.h"
 
 /* Keys per batch: a hash bucket with more entries says ENOSPC and the
  * buffers grow (a bucket holds a handful; the cap is a bound, not a size). */

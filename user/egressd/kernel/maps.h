@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Typed operations on egressd's BPF maps: the only code in user/ that calls
- * bpf_map_* (kernel/maps.c; migrate.c converts an older version's maps at
- * start). Every function takes the opaque handle of bpfstate.h, returns 0
- * or a negative errno (a full map is -ENOSPC), and never exposes an fd.
+ * Typed operations on egressd's BPF maps. Only kernel/ calls bpf_map_*:
+ * maps.c and walk.c for everything the daemon does, migrate*.c for the
+ * upgrade at start; escape.c hands the maps to the guard (bpf_map__*). Every function here
+ * takes the opaque handle of bpfstate.h, returns 0 or a negative errno (a
+ * full map is -ENOSPC), and never exposes an fd.
  *
  * Who writes which map from user space (the programs write the rest):
  *   egr_sandboxes, egr_cg_storage, egr_sandbox_cgroups   the registry (attach)

@@ -181,6 +181,9 @@ $(OUT)/tests/test_registry: tests/unit/test_registry.c $(REGISTRY_TEST_OBJS) $(O
 	$(Q)$(CC) $(CFLAGS) -Iuser/egressd $< $(REGISTRY_TEST_OBJS) $(OUT)/libegr.a $(LDFLAGS) $(LIBS) \
 		-lcmocka -o $@
 
+# test_kmaps (root) loads egressd's own map definitions (kernel/bpfstate.c).
+$(OUT)/tests/integration/test_kmaps: | $(OUT)/egressd.skel.h
+
 $(OUT)/tests/%: tests/e2e/%.c $(wildcard include/*.h)
 	$(call msg,CC,$@)
 	@mkdir -p $(@D)

@@ -354,6 +354,14 @@ struct egr_dests_count {
 
 #define EGR_DESTS_PER_SB 4096
 
+/* Map sizes: one definition for the programs and for egressd, which sets
+ * them at load (bpf_map__set_max_entries, user/egressd/kernel/bpfstate.c),
+ * so these are the sizes in force. The programs' own copies must agree
+ * (an identical redefinition); changing one changes the pinned layout. */
+#define EGR_MAX_SANDBOXES 65536 /* every map keyed by sandbox or tenant id */
+#define EGR_MAX_RULES (1u << 22) /* egr_allow4, egr_allow6 */
+#define EGR_MAX_DESTS (1u << 20) /* egr_sb_dests, all sandboxes together */
+
 /* A destination of suppressed denies (egr_deny_budget.top): direct-mapped,
  * a collision replaces the slot, so "top" is approximate. */
 struct egr_deny_top {

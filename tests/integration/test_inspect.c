@@ -25,12 +25,14 @@
 #include "loop.h"
 #include "dns/learned.h"
 #include "inspect.h"
+#include "kernel/kernel_priv.h"
 
 #define SBID 9
 
 static struct egr_loop *loop;
 static struct egr_inspect *ins;
 static int map_fd = -1, server_fd = -1;
+static struct egr_bpf kmaps; /* only its egr_inspect_orig */
 static uint16_t server_port, port4;
 static char last_reason[64];
 static unsigned nevents;
@@ -80,7 +82,8 @@ static int setup(void **state)
 		return -1;
 	}
 	server_port = ntohs(sa.sin_port);
-	cfg.orig_map_fd = map_fd;
+	kmaps.fd_inspect_orig = map_fd;
+	cfg.bpf = &kmaps;
 	snprintf(text, sizeof(text),
 		 "{\"tenant\":\"t\",\"network\":{\"default\":\"deny\",\"inspect\":true,"
 		 "\"outbound_allow\":[\"tcp/127.0.0.1:%u\"],\"dns_allow\":[\"ok.test\"]}}",

@@ -19,6 +19,7 @@
 
 #include "egr_decide.h"
 #include "dns/learned.h"
+#include "kernel/kernel_priv.h"
 #include "compile.h"
 #include "policy.h"
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * The version 1 -> current conversions of user/egressd/migrate.c: every
+ * The version 1 -> current conversions of user/egressd/kernel/migrate.c: every
  * field of every struct reaches the new layout (a field forgotten in a
  * conversion function is the likeliest bug of the next ABI change), and
- * carry_map() copies real BPF maps of each kind (hash, per-CPU hash, LPM
+ * egr_mig_carry_map() copies real BPF maps of each kind (hash, per-CPU hash, LPM
  * trie, per-CPU array) created by the test (root), every CPU's value too.
  */
 #include <errno.h>
@@ -21,8 +21,8 @@
 
 #include "egr_abi_v1.h"
 #include "egressd.h"
-#include "migrate.h"
-#include "migrate_internal.h"
+#include "kernel/migrate.h"
+#include "kernel/migrate_priv.h"
 
 /* Distinct non-zero bytes, so a field copied to the wrong place or not at
  * all differs. */
@@ -34,10 +34,10 @@ static void pattern(void *p, size_t n, uint8_t seed)
 
 static const struct map_spec *spec(const char *name)
 {
-	int i = spec_index(name);
+	int i = egr_mig_spec_index(name);
 
 	assert_true(i >= 0);
-	return &v1_maps[i];
+	return &egr_mig_v1_maps[i];
 }
 
 /* Version 2 has the layouts of version 1, some with fields appended
@@ -47,7 +47,7 @@ static const struct map_spec *spec(const char *name)
 static void test_conversions_keep_every_field(void **state)
 {
 	for (size_t i = 0; i < NMAPS; i++) {
-		const struct map_spec *s = &v1_maps[i];
+		const struct map_spec *s = &egr_mig_v1_maps[i];
 		uint8_t okey[64], nkey[64], oval[128], nval[128];
 
 		if (s->kind != CARRY_COPY && s->kind != CARRY_DESTS)
@@ -57,9 +57,9 @@ static void test_conversions_keep_every_field(void **state)
 		assert_true(s->value_size <= s->new_value_size && s->new_value_size <= sizeof(nval));
 		pattern(okey, s->key_size, (uint8_t)i);
 		pattern(oval, s->value_size, (uint8_t)(i + 100));
-		if (s->key == conv_counter_idx)
+		if (s->key == egr_mig_conv_counter_idx)
 			memset(okey, 0, 4), okey[0] = EGR_V1_CNT_EVENTS_LOST;
-		if (s->val == conv_rule) {
+		if (s->val == egr_mig_conv_rule) {
 			struct egr_v1_rule *r = (void *)oval;
 
 			r->nranges = EGR_V1_MAX_PORT_RANGES;
@@ -82,7 +82,7 @@ static void test_rule_ranges_clamped(void **state)
 	struct egr_v1_rule o = { .expires_ns = 42, .nranges = 1000 };
 	struct egr_rule n;
 
-	conv_rule(&o, &n);
+	egr_mig_conv_rule(&o, &n);
 	assert_int_equal(n.nranges, EGR_V1_MAX_PORT_RANGES);
 	assert_int_equal(n.expires_ns, 42);
 }
@@ -93,12 +93,12 @@ static void test_counter_map_complete(void **state)
 	for (__u32 i = 0; i < EGR_V1_CNT_MAX; i++) {
 		__u32 n = 0;
 
-		assert_true(conv_counter_idx(&i, &n));
+		assert_true(egr_mig_conv_counter_idx(&i, &n));
 		for (__u32 j = 0; j < i; j++)
-			assert_int_not_equal(v1_counter_map[j], n);
+			assert_int_not_equal(egr_mig_v1_counter_map[j], n);
 	}
 	__u32 out = EGR_V1_CNT_MAX, n;
-	assert_false(conv_counter_idx(&out, &n));
+	assert_false(egr_mig_conv_counter_idx(&out, &n));
 }
 
 static int make_map(const struct map_spec *s, bool new_side, __u32 max)
@@ -141,7 +141,7 @@ static void carry_and_compare(const char *name, int n, __u32 new_max, int want)
 		memset(val, 0, sizeof(val));
 		for (int c = 0; c < ncpu; c++)
 			pattern(val + (size_t)c * stride, s->value_size, (uint8_t)(k * 13 + c));
-		if (s->val == conv_rule) {
+		if (s->val == egr_mig_conv_rule) {
 			struct egr_v1_rule *r = (void *)val;
 
 			r->nranges = EGR_V1_MAX_PORT_RANGES;
@@ -151,7 +151,7 @@ static void carry_and_compare(const char *name, int n, __u32 new_max, int want)
 		if (k == 0) /* remembered to compare below */
 			memcpy(got, val, sizeof(got));
 	}
-	assert_int_equal(carry_map(s, ofd, nfd), want);
+	assert_int_equal(egr_mig_carry_map(s, ofd, nfd), want);
 	if (want == 0) {
 		uint8_t back[64 * 128];
 		int seen = 0;
@@ -244,7 +244,7 @@ static void dests_case(__u32 old_max, int n1, int n2, __u64 want_e1, __u64 want_
 		fail_msg("creating maps needs root: %s", strerror(errno));
 	assert_int_equal(put_dests(ofd, 1, n1), 0);
 	assert_int_equal(put_dests(ofd, 2, n2), 0);
-	assert_int_equal(carry_dests(s, ofd, dfd, nfd), 0);
+	assert_int_equal(egr_mig_carry_dests(s, ofd, dfd, nfd), 0);
 	id = 1;
 	assert_int_equal(bpf_map_lookup_elem(nfd, &id, &c), 0);
 	assert_int_equal(c.entries, want_e1);

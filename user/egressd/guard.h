@@ -15,7 +15,7 @@
 #include <jansson.h>
 
 #include "obs/auditlog.h"
-#include "bpfstate.h"
+#include "kernel/bpfstate.h"
 #include "loop.h"
 #include "sandbox.h"
 

@@ -24,12 +24,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <bpf/bpf.h>
-
 #include "egressd.h"
 #include "httphead.h"
 #include "inspect.h"
 #include "dns/learned.h"
+#include "kernel/maps.h"
 #include "log.h"
 #include "tlshello.h"
 
@@ -732,7 +731,7 @@ static int take_orig(struct egr_inspect *p, uint32_t sandbox_id,
 	}
 	/* Taken once: a later connection from the same address and port must
 	 * be published by its own SYN. */
-	if (bpf_map_lookup_and_delete_elem(p->cfg.orig_map_fd, &key, out))
+	if (egr_bpf_inspect_take(p->cfg.bpf, &key, out))
 		return -ENOENT;
 	if ((out->family != AF_INET && out->family != AF_INET6) || !out->port)
 		return -EINVAL;

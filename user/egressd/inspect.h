@@ -35,6 +35,8 @@
 #include "loop.h"
 #include "policy.h"
 
+struct egr_bpf;
+
 #define EGR_INSPECT_HELLO_MAX 17408 /* 16 KiB hello + record headers */
 #define EGR_INSPECT_MAX_DESTS 256   /* per sandbox, for its audit record */
 /* Slots of the whole-host bound each inspected sandbox is guaranteed (at
@@ -64,7 +66,7 @@ struct egr_inspect_event {
 typedef void (*egr_inspect_event_fn)(void *ctx, const struct egr_inspect_event *ev);
 
 struct egr_inspect_config {
-	int orig_map_fd;              /* egr_inspect_orig */
+	struct egr_bpf *bpf;          /* its egr_inspect_orig */
 	struct egr_learned *learned;  /* NULL: only literal entries can match */
 	uint32_t max_conns;           /* whole proxy (0: 1024) */
 	uint32_t max_conns_per_sb;    /* one sandbox (0: 256) */

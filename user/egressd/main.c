@@ -18,7 +18,7 @@
 
 #include "obs/alerting.h"
 #include "obs/auditlog.h"
-#include "bpfstate.h"
+#include "kernel/bpfstate.h"
 #include "cgroup.h"
 #include "confine.h"
 #include "ctlconn.h"
@@ -27,7 +27,7 @@
 #include "dns/dnsproxy.h"
 #include "inspect.h"
 #include "obs/events.h"
-#include "escape.h"
+#include "kernel/escape.h"
 #include "guard.h"
 #include "lifetime.h"
 #include "harden.h"
@@ -228,7 +228,7 @@ int main(int argc, char **argv)
 	struct egr_features feat = { 0 };
 	struct egr_escape escape = { 0 };
 	struct egr_registry *reg = NULL;
-	struct egr_bpf bpf;
+	struct egr_bpf *bpf = NULL;
 	struct egr_options o;
 	struct egr_health health = { 0 };
 	struct reload_ctx rctx = { .argc = argc, .argv = argv };
@@ -298,9 +298,10 @@ int main(int argc, char **argv)
 	if (rc)
 		log_info("joined the host's cgroup namespace (the initial one)");
 
-	egr_bpf_deny_rate = o.events_deny_rate;
-	egr_bpf_deny_burst = o.events_deny_burst;
-	err = egr_bpf_open(&bpf, o.bpffs_dir, &feat);
+	const struct egr_bpf_knobs knobs = { .deny_events_per_s = o.events_deny_rate,
+					     .deny_events_burst = o.events_deny_burst,
+					     .allow_events_per_s = o.events_allow_rate };
+	err = egr_bpf_open(&bpf, o.bpffs_dir, &knobs, &feat);
 	if (err) {
 		log_error("cannot load the BPF side: %s", strerror(-err));
 		egr_notify("STATUS=failed: cannot load the BPF side: %s", strerror(-err));
@@ -308,12 +309,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/* Before any sandbox is adopted: adoption gives their processes homes. */
-	feat.escape_guard = egr_escape_start(&escape, &bpf) == 0;
+	feat.escape_guard = egr_escape_start(&escape, bpf) == 0;
 	err = egr_loop_new(&loop);
 	if (err) {
 		log_error("event loop: %s", strerror(-err));
 		egr_escape_close(&escape);
-		egr_bpf_close(&bpf);
+		egr_bpf_close(bpf);
 		egr_options_free(&o);
 		return 1;
 	}
@@ -325,7 +326,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	dctx.reg = reg;
-	err = egr_learned_new(&bpf, o.dns_max_learned, &learned);
+	err = egr_learned_new(bpf, o.dns_max_learned, &learned);
 	if (!err && !o.dns.nupstreams)
 		err = egr_dnsproxy_resolv_conf("/etc/resolv.conf", &o.dns);
 	if (!err) {
@@ -336,8 +337,7 @@ int main(int argc, char **argv)
 		/* The proxy serves only sockets the kernel saw redirected from
 		 * the listener's own sandbox (docs/dns.md "Who asks"). */
 		o.dns.verify_clients = true;
-		o.dns.clients_fd = bpf.fd_dns_clients;
-		o.dns.clients_n_fd = bpf.fd_dns_clients_n;
+		o.dns.bpf = bpf;
 		err = egr_dnsproxy_new(loop, &o.dns, &dns);
 	}
 	if (!err)
@@ -347,7 +347,7 @@ int main(int argc, char **argv)
 	/* The inspecting proxy too: adoption reopens its listeners. Without
 	 * it, sandboxes under network.inspect get no TCP (closed). */
 	err = egr_inspect_new(loop, &(struct egr_inspect_config){
-		.orig_map_fd = bpf.fd_inspect_orig, .learned = learned,
+		.bpf = bpf, .learned = learned,
 		.event = on_inspect_event, .ctx = &dctx }, &inspect);
 	if (err)
 		log_error("inspecting proxy: %s; inspected sandboxes will have no TCP",
@@ -359,7 +359,7 @@ int main(int argc, char **argv)
 		   "sandboxes");
 	if (mkdir(o.state_dir, 0700) < 0 && errno != EEXIST)
 		log_warn("state dir %s: %s", o.state_dir, strerror(errno));
-	err = egr_events_new(&events, &bpf, reg, loop, &bus, o.events_keep, o.state_dir);
+	err = egr_events_new(&events, bpf, reg, loop, &bus, o.events_keep, o.state_dir);
 	if (err) {
 		log_error("event stream (ring buffer): %s", strerror(-err));
 		rc = 1;
@@ -369,7 +369,7 @@ int main(int argc, char **argv)
 	snprintf(audit_state, sizeof(audit_state), "%s/audit.state", o.state_dir);
 	err = egr_auditlog_open(&audit, &(struct egr_auditlog_opts){
 		.path = o.audit_log ? o.audit_log : audit_path, .state = audit_state,
-		.key_file = o.audit_key, .rotate_bytes = (size_t)o.audit_rotate_bytes }, &bpf,
+		.key_file = o.audit_key, .rotate_bytes = (size_t)o.audit_rotate_bytes }, bpf,
 		&bus);
 	if (err) {
 		log_error("audit log %s: %s", o.audit_log ? o.audit_log : audit_path,
@@ -395,7 +395,7 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
-	err = egr_reg_init(reg, &bpf, o.state_dir, &hooks, dns, inspect, learned);
+	err = egr_reg_init(reg, bpf, o.state_dir, &hooks, dns, inspect, learned);
 	egr_reg_set_host_lsm_cgroup(reg, feat.lsm_cgroup);
 	if (err) {
 		log_error("state dir %s: %s", o.state_dir, strerror(-err));
@@ -403,7 +403,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	/* Pins removed from now on are pinned again within a second. */
-	err = egr_guard_start(&guard, loop, &bpf, reg, audit);
+	err = egr_guard_start(&guard, loop, bpf, reg, audit);
 	if (err) {
 		log_error("pin guard: %s", strerror(-err));
 		rc = 1;
@@ -535,7 +535,7 @@ out:
 	egr_learned_free(learned);
 	egr_loop_free(loop);
 	egr_escape_close(&escape);
-	egr_bpf_close(&bpf);
+	egr_bpf_close(bpf);
 	if (rc)
 		egr_notify("STATUS=failed (see the log)");
 	egr_notify_close();

@@ -51,6 +51,7 @@ enum {
 	OPT_DNS_INFLIGHT_SB,
 	OPT_EV_DENY_RATE,
 	OPT_EV_DENY_BURST,
+	OPT_EV_ALLOW_RATE,
 	OPT_BREAKER,
 	OPT_BREAKER_INTERVAL,
 	OPT_CONFIG,
@@ -95,6 +96,7 @@ static const struct option longopts[] = {
 	{ "dns-max-inflight-per-sandbox", required_argument, NULL, OPT_DNS_INFLIGHT_SB },
 	{ "events-deny-rate", required_argument, NULL, OPT_EV_DENY_RATE },
 	{ "events-deny-burst", required_argument, NULL, OPT_EV_DENY_BURST },
+	{ "events-allow-rate", required_argument, NULL, OPT_EV_ALLOW_RATE },
 	{ "breaker", required_argument, NULL, OPT_BREAKER },
 	{ "breaker-interval", required_argument, NULL, OPT_BREAKER_INTERVAL },
 	{ "config", required_argument, NULL, OPT_CONFIG },
@@ -166,6 +168,8 @@ static void usage(FILE *out)
 		"                     one by one (default 100; 0: all); the rest are counted\n"
 		"                     and reported as one denies_suppressed event per second\n"
 		"  --events-deny-burst N  and at once (default 200)\n"
+		"  --events-allow-rate N  sampled allow events per second and CPU (default 20,\n"
+		"                     burst the same; 0: none); every allow is still counted\n"
 		"  --no-syslog        alerts to the file only\n"
 		"  --no-harden        keep every capability and no seccomp filter (debugging)\n"
 		"  --metrics-addr ADDR:PORT  Prometheus /metrics (default " EGR_METRICS_DEFAULT_ADDR ";\n"
@@ -247,6 +251,7 @@ static void defaults(struct egr_options *o)
 	o->events_keep = EGR_EVENTS_KEEP_DEFAULT;
 	o->events_deny_rate = EGR_EVENTS_DENY_RATE_DEFAULT;
 	o->events_deny_burst = EGR_EVENTS_DENY_BURST_DEFAULT;
+	o->events_allow_rate = EGR_EVENTS_ALLOW_RATE_DEFAULT;
 	egr_alerting_opts_default(&o->alerts);
 }
 
@@ -415,6 +420,11 @@ static int apply(struct egr_options *o, int c, const struct cursor *at, const ch
 		rc = num(o, at, arg, 1, 1000000, &v);
 		if (!rc)
 			o->events_deny_burst = v;
+		break;
+	case OPT_EV_ALLOW_RATE:
+		rc = num(o, at, arg, 0, 1000000, &v);
+		if (!rc)
+			o->events_allow_rate = v;
 		break;
 	case OPT_BREAKER: {
 		char *end;

@@ -22,6 +22,7 @@
 
 #define EGR_EVENTS_DENY_RATE_DEFAULT  100
 #define EGR_EVENTS_DENY_BURST_DEFAULT 200
+#define EGR_EVENTS_ALLOW_RATE_DEFAULT 20 /* the programs' egr_allow_events_per_s */
 
 struct egr_options {
 	const char *socket;
@@ -39,6 +40,8 @@ struct egr_options {
 	size_t events_keep;
 	/* --events-deny-rate/-burst: the kernel's per-sandbox deny-event budget */
 	uint64_t events_deny_rate, events_deny_burst;
+	/* --events-allow-rate: sampled allow events per second and CPU */
+	uint64_t events_allow_rate;
 	struct egr_alerting_opts alerts;
 	/* metering export (docs/metering.md) */
 	const char *metrics_addr, *billing_file;

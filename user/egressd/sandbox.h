@@ -17,7 +17,7 @@
 #include <time.h>
 #include <jansson.h>
 
-#include "bpfstate.h"
+#include "kernel/bpfstate.h"
 #include "policy.h"
 #include "registry/registry.h"
 

@@ -335,7 +335,7 @@ static json_t *do_status(struct egr_server *s, const json_t *req)
 					    json_integer((json_int_t)cnt[i]));
 	reply = json_pack("{s:b, s:s, s:i, s:s, s:s, s:I, s:{s:b, s:b, s:b, s:b, s:b, s:b}, s:o}",
 			  "ok", 1, "version", EGRESSD_VERSION, "pid", (int)getpid(), "bpffs_dir",
-			  egr_reg_bpf(s->reg)->dir, "state_dir", egr_reg_state_dir(s->reg),
+			  egr_bpf_dir(egr_reg_bpf(s->reg)), "state_dir", egr_reg_state_dir(s->reg),
 			  "sandboxes", (json_int_t)egr_reg_count(s->reg), "features", "btf", ft->btf,
 			  "cgroup2",
 			  ft->cgroup2, "bpffs", ft->bpffs, "cgroup_sock_addr",

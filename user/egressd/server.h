@@ -9,7 +9,7 @@
 #include <sys/types.h>
 #include <jansson.h>
 
-#include "bpfstate.h"
+#include "kernel/bpfstate.h"
 #include "harden.h"
 #include "obs/health.h"
 #include "sandbox.h"

@@ -20,8 +20,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <bpf/bpf.h>
-
 #include "dns_internal.h"
 #include "log.h"
 

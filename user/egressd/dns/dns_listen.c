@@ -21,9 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <bpf/bpf.h>
-
 #include "dns_internal.h"
+#include "kernel/maps.h"
 #include "log.h"
 
 /* --- who asks ------------------------------------------------------------------- */
@@ -39,7 +38,7 @@ bool dnsp_client_is_sb(struct sb *sb, const struct sockaddr_storage *from, int p
 {
 	struct egr_dnsproxy *p = sb->p;
 	struct egr_dns_client_key key;
-	struct egr_dns_client_val val;
+	int err;
 
 	if (!p->cfg.verify_clients)
 		return true;
@@ -61,11 +60,12 @@ bool dnsp_client_is_sb(struct sb *sb, const struct sockaddr_storage *from, int p
 	} else {
 		return false;
 	}
-	if (bpf_map_lookup_elem(p->cfg.clients_fd, &key, &val) == 0)
+	if ((err = egr_bpf_dns_client_known(p->cfg.bpf, &key)) == 1)
 		return true;
 	sb->st.foreign++;
-	if (errno != ENOENT)
-		log_warn("dns: sandbox %u: egr_dns_clients lookup: %m; dropping", sb->id);
+	if (err)
+		log_warn("dns: sandbox %u: egr_dns_clients lookup: %s; dropping", sb->id,
+			 strerror(-err));
 	return false;
 }
 
@@ -74,20 +74,11 @@ bool dnsp_client_is_sb(struct sb *sb, const struct sockaddr_storage *from, int p
  * the next one. */
 void dnsp_purge_clients(struct egr_dnsproxy *p, uint32_t id)
 {
-	struct egr_dns_client_key key, next, *prev = NULL;
 	unsigned purged = 0;
 
 	if (!p->cfg.verify_clients)
 		return;
-	while (bpf_map_get_next_key(p->cfg.clients_fd, prev, &next) == 0) {
-		if (next.sandbox_id == id && bpf_map_delete_elem(p->cfg.clients_fd, &next) == 0) {
-			purged++;
-			continue; /* prev stays: the walk goes on from there */
-		}
-		key = next;
-		prev = &key;
-	}
-	bpf_map_delete_elem(p->cfg.clients_n_fd, &id);
+	egr_bpf_dns_clients_purge(p->cfg.bpf, id, &purged);
 	if (purged)
 		log_debug("dns: sandbox %u: forgot %u client sockets", id, purged);
 }

@@ -21,8 +21,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <bpf/bpf.h>
-
 #include "dns_internal.h"
 #include "log.h"
 

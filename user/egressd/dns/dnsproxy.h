@@ -48,6 +48,8 @@
 #include "egressd.h"
 #include "../loop.h" /* the unit tests build this without -Iuser/egressd */
 
+struct egr_bpf;
+
 #define EGR_DNSPROXY_MAX_UPSTREAMS 8
 #define EGR_DNSPROXY_EVENT_ADDRS   16 /* addresses carried in one event */
 #define EGR_DNSPROXY_MAX_LEARN     64 /* addresses learned from one answer */
@@ -132,12 +134,12 @@ struct egr_dnsproxy_config {
 	uint32_t rate_qps;
 	uint32_t burst;
 	/* Who asks (docs/dns.md "Who asks"): with verify_clients, a query is
-	 * served only when egr_dns_clients (clients_fd) has its sender for the
+	 * served only when egr_dns_clients (in bpf) has its sender for the
 	 * listener's sandbox; anything else is dropped and counted `foreign`.
-	 * clients_n_fd: the per-sandbox entry counts, purged with the entries
-	 * when a sandbox goes. Off only for tests without BPF. */
+	 * The sandbox's entries and their count are purged when it goes. Off
+	 * only for tests without BPF. */
 	bool verify_clients;
-	int clients_fd, clients_n_fd;
+	struct egr_bpf *bpf;
 	struct egr_exfil_limits exfil; /* all zero: egr_exfil_limits_default() */
 	egr_dnsproxy_learn_fn learn;  /* required */
 	egr_dnsproxy_event_fn event;  /* optional */

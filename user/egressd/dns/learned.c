@@ -18,7 +18,6 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include <bpf/bpf.h>
 
 #include "egr_decide.h"
 #include "learned.h"
@@ -142,58 +141,18 @@ static struct addr *find_addr(struct sbl *s, int family, const uint8_t *a)
 static int kernel_lookup(struct egr_learned *l, int family, const uint8_t *a, uint32_t policy_id,
 			 int less, struct egr_rule *out)
 {
-	if (family == AF_INET) {
-		struct egr_lpm4_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 32 - less,
-					  .policy_id = policy_id };
-
-		memcpy(k.addr, a, 4);
-		return bpf_map_lookup_elem(l->bpf->fd_allow4, &k, out) ? -errno : 0;
-	}
-	struct egr_lpm6_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 128 - less,
-				  .policy_id = policy_id };
-
-	memcpy(k.addr, a, 16);
-	return bpf_map_lookup_elem(l->bpf->fd_allow6, &k, out) ? -errno : 0;
+	return egr_bpf_rule_get(l->bpf, family, a, policy_id, less, out);
 }
 
 static int kernel_put(struct egr_learned *l, int family, const uint8_t *a, uint32_t policy_id,
 		      const struct egr_rule *r)
 {
-	int err;
-
-	if (family == AF_INET) {
-		struct egr_lpm4_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 32,
-					  .policy_id = policy_id };
-
-		memcpy(k.addr, a, 4);
-		err = bpf_map_update_elem(l->bpf->fd_allow4, &k, r, BPF_ANY);
-	} else {
-		struct egr_lpm6_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 128,
-					  .policy_id = policy_id };
-
-		memcpy(k.addr, a, 16);
-		err = bpf_map_update_elem(l->bpf->fd_allow6, &k, r, BPF_ANY);
-	}
-	if (err)
-		return errno == E2BIG ? -ENOSPC : -errno;
-	return 0;
+	return egr_bpf_rule_put(l->bpf, family, a, policy_id, r);
 }
 
 static void kernel_del(struct egr_learned *l, int family, const uint8_t *a, uint32_t policy_id)
 {
-	if (family == AF_INET) {
-		struct egr_lpm4_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 32,
-					  .policy_id = policy_id };
-
-		memcpy(k.addr, a, 4);
-		bpf_map_delete_elem(l->bpf->fd_allow4, &k);
-	} else {
-		struct egr_lpm6_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 128,
-					  .policy_id = policy_id };
-
-		memcpy(k.addr, a, 16);
-		bpf_map_delete_elem(l->bpf->fd_allow6, &k);
-	}
+	egr_bpf_rule_del(l->bpf, family, a, policy_id);
 }
 
 static int add_range(struct egr_rule *r, const struct egr_port_range *pr)
@@ -477,7 +436,7 @@ unsigned int egr_learned_reclaim(struct egr_learned *l, uint64_t now_boot_ns)
 		struct egr_sandbox ksb;
 		uint32_t policy_id;
 
-		if (bpf_map_lookup_elem(l->bpf->fd_sandboxes, &s->id, &ksb))
+		if (egr_bpf_get_sandbox(l->bpf, s->id, &ksb))
 			continue;
 		policy_id = ksb.policy_id;
 		for (size_t i = 0; i < s->n;) {

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../bpfstate.h" /* the unit tests build this without -Iuser/egressd */
+#include "kernel/bpfstate.h"
 #include "dnspolicy.h"
 #include "dnsproxy.h"
 

@@ -20,8 +20,8 @@
 #include "inspect.h"
 #include "log.h"
 
-/* egr_sandboxes' size (bpf/egressd.bpf.c EGR_MAX_SANDBOXES). */
-#define SANDBOX_MAP_MAX 65536
+/* egr_sandboxes' size (include/egressd.h). */
+#define SANDBOX_MAP_MAX EGR_MAX_SANDBOXES
 #define PRESSURE_PCT 80
 
 struct tenant_prev {

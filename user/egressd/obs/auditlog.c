@@ -8,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-#include <bpf/bpf.h>
 
 #include "alerts.h"
 #include "audit.h"

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "bpfstate.h"
+#include "kernel/bpfstate.h"
 #include "bus.h"
 #include "sandbox.h"
 

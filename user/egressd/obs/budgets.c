@@ -5,9 +5,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#include <bpf/bpf.h>
-
 #include "budgets.h"
+#include "kernel/maps.h"
 
 struct egr_budget_seen {
 	uint32_t id;
@@ -36,40 +35,50 @@ static struct egr_budget_seen *seen_of(struct egr_budgets *b, uint32_t id)
  * back ("N denies suppressed, top destinations"), and one per sandbox for
  * its events the ring had no room for, so that losses are attributed.
  */
+struct report_walk {
+	struct egr_budgets *b;
+	struct egr_bus *bus;
+};
+
+static int report_one(void *ctx, uint32_t key, const struct egr_deny_budget *vp)
+{
+	struct report_walk *w = ctx;
+	struct egr_deny_budget v = *vp;
+	struct egr_budget_seen *s = seen_of(w->b, key);
+
+	if (!s)
+		return 0;
+	if (v.suppressed > s->suppressed) {
+		struct egr_rec r = { .kind = EGR_REC_SUPPRESSED, .sandbox = key,
+				     .suppressed = { .n = v.suppressed - s->suppressed,
+						     .total = v.suppressed,
+						     .budget = &v } };
+
+		s->suppressed = v.suppressed;
+		egr_bus_publish(w->bus, &r);
+	}
+	if (v.lost > s->lost) {
+		struct egr_rec r = { .kind = EGR_REC_LOSS, .sandbox = key,
+				     .loss = { .lost = v.lost - s->lost, .total = v.lost,
+					       .reason = "ring buffer full" } };
+
+		s->lost = v.lost;
+		egr_bus_publish(w->bus, &r);
+	}
+	return 0;
+}
+
 void egr_budgets_report(struct egr_budgets *b, struct egr_bpf *bpf, struct egr_bus *bus)
 {
-	uint32_t key, *prev = NULL;
+	struct report_walk w = { b, bus };
 	struct egr_deny_budget v;
 
-	while (bpf_map_get_next_key(bpf->fd_deny_budget, prev, &key) == 0) {
-		struct egr_budget_seen *s;
-
-		prev = &key;
-		if (bpf_map_lookup_elem(bpf->fd_deny_budget, &key, &v) || !(s = seen_of(b, key)))
-			continue;
-		if (v.suppressed > s->suppressed) {
-			struct egr_rec r = { .kind = EGR_REC_SUPPRESSED, .sandbox = key,
-					     .suppressed = { .n = v.suppressed - s->suppressed,
-							     .total = v.suppressed,
-							     .budget = &v } };
-
-			s->suppressed = v.suppressed;
-			egr_bus_publish(bus, &r);
-		}
-		if (v.lost > s->lost) {
-			struct egr_rec r = { .kind = EGR_REC_LOSS, .sandbox = key,
-					     .loss = { .lost = v.lost - s->lost, .total = v.lost,
-						       .reason = "ring buffer full" } };
-
-			s->lost = v.lost;
-			egr_bus_publish(bus, &r);
-		}
-	}
+	egr_bpf_each_deny_budget(bpf, report_one, &w);
 	/* Forget sandboxes whose budget is gone (detached). */
 	for (struct egr_budget_seen **ps = &b->seen; *ps;) {
 		struct egr_budget_seen *s = *ps;
 
-		if (bpf_map_lookup_elem(bpf->fd_deny_budget, &s->id, &v) < 0 && errno == ENOENT) {
+		if (egr_bpf_deny_budget(bpf, s->id, &v) == -ENOENT) {
 			*ps = s->next;
 			free(s);
 			continue;
@@ -92,35 +101,46 @@ int egr_budget_figures(struct egr_bpf *bpf, uint32_t sandbox_id, uint64_t *suppr
 		       uint64_t *lost)
 {
 	struct egr_deny_budget v;
+	int err;
 
 	*suppressed = *lost = 0;
 	if (!bpf)
 		return -EINVAL;
-	if (bpf_map_lookup_elem(bpf->fd_deny_budget, &sandbox_id, &v))
-		return errno == ENOENT ? 0 : -errno;
+	if ((err = egr_bpf_deny_budget(bpf, sandbox_id, &v)))
+		return err == -ENOENT ? 0 : err;
 	*suppressed = v.suppressed;
 	*lost = v.lost;
+	return 0;
+}
+
+struct budget_family {
+	struct egr_registry *reg;
+	struct egr_mbuf *mb;
+	const char *name;
+	bool lost;
+};
+
+static int budget_line(void *ctx, uint32_t key, const struct egr_deny_budget *v)
+{
+	struct budget_family *f = ctx;
+	const struct egr_sb *sb = egr_reg_find(f->reg, NULL, key);
+
+	if (!sb)
+		return 0; /* a detached sandbox's figures are in its audit record */
+	egr_mbuf_printf(f->mb, "%s{tenant=\"", f->name);
+	egr_mbuf_label(f->mb, sb->tenant ? sb->tenant : "");
+	egr_mbuf_printf(f->mb, "\",sandbox=\"%u\"} %" PRIu64 "\n", key,
+			(uint64_t)(f->lost ? v->lost : v->suppressed));
 	return 0;
 }
 
 static void budget_family(struct egr_bpf *bpf, struct egr_registry *reg, struct egr_mbuf *mb,
 			  const char *name, const char *help, bool lost)
 {
-	uint32_t key, *prev = NULL;
-	struct egr_deny_budget v;
+	struct budget_family f = { reg, mb, name, lost };
 
 	egr_mbuf_family(mb, name, "counter", help);
-	while (bpf_map_get_next_key(bpf->fd_deny_budget, prev, &key) == 0) {
-		const struct egr_sb *sb = egr_reg_find(reg, NULL, key);
-
-		prev = &key;
-		if (!sb || bpf_map_lookup_elem(bpf->fd_deny_budget, &key, &v))
-			continue; /* a detached sandbox's figures are in its audit record */
-		egr_mbuf_printf(mb, "%s{tenant=\"", name);
-		egr_mbuf_label(mb, sb->tenant ? sb->tenant : "");
-		egr_mbuf_printf(mb, "\",sandbox=\"%u\"} %" PRIu64 "\n", key,
-				(uint64_t)(lost ? v.lost : v.suppressed));
-	}
+	egr_bpf_each_deny_budget(bpf, budget_line, &f);
 }
 
 void egr_budgets_metrics(struct egr_bpf *bpf, struct egr_registry *reg, struct egr_mbuf *mb)

@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "bpfstate.h"
+#include "kernel/bpfstate.h"
 #include "bus.h"
 #include "mbuf.h"
 #include "sandbox.h"

@@ -17,7 +17,7 @@
 #include "alerts.h"
 #include "budgets.h"
 #include "dns/dnsproxy.h"
-#include "escape.h"
+#include "kernel/escape.h"
 #include "events.h"
 #include "fileio.h"
 #include "inspect.h"
@@ -567,13 +567,13 @@ static int escape_kill(struct egr_events *ev, const struct egr_escape_event *x)
 	if ((x->action != EGR_ESCAPE_KILLED && x->action != EGR_ESCAPE_KILL_FAILED) ||
 	    !x->target_pid || x->target_pid == x->ev.pid)
 		return -1;
-	err = egr_escape_kill_moved(ev->bpf->fd_proc_home, x->target_pid);
+	err = egr_escape_kill_moved(ev->bpf, x->target_pid);
 	if (err)
 		log_error("escape from sandbox %u: kill moved process %u: %s", x->ev.sandbox_id,
 			  x->target_pid, strerror(-err));
 	/* And whatever else is marked: a child the moved process forked whose
 	 * event was lost, one moved again since. */
-	egr_escape_kill_marked(ev->bpf->fd_proc_home);
+	egr_escape_kill_marked(ev->bpf);
 	return !err;
 }
 
@@ -721,7 +721,7 @@ int egr_events_new(struct egr_events **out, struct egr_bpf *bpf, struct egr_regi
 		return -ENOMEM;
 	}
 	snprintf(ev->state_path, sizeof(ev->state_path), "%s/events.state", state_dir);
-	ev->rb = ring_buffer__new(bpf->fd_events, on_ring, ev, NULL);
+	ev->rb = egr_bpf_ring_new(bpf, on_ring, ev);
 	if (!ev->rb) {
 		err = -errno;
 		free(ev->kept);

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <jansson.h>
 
-#include "bpfstate.h"
+#include "kernel/bpfstate.h"
 #include "bus.h"
 #include "loop.h"
 #include "mbuf.h"

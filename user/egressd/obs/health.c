@@ -3,12 +3,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <bpf/libbpf.h>
 
-#include "bpfstate.h"
-#include "egressd.skel.h"
+#include "kernel/bpfstate.h"
 #include "health.h"
 #include "metrics.h"
 #include "sandbox.h"
@@ -43,14 +40,17 @@ static int add(json_t *arr, const char *fmt, ...)
 	return json_array_append_new(arr, json_string(msg));
 }
 
+static void missing_pin(void *ctx, const char *map, const char *path)
+{
+	add(ctx, "pins: map %s is not pinned at %s", map, path);
+}
+
 json_t *egr_health_problems(struct egr_health *h)
 {
 	json_t *arr = json_array();
 	uint64_t cnt[EGR_CNT_MAX], now = mono_ns();
 	struct egr_bpf *b = egr_reg_bpf(h->reg);
-	struct bpf_map *map;
 	struct egr_reg_iter it = { 0 };
-	struct stat st;
 
 	if (!arr)
 		return NULL;
@@ -71,14 +71,7 @@ json_t *egr_health_problems(struct egr_health *h)
 	}
 	/* A pin removed by hand means the next egressd would not find that
 	 * state: maps recreated empty, a sandbox's links not adopted. */
-	if (b->skel) {
-		bpf_object__for_each_map(map, b->skel->obj) {
-			const char *path = bpf_map__pin_path(map);
-
-			if (path && stat(path, &st) < 0)
-				add(arr, "pins: map %s is not pinned at %s", bpf_map__name(map), path);
-		}
-	}
+	egr_bpf_missing_map_pins(b, missing_pin, arr);
 	for (const struct egr_sb *sb; (sb = egr_reg_next(h->reg, &it));)
 		if (!egr_bpf_links_complete(b, sb->id))
 			add(arr, "pins: sandbox %u: not all of its links are pinned", sb->id);

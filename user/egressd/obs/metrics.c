@@ -17,7 +17,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <bpf/bpf.h>
 #include <microhttpd.h>
 
 #include "log.h"
@@ -240,11 +239,11 @@ static const char *tenant_name(struct egr_registry *r, uint32_t tid)
 	return egr_reg_tenant_name(r, tid);
 }
 
-static json_t *quota_json(int fd, uint32_t id)
+static json_t *quota_json(struct egr_bpf *bpf, enum egr_quota_scope scope, uint32_t id)
 {
 	struct egr_quota q;
 
-	if (bpf_map_lookup_elem(fd, &id, &q) < 0 || !q.limit_bytes)
+	if (egr_bpf_quota_get(bpf, scope, id, &q) < 0 || !q.limit_bytes)
 		return NULL;
 	return json_pack("{s:I, s:I, s:I, s:I}", "limit_bytes", (json_int_t)q.limit_bytes,
 			 "window_seconds", (json_int_t)(q.window_ns / 1000000000ULL), "window_bytes",
@@ -280,7 +279,7 @@ json_t *egr_metrics_stats_json(struct egr_metrics *m, const char *tenant)
 			goto oom;
 		json_object_set_new(o, "tenant", json_string(name));
 		json_object_set_new(o, "tenant_id", json_integer(tid));
-		q = quota_json(egr_reg_bpf(r)->fd_quota_tenant, tid);
+		q = quota_json(egr_reg_bpf(r), EGR_QUOTA_TENANT, tid);
 		if (q)
 			json_object_set_new(o, "quota", q);
 		json_array_append_new(tenants, o);
@@ -297,7 +296,7 @@ json_t *egr_metrics_stats_json(struct egr_metrics *m, const char *tenant)
 		json_object_set_new(o, "execution_id",
 				    sb->execution_id ? json_string(sb->execution_id) : json_null());
 		json_object_set_new(o, "cgroup", json_string(sb->cgroup));
-		q = quota_json(egr_reg_bpf(r)->fd_quota_sb, sb->id);
+		q = quota_json(egr_reg_bpf(r), EGR_QUOTA_SANDBOX, sb->id);
 		if (q)
 			json_object_set_new(o, "quota", q);
 		json_array_append_new(sbs, o);
@@ -323,36 +322,6 @@ static int cmp_u32(const void *a, const void *b)
 	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
 
 	return x < y ? -1 : x > y;
-}
-
-/* Entries of a BPF hash map (walked with get_next_key) and its capacity. */
-static void map_fill(int fd, uint64_t *entries, uint64_t *capacity)
-{
-	struct bpf_map_info info = { 0 };
-	__u32 len = sizeof(info);
-	char key[64], next[64];
-	bool first = true;
-
-	*entries = 0;
-	*capacity = 0;
-	if (fd < 0 || bpf_obj_get_info_by_fd(fd, &info, &len) < 0)
-		return;
-	*capacity = info.max_entries;
-	if (info.key_size > sizeof(key))
-		return;
-	while (bpf_map_get_next_key(fd, first ? NULL : key, next) == 0) {
-		first = false;
-		memcpy(key, next, info.key_size);
-		(*entries)++;
-	}
-}
-
-static uint64_t map_capacity(int fd)
-{
-	struct bpf_map_info info = { 0 };
-	__u32 len = sizeof(info);
-
-	return fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.max_entries : 0;
 }
 
 /* No execution_id label: one per execution would grow the series without
@@ -492,17 +461,6 @@ static void emit_health(struct egr_metrics *m, struct egr_mbuf *b)
 	uint64_t cnt[EGR_CNT_MAX], e, c, rules4 = 0, rules6 = 0;
 	bool have_cnt = egr_bpf_counters(bpf, cnt) == 0;
 	struct egr_reg_iter it = { 0 };
-	static const struct {
-		const char *name;
-		size_t off;
-	} maps[] = {
-		{ "egr_sandboxes", offsetof(struct egr_bpf, fd_sandboxes) },
-		{ "egr_meter_sb", offsetof(struct egr_bpf, fd_meter_sb) },
-		{ "egr_meter_tenant", offsetof(struct egr_bpf, fd_meter_tenant) },
-		{ "egr_quota_sb", offsetof(struct egr_bpf, fd_quota_sb) },
-		{ "egr_quota_tenant", offsetof(struct egr_bpf, fd_quota_tenant) },
-		{ "egr_sb_dests", offsetof(struct egr_bpf, fd_dests) },
-	};
 
 	egr_mbuf_family(b, "egressd_info", "gauge", "egressd's version.");
 	egr_mbuf_printf(b, "egressd_info{version=\"");
@@ -529,12 +487,12 @@ static void emit_health(struct egr_metrics *m, struct egr_mbuf *b)
 		rules6 += sb->n6;
 	}
 	{
-		uint64_t caps[sizeof(maps) / sizeof(maps[0])];
+		uint64_t caps[EGR_KMAP_REPORTED];
 
-		for (size_t i = 0; i < sizeof(maps) / sizeof(maps[0]); i++) {
-			map_fill(*(const int *)((const char *)bpf + maps[i].off), &e, &c);
+		for (size_t i = 0; i < EGR_KMAP_REPORTED; i++) {
+			egr_bpf_kmap_usage(bpf, (enum egr_kmap_id)i, &e, &c);
 			caps[i] = c;
-			egr_mbuf_printf(b, "egressd_map_entries{map=\"%s\"} %llu\n", maps[i].name,
+			egr_mbuf_printf(b, "egressd_map_entries{map=\"%s\"} %llu\n", egr_kmap_names[i],
 					(unsigned long long)e);
 		}
 		egr_mbuf_printf(b, "egressd_map_entries{map=\"egr_allow4\"} %llu\n",
@@ -542,13 +500,13 @@ static void emit_health(struct egr_metrics *m, struct egr_mbuf *b)
 		egr_mbuf_printf(b, "egressd_map_entries{map=\"egr_allow6\"} %llu\n",
 				(unsigned long long)rules6);
 		egr_mbuf_family(b, "egressd_map_capacity", "gauge", "max_entries of a BPF map.");
-		for (size_t i = 0; i < sizeof(maps) / sizeof(maps[0]); i++)
-			egr_mbuf_printf(b, "egressd_map_capacity{map=\"%s\"} %llu\n", maps[i].name,
+		for (size_t i = 0; i < EGR_KMAP_REPORTED; i++)
+			egr_mbuf_printf(b, "egressd_map_capacity{map=\"%s\"} %llu\n", egr_kmap_names[i],
 					(unsigned long long)caps[i]);
 		egr_mbuf_printf(b, "egressd_map_capacity{map=\"egr_allow4\"} %llu\n",
-				(unsigned long long)map_capacity(bpf->fd_allow4));
+				(unsigned long long)egr_bpf_rules_capacity(bpf, AF_INET));
 		egr_mbuf_printf(b, "egressd_map_capacity{map=\"egr_allow6\"} %llu\n",
-				(unsigned long long)map_capacity(bpf->fd_allow6));
+				(unsigned long long)egr_bpf_rules_capacity(bpf, AF_INET6));
 	}
 
 	/* The DNS proxy's latency, fed through egr_metrics_observe_dns_latency(). */

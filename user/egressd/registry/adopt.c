@@ -413,7 +413,7 @@ static int adopt_all(struct egr_registry *r)
 			struct egr_sandbox ksb;
 			char ldir[PATH_MAX];
 
-			snprintf(ldir, sizeof(ldir), "%s/links/%u", r->bpf->dir, ids[i]);
+			snprintf(ldir, sizeof(ldir), "%s/links/%u", egr_bpf_dir(r->bpf), ids[i]);
 			if (!known(r, ids[i]) && access(ldir, F_OK) != 0) {
 				egr_bpf_del_sandbox(r->bpf, ids[i]);
 				continue;

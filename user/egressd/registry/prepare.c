@@ -10,9 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-#include <bpf/bpf.h>
-
 #include "compile.h"
+#include "kernel/maps.h"
 #include "log.h"
 #include "registry/registry_impl.h"
 
@@ -88,27 +87,6 @@ static void quota_fields(struct egr_sandbox *ksb, const struct egr_policy *p)
 	ksb->quota_window_ns = p->quota_bytes ? p->quota_window_s * 1000000000ULL : 0;
 }
 
-/* Set one egr_quota entry's limit and window. keep: an existing entry keeps
- * its running window and bytes (read-modify-write; what the kernel adds in
- * between the two calls is lost, a few packets at most). */
-static int quota_put(int fd, uint32_t id, uint64_t limit, uint64_t window_ns, bool keep)
-{
-	struct egr_quota q = { 0 };
-
-	if (!keep || bpf_map_lookup_elem(fd, &id, &q) < 0) {
-		memset(&q, 0, sizeof(q));
-		q.window_start_ns = boottime_ns();
-	}
-	q.limit_bytes = limit;
-	q.window_ns = window_ns;
-	return bpf_map_update_elem(fd, &id, &q, BPF_ANY) < 0 ? -errno : 0;
-}
-
-static int quota_del(int fd, uint32_t id)
-{
-	return bpf_map_delete_elem(fd, &id) < 0 && errno != ENOENT ? -errno : 0;
-}
-
 /* The tenant's quota: the limit of prefer if it sets one, else that of the
  * most recently updated live sandbox of the tenant that sets one (last
  * writer wins), else none. */
@@ -126,9 +104,9 @@ int reg_quota_sync_tenant(struct egr_registry *r, uint32_t tid, const struct egr
 			src = o;
 	}
 	if (!src)
-		return quota_del(r->bpf->fd_quota_tenant, tid);
-	return quota_put(r->bpf->fd_quota_tenant, tid, src->tenant_quota_bytes,
-			 src->quota_window_ns, true);
+		return egr_bpf_quota_del(r->bpf, EGR_QUOTA_TENANT, tid);
+	return egr_bpf_quota_put(r->bpf, EGR_QUOTA_TENANT, tid, src->tenant_quota_bytes,
+				 src->quota_window_ns, true, boottime_ns());
 }
 
 /* Write the quota maps for sb's policy p (attach: a fresh window; update and
@@ -143,10 +121,10 @@ void reg_quota_apply(struct egr_registry *r, struct egr_sb *sb, const struct egr
 	sb->tenant_quota_bytes = p->tenant_quota_bytes;
 	sb->quota_window_ns = p->quota_window_s * 1000000000ULL;
 	if (sb->quota_bytes)
-		err = quota_put(r->bpf->fd_quota_sb, sb->id, sb->quota_bytes, sb->quota_window_ns,
-				!fresh);
+		err = egr_bpf_quota_put(r->bpf, EGR_QUOTA_SANDBOX, sb->id, sb->quota_bytes,
+					sb->quota_window_ns, !fresh, boottime_ns());
 	else
-		err = quota_del(r->bpf->fd_quota_sb, sb->id);
+		err = egr_bpf_quota_del(r->bpf, EGR_QUOTA_SANDBOX, sb->id);
 	if (err)
 		log_error("sandbox %u: write its egress quota: %s", sb->id, strerror(-err));
 	err = reg_quota_sync_tenant(r, sb->tenant_id, sb);

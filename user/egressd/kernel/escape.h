@@ -34,14 +34,14 @@ int egr_escape_start(struct egr_escape *g, const struct egr_bpf *b);
 void egr_escape_close(struct egr_escape *g);
 
 /* SIGKILL process pid, which the guard marked escaped (EGR_HOME_ESCAPED in
- * egr_proc_home, fd fd_proc_home), wherever it is now: a later move does
+ * egr_proc_home), wherever it is now: a later move does
  * not save it. The mark is checked after the pidfd holds the process, and
  * the kernel drops it at exit before the pid can be reused, so a reused
  * pid is never signalled. 0 (killed, already gone or not marked) or
  * -errno. */
-int egr_escape_kill_moved(int fd_proc_home, uint32_t pid);
+int egr_escape_kill_moved(const struct egr_bpf *b, uint32_t pid);
 /* SIGKILL every process egr_proc_home marks escaped (the children a
  * marked process forked before it died among them). The number killed. */
-int egr_escape_kill_marked(int fd_proc_home);
+int egr_escape_kill_marked(const struct egr_bpf *b);
 
 #endif /* EGR_ESCAPE_H */

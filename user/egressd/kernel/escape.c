@@ -11,7 +11,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "bpfstate.h"
+#include "kernel_priv.h"
 #include "escape.h"
 #include "escape.skel.h"
 #include "log.h"
@@ -181,7 +181,7 @@ void egr_escape_close(struct egr_escape *g)
 	g->skel = NULL;
 }
 
-int egr_escape_kill_moved(int fd_proc_home, uint32_t pid)
+int egr_escape_kill_moved(const struct egr_bpf *b, uint32_t pid)
 {
 	struct egr_proc_home home;
 	int pfd, err = 0;
@@ -193,8 +193,8 @@ int egr_escape_kill_moved(int fd_proc_home, uint32_t pid)
 	 * after this check, the signal goes nowhere (ESRCH). Its mark is
 	 * deleted at exit (egr_task_exit), so a new process on the pid is
 	 * unmarked (or marked itself, as a marked parent's child). */
-	if (bpf_map_lookup_elem(fd_proc_home, &pid, &home) < 0)
-		err = errno == ENOENT ? 0 : -errno;
+	if ((err = egr_bpf_proc_home(b, pid, &home)) < 0)
+		err = err == -ENOENT ? 0 : err;
 	else if ((home.flags & EGR_HOME_ESCAPED) &&
 		 syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0) < 0 && errno != ESRCH)
 		err = -errno;
@@ -202,24 +202,26 @@ int egr_escape_kill_moved(int fd_proc_home, uint32_t pid)
 	return err;
 }
 
-int egr_escape_kill_marked(int fd_proc_home)
+struct kill_walk {
+	const struct egr_bpf *b;
+	int n;
+};
+
+static int kill_one(void *ctx, uint32_t pid)
 {
-	struct egr_proc_home home;
-	uint32_t key, next, *prev = NULL;
-	int n = 0;
+	struct kill_walk *w = ctx;
+
+	if (egr_escape_kill_moved(w->b, pid) == 0)
+		w->n++;
+	return 0;
+}
+
+int egr_escape_kill_marked(const struct egr_bpf *b)
+{
+	struct kill_walk w = { b, 0 };
 
 	/* Killing does not delete entries while we walk (exit does, later);
-	 * bounded by the map's size in any case. */
-	for (uint32_t i = 0; i < EGR_MAX_HOMED_PROCS; i++) {
-		if (bpf_map_get_next_key(fd_proc_home, prev, &next) < 0)
-			break;
-		key = next;
-		prev = &key;
-		if (bpf_map_lookup_elem(fd_proc_home, &key, &home) < 0 ||
-		    !(home.flags & EGR_HOME_ESCAPED))
-			continue;
-		if (egr_escape_kill_moved(fd_proc_home, key) == 0)
-			n++;
-	}
-	return n;
+	 * the walk is bounded by the map's size. */
+	egr_bpf_each_escaped(b, kill_one, &w);
+	return w.n;
 }

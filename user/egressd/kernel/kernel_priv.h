@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Private to user/egressd/kernel/: the loaded object behind the opaque
+ * struct egr_bpf. Nothing outside kernel/ includes this header (the unit
+ * tests of kernel/ do, to check what the handle holds).
+ *
+ * Who owns what: bpfstate.c loads the object and probes the features,
+ * links.c owns the per-sandbox links and every pin, maps.c is the only
+ * code that reads or writes a map (migrate.c converts an older version's
+ * pinned maps before any of them is in use).
+ */
+#ifndef EGR_KERNEL_PRIV_H
+#define EGR_KERNEL_PRIV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "bpfstate.h"
+
+struct egressd_bpf;
+struct bpf_program;
+
+/* One sandbox's links. egressd holds its own fd of every link, so a removed
+ * pin never detaches anything while it runs, and the pin can be made again
+ * from the fd (egr_bpf_check_pins). fd[i] is the link of cgroup program i
+ * (egr_bpf.prog_names), -1 when it has none. */
+struct egr_link_set {
+	uint32_t sandbox_id;
+	int fd[EGR_MAX_CGROUP_PROGS];
+};
+
+struct egr_bpf {
+	struct egressd_bpf *skel; /* NULL for a maps-only handle (egr_bpf_open_private) */
+	char dir[256];       /* --bpffs-dir */
+	char maps[300];      /* <dir>/v<EGR_ABI_VERSION>/maps: pin maps only here */
+	int fd_storage, fd_sandboxes, fd_allow4, fd_allow6, fd_counters;
+	int fd_meter_sb, fd_meter_tenant, fd_quota_sb, fd_quota_tenant, fd_events, fd_dests;
+	int fd_inspect_orig; /* original destinations of inspected connections */
+	int fd_sb_cgroups, fd_proc_home; /* for the escape guard (escape.h) */
+	int fd_dns_clients, fd_dns_clients_n; /* who may ask each DNS proxy (dns.md) */
+	int fd_dests_n; /* per-sandbox entries and drops of fd_dests */
+	int fd_deny_budget; /* per-sandbox deny-event budgets and losses */
+	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */
+	int migrated_from;   /* ABI version upgraded from at start, 0 = none */
+	struct egr_bpf_knobs knobs; /* what the programs were loaded with */
+	/* The cgroup programs loaded on this host, in attach order. */
+	const char *prog_names[EGR_MAX_CGROUP_PROGS];
+	size_t nprogs;
+	struct egr_link_set *links;
+	size_t nlinks, caplinks;
+	int pin_watch_fd; /* inotify on the pin directories; -1: none */
+};
+
+/* walk.c: the one walker. */
+/* Called for each entry: the key and the value as the kernel returns it
+ * (per-CPU maps: one value per possible CPU, each rounded up to 8 bytes).
+ * Non-zero stops the walk and is returned by egr_kmap_walk. */
+typedef int (*egr_kmap_walk_fn)(void *ctx, const void *key, const void *value);
+
+/* Flags of egr_kmap_walk. */
+#define EGR_WALK_NO_BATCH 1u /* get_next_key + lookup only (tests, old kernels) */
+
+/* Walk every entry of the map fd: BPF_MAP_LOOKUP_BATCH where the map type
+ * has it, else (an LPM trie, a kernel without it) get_next_key + lookup,
+ * as bcc's map_helpers.c does. Entries deleted meanwhile are skipped; the
+ * walk is bounded by the map's max_entries (plus one batch). 0, fn's value,
+ * or -errno. Private to kernel/ (it takes an fd): maps.h has the typed walkers. */
+int egr_kmap_walk(int fd, unsigned flags, egr_kmap_walk_fn fn, void *ctx);
+
+/* bpfstate.c */
+void egr_kern_maps_bind(struct egr_bpf *b);
+int egr_kern_mkdir(const char *path, mode_t mode);
+bool egr_kern_is_cgroup_prog(const struct bpf_program *prog);
+
+/* links.c */
+void egr_kern_watch_dirs(struct egr_bpf *b);
+/* Close every link fd egressd holds (the pins stay) and forget them. */
+void egr_kern_links_release(struct egr_bpf *b);
+/* The upgrade's hooks (migrate.h struct egr_mig_attach), ctx = b. */
+int egr_kern_mig_attach(void *ctx, uint32_t sandbox_id, uint64_t cgroup_id, const char *prog);
+void egr_kern_mig_detach(void *ctx, uint32_t sandbox_id, const char *prog);
+
+#endif /* EGR_KERNEL_PRIV_H */

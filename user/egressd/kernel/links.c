@@ -1,0 +1,630 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* The per-sandbox links (attach, adopt, detach) and every pin egressd holds
+ * an fd of: checked, watched and made again when removed (bpfstate.h). */
+#include <dirent.h>
+#include <stddef.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/magic.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/inotify.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "kernel_priv.h"
+#include "cgroup.h"
+#include "egressd.skel.h"
+#include "log.h"
+#include "migrate.h"
+/* IN_MOVED_TO too: a rename over a pin replaces it without removing a name. */
+#define PIN_WATCH_MASK                                                                     \
+	(IN_DELETE | IN_DELETE_SELF | IN_MOVED_FROM | IN_MOVED_TO | IN_MOVE_SELF | IN_ONLYDIR)
+
+static void watch(struct egr_bpf *b, const char *dir)
+{
+	if (b->pin_watch_fd >= 0 && inotify_add_watch(b->pin_watch_fd, dir, PIN_WATCH_MASK) < 0 &&
+	    errno != ENOENT)
+		log_warn("inotify watch %s: %m", dir);
+}
+
+/* <dir>, the directories of the map pins, links/ and every links/<id>/
+ * egressd holds links of. A watch on an inode already watched is the same
+ * watch: cheap to repeat. */
+void egr_kern_watch_dirs(struct egr_bpf *b)
+{
+	char path[PATH_MAX];
+	struct bpf_map *map;
+
+	if (b->pin_watch_fd < 0)
+		return;
+	watch(b, b->dir);
+	bpf_object__for_each_map(map, b->skel->obj)
+	{
+		const char *pin = bpf_map__pin_path(map);
+		char *slash;
+
+		if (!pin || snprintf(path, sizeof(path), "%s", pin) >= (int)sizeof(path))
+			continue;
+		slash = strrchr(path, '/');
+		if (slash)
+			*slash = '\0';
+		watch(b, path); /* the same directory for every map: one watch */
+		if (slash && (slash = strrchr(path, '/')) && (size_t)(slash - path) > strlen(b->dir)) {
+			*slash = '\0';
+			watch(b, path); /* its parent (a versioned layout) */
+		}
+	}
+	snprintf(path, sizeof(path), "%s/links", b->dir);
+	watch(b, path);
+	for (size_t i = 0; i < b->nlinks; i++) {
+		snprintf(path, sizeof(path), "%s/links/%u", b->dir, b->links[i].sandbox_id);
+		watch(b, path);
+	}
+}
+
+int egr_bpf_pin_watch_fd(const struct egr_bpf *b)
+{
+	return b->pin_watch_fd;
+}
+
+bool egr_bpf_pin_events(struct egr_bpf *b)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	bool any = false;
+
+	if (b->pin_watch_fd < 0)
+		return false;
+	/* Bounded: the fd is non-blocking and a burst of events is one check. */
+	for (int i = 0; i < 64 && read(b->pin_watch_fd, buf, sizeof(buf)) > 0; i++)
+		any = true;
+	return any;
+}
+
+static int attach_one(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int cg_fd,
+		      const char *dir, const char *cgroup_path);
+static struct egr_link_set *link_set(struct egr_bpf *b, uint32_t sandbox_id, bool create);
+static int links_dir(struct egr_bpf *b, uint32_t sandbox_id, char *buf, size_t len);
+static int ensure_links_dir(struct egr_bpf *b, const char *dir);
+
+static int prog_index(const struct egr_bpf *b, const char *name)
+{
+	for (size_t p = 0; p < b->nprogs; p++)
+		if (strcmp(b->prog_names[p], name) == 0)
+			return (int)p;
+	return -1;
+}
+
+/* An upgrade adds the link of a program new since the old version
+ * (migrate.h): attached like any other, its fd kept in the sandbox's set. */
+int egr_kern_mig_attach(void *ctx, uint32_t sandbox_id, uint64_t cgroup_id, const char *prog)
+{
+	struct egr_bpf *b = ctx;
+	char cg[PATH_MAX], dir[PATH_MAX];
+	int p = prog_index(b, prog), cg_fd, err;
+	struct egr_link_set *ls;
+
+	if (p < 0)
+		return -ENOENT;
+	err = egr_cgroup_path_by_id(cgroup_id, cg, sizeof(cg));
+	if (err)
+		return err == -ESTALE ? -ENOENT : err;
+	if ((err = links_dir(b, sandbox_id, dir, sizeof(dir))) || (err = ensure_links_dir(b, dir)))
+		return err;
+	ls = link_set(b, sandbox_id, true);
+	if (!ls)
+		return -ENOMEM;
+	cg_fd = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (cg_fd < 0)
+		return errno == ENOENT ? -ENOENT : -errno;
+	err = attach_one(b, ls, (size_t)p, cg_fd, dir, cg);
+	close(cg_fd);
+	return err;
+}
+
+void egr_kern_mig_detach(void *ctx, uint32_t sandbox_id, const char *prog)
+{
+	struct egr_bpf *b = ctx;
+	struct egr_link_set *ls = link_set(b, sandbox_id, false);
+	int p = prog_index(b, prog);
+	char dir[PATH_MAX], path[PATH_MAX];
+
+	if (!ls || p < 0 || ls->fd[p] < 0)
+		return;
+	if (bpf_link_detach(ls->fd[p]) < 0 && errno != ENOLINK)
+		log_error("upgrade rollback: detach %s of sandbox %u: %m", prog, sandbox_id);
+	close(ls->fd[p]);
+	ls->fd[p] = -1;
+	if (!links_dir(b, sandbox_id, dir, sizeof(dir))) {
+		snprintf(path, sizeof(path), "%s/%s", dir, prog);
+		if (unlink(path) < 0 && errno != ENOENT)
+			log_warn("upgrade rollback: unpin %s: %m", path);
+	}
+}
+
+static struct egr_link_set *link_set(struct egr_bpf *b, uint32_t sandbox_id, bool create)
+{
+	struct egr_link_set *ls;
+
+	for (size_t i = 0; i < b->nlinks; i++)
+		if (b->links[i].sandbox_id == sandbox_id)
+			return &b->links[i];
+	if (!create)
+		return NULL;
+	if (b->nlinks == b->caplinks) {
+		size_t cap = b->caplinks ? b->caplinks * 2 : 16;
+		struct egr_link_set *n = realloc(b->links, cap * sizeof(*n));
+
+		if (!n)
+			return NULL;
+		b->links = n;
+		b->caplinks = cap;
+	}
+	ls = &b->links[b->nlinks++];
+	ls->sandbox_id = sandbox_id;
+	for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
+		ls->fd[p] = -1;
+	return ls;
+}
+
+/* Close our fds of the sandbox's links (detach: after BPF_LINK_DETACH). */
+static void link_set_drop(struct egr_bpf *b, uint32_t sandbox_id)
+{
+	for (size_t i = 0; i < b->nlinks; i++) {
+		if (b->links[i].sandbox_id != sandbox_id)
+			continue;
+		for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
+			if (b->links[i].fd[p] >= 0)
+				close(b->links[i].fd[p]);
+		b->links[i] = b->links[--b->nlinks];
+		return;
+	}
+}
+
+static int links_dir(struct egr_bpf *b, uint32_t sandbox_id, char *buf, size_t len)
+{
+	if (snprintf(buf, len, "%s/links/%u", b->dir, sandbox_id) >= (int)len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* <dir>/links/<id>, and <dir> and <dir>/links too: someone may have
+ * removed them (docs/security.md); later attaches must keep working. */
+static int ensure_links_dir(struct egr_bpf *b, const char *dir)
+{
+	char path[PATH_MAX];
+	int err;
+
+	snprintf(path, sizeof(path), "%s/links", b->dir);
+	if ((err = egr_kern_mkdir(b->dir, 0700)) || (err = egr_kern_mkdir(path, 0700)) ||
+	    (err = egr_kern_mkdir(dir, 0700)))
+		log_error("create %s: %s", dir, strerror(-err));
+	return err;
+}
+
+/* Attach program p to cg_fd, pin the link and keep its fd. */
+static int attach_one(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int cg_fd,
+		      const char *dir, const char *cgroup_path)
+{
+	struct bpf_program *prog = bpf_object__find_program_by_name(b->skel->obj,
+								     b->prog_names[p]);
+	char path[PATH_MAX];
+	struct bpf_link *link;
+	int err, fd;
+
+	if (!prog)
+		return -ENOENT;
+	/* Links attach with multi semantics: a sandbox's own programs (or a
+	 * nested sandbox's) add to these, never replace them, and an
+	 * unprivileged process cannot detach them. */
+	link = bpf_program__attach_cgroup(prog, cg_fd);
+	if (!link) {
+		err = -errno;
+		log_error("attach %s to %s: %s", b->prog_names[p], cgroup_path, strerror(-err));
+		return err;
+	}
+	snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
+	fd = fcntl(bpf_link__fd(link), F_DUPFD_CLOEXEC, 3);
+	err = fd < 0 ? -errno : bpf_obj_pin(fd, path) < 0 ? -errno : 0;
+	if (err) {
+		log_error("pin link %s: %s", path, strerror(-err));
+		bpf_link__detach(link);
+		if (fd >= 0)
+			close(fd);
+	} else {
+		ls->fd[p] = fd; /* our own reference: a removed pin detaches nothing */
+	}
+	bpf_link__destroy(link);
+	return err;
+}
+
+static int attach_programs(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path,
+			   bool only_missing)
+{
+	char dir[PATH_MAX];
+	struct egr_link_set *ls;
+	int cg_fd, err;
+
+	err = links_dir(b, sandbox_id, dir, sizeof(dir));
+	if (err)
+		return err;
+	ls = link_set(b, sandbox_id, true);
+	if (!ls)
+		return -ENOMEM;
+	cg_fd = open(cgroup_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (cg_fd < 0)
+		return -errno;
+	err = ensure_links_dir(b, dir);
+	if (!err)
+		watch(b, dir);
+	for (size_t p = 0; !err && p < b->nprogs; p++) {
+		if (only_missing && ls->fd[p] >= 0)
+			continue;
+		err = attach_one(b, ls, p, cg_fd, dir, cgroup_path);
+	}
+	close(cg_fd);
+	return err;
+}
+
+int egr_bpf_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path)
+{
+	int err = attach_programs(b, sandbox_id, cgroup_path, false);
+
+	if (err)
+		egr_bpf_detach(b, sandbox_id);
+	return err;
+}
+
+int egr_bpf_attach_missing(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path)
+{
+	return attach_programs(b, sandbox_id, cgroup_path, true);
+}
+
+int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	struct dirent *de;
+	int err, ret = 0;
+	DIR *d;
+
+	err = links_dir(b, sandbox_id, dir, sizeof(dir));
+	if (err)
+		return err;
+	/* Our own references first: a link whose pin is gone is still attached
+	 * through them. ENOLINK: the cgroup was released, the link with it. */
+	struct egr_link_set *ls = link_set(b, sandbox_id, false);
+
+	for (size_t p = 0; ls && p < EGR_MAX_CGROUP_PROGS; p++)
+		if (ls->fd[p] >= 0 && bpf_link_detach(ls->fd[p]) < 0 && errno != ENOLINK) {
+			ret = -errno;
+			log_warn("detach link %s of sandbox %u: %s", b->prog_names[p], sandbox_id,
+				 strerror(-ret));
+		}
+	if (ret)
+		return ret; /* keep the fds: still enforced, retry possible */
+	link_set_drop(b, sandbox_id);
+	d = opendir(dir);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	while ((de = readdir(d))) {
+		struct bpf_link *link;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		link = bpf_link__open(path);
+		if (!link) {
+			ret = -errno;
+			log_warn("open pinned link %s: %s", path, strerror(-ret));
+			if (unlink(path) < 0)
+				log_warn("unlink %s: %m", path);
+			continue;
+		}
+		/* An explicit detach, so nobody else's reference keeps it in force.
+		 * ENOLINK: the cgroup is already gone and the link with it. */
+		err = bpf_link__detach(link);
+		if (err && err != -ENOLINK)
+			log_warn("detach %s: %s", path, strerror(-err));
+		err = bpf_link__unpin(link);
+		if (err) {
+			ret = err;
+			log_warn("unpin %s: %s", path, strerror(-err));
+		}
+		bpf_link__destroy(link);
+	}
+	closedir(d);
+	if (rmdir(dir) < 0 && errno != ENOENT) {
+		ret = -errno;
+		log_warn("rmdir %s: %s", dir, strerror(-ret));
+	}
+	return ret;
+}
+
+bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+
+	if (links_dir(b, sandbox_id, dir, sizeof(dir)))
+		return false;
+	for (size_t p = 0; p < b->nprogs; p++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
+		if (access(path, F_OK) != 0)
+			return false;
+	}
+	return true;
+}
+
+/* Is fd the cgroup link of program p (link type, attach type, program
+ * name)? A hostile tool can rename one pin over another while egressd is
+ * down: the name alone proves nothing. *cg: the link's cgroup id. */
+static bool link_is_prog(struct egr_bpf *b, size_t p, int fd, __u64 *cg)
+{
+	struct bpf_program *prog = bpf_object__find_program_by_name(b->skel->obj,
+								     b->prog_names[p]);
+	struct bpf_link_info info;
+	struct bpf_prog_info pinfo;
+	__u32 len = sizeof(info), plen = sizeof(pinfo);
+	bool ok;
+	int pfd;
+
+	memset(&info, 0, sizeof(info));
+	memset(&pinfo, 0, sizeof(pinfo));
+	if (!prog || bpf_obj_get_info_by_fd(fd, &info, &len) < 0 ||
+	    info.type != BPF_LINK_TYPE_CGROUP ||
+	    info.cgroup.attach_type != bpf_program__expected_attach_type(prog))
+		return false;
+	pfd = bpf_prog_get_fd_by_id(info.prog_id);
+	if (pfd < 0)
+		return false;
+	/* The kernel keeps BPF_OBJ_NAME_LEN - 1 characters of the name. */
+	ok = bpf_obj_get_info_by_fd(pfd, &pinfo, &plen) == 0 &&
+	     strncmp(pinfo.name, b->prog_names[p], sizeof(pinfo.name) - 1) == 0;
+	close(pfd);
+	*cg = info.cgroup.cgroup_id;
+	return ok;
+}
+
+int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
+{
+	bool split = false;
+	__u64 first_cg = 0;
+	char dir[PATH_MAX], path[PATH_MAX];
+	struct egr_link_set *ls;
+	int err = 0;
+
+	if ((err = links_dir(b, sandbox_id, dir, sizeof(dir))))
+		return err;
+	ls = link_set(b, sandbox_id, true);
+	if (!ls)
+		return -ENOMEM;
+	for (size_t p = 0; p < b->nprogs; p++) {
+		int fd;
+
+		if (ls->fd[p] >= 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
+		fd = bpf_obj_get(path);
+		if (fd < 0) {
+			if (errno != ENOENT)
+				log_warn("open pinned link %s: %m", path);
+			err = -ENOENT;
+			continue;
+		}
+		__u64 cg = 0;
+
+		if (!link_is_prog(b, p, fd, &cg)) {
+			/* Not this program's link: as if its pin were removed (the
+			 * caller attaches the program again and holds the sandbox). */
+			log_error("pinned link %s is not the link of program %s; removing the pin",
+				  path, b->prog_names[p]);
+			close(fd);
+			if (unlink(path) < 0 && errno != ENOENT)
+				log_warn("unlink %s: %m", path);
+			err = -ENOENT;
+			continue;
+		}
+		if (first_cg && cg && cg != first_cg)
+			split = true;
+		if (!first_cg)
+			first_cg = cg;
+		ls->fd[p] = fd;
+	}
+	watch(b, dir);
+	if (split) {
+		log_error("links of sandbox %u are attached to different cgroups", sandbox_id);
+		return -EXDEV;
+	}
+	return err;
+}
+
+int egr_bpf_links_cgroup_id(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *cgroup_id)
+{
+	struct egr_link_set *ls = link_set(b, sandbox_id, false);
+
+	for (size_t p = 0; ls && p < EGR_MAX_CGROUP_PROGS; p++) {
+		struct bpf_link_info info;
+		__u32 len = sizeof(info);
+
+		if (ls->fd[p] < 0)
+			continue;
+		memset(&info, 0, sizeof(info));
+		if (bpf_obj_get_info_by_fd(ls->fd[p], &info, &len) < 0)
+			return -errno;
+		*cgroup_id = info.cgroup.cgroup_id;
+		return 0;
+	}
+	return -ENOENT;
+}
+
+static int repin(int fd, const char *path)
+{
+	return bpf_obj_pin(fd, path) < 0 ? -errno : 0;
+}
+
+/* The kernel's id of the link (or other bpf object) behind fd; 0 on error. */
+static __u32 link_id_of_fd(int fd)
+{
+	struct bpf_link_info info;
+	__u32 len = sizeof(info);
+
+	memset(&info, 0, sizeof(info));
+	if (bpf_obj_get_info_by_fd(fd, &info, &len) < 0)
+		return 0;
+	return info.id;
+}
+
+/* Does the pin at path name the link held as fd? Existence is not enough:
+ * rename(2) of one link pin over another (no bpf() needed) leaves every
+ * name in place while the overwritten link lives on only through our fd. */
+static bool pin_names_link(const char *path, int fd)
+{
+	__u32 want = link_id_of_fd(fd), got;
+	int pfd = bpf_obj_get(path);
+
+	if (pfd < 0)
+		return false;
+	got = link_id_of_fd(pfd);
+	close(pfd);
+	return want && got == want;
+}
+
+/* The directories from <dir> down to the one holding pin, made again
+ * (whatever layout the map pins have under <dir>). */
+static int mkdir_parents(struct egr_bpf *b, const char *pin)
+{
+	size_t base = strlen(b->dir);
+	char path[PATH_MAX];
+	int err;
+
+	if (strncmp(pin, b->dir, base) != 0 || pin[base] != '/' ||
+	    snprintf(path, sizeof(path), "%s", pin) >= (int)sizeof(path))
+		return -EINVAL;
+	if ((err = egr_kern_mkdir(b->dir, 0700)))
+		return err;
+	for (char *p = path + base + 1; (p = strchr(p, '/')); p++) {
+		*p = '\0';
+		err = egr_kern_mkdir(path, 0700);
+		*p = '/';
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	struct bpf_map *map;
+	int missing = 0, err;
+
+	bpf_object__for_each_map(map, b->skel->obj)
+	{
+		const char *pin = bpf_map__pin_path(map);
+
+		if (!pin || access(pin, F_OK) == 0 || errno != ENOENT)
+			continue;
+		missing++;
+		/* The map lives on through our fd: the same object, pinned again. */
+		err = mkdir_parents(b, pin);
+		if (!err)
+			err = repin(bpf_map__fd(map), pin);
+		report(ctx, EGR_PIN_MAP, 0, pin, err);
+	}
+	for (size_t i = 0; i < b->nlinks; i++) {
+		struct egr_link_set *ls = &b->links[i];
+
+		if (links_dir(b, ls->sandbox_id, dir, sizeof(dir)))
+			continue;
+		for (size_t p = 0; p < b->nprogs; p++) {
+			if (ls->fd[p] < 0)
+				continue;
+			enum egr_pin_kind kind = EGR_PIN_LINK;
+
+			snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
+			if (access(path, F_OK) == 0) {
+				if (pin_names_link(path, ls->fd[p]))
+					continue;
+				/* Something else sits at the name: ours goes there. */
+				kind = EGR_PIN_LINK_REPLACED;
+				if (unlink(path) < 0 && errno != ENOENT) {
+					err = -errno;
+					missing++;
+					report(ctx, kind, ls->sandbox_id, path, err);
+					continue;
+				}
+			} else if (errno != ENOENT) {
+				continue;
+			}
+			missing++;
+			err = ensure_links_dir(b, dir);
+			if (!err)
+				err = repin(ls->fd[p], path);
+			report(ctx, kind, ls->sandbox_id, path, err);
+		}
+	}
+	egr_kern_watch_dirs(b); /* directories made again need their watch again */
+	return missing;
+}
+
+int egr_bpf_pinned_sandboxes(struct egr_bpf *b, uint32_t **ids, size_t *n)
+{
+	char dir[PATH_MAX];
+	struct dirent *de;
+	uint32_t *out = NULL;
+	size_t cnt = 0, cap = 0;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%s/links", b->dir);
+	d = opendir(dir);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		char *end;
+		unsigned long v;
+
+		if (de->d_name[0] == '.')
+			continue;
+		errno = 0;
+		v = strtoul(de->d_name, &end, 10);
+		if (errno || *end || v == 0 || v > UINT32_MAX) {
+			log_warn("ignoring unexpected entry %s/%s", dir, de->d_name);
+			continue;
+		}
+		if (cnt == cap) {
+			uint32_t *nb = realloc(out, (cap ? cap * 2 : 16) * sizeof(*out));
+
+			if (!nb) {
+				free(out);
+				closedir(d);
+				return -ENOMEM;
+			}
+			out = nb;
+			cap = cap ? cap * 2 : 16;
+		}
+		out[cnt++] = (uint32_t)v;
+	}
+	closedir(d);
+	*ids = out;
+	*n = cnt;
+	return 0;
+}
+
+void egr_kern_links_release(struct egr_bpf *b)
+{
+	for (size_t i = 0; i < b->nlinks; i++)
+		for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
+			if (b->links[i].fd[p] >= 0)
+				close(b->links[i].fd[p]);
+	free(b->links);
+	b->links = NULL;
+	b->nlinks = b->caplinks = 0;
+}

@@ -1,0 +1,705 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* Typed operations on egressd's maps (maps.h): the only bpf_map_* calls of
+ * user/ outside the upgrade (migrate.c). */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "cgroup.h"
+#include "kernel_priv.h"
+#include "log.h"
+
+const char *const egr_counter_names[EGR_CNT_MAX] = {
+	[EGR_CNT_CONNECT_ALLOW] = "connect_allowed",
+	[EGR_CNT_CONNECT_DENY] = "connect_denied",
+	[EGR_CNT_SENDMSG_ALLOW] = "sendmsg_allowed",
+	[EGR_CNT_SENDMSG_DENY] = "sendmsg_denied",
+	[EGR_CNT_SOCK_CREATE_ALLOW] = "sock_create_allowed",
+	[EGR_CNT_SOCK_CREATE_DENY] = "sock_create_denied",
+	[EGR_CNT_NO_SANDBOX] = "no_sandbox_denied",
+	[EGR_CNT_EXPIRED] = "expired_denied",
+	[EGR_CNT_SETSOCKOPT_DENY] = "setsockopt_denied",
+	[EGR_CNT_BACKSTOP_DROP] = "backstop_dropped",
+	[EGR_CNT_INBOUND_DROP] = "inbound_dropped",
+	[EGR_CNT_QUOTA_DROP] = "quota_dropped",
+	[EGR_CNT_EVENTS_LOST] = "events_lost",
+	[EGR_CNT_METER_FULL] = "meter_full",
+};
+
+
+/* --- sandboxes and their cgroups -------------------------------------------- */
+
+int egr_bpf_set_cgroup_sandbox(struct egr_bpf *b, uint64_t cgroup_id, uint32_t sandbox_id)
+{
+	struct egr_cg_ref ref = { .sandbox_id = sandbox_id };
+
+	if (bpf_map_update_elem(b->fd_storage, &cgroup_id, &ref, BPF_ANY) < 0)
+		return -errno;
+	/* For the escape guard, which is not attached to the cgroup. */
+	if (bpf_map_update_elem(b->fd_sb_cgroups, &cgroup_id, &sandbox_id, BPF_ANY) < 0)
+		return errno == E2BIG ? -ENOSPC : -errno;
+	return 0;
+}
+
+int egr_bpf_forget_cgroup(struct egr_bpf *b, uint64_t cgroup_id)
+{
+	if (bpf_map_delete_elem(b->fd_sb_cgroups, &cgroup_id) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
+/* Every process in dir and below gets home, except in the subtree of a
+ * nested sandbox (its own attach gave them its home: the innermost counts). */
+static int home_procs_of(struct egr_bpf *b, const char *dir, const struct egr_proc_home *home,
+			 size_t *n, int depth)
+{
+	char path[PATH_MAX];
+	struct dirent *de;
+	FILE *f;
+	DIR *d;
+	int err = 0;
+
+	if (depth > EGR_MAX_CGROUP_LEVELS)
+		return -ELOOP;
+	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	for (unsigned long pid; fscanf(f, "%lu", &pid) == 1;) {
+		uint32_t tgid = (uint32_t)pid;
+		struct egr_proc_home old;
+
+		/* One the guard marked escaped stays marked (to be killed),
+		 * whatever cgroup it has moved to since. */
+		if (bpf_map_lookup_elem(b->fd_proc_home, &tgid, &old) == 0 &&
+		    (old.flags & EGR_HOME_ESCAPED))
+			continue;
+		if (bpf_map_update_elem(b->fd_proc_home, &tgid, home, BPF_ANY) < 0) {
+			err = errno == E2BIG ? -ENOSPC : -errno;
+			break;
+		}
+		(*n)++;
+	}
+	fclose(f);
+	if (err)
+		return err;
+	d = opendir(dir);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d)) && !err) {
+		uint64_t cgid;
+		uint32_t id;
+
+		if (de->d_type != DT_DIR || de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		if (egr_cgroup_id(path, &cgid) == 0 &&
+		    bpf_map_lookup_elem(b->fd_sb_cgroups, &cgid, &id) == 0 &&
+		    id != home->sandbox_id)
+			continue; /* a nested sandbox */
+		err = home_procs_of(b, path, home, n, depth + 1);
+		if (err == -ENOENT)
+			err = 0; /* removed meanwhile */
+	}
+	closedir(d);
+	return err;
+}
+
+int egr_bpf_home_procs(struct egr_bpf *b, const char *cgroup_path, uint64_t cgroup_id,
+		       uint32_t sandbox_id, size_t *n)
+{
+	struct egr_proc_home home = { .cgroup_id = cgroup_id, .sandbox_id = sandbox_id };
+
+	*n = 0;
+	return home_procs_of(b, cgroup_path, &home, n, 0);
+}
+
+bool egr_bpf_cgroup_names(struct egr_bpf *b, uint64_t cgroup_id, uint32_t sandbox_id)
+{
+	struct egr_cg_ref ref;
+
+	return bpf_map_lookup_elem(b->fd_storage, &cgroup_id, &ref) == 0 &&
+	       ref.sandbox_id == sandbox_id;
+}
+
+bool egr_bpf_rules_match(struct egr_bpf *b, uint32_t policy_id, const struct egr_compiled *c)
+{
+	struct egr_rule v;
+
+	/* An exact key finds its own entry; were it missing, a shorter prefix
+	 * of the same policy with an equal value allows no less. */
+	for (size_t i = 0; i < c->n4; i++) {
+		struct egr_lpm4_key k;
+
+		egr_c4_key(&c->v4[i], policy_id, &k);
+		if (bpf_map_lookup_elem(b->fd_allow4, &k, &v) < 0 ||
+		    memcmp(&v, &c->v4[i].rule, sizeof(v)) != 0)
+			return false;
+	}
+	for (size_t i = 0; i < c->n6; i++) {
+		struct egr_lpm6_key k;
+
+		egr_c6_key(&c->v6[i], policy_id, &k);
+		if (bpf_map_lookup_elem(b->fd_allow6, &k, &v) < 0 ||
+		    memcmp(&v, &c->v6[i].rule, sizeof(v)) != 0)
+			return false;
+	}
+	return true;
+}
+
+int egr_bpf_put_sandbox(struct egr_bpf *b, uint32_t sandbox_id, const struct egr_sandbox *sb)
+{
+	if (bpf_map_update_elem(b->fd_sandboxes, &sandbox_id, sb, BPF_ANY) < 0)
+		return errno == E2BIG ? -ENOSPC : -errno;
+	return 0;
+}
+
+int egr_bpf_get_sandbox(struct egr_bpf *b, uint32_t sandbox_id, struct egr_sandbox *sb)
+{
+	if (bpf_map_lookup_elem(b->fd_sandboxes, &sandbox_id, sb) < 0)
+		return -errno;
+	return 0;
+}
+
+int egr_bpf_del_sandbox(struct egr_bpf *b, uint32_t sandbox_id)
+{
+	if (bpf_map_delete_elem(b->fd_sandboxes, &sandbox_id) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
+static int del_rules_upto(struct egr_bpf *b, uint32_t policy_id, const struct egr_compiled *c,
+			  size_t n4, size_t n6)
+{
+	int ret = 0;
+
+	for (size_t i = 0; i < n4; i++) {
+		struct egr_lpm4_key k;
+
+		egr_c4_key(&c->v4[i], policy_id, &k);
+		if (bpf_map_delete_elem(b->fd_allow4, &k) < 0 && errno != ENOENT)
+			ret = -errno;
+	}
+	for (size_t i = 0; i < n6; i++) {
+		struct egr_lpm6_key k;
+
+		egr_c6_key(&c->v6[i], policy_id, &k);
+		if (bpf_map_delete_elem(b->fd_allow6, &k) < 0 && errno != ENOENT)
+			ret = -errno;
+	}
+	if (ret)
+		log_warn("could not remove every rule of policy %u: %s", policy_id, strerror(-ret));
+	return ret;
+}
+
+int egr_bpf_put_rules(struct egr_bpf *b, uint32_t policy_id, const struct egr_compiled *c)
+{
+	size_t i4, i6 = 0;
+	int err = 0;
+
+	for (i4 = 0; i4 < c->n4; i4++) {
+		struct egr_lpm4_key k;
+
+		egr_c4_key(&c->v4[i4], policy_id, &k);
+		if (bpf_map_update_elem(b->fd_allow4, &k, &c->v4[i4].rule, BPF_NOEXIST) < 0) {
+			err = -errno;
+			goto fail;
+		}
+	}
+	for (i6 = 0; i6 < c->n6; i6++) {
+		struct egr_lpm6_key k;
+
+		egr_c6_key(&c->v6[i6], policy_id, &k);
+		if (bpf_map_update_elem(b->fd_allow6, &k, &c->v6[i6].rule, BPF_NOEXIST) < 0) {
+			err = -errno;
+			goto fail;
+		}
+	}
+	return 0;
+fail:
+	/* The kernel says E2BIG when a map is at max_entries. */
+	if (err == -E2BIG)
+		err = -ENOSPC;
+	log_warn("insert rules of policy %u: %s; rolling back", policy_id, strerror(-err));
+	del_rules_upto(b, policy_id, c, i4, i6);
+	return err;
+}
+
+int egr_bpf_del_rules(struct egr_bpf *b, uint32_t policy_id, const struct egr_compiled *c)
+{
+	return del_rules_upto(b, policy_id, c, c->n4, c->n6);
+}
+
+static bool is_live(uint32_t id, const uint32_t *live, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (live[i] == id)
+			return true;
+	return false;
+}
+
+struct key_list {
+	uint8_t *keys;
+	size_t key_size, n, cap;
+};
+
+static int key_list_add(struct key_list *l, const void *key)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		uint8_t *nk = realloc(l->keys, cap * l->key_size);
+
+		if (!nk)
+			return -ENOMEM;
+		l->keys = nk;
+		l->cap = cap;
+	}
+	memcpy(l->keys + l->n++ * l->key_size, key, l->key_size);
+	return 0;
+}
+
+struct gc_walk {
+	struct key_list dead;
+	const uint32_t *live;
+	size_t nlive;
+};
+
+static int gc_one(void *ctx, const void *key, const void *value)
+{
+	struct gc_walk *w = ctx;
+	uint32_t pid;
+
+	memcpy(&pid, (const uint8_t *)key + offsetof(struct egr_lpm4_key, policy_id), sizeof(pid));
+	return is_live(pid, w->live, w->nlive) ? 0 : key_list_add(&w->dead, key);
+}
+
+/* Collect then delete: deleting while walking an LPM trie with
+ * get_next_key would restart the walk. */
+static int gc_map(int fd, size_t key_size, const uint32_t *live, size_t nlive)
+{
+	struct gc_walk w = { .dead = { .key_size = key_size }, .live = live, .nlive = nlive };
+	int removed = 0, err;
+
+	err = egr_kmap_walk(fd, 0, gc_one, &w);
+	for (size_t i = 0; !err && i < w.dead.n; i++)
+		if (bpf_map_delete_elem(fd, w.dead.keys + i * key_size) == 0)
+			removed++;
+	free(w.dead.keys);
+	return err ? err : removed;
+}
+
+int egr_bpf_gc_rules(struct egr_bpf *b, const uint32_t *live, size_t n)
+{
+	int r4, r6;
+
+	r4 = gc_map(b->fd_allow4, sizeof(struct egr_lpm4_key), live, n);
+	if (r4 < 0)
+		return r4;
+	r6 = gc_map(b->fd_allow6, sizeof(struct egr_lpm6_key), live, n);
+	if (r6 < 0)
+		return r6;
+	return r4 + r6;
+}
+
+static int add_id(void *ctx, const void *key, const void *value)
+{
+	return key_list_add(ctx, key);
+}
+
+int egr_bpf_list_sandbox_ids(struct egr_bpf *b, uint32_t **ids, size_t *n)
+{
+	struct key_list l = { .key_size = sizeof(uint32_t) };
+	int err = egr_kmap_walk(b->fd_sandboxes, 0, add_id, &l);
+
+	if (err) {
+		free(l.keys);
+		return err;
+	}
+	*ids = (uint32_t *)l.keys;
+	*n = l.n;
+	return 0;
+}
+
+/* Sum a per-CPU egr_meter over the CPUs. */
+static int read_meter(int fd, uint32_t id, struct egr_meter *out)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	struct egr_meter *vals;
+	int err = 0;
+
+	memset(out, 0, sizeof(*out));
+	if (ncpu <= 0)
+		return ncpu ? ncpu : -EINVAL;
+	vals = calloc((size_t)ncpu, sizeof(*vals));
+	if (!vals)
+		return -ENOMEM;
+	if (bpf_map_lookup_elem(fd, &id, vals) < 0) {
+		err = -errno;
+	} else {
+		for (int c = 0; c < ncpu; c++) {
+			const uint64_t *src = (const uint64_t *)&vals[c];
+			uint64_t *dst = (uint64_t *)out;
+
+			for (size_t f = 0; f < sizeof(*out) / sizeof(uint64_t); f++)
+				dst[f] += src[f];
+		}
+	}
+	free(vals);
+	return err;
+}
+
+int egr_bpf_meter_sandbox(struct egr_bpf *b, uint32_t sandbox_id, struct egr_meter *out)
+{
+	return read_meter(b->fd_meter_sb, sandbox_id, out);
+}
+
+int egr_bpf_meter_tenant(struct egr_bpf *b, uint32_t tenant_id, struct egr_meter *out)
+{
+	return read_meter(b->fd_meter_tenant, tenant_id, out);
+}
+
+struct dests_walk {
+	uint32_t sandbox_id;
+	struct egr_dest *out;
+	size_t max, n;
+	bool remove;
+	struct key_list dels;
+};
+
+static int dest_one(void *ctx, const void *key, const void *value)
+{
+	struct dests_walk *w = ctx;
+	const struct egr_dest_key *k = key;
+
+	if (k->sandbox_id != w->sandbox_id)
+		return 0;
+	if (w->n < w->max) {
+		w->out[w->n].key = *k;
+		memcpy(&w->out[w->n].val, value, sizeof(w->out[w->n].val));
+		w->n++;
+	}
+	return w->remove ? key_list_add(&w->dels, key) : 0;
+}
+
+/* One walk of the map, batched: the key and the value come together. */
+int egr_bpf_sandbox_dests(struct egr_bpf *b, uint32_t sandbox_id, bool remove,
+			  struct egr_dest *out, size_t max, size_t *n)
+{
+	struct dests_walk w = { .sandbox_id = sandbox_id, .out = out, .max = out ? max : 0,
+				.remove = remove,
+				.dels = { .key_size = sizeof(struct egr_dest_key) } };
+	int err = egr_kmap_walk(b->fd_dests, 0, dest_one, &w);
+
+	*n = w.n;
+	for (size_t i = 0; i < w.dels.n; i++)
+		bpf_map_delete_elem(b->fd_dests, w.dels.keys + i * w.dels.key_size);
+	free(w.dels.keys);
+	if (remove && !err)
+		bpf_map_delete_elem(b->fd_dests_n, &sandbox_id);
+	return err;
+}
+
+int egr_bpf_sandbox_dests_dropped(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *dropped)
+{
+	struct egr_dests_count c;
+
+	*dropped = 0;
+	if (bpf_map_lookup_elem(b->fd_dests_n, &sandbox_id, &c) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	*dropped = c.dropped;
+	return 0;
+}
+
+int egr_bpf_forget_sandbox_stats(struct egr_bpf *b, uint32_t sandbox_id)
+{
+	size_t n;
+
+	egr_bpf_sandbox_dests(b, sandbox_id, true, NULL, 0, &n);
+	bpf_map_delete_elem(b->fd_deny_budget, &sandbox_id);
+	if (bpf_map_delete_elem(b->fd_meter_sb, &sandbox_id) < 0 && errno != ENOENT)
+		return -errno;
+	if (bpf_map_delete_elem(b->fd_quota_sb, &sandbox_id) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
+int egr_bpf_counters(struct egr_bpf *b, uint64_t out[EGR_CNT_MAX])
+{
+	int ncpu = libbpf_num_possible_cpus();
+	uint64_t *vals;
+
+	if (ncpu <= 0)
+		return ncpu ? ncpu : -EINVAL;
+	vals = calloc((size_t)ncpu, sizeof(*vals));
+	if (!vals)
+		return -ENOMEM;
+	for (uint32_t k = 0; k < EGR_CNT_MAX; k++) {
+		out[k] = 0;
+		if (bpf_map_lookup_elem(b->fd_counters, &k, vals) < 0)
+			continue;
+		for (int c = 0; c < ncpu; c++)
+			out[k] += vals[c];
+	}
+	free(vals);
+	return 0;
+}
+
+/* --- one address's rule (learned.c) --------------------------------------------- */
+
+int egr_bpf_rule_get(struct egr_bpf *b, int family, const uint8_t *addr, uint32_t policy_id,
+		     int less, struct egr_rule *out)
+{
+	if (family == AF_INET) {
+		struct egr_lpm4_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 32 - less,
+					  .policy_id = policy_id };
+
+		memcpy(k.addr, addr, 4);
+		return bpf_map_lookup_elem(b->fd_allow4, &k, out) ? -errno : 0;
+	}
+	struct egr_lpm6_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 128 - less,
+				  .policy_id = policy_id };
+
+	memcpy(k.addr, addr, 16);
+	return bpf_map_lookup_elem(b->fd_allow6, &k, out) ? -errno : 0;
+}
+
+int egr_bpf_rule_put(struct egr_bpf *b, int family, const uint8_t *addr, uint32_t policy_id,
+		     const struct egr_rule *r)
+{
+	int err;
+
+	if (family == AF_INET) {
+		struct egr_lpm4_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 32,
+					  .policy_id = policy_id };
+
+		memcpy(k.addr, addr, 4);
+		err = bpf_map_update_elem(b->fd_allow4, &k, r, BPF_ANY);
+	} else {
+		struct egr_lpm6_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 128,
+					  .policy_id = policy_id };
+
+		memcpy(k.addr, addr, 16);
+		err = bpf_map_update_elem(b->fd_allow6, &k, r, BPF_ANY);
+	}
+	if (err)
+		return errno == E2BIG ? -ENOSPC : -errno;
+	return 0;
+}
+
+int egr_bpf_rule_del(struct egr_bpf *b, int family, const uint8_t *addr, uint32_t policy_id)
+{
+	int err;
+
+	if (family == AF_INET) {
+		struct egr_lpm4_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 32,
+					  .policy_id = policy_id };
+
+		memcpy(k.addr, addr, 4);
+		err = bpf_map_delete_elem(b->fd_allow4, &k);
+	} else {
+		struct egr_lpm6_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 128,
+					  .policy_id = policy_id };
+
+		memcpy(k.addr, addr, 16);
+		err = bpf_map_delete_elem(b->fd_allow6, &k);
+	}
+	return err < 0 && errno != ENOENT ? -errno : 0;
+}
+
+static uint64_t capacity_of(int fd)
+{
+	struct bpf_map_info info = { 0 };
+	__u32 len = sizeof(info);
+
+	return fd >= 0 && bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.max_entries : 0;
+}
+
+uint64_t egr_bpf_rules_capacity(struct egr_bpf *b, int family)
+{
+	return capacity_of(family == AF_INET ? b->fd_allow4 : b->fd_allow6);
+}
+
+/* --- quotas -------------------------------------------------------------------- */
+
+static int quota_fd(const struct egr_bpf *b, enum egr_quota_scope s)
+{
+	return s == EGR_QUOTA_TENANT ? b->fd_quota_tenant : b->fd_quota_sb;
+}
+
+int egr_bpf_quota_put(struct egr_bpf *b, enum egr_quota_scope s, uint32_t id, uint64_t limit,
+		      uint64_t window_ns, bool keep, uint64_t now_ns)
+{
+	struct egr_quota q = { 0 };
+	int fd = quota_fd(b, s);
+
+	if (!keep || bpf_map_lookup_elem(fd, &id, &q) < 0) {
+		memset(&q, 0, sizeof(q));
+		q.window_start_ns = now_ns;
+	}
+	q.limit_bytes = limit;
+	q.window_ns = window_ns;
+	if (bpf_map_update_elem(fd, &id, &q, BPF_ANY) < 0)
+		return errno == E2BIG ? -ENOSPC : -errno;
+	return 0;
+}
+
+int egr_bpf_quota_del(struct egr_bpf *b, enum egr_quota_scope s, uint32_t id)
+{
+	return bpf_map_delete_elem(quota_fd(b, s), &id) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+int egr_bpf_quota_get(struct egr_bpf *b, enum egr_quota_scope s, uint32_t id,
+		      struct egr_quota *out)
+{
+	return bpf_map_lookup_elem(quota_fd(b, s), &id, out) < 0 ? -errno : 0;
+}
+
+/* --- deny budgets ------------------------------------------------------------- */
+
+int egr_bpf_deny_budget(struct egr_bpf *b, uint32_t sandbox_id, struct egr_deny_budget *out)
+{
+	return bpf_map_lookup_elem(b->fd_deny_budget, &sandbox_id, out) < 0 ? -errno : 0;
+}
+
+struct budget_walk {
+	int (*fn)(void *ctx, uint32_t sandbox_id, const struct egr_deny_budget *v);
+	void *ctx;
+};
+
+static int budget_one(void *ctx, const void *key, const void *value)
+{
+	struct budget_walk *w = ctx;
+	struct egr_deny_budget v;
+	uint32_t id;
+
+	memcpy(&id, key, sizeof(id));
+	memcpy(&v, value, sizeof(v)); /* the walker's buffer has no alignment promise */
+	return w->fn(w->ctx, id, &v);
+}
+
+int egr_bpf_each_deny_budget(struct egr_bpf *b,
+			     int (*fn)(void *ctx, uint32_t sandbox_id,
+				       const struct egr_deny_budget *v),
+			     void *ctx)
+{
+	struct budget_walk w = { fn, ctx };
+
+	return egr_kmap_walk(b->fd_deny_budget, 0, budget_one, &w);
+}
+
+/* --- map sizes (/metrics) ------------------------------------------------------ */
+
+const char *const egr_kmap_names[EGR_KMAP_REPORTED] = {
+	[EGR_KMAP_SANDBOXES] = "egr_sandboxes",	    [EGR_KMAP_METER_SB] = "egr_meter_sb",
+	[EGR_KMAP_METER_TENANT] = "egr_meter_tenant", [EGR_KMAP_QUOTA_SB] = "egr_quota_sb",
+	[EGR_KMAP_QUOTA_TENANT] = "egr_quota_tenant", [EGR_KMAP_SB_DESTS] = "egr_sb_dests",
+};
+
+static int count_one(void *ctx, const void *key, const void *value)
+{
+	(*(uint64_t *)ctx)++;
+	return 0;
+}
+
+int egr_bpf_kmap_usage(struct egr_bpf *b, enum egr_kmap_id m, uint64_t *entries,
+		      uint64_t *capacity)
+{
+	int fd;
+
+	*entries = *capacity = 0;
+	switch (m) {
+	case EGR_KMAP_SANDBOXES: fd = b->fd_sandboxes; break;
+	case EGR_KMAP_METER_SB: fd = b->fd_meter_sb; break;
+	case EGR_KMAP_METER_TENANT: fd = b->fd_meter_tenant; break;
+	case EGR_KMAP_QUOTA_SB: fd = b->fd_quota_sb; break;
+	case EGR_KMAP_QUOTA_TENANT: fd = b->fd_quota_tenant; break;
+	case EGR_KMAP_SB_DESTS: fd = b->fd_dests; break;
+	default: return -EINVAL;
+	}
+	*capacity = capacity_of(fd);
+	return egr_kmap_walk(fd, 0, count_one, entries);
+}
+
+/* --- the DNS proxy's and the inspection proxy's maps --------------------------- */
+
+int egr_bpf_dns_client_known(struct egr_bpf *b, const struct egr_dns_client_key *key)
+{
+	struct egr_dns_client_val val;
+
+	if (bpf_map_lookup_elem(b->fd_dns_clients, key, &val) == 0)
+		return 1;
+	return errno == ENOENT ? 0 : -errno;
+}
+
+struct purge_walk {
+	uint32_t sandbox_id;
+	struct key_list keys;
+};
+
+static int purge_one(void *ctx, const void *key, const void *value)
+{
+	struct purge_walk *w = ctx;
+	const struct egr_dns_client_key *k = key;
+
+	return k->sandbox_id == w->sandbox_id ? key_list_add(&w->keys, key) : 0;
+}
+
+int egr_bpf_dns_clients_purge(struct egr_bpf *b, uint32_t sandbox_id, unsigned *purged)
+{
+	struct purge_walk w = { .sandbox_id = sandbox_id,
+				.keys = { .key_size = sizeof(struct egr_dns_client_key) } };
+	int err = egr_kmap_walk(b->fd_dns_clients, 0, purge_one, &w);
+
+	*purged = 0;
+	for (size_t i = 0; i < w.keys.n; i++)
+		if (bpf_map_delete_elem(b->fd_dns_clients, w.keys.keys + i * w.keys.key_size) == 0)
+			(*purged)++;
+	free(w.keys.keys);
+	bpf_map_delete_elem(b->fd_dns_clients_n, &sandbox_id);
+	return err;
+}
+
+int egr_bpf_inspect_take(struct egr_bpf *b, const struct egr_inspect_key *key,
+			 struct egr_inspect_orig *out)
+{
+	return bpf_map_lookup_and_delete_elem(b->fd_inspect_orig, key, out) < 0 ? -errno : 0;
+}
+
+/* --- the escape guard's homes -------------------------------------------------- */
+
+int egr_bpf_proc_home(const struct egr_bpf *b, uint32_t pid, struct egr_proc_home *out)
+{
+	return bpf_map_lookup_elem(b->fd_proc_home, &pid, out) < 0 ? -errno : 0;
+}
+
+struct escaped_walk {
+	int (*fn)(void *ctx, uint32_t pid);
+	void *ctx;
+};
+
+static int escaped_one(void *ctx, const void *key, const void *value)
+{
+	struct escaped_walk *w = ctx;
+	struct egr_proc_home home;
+	uint32_t pid;
+
+	memcpy(&pid, key, sizeof(pid));
+	memcpy(&home, value, sizeof(home));
+	return home.flags & EGR_HOME_ESCAPED ? w->fn(w->ctx, pid) : 0;
+}
+
+int egr_bpf_each_escaped(const struct egr_bpf *b, int (*fn)(void *ctx, uint32_t pid), void *ctx)
+{
+	struct escaped_walk w = { fn, ctx };
+
+	return egr_kmap_walk(b->fd_proc_home, 0, escaped_one, &w);
+}

@@ -334,7 +334,7 @@ static void send_udp(int s, int family, const uint8_t *q, size_t len)
 
 static uint64_t now_ms(void)
 {
-	return mono_ns() / 1000000ULL;
+	return egr_mono_ns() / 1000000ULL;
 }
 
 /* Run the loop until s has a datagram (or timeout_ms); its length or -1. */
@@ -531,7 +531,7 @@ static void test_cname_chain(void **state)
 	assert_memory_equal(learns[0].a[0].addr, "\x7f\x00\x00\x0a", 4);
 	assert_int_equal(learns[0].a[0].ttl_s, 30);
 	assert_int_equal(learns[0].a[0].ports.ranges[0].lo, 8443);
-	assert_true(learns[0].a[0].expires_ns > boot_ns());
+	assert_true(learns[0].a[0].expires_ns > egr_boot_ns());
 }
 
 /* Replace the sandbox's policy by policy_norebind_json with extra network fields. */

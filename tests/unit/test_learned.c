@@ -121,7 +121,7 @@ static void put_sandbox(uint32_t id, uint32_t policy_id)
 static void test_learn_merges_covering_static(void **state)
 {
 	struct egr_learned *l = NULL;
-	uint64_t now = boot_ns();
+	uint64_t now = egr_boot_ns();
 	struct egr_dns_learned a = learned4("10.9.0.7", "api.test", 443, now + 60000000000ull);
 
 	put_static4(11, "10.9.0.0", 16, 8000, 8080);
@@ -150,7 +150,7 @@ static void test_learn_merges_covering_static(void **state)
 static void test_expiry_restores_static_host(void **state)
 {
 	struct egr_learned *l = NULL;
-	uint64_t now = boot_ns();
+	uint64_t now = egr_boot_ns();
 	struct egr_dns_learned a = learned4("10.8.0.1", "db.test", 5432, now + 1000000ull);
 
 	/* The policy itself allows this very /32 on port 80. */
@@ -177,7 +177,7 @@ static void test_rebase_rejudges_names(void **state)
 	struct egr_policy p = { 0 };
 	struct egr_error e;
 	struct egr_dnspolicy *dpol;
-	uint64_t now = boot_ns();
+	uint64_t now = egr_boot_ns();
 	struct egr_dns_learned a[2] = {
 		learned4("10.7.0.1", "keep.test", 443, now + 60000000000ull),
 		learned4("10.7.0.2", "drop.test", 443, now + 60000000000ull),
@@ -219,7 +219,7 @@ static void test_rebase_rebind_narrowed(void **state)
 	struct egr_policy p = { 0 };
 	struct egr_error e;
 	struct egr_dnspolicy *dpol;
-	uint64_t now = boot_ns();
+	uint64_t now = egr_boot_ns();
 	struct egr_dns_learned a[2] = {
 		learned4("10.7.0.1", "keep.test", 443, now + 60000000000ull),
 		learned4("10.9.0.1", "keep.test", 443, now + 60000000000ull),
@@ -243,7 +243,7 @@ static void test_rebase_rebind_narrowed(void **state)
 static void test_cap(void **state)
 {
 	struct egr_learned *l = NULL;
-	uint64_t now = boot_ns();
+	uint64_t now = egr_boot_ns();
 	struct egr_dns_learned a[3] = {
 		learned4("10.6.0.1", "a.test", 443, now + 60000000000ull),
 		learned4("10.6.0.2", "b.test", 443, now + 60000000000ull),
@@ -266,7 +266,7 @@ static void test_cap(void **state)
 static void test_names_of_addresses(void **state)
 {
 	struct egr_learned *l = NULL;
-	uint64_t now = boot_ns();
+	uint64_t now = egr_boot_ns();
 	struct egr_dns_learned a[3] = {
 		learned4("10.5.0.1", "api.test", 443, now + 60000000000ull),
 		learned4("10.5.0.1", "cdn.test", 443, now + 60000000000ull),

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "alerting.h"
 #include "auditlog.h"
 #include "log.h"
@@ -41,10 +42,7 @@ struct egr_alerting {
 
 uint64_t egr_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return egr_realtime_ns();
 }
 
 void egr_alerting_opts_default(struct egr_alerting_opts *o)

@@ -10,6 +10,7 @@
 
 #include <bpf/bpf.h>
 
+#include "clock.h"
 #include "alerting.h"
 #include "alerts.h"
 #include "audit.h"
@@ -39,14 +40,6 @@ struct egr_auditlog {
 	uint64_t records, failures;
 	struct egr_execobs *obs; /* names and denied destinations per execution */
 };
-
-static uint64_t clock_ns(clockid_t c)
-{
-	struct timespec ts;
-
-	clock_gettime(c, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static json_t *time_json(uint64_t unix_ns)
 {
@@ -438,7 +431,7 @@ static json_t *hosts_json(const json_t *egress)
 static void h_detaching(void *ctx, const struct egr_sb *sb)
 {
 	struct egr_auditlog *al = ctx;
-	uint64_t boot_off = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_BOOTTIME);
+	uint64_t boot_off = egr_clock_ns(CLOCK_REALTIME) - egr_clock_ns(CLOCK_BOOTTIME);
 	struct egr_meter m;
 	bool complete = false;
 	uint64_t dropped = 0;
@@ -462,7 +455,7 @@ static void h_detaching(void *ctx, const struct egr_sb *sb)
 					    time_json((uint64_t)sb->attached_at * 1000000000ull));
 			json_object_set_new(rec, "policy_updated",
 					    time_json((uint64_t)sb->updated_at * 1000000000ull));
-			json_object_set_new(rec, "end", time_json(clock_ns(CLOCK_REALTIME)));
+			json_object_set_new(rec, "end", time_json(egr_clock_ns(CLOCK_REALTIME)));
 			json_object_set_new(rec, "hosts", hosts_json(egress));
 			json_object_set_new(rec, "egress", egress ? egress : json_null());
 			json_object_set_new(rec, "egress_complete", json_boolean(complete));

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "ctlconn.h"
 #include "events.h"
 #include "log.h"
@@ -47,14 +48,6 @@ struct egr_ctl {
 	struct conn *conns;
 	struct egr_ctl_stats st;
 };
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 static void conn_close(struct conn *c)
 {
@@ -91,7 +84,7 @@ static int conn_reply(struct conn *c, json_t *reply)
 	c->cap = c->len;
 	c->off = 0;
 	c->state = C_WRITING;
-	c->deadline_ns = mono_ns() + (uint64_t)EGR_CTL_DEADLINE_MS * 1000000ULL;
+	c->deadline_ns = egr_mono_ns() + (uint64_t)EGR_CTL_DEADLINE_MS * 1000000ULL;
 	egr_loop_del(c->ctl->loop, c->fd);
 	err = egr_loop_add(c->ctl->loop, c->fd, EPOLLOUT, on_conn, c);
 	return err;
@@ -255,7 +248,7 @@ static void on_accept(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 		c->fd = cfd;
 		c->cred = cred;
 		c->state = C_READING;
-		c->deadline_ns = mono_ns() + (uint64_t)EGR_CTL_DEADLINE_MS * 1000000ULL;
+		c->deadline_ns = egr_mono_ns() + (uint64_t)EGR_CTL_DEADLINE_MS * 1000000ULL;
 		if (egr_loop_add(ctl->loop, cfd, EPOLLIN | EPOLLRDHUP, on_conn, c)) {
 			free(c);
 			close(cfd);
@@ -271,7 +264,7 @@ static void on_accept(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
 	struct egr_ctl *ctl = ctx;
-	uint64_t now = mono_ns(), exp;
+	uint64_t now = egr_mono_ns(), exp;
 	struct conn *c, *next;
 
 	if (read(fd, &exp, sizeof(exp)) < 0 && errno != EAGAIN)

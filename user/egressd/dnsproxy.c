@@ -34,6 +34,7 @@
 
 #include <bpf/bpf.h>
 
+#include "clock.h"
 #include "dnsproxy.h"
 #include "localaddr.h"
 #include "log.h"
@@ -140,22 +141,6 @@ struct egr_dnsproxy {
 	uint8_t buf[MSG_MAX + 1];
 	uint8_t obuf[MSG_MAX + 1];
 };
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t boot_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 const char *egr_dns_verdict_name(enum egr_dns_verdict v)
 {
@@ -427,7 +412,7 @@ static void conn_send(struct tconn *c, const uint8_t *msg, size_t len)
 	c->wbuf[c->wlen + 1] = (uint8_t)len;
 	memcpy(c->wbuf + c->wlen + 2, msg, len);
 	c->wlen += 2 + len;
-	c->last_ns = mono_ns();
+	c->last_ns = egr_mono_ns();
 	conn_flush(c);
 }
 
@@ -656,7 +641,7 @@ static void pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt,
 	size_t n = 0, olen = 0, nstripped = 0;
 	int err;
 
-	egr_exfil_note_rcode(sb->exfil, q->qname, r->rcode, mono_ns());
+	egr_exfil_note_rcode(sb->exfil, q->qname, r->rcode, egr_mono_ns());
 	localaddr_refresh(sb);
 	/* Rebinding: what is learned and released is the answer without the
 	 * addresses the policy does not let a name point to. */
@@ -704,7 +689,7 @@ static void pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt,
 			return;
 		}
 		if (n) {
-			uint64_t now = boot_ns();
+			uint64_t now = egr_boot_ns();
 
 			for (size_t i = 0; i < n; i++) {
 				uint32_t ttl = addrs[i].ttl;
@@ -742,7 +727,7 @@ static void pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt,
 	pend_client(q, &cl);
 	reply(sb, &cl, pkt, len);
 	sb->st.allowed++;
-	p->answer_latency_ns = mono_ns() - q->received_ns;
+	p->answer_latency_ns = egr_mono_ns() - q->received_ns;
 	/* learn() took all n or the query failed above; nothing is learned
 	 * for a name that opens no ports. */
 	p->answer_learned = q->ports.nranges && n ? (uint32_t)((1ull << (n < EGR_DNSPROXY_EVENT_ADDRS
@@ -936,7 +921,7 @@ static bool evict_for(struct egr_dnsproxy *p, struct sb *sb)
 /* Take one token of sb's query bucket; false when it is empty. */
 static bool rate_take(struct egr_dnsproxy *p, struct sb *sb)
 {
-	uint64_t now = mono_ns();
+	uint64_t now = egr_mono_ns();
 
 	if (now > sb->tokens_ns) {
 		sb->tokens += (double)(now - sb->tokens_ns) * p->cfg.rate_qps / 1e9;
@@ -998,7 +983,7 @@ static int forward(struct egr_dnsproxy *p, struct sb *sb, const struct client *c
 	q->qclass = qq->qclass;
 	memcpy(q->qname, qq->qname, sizeof(q->qname));
 	q->ports = *ports;
-	q->received_ns = mono_ns();
+	q->received_ns = egr_mono_ns();
 	q->deadline_ns = q->received_ns + (uint64_t)p->cfg.timeout_ms * 1000000ULL;
 	q->up = p->cur_up;
 	p->by_id[id] = (int32_t)q->idx;
@@ -1123,7 +1108,7 @@ static void handle_query(struct sb *sb, const struct client *cl, const uint8_t *
 		     0, EGR_DNS_R_REFUSED, NULL, 0);
 		return;
 	}
-	err = egr_exfil_check(sb->exfil, q.qname, m.domain, mono_ns(), &why);
+	err = egr_exfil_check(sb->exfil, q.qname, m.domain, egr_mono_ns(), &why);
 	if (err) {
 		reply_rcode(sb, cl, pkt, len, err == -EPERM ? EGR_DNS_R_REFUSED : EGR_DNS_R_SERVFAIL);
 		if (err == -EPERM) {
@@ -1274,7 +1259,7 @@ static void on_tcp_conn(struct egr_loop *loop, int fd, uint32_t events, void *ct
 
 	c->in_cb = true;
 	c->more = false;
-	c->last_ns = mono_ns();
+	c->last_ns = egr_mono_ns();
 	if (events & EPOLLOUT)
 		conn_flush(c);
 	for (;;) {
@@ -1360,7 +1345,7 @@ static void on_tcp_listener(struct egr_loop *loop, int fd, uint32_t events, void
 		}
 		c->sb = sb;
 		c->fd = cfd;
-		c->last_ns = mono_ns();
+		c->last_ns = egr_mono_ns();
 		if (egr_loop_add(p->loop, cfd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
 				 on_tcp_conn, c)) {
 			free(c->rbuf);
@@ -1379,7 +1364,7 @@ static void on_tcp_listener(struct egr_loop *loop, int fd, uint32_t events, void
 static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
 	struct egr_dnsproxy *p = ctx;
-	uint64_t now = mono_ns(), idle = (uint64_t)p->cfg.tcp_idle_ms * 1000000ULL, exp;
+	uint64_t now = egr_mono_ns(), idle = (uint64_t)p->cfg.tcp_idle_ms * 1000000ULL, exp;
 	bool failover = false;
 
 	if (read(fd, &exp, sizeof(exp)) < 0 && errno != EAGAIN)
@@ -1722,7 +1707,7 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
 	sb->id = sandbox_id;
 	sb->pol = pol;
 	sb->tokens = p->cfg.burst;
-	sb->tokens_ns = mono_ns();
+	sb->tokens_ns = egr_mono_ns();
 	for (int i = 0; i < 4; i++) {
 		sb->lis[i].fd = -1;
 		sb->lis[i].sb = sb;

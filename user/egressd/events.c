@@ -15,6 +15,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "clock.h"
 #include "alerting.h"
 #include "alerts.h"
 #include "auditlog.h"
@@ -93,14 +94,6 @@ struct egr_events {
 	struct gone gone[GONE_MAX];
 	size_t gone_next;
 };
-
-static uint64_t clock_ns(clockid_t c)
-{
-	struct timespec ts;
-
-	clock_gettime(c, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void put_time(json_t *o, uint64_t unix_ns)
 {
@@ -325,7 +318,7 @@ static void sub_catch_up(struct egr_events *ev, struct sub *s)
 	o = json_pack("{s:i, s:s, s:s, s:I, s:o}", "v", EGR_EVENTS_SCHEMA, "type",
 		      "events_skipped", "reason", "subscriber too slow: over 4 MiB pending",
 		      "skipped", (json_int_t)s->skipped, "by_sandbox", by ? by : json_null());
-	put_time(o, clock_ns(CLOCK_REALTIME));
+	put_time(o, egr_clock_ns(CLOCK_REALTIME));
 	line = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
 	if (!line)
@@ -505,7 +498,7 @@ static int on_ring(void *ctx, void *data, size_t size)
 {
 	struct egr_events *ev = ctx;
 	const struct egr_event *e = data;
-	uint64_t off = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_BOOTTIME);
+	uint64_t off = egr_clock_ns(CLOCK_REALTIME) - egr_clock_ns(CLOCK_BOOTTIME);
 	char addr[INET6_ADDRSTRLEN], comm[sizeof(e->comm) + 1];
 	const char *tname;
 	json_t *o;
@@ -627,7 +620,7 @@ void egr_events_emit(struct egr_events *ev, json_t *obj)
 	if (!json_object_get(o, "origin"))
 		json_object_set_new(o, "origin", json_string("egressd"));
 	if (!json_is_string(json_object_get(o, "time")))
-		put_time(o, clock_ns(CLOCK_REALTIME));
+		put_time(o, egr_clock_ns(CLOCK_REALTIME));
 	sb = json_object_get(o, "sandbox");
 	if (json_is_integer(sb))
 		put_identity(ev, o, (uint32_t)json_integer_value(sb), 0);

@@ -7,19 +7,12 @@
 #include <time.h>
 #include <bpf/libbpf.h>
 
+#include "clock.h"
 #include "bpfstate.h"
 #include "egressd.skel.h"
 #include "health.h"
 #include "metrics.h"
 #include "sandbox.h"
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void egr_health_init(struct egr_health *h)
 {
@@ -46,7 +39,7 @@ static int add(json_t *arr, const char *fmt, ...)
 json_t *egr_health_problems(struct egr_health *h)
 {
 	json_t *arr = json_array();
-	uint64_t cnt[EGR_CNT_MAX], now = mono_ns();
+	uint64_t cnt[EGR_CNT_MAX], now = egr_mono_ns();
 	struct egr_bpf *b = h->reg->bpf;
 	struct bpf_map *map;
 	struct stat st;

@@ -17,6 +17,7 @@
 #include <bpf/bpf.h>
 #include <openssl/crypto.h>
 
+#include "clock.h"
 #include "audit.h"
 #include "cgroup.h"
 #include "compile.h"
@@ -698,14 +699,6 @@ static uint32_t sandbox_flags(const struct egr_policy *p)
 
 /* --- egress quotas (docs/metering.md) ----------------------------------------- */
 
-static uint64_t boottime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_BOOTTIME, &ts); /* bpf_ktime_get_boot_ns() */
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /* The egr_sandboxes copy of the sandbox's own limit. */
 static void quota_fields(struct egr_sandbox *ksb, const struct egr_policy *p)
 {
@@ -722,7 +715,7 @@ static int quota_put(int fd, uint32_t id, uint64_t limit, uint64_t window_ns, bo
 
 	if (!keep || bpf_map_lookup_elem(fd, &id, &q) < 0) {
 		memset(&q, 0, sizeof(q));
-		q.window_start_ns = boottime_ns();
+		q.window_start_ns = egr_boot_ns();
 	}
 	q.limit_bytes = limit;
 	q.window_ns = window_ns;

@@ -26,11 +26,13 @@
 
 #include <bpf/bpf.h>
 
+#include "clock.h"
 #include "egressd.h"
 #include "httphead.h"
 #include "inspect.h"
 #include "learned.h"
 #include "log.h"
+#include "netaddr.h"
 #include "tlshello.h"
 
 #define BACKLOG      256
@@ -130,32 +132,7 @@ struct egr_inspect {
 	size_t npool;
 };
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static size_t addr_len(int family)
-{
-	return family == AF_INET6 ? 16 : 4;
-}
-
 /* --- decision -------------------------------------------------------------------- */
-
-static bool prefix_covers(const uint8_t *net, uint8_t plen, const uint8_t *a)
-{
-	size_t full = plen / 8;
-	unsigned rest = plen % 8;
-
-	if (memcmp(net, a, full))
-		return false;
-	if (!rest)
-		return true;
-	return ((net[full] ^ a[full]) & (uint8_t)(0xff << (8 - rest))) == 0;
-}
 
 /* Is family/addr:port covered by a literal (unnamed) TCP entry? */
 static bool literal_allows(const struct isb *sb, int family, const uint8_t *addr, uint16_t port)
@@ -164,7 +141,7 @@ static bool literal_allows(const struct isb *sb, int family, const uint8_t *addr
 		const struct lit *l = &sb->lits[i];
 
 		if (l->family == family && port >= l->lo && port <= l->hi &&
-		    prefix_covers(l->addr, l->plen, addr))
+		    egr_prefix_covers(l->addr, l->plen, addr))
 			return true;
 	}
 	return false;
@@ -182,7 +159,7 @@ static const char *judge(struct conn *c)
 
 	if ((inet_pton(AF_INET, c->name, lit) == 1 && fam == AF_INET) ||
 	    (inet_pton(AF_INET6, c->name, lit) == 1 && fam == AF_INET6)) {
-		if (memcmp(lit, c->orig.addr, addr_len(fam)) == 0 &&
+		if (memcmp(lit, c->orig.addr, egr_addr_len(fam)) == 0 &&
 		    literal_allows(sb, fam, c->orig.addr, c->orig.port))
 			return NULL;
 		return "address_mismatch";
@@ -463,7 +440,7 @@ static bool pump(struct conn *c)
 			return false;
 		}
 		if (a || b)
-			c->last_ns = mono_ns();
+			c->last_ns = egr_mono_ns();
 		else
 			return true;
 	}
@@ -503,7 +480,7 @@ static void connected(struct conn *c)
 		return;
 	}
 	c->state = S_RELAY;
-	c->last_ns = mono_ns();
+	c->last_ns = egr_mono_ns();
 	pump(c);
 }
 
@@ -557,7 +534,7 @@ static int dial(struct conn *c)
 /* Allow events within ALLOW_EVENTS_PER_S (a fixed one-second window). */
 static bool allow_sample(struct egr_inspect *p)
 {
-	uint64_t sec = mono_ns() / 1000000000ull;
+	uint64_t sec = egr_mono_ns() / 1000000000ull;
 
 	if (sec != p->allow_window) {
 		p->allow_window = sec;
@@ -619,7 +596,7 @@ static bool decide(struct conn *c)
 	if (allow_sample(c->p))
 		emit(c, true, false, "allowed");
 	c->state = S_CONNECTING;
-	c->deadline_ns = mono_ns() + (uint64_t)c->p->cfg.connect_timeout_ms * 1000000ull;
+	c->deadline_ns = egr_mono_ns() + (uint64_t)c->p->cfg.connect_timeout_ms * 1000000ull;
 	err = dial(c);
 	if (err) {
 		log_debug("inspect: sandbox %u: dial %s: %s", c->sb->id, c->name, strerror(-err));
@@ -879,7 +856,7 @@ static void accept_one(struct isb *sb, int fd, const struct sockaddr_storage *pe
 	c->up.c = c;
 	c->pcu[0] = c->pcu[1] = c->puc[0] = c->puc[1] = -1;
 	c->orig = orig;
-	c->deadline_ns = mono_ns() + (uint64_t)p->cfg.hello_timeout_ms * 1000000ull;
+	c->deadline_ns = egr_mono_ns() + (uint64_t)p->cfg.hello_timeout_ms * 1000000ull;
 	c->next = p->conns;
 	if (p->conns)
 		p->conns->prev = c;
@@ -915,7 +892,7 @@ static void on_listener(struct egr_loop *loop, int fd, uint32_t events, void *ct
 static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
 	struct egr_inspect *p = ctx;
-	uint64_t now = mono_ns(), idle = (uint64_t)p->cfg.idle_ms * 1000000ull;
+	uint64_t now = egr_mono_ns(), idle = (uint64_t)p->cfg.idle_ms * 1000000ull;
 	struct conn *c = p->conns, *next;
 
 	for (; c; c = next) {

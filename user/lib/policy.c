@@ -17,6 +17,7 @@
 
 #include "confine.h"
 #include "egressd.h"
+#include "netaddr.h"
 #include "policy.h"
 
 /* Longest outbound_allow string: "tcp/" + a 253-byte name + ":65535-65535". */
@@ -239,27 +240,6 @@ int egr_dns_name_normalize(const char *name, int allow_wildcard, char *norm, siz
 
 /* --- hosts ------------------------------------------------------------------------ */
 
-static void mask_addr(uint8_t *addr, unsigned int alen, unsigned int plen)
-{
-	unsigned int i;
-
-	for (i = 0; i < alen; i++) {
-		if (plen >= 8 * (i + 1))
-			continue;
-		if (plen <= 8 * i)
-			addr[i] = 0;
-		else
-			addr[i] &= (uint8_t)(0xff << (8 - (plen - 8 * i)));
-	}
-}
-
-static int is_v4mapped(const uint8_t *a)
-{
-	static const uint8_t pfx[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-
-	return memcmp(a, pfx, sizeof(pfx)) == 0;
-}
-
 /*
  * 0.0.0.0, :: and ::ffff:0.0.0.0 as a host: the kernel sends a connection
  * to them to a local address (127.0.0.1, ::1 or the socket's bound source),
@@ -284,6 +264,23 @@ static int refuse_unspecified(const struct egr_allow *a, struct egr_error *err)
 	return 0;
 }
 
+/* Bytes of s[0..len) before the first c (len when there is none). */
+static size_t strcspn_n(const char *s, size_t len, char c)
+{
+	const char *p = memchr(s, c, len);
+
+	return p ? (size_t)(p - s) : len;
+}
+
+static int host_from_prefix(const struct egr_prefix *pfx, struct egr_allow *out,
+			    struct egr_error *err)
+{
+	out->kind = pfx->family == AF_INET ? EGR_HOST_V4 : EGR_HOST_V6;
+	out->prefixlen = pfx->plen;
+	memcpy(out->addr, pfx->addr, sizeof(out->addr));
+	return refuse_unspecified(out, err);
+}
+
 /*
  * HOST of an allow entry, without port: an IPv4 address or CIDR, "[IPv6]"
  * or "[IPv6/len]", or a DNS name. Fills kind, addr, prefixlen, name.
@@ -291,10 +288,10 @@ static int refuse_unspecified(const struct egr_allow *a, struct egr_error *err)
 static int parse_host(const char *h, size_t len, struct egr_allow *out, struct egr_error *err)
 {
 	char buf[ALLOW_TEXT_MAX + 1], norm[EGR_DNS_NAME_MAX + 1], q[QUOTE_BUF];
-	const char *slash, *why;
-	unsigned int plen;
+	struct egr_prefix pfx;
+	const char *why;
 	size_t i;
-	int v4 = 1;
+	int v4 = 1, ret;
 
 	if (len == 0) {
 		set_msg(err, "empty host");
@@ -309,35 +306,19 @@ static int parse_host(const char *h, size_t len, struct egr_allow *out, struct e
 			set_msg(err, "bad IPv6 host %s: missing ']'", quote_n(q, h, len));
 			return -EINVAL;
 		}
-		memcpy(buf, h + 1, len - 2);
-		buf[len - 2] = '\0';
-		slash = strchr(buf, '/');
-		plen = 128;
-		if (slash) {
-			if (parse_dec(slash + 1, strlen(slash + 1), 128, &plen)) {
-				set_msg(err, "bad IPv6 prefix length in %s: use 0-128",
-					quote_n(q, h, len));
-				return -EINVAL;
-			}
-			buf[slash - buf] = '\0';
-		}
-		if (inet_pton(AF_INET6, buf, out->addr) != 1) {
-			set_msg(err, "bad IPv6 address %s", quote(q, buf));
+		ret = egr_prefix_parse(h + 1, len - 2, AF_INET6, &pfx);
+		if (ret == -EDOM) {
+			set_msg(err, "bad IPv6 prefix length in %s: use 0-128", quote_n(q, h, len));
 			return -EINVAL;
 		}
-		if (is_v4mapped(out->addr) && plen >= 96) {
-			/* The kernel judges mapped destinations by the IPv4 rules. */
-			memmove(out->addr, out->addr + 12, 4);
-			memset(out->addr + 4, 0, 12);
-			out->kind = EGR_HOST_V4;
-			out->prefixlen = (uint8_t)(plen - 96);
-			mask_addr(out->addr, 4, out->prefixlen);
-			return refuse_unspecified(out, err);
+		if (ret) {
+			set_msg(err, "bad IPv6 address %s",
+				quote_n(q, h + 1, strcspn_n(h + 1, len - 2, '/')));
+			return -EINVAL;
 		}
-		out->kind = EGR_HOST_V6;
-		out->prefixlen = (uint8_t)plen;
-		mask_addr(out->addr, 16, plen);
-		return refuse_unspecified(out, err);
+		/* The kernel judges mapped destinations by the IPv4 rules. */
+		egr_prefix_unmap(&pfx);
+		return host_from_prefix(&pfx, out, err);
 	}
 	for (i = 0; i < len; i++) {
 		if (h[i] == ':') {
@@ -348,28 +329,20 @@ static int parse_host(const char *h, size_t len, struct egr_allow *out, struct e
 		if (!isdigit((unsigned char)h[i]) && h[i] != '.' && h[i] != '/')
 			v4 = 0;
 	}
-	memcpy(buf, h, len);
-	buf[len] = '\0';
 	if (v4 && isdigit((unsigned char)h[0])) {
-		slash = strchr(buf, '/');
-		plen = 32;
-		if (slash) {
-			if (parse_dec(slash + 1, strlen(slash + 1), 32, &plen)) {
-				set_msg(err, "bad IPv4 prefix length in %s: use 0-32",
-					quote_n(q, h, len));
-				return -EINVAL;
-			}
-			buf[slash - buf] = '\0';
-		}
-		if (inet_pton(AF_INET, buf, out->addr) != 1) {
-			set_msg(err, "bad IPv4 address %s", quote(q, buf));
+		ret = egr_prefix_parse(h, len, AF_INET, &pfx);
+		if (ret == -EDOM) {
+			set_msg(err, "bad IPv4 prefix length in %s: use 0-32", quote_n(q, h, len));
 			return -EINVAL;
 		}
-		out->kind = EGR_HOST_V4;
-		out->prefixlen = (uint8_t)plen;
-		mask_addr(out->addr, 4, plen);
-		return refuse_unspecified(out, err);
+		if (ret) {
+			set_msg(err, "bad IPv4 address %s", quote_n(q, h, strcspn_n(h, len, '/')));
+			return -EINVAL;
+		}
+		return host_from_prefix(&pfx, out, err);
 	}
+	memcpy(buf, h, len);
+	buf[len] = '\0';
 	if (memchr(h, '/', len)) {
 		set_msg(err, "bad host %s: only IP addresses take a /prefix length",
 			quote_n(q, h, len));

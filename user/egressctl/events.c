@@ -313,7 +313,7 @@ int ctl_cmd_events(struct ctl *c, int argc, char **argv)
 	}
 	if (optind < argc)
 		return ctl_usage_error("events", "events: unexpected argument '%s'", argv[optind]);
-	req = json_pack("{s:s, s:b}", "op", "events", "follow", fol);
+	req = json_pack("{s:s, s:b}", "op", egr_op_desc(EGR_OP_EVENTS)->name, "follow", fol);
 	if (!req)
 		return CTL_EXIT_ERROR;
 	if (sandbox)

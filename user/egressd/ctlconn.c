@@ -99,7 +99,7 @@ static int conn_request(struct conn *c, size_t len)
 
 	req = json_loadb(c->buf, len, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES, &jerr);
 	if (!req || !json_is_object(req)) {
-		reply = egr_server_error("bad_request",
+		reply = egr_server_error(EGR_ERR_BAD_REQUEST,
 					 req ? "request is not a JSON object" : jerr.text);
 		json_decref(req);
 		req = NULL;
@@ -151,7 +151,7 @@ static int conn_read(struct conn *c)
 	}
 	return 0; /* more later: others get their turn */
 too_large: {
-		json_t *reply = egr_server_error("too_large", "request exceeds 64 MiB");
+		json_t *reply = egr_server_error(EGR_ERR_TOO_LARGE, "request exceeds 64 MiB");
 		int err = conn_reply(c, reply);
 
 		json_decref(reply);

@@ -164,7 +164,8 @@ static struct egr_sb *target(struct egr_server *s, const json_t *req, json_t **r
 	struct egr_sb *sb;
 
 	if ((cg && id) || (!cg && !id)) {
-		*reply = error_reply(EGR_ERR_BAD_REQUEST, "cgroup", "give exactly one of cgroup or id");
+		*reply =
+		    error_reply(EGR_ERR_BAD_REQUEST, "cgroup", "give exactly one of cgroup or id");
 		return NULL;
 	}
 	if (cg && !json_is_string(cg)) {
@@ -200,7 +201,8 @@ static json_t *do_attach(struct egr_server *s, const json_t *req)
 	int pidfd = -1, err;
 
 	if (!json_is_string(cg))
-		return error_reply(EGR_ERR_BAD_REQUEST, "cgroup", "cgroup (a path string) is required");
+		return error_reply(EGR_ERR_BAD_REQUEST, "cgroup",
+				   "cgroup (a path string) is required");
 	if (!json_is_object(pol))
 		return error_reply(EGR_ERR_BAD_REQUEST, "policy", "policy (an object) is required");
 	if (netns && !json_is_string(netns))
@@ -216,7 +218,8 @@ static json_t *do_attach(struct egr_server *s, const json_t *req)
 
 		/* Resolved once: the cgroup checked is the cgroup attached. */
 		if (!realpath(json_string_value(cg), real))
-			return error_reply(EGR_ERR_BAD_CGROUP, "cgroup", "the cgroup does not exist");
+			return error_reply(EGR_ERR_BAD_CGROUP, "cgroup",
+					   "the cgroup does not exist");
 		/* Only the connecting process can tie a sandbox to itself. */
 		err = egr_lifetime_peer_launcher(s->peer_fd, &s->peer, json_integer_value(lpid),
 						 real, &l, &pidfd, &why);
@@ -311,7 +314,8 @@ static json_t *do_release(struct egr_server *s, const json_t *req)
 	if (!sb)
 		return reply;
 	if (!sb->quarantined)
-		return error_reply(EGR_ERR_NOT_QUARANTINED, json_object_get(req, "id") ? "id" : "cgroup",
+		return error_reply(EGR_ERR_NOT_QUARANTINED,
+				   json_object_get(req, "id") ? "id" : "cgroup",
 				   "the sandbox is not quarantined");
 	if (!s->breaker)
 		return error_reply(EGR_ERR_UNAVAILABLE, NULL, "the circuit breaker is not running");
@@ -427,7 +431,8 @@ static json_t *do_events(struct egr_server *s, const json_t *req)
 		   json_integer_value(sb) > UINT32_MAX))
 		return error_reply(EGR_ERR_BAD_REQUEST, "sandbox", "sandbox must be a sandbox id");
 	if (limit && (!json_is_integer(limit) || json_integer_value(limit) < 0))
-		return error_reply(EGR_ERR_BAD_REQUEST, "limit", "limit must be a non-negative integer");
+		return error_reply(EGR_ERR_BAD_REQUEST, "limit",
+				   "limit must be a non-negative integer");
 	if (json_is_true(follow)) {
 		if (!egr_events_subscriber_room(s->events))
 			return error_reply(EGR_ERR_TOO_MANY, "follow",

@@ -120,7 +120,8 @@ int egr_proto_read_by(int fd, size_t max, const struct timespec *deadline, json_
 	obj = json_loadb(buf, len, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES, &jerr);
 	if (!obj || !json_is_object(obj)) {
 		if (errmsg)
-			snprintf(errmsg, errlen, "%s", obj ? "request is not a JSON object" : jerr.text);
+			snprintf(errmsg, errlen, "%s",
+				 obj ? "request is not a JSON object" : jerr.text);
 		json_decref(obj);
 		err = -EBADMSG;
 		goto out;

@@ -25,6 +25,7 @@
 #include "../../user/egressd/loop.c"
 #include "../../user/egressd/learned.c"
 #include "../../user/egressd/inspect.c"
+#include "../../user/egressd/inspect_accept.c"
 
 #define SBID 9
 

@@ -149,6 +149,20 @@ static void test_format_bounds(void **state)
 	assert_true(egr_prefix_format(&p, false, buf, sizeof(buf)) > 0);
 }
 
+static void test_ipproto_name(void **state)
+{
+	(void)state;
+	assert_string_equal(egr_ipproto_name(6), "tcp");
+	assert_string_equal(egr_ipproto_name(17), "udp");
+	assert_string_equal(egr_ipproto_name(1), "icmp");
+	assert_string_equal(egr_ipproto_name(58), "icmpv6");
+	assert_string_equal(egr_ipproto_name(136), "udplite");
+	assert_string_equal(egr_ipproto_name(132), "sctp");
+	assert_string_equal(egr_ipproto_name(262), "mptcp");
+	assert_null(egr_ipproto_name(0));
+	assert_null(egr_ipproto_name(255));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -157,6 +171,7 @@ int main(void)
 		cmocka_unit_test(test_mask_covers),
 		cmocka_unit_test(test_v4mapped),
 		cmocka_unit_test(test_format_bounds),
+		cmocka_unit_test(test_ipproto_name),
 	};
 
 	return cmocka_run_group_tests_name("netaddr", tests, NULL, NULL);

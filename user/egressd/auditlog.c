@@ -22,6 +22,7 @@
 #include "learned.h"
 #include "execobs.h"
 #include "log.h"
+#include "netaddr.h"
 
 /* Destinations listed per execution record at most. */
 #define MAX_DESTS (EGR_DESTS_PER_SB + 8) /* a few over the cap when CPUs race */
@@ -334,23 +335,12 @@ static void h_updated(void *ctx, const struct egr_sb *sb, const char *old_sha256
 
 static const char *proto_name(uint8_t p, char *buf, size_t len)
 {
-	switch (p) {
-	case EGR_IPPROTO_TCP:
-		return "tcp";
-	case EGR_IPPROTO_UDP:
-		return "udp";
-	case EGR_IPPROTO_ICMP:
-		return "icmp";
-	case EGR_IPPROTO_ICMPV6:
-		return "icmpv6";
-	case EGR_IPPROTO_UDPLITE:
-		return "udplite";
-	case EGR_IPPROTO_SCTP:
-		return "sctp";
-	default:
-		snprintf(buf, len, "%u", p);
-		return buf;
-	}
+	const char *name = egr_ipproto_name(p);
+
+	if (name)
+		return name;
+	snprintf(buf, len, "%u", p);
+	return buf;
 }
 
 /* The sandbox's destinations; *complete only when the kernel dropped none

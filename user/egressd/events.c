@@ -25,6 +25,7 @@
 #include "events.h"
 #include "fileio.h"
 #include "log.h"
+#include "netaddr.h"
 #include "metrics.h"
 #include "sandbox.h"
 
@@ -129,24 +130,9 @@ static const char *type_name(uint32_t t)
 
 static json_t *proto_json(uint32_t p)
 {
-	switch (p) {
-	case EGR_IPPROTO_TCP:
-		return json_string("tcp");
-	case EGR_IPPROTO_UDP:
-		return json_string("udp");
-	case EGR_IPPROTO_ICMP:
-		return json_string("icmp");
-	case EGR_IPPROTO_ICMPV6:
-		return json_string("icmpv6");
-	case EGR_IPPROTO_UDPLITE:
-		return json_string("udplite");
-	case EGR_IPPROTO_SCTP:
-		return json_string("sctp");
-	case EGR_IPPROTO_MPTCP:
-		return json_string("mptcp");
-	default:
-		return json_integer(p);
-	}
+	const char *name = egr_ipproto_name(p);
+
+	return name ? json_string(name) : json_integer(p);
 }
 
 static json_t *sock_type_json(uint32_t t)

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "egr_decide.h"
 #include "netaddr.h"
 
 void egr_prefix_mask(uint8_t *addr, unsigned int alen, unsigned int plen)
@@ -47,6 +48,28 @@ bool egr_prefix_unmap(struct egr_prefix *p)
 	p->plen = (uint8_t)(p->plen - 96);
 	egr_prefix_mask(p->addr, 4, p->plen);
 	return true;
+}
+
+const char *egr_ipproto_name(uint32_t proto)
+{
+	switch (proto) {
+	case EGR_IPPROTO_TCP:
+		return "tcp";
+	case EGR_IPPROTO_UDP:
+		return "udp";
+	case EGR_IPPROTO_ICMP:
+		return "icmp";
+	case EGR_IPPROTO_ICMPV6:
+		return "icmpv6";
+	case EGR_IPPROTO_UDPLITE:
+		return "udplite";
+	case EGR_IPPROTO_SCTP:
+		return "sctp";
+	case EGR_IPPROTO_MPTCP:
+		return "mptcp";
+	default:
+		return NULL;
+	}
 }
 
 /* Decimal 0..max without sign, spaces or leading zeros ("0" itself is fine). */

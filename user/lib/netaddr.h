@@ -46,6 +46,12 @@ bool egr_prefix_unmap(struct egr_prefix *p);
  * -EINVAL when the address is not one of family; out is then zeroed. */
 int egr_prefix_parse(const char *text, size_t len, int family, struct egr_prefix *out);
 
+/* The name events, audit records and metrics use for an IP protocol
+ * number (EGR_IPPROTO_* of egr_decide.h: "tcp", "udp", "icmp", "icmpv6",
+ * "udplite", "sctp", "mptcp"), or NULL for any other; callers print those
+ * as the number. */
+const char *egr_ipproto_name(uint32_t proto);
+
 /* "a.b.c.d/N" or "[v6]/N" (brackets for IPv6, so a port may follow), or
  * without "/N" when bare and plen is the whole address. Bytes written
  * without the NUL, or -ENOSPC (buf holds "" then) or -EAFNOSUPPORT. */

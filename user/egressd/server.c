@@ -561,9 +561,10 @@ json_t *egr_server_error(enum egr_err code, const char *msg)
 
 bool egr_server_follows(const json_t *req, const json_t *reply, uint32_t *sandbox)
 {
-	if (!req || !json_is_true(json_object_get(reply, "ok")) ||
-	    egr_op_lookup(json_string_value(json_object_get(req, "op"))) !=
-		    egr_op_desc(EGR_OP_EVENTS) ||
+	const struct egr_op_desc *d =
+		req ? egr_op_lookup(json_string_value(json_object_get(req, "op"))) : NULL;
+
+	if (!d || !(d->flags & EGR_OPF_STREAMS) || !json_is_true(json_object_get(reply, "ok")) ||
 	    !json_is_true(json_object_get(req, "follow")))
 		return false;
 	*sandbox = (uint32_t)json_integer_value(json_object_get(req, "sandbox"));

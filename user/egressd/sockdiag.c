@@ -320,7 +320,7 @@ static int destroy(struct mnl_socket *nl, uint32_t seq, const struct victim *v)
 		.idiag_states = ALL_STATES,
 		.id = v->id,
 	};
-	char buf[MNL_SOCKET_BUFFER_SIZE];
+	char buf[8192]; /* an ack: nlmsgerr and our request */
 	struct nlmsghdr *nlh;
 	ssize_t n;
 

@@ -56,8 +56,7 @@ enum egr_op {
 };
 
 /* What an operation does, for callers that treat kinds of op alike. */
-#define EGR_OPF_CHANGES (1u << 0) /* changes a sandbox (audited, needs its target) */
-#define EGR_OPF_STREAMS (1u << 1) /* may keep the connection ("follow") */
+#define EGR_OPF_STREAMS (1u << 0) /* may keep the connection ("follow": server.c) */
 
 #define EGR_OP_MAX_FIELDS 4
 
@@ -85,7 +84,8 @@ int egr_proto_check_op(const json_t *req, enum egr_op *op, struct egr_proto_erro
 /* --- error codes ---------------------------------------------------------- */
 
 /* The "code" of an error reply (docs/control-protocol.md "Errors"). The
- * strings are the protocol; the values are not on the wire. Append only. */
+ * strings are the protocol and never change; the values are not on the
+ * wire. */
 enum egr_err {
 	EGR_ERR_NONE,            /* "": not an error */
 	EGR_ERR_BAD_REQUEST,     /* not JSON, not an object, unknown op or field, bad type */
@@ -105,7 +105,8 @@ enum egr_err {
 };
 
 /* The wire string of e ("bad_request"); "internal" for a value out of range,
- * "" for EGR_ERR_NONE. */
+ * "" for EGR_ERR_NONE ("unknown" for EGR_ERR_UNKNOWN, which egressd never
+ * sends: server.c answers internal instead). */
 const char *egr_err_code(enum egr_err e);
 /* The code a wire string names: EGR_ERR_NONE for NULL or "",
  * EGR_ERR_UNKNOWN for a string this build does not know. */

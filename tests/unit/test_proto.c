@@ -74,11 +74,80 @@ static void test_check_request(void **state)
 	check("{\"op\":\"list\",\"\":\"list\",\"extextra\":true}", -EINVAL, "\"\"");
 }
 
+/* The op table: every op once, by name and by value, and the request check
+ * says which op a request is. */
+static void test_op_table(void **state)
+{
+	struct egr_proto_error e;
+	enum egr_op op;
+	json_t *o;
+
+	(void)state;
+	for (int i = 0; i < EGR_OP_COUNT; i++) {
+		const struct egr_op_desc *d = egr_op_desc((enum egr_op)i);
+
+		assert_non_null(d);
+		assert_int_equal(d->op, i);
+		assert_ptr_equal(egr_op_lookup(d->name), d);
+		for (int j = 0; j < i; j++)
+			assert_string_not_equal(egr_op_desc((enum egr_op)j)->name, d->name);
+		o = egr_proto_request((enum egr_op)i);
+		assert_non_null(o);
+		op = EGR_OP_COUNT;
+		assert_int_equal(egr_proto_check_op(o, &op, &e), 0);
+		assert_int_equal(op, i);
+		json_decref(o);
+	}
+	assert_null(egr_op_desc(EGR_OP_COUNT));
+	assert_null(egr_op_desc((enum egr_op)-1));
+	assert_null(egr_proto_request(EGR_OP_COUNT));
+	assert_null(egr_op_lookup("frob"));
+	assert_null(egr_op_lookup(NULL));
+	assert_null(egr_op_lookup("PING"));
+	/* The wire names docs/control-protocol.md lists. */
+	assert_string_equal(egr_op_desc(EGR_OP_ATTACH)->name, "attach");
+	assert_string_equal(egr_op_desc(EGR_OP_EVENTS)->name, "events");
+	/* Only events may keep its connection. */
+	for (int i = 0; i < EGR_OP_COUNT; i++)
+		assert_int_equal(!!(egr_op_desc((enum egr_op)i)->flags & EGR_OPF_STREAMS),
+				 i == EGR_OP_EVENTS);
+}
+
+/* Error codes: the wire strings are the protocol and never change. */
+static void test_err_codes(void **state)
+{
+	static const char *const wire[] = { "bad_request", "too_large", "invalid_policy",
+					    "not_found", "not_quarantined", "exists",
+					    "bad_cgroup", "no_space", "forbidden",
+					    "too_many", "unavailable", "internal" };
+
+	(void)state;
+	assert_int_equal(sizeof(wire) / sizeof(wire[0]), EGR_ERR_INTERNAL);
+	for (size_t i = 0; i < sizeof(wire) / sizeof(wire[0]); i++) {
+		enum egr_err e = egr_err_parse(wire[i]);
+
+		assert_int_equal(e, (int)i + 1);
+		assert_string_equal(egr_err_code(e), wire[i]);
+	}
+	assert_int_equal(egr_err_parse(NULL), EGR_ERR_NONE);
+	assert_int_equal(egr_err_parse(""), EGR_ERR_NONE);
+	assert_string_equal(egr_err_code(EGR_ERR_NONE), "");
+	/* A newer egressd's code, and our own "unknown", parse as unknown. */
+	assert_int_equal(egr_err_parse("quota_exceeded"), EGR_ERR_UNKNOWN);
+	assert_int_equal(egr_err_parse("unknown"), EGR_ERR_UNKNOWN);
+	assert_int_equal(egr_err_parse("Internal"), EGR_ERR_UNKNOWN);
+	/* Out of range never reads past the table. */
+	assert_string_equal(egr_err_code(EGR_ERR_COUNT), "internal");
+	assert_string_equal(egr_err_code((enum egr_err)-1), "internal");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_framing),
 		cmocka_unit_test(test_check_request),
+		cmocka_unit_test(test_op_table),
+		cmocka_unit_test(test_err_codes),
 	};
 
 	return cmocka_run_group_tests_name("proto", tests, NULL, NULL);

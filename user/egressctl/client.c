@@ -81,11 +81,14 @@ int ctl_finish(int rc)
 
 int ctl_exit_for_code(const char *code)
 {
-	if (code && strcmp(code, "invalid_policy") == 0)
+	switch (egr_err_parse(code)) {
+	case EGR_ERR_INVALID_POLICY:
 		return CTL_EXIT_INVALID;
-	/* bad_request, too_large, not_found, exists, bad_cgroup, no_space,
-	 * forbidden, internal and anything a newer egressd may add. */
-	return CTL_EXIT_ERROR;
+	default:
+		/* bad_request, too_large, not_found, exists, bad_cgroup, no_space,
+		 * forbidden, internal and anything a newer egressd may add. */
+		return CTL_EXIT_ERROR;
+	}
 }
 
 /* Is this connect() error "nobody is serving that socket"? */

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <jansson.h>
 
+#include "proto.h"
+
 /* Exit statuses (see `egressctl --help`). */
 enum ctl_exit {
 	CTL_EXIT_OK = 0,

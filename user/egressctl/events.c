@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "audit.h"
 #include "ctl.h"
 #include "proto.h"
@@ -124,14 +125,6 @@ static void print_stream_record(const char *type, const char *reason, double gap
 	json_decref(o);
 }
 
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Connect and send the follow request: the fd, or -errno. */
 static int follow_connect(const struct ctl *c, const json_t *req)
 {
@@ -189,7 +182,7 @@ static enum follow_end follow_stream(int fd, bool json, bool *in_gap, double gap
 			json_decref(o);
 			if (*in_gap) {
 				print_stream_record("stream_resumed", "reconnected to egressd",
-						    mono_s() - gap_start, json);
+						    egr_mono_s() - gap_start, json);
 				*in_gap = false;
 			}
 			continue;
@@ -249,7 +242,7 @@ static int follow(const struct ctl *c, json_t *req, bool json)
 					    "connection to egressd lost; reconnecting", -1, json);
 			fprintf(stderr,
 				"egressctl: egressd closed the event stream; reconnecting\n");
-			gap_start = mono_s();
+			gap_start = egr_mono_s();
 			in_gap = true;
 		}
 		do
@@ -320,7 +313,7 @@ int ctl_cmd_events(struct ctl *c, int argc, char **argv)
 	}
 	if (optind < argc)
 		return ctl_usage_error("events", "events: unexpected argument '%s'", argv[optind]);
-	req = json_pack("{s:s, s:b}", "op", "events", "follow", fol);
+	req = json_pack("{s:s, s:b}", "op", egr_op_desc(EGR_OP_EVENTS)->name, "follow", fol);
 	if (!req)
 		return CTL_EXIT_ERROR;
 	if (sandbox)

@@ -285,9 +285,9 @@ static int add_target(json_t *req, const struct cmd_args *a)
 	return CTL_EXIT_OK;
 }
 
-static json_t *new_request(const char *op)
+static json_t *new_request(enum egr_op op)
 {
-	json_t *req = json_pack("{s:s}", "op", op);
+	json_t *req = egr_proto_request(op);
 
 	if (!req)
 		fprintf(stderr, "egressctl: out of memory\n");
@@ -303,7 +303,7 @@ static int cmd_status(struct ctl *c, int argc, char **argv)
 	rc = parse_cmd(c, "status", status_help, "jl", argc, argv, &a);
 	if (rc >= 0)
 		return rc;
-	req = new_request("status");
+	req = new_request(EGR_OP_STATUS);
 	if (!req)
 		return CTL_EXIT_ERROR;
 	rc = ctl_request(c, req, &resp, NULL, 0);
@@ -326,14 +326,14 @@ static int cmd_status(struct ctl *c, int argc, char **argv)
 }
 
 /* attach, update and detach: one sandbox in the answer. */
-static int cmd_sandbox(struct ctl *c, const char *op, const char *help, const char *want,
+static int cmd_sandbox(struct ctl *c, enum egr_op op, const char *help, const char *want,
 		       const char *verb, int argc, char **argv)
 {
 	struct cmd_args a;
 	json_t *req, *resp, *policy = NULL;
 	int rc;
 
-	rc = parse_cmd(c, op, help, want, argc, argv, &a);
+	rc = parse_cmd(c, egr_op_desc(op)->name, help, want, argc, argv, &a);
 	if (rc >= 0)
 		return rc;
 	if (a.policy) {
@@ -375,22 +375,22 @@ static int cmd_sandbox(struct ctl *c, const char *op, const char *help, const ch
 
 static int cmd_attach(struct ctl *c, int argc, char **argv)
 {
-	return cmd_sandbox(c, "attach", attach_help, "cpjn", "attached", argc, argv);
+	return cmd_sandbox(c, EGR_OP_ATTACH, attach_help, "cpjn", "attached", argc, argv);
 }
 
 static int cmd_update(struct ctl *c, int argc, char **argv)
 {
-	return cmd_sandbox(c, "update", update_help, "cipj", "updated", argc, argv);
+	return cmd_sandbox(c, EGR_OP_UPDATE, update_help, "cipj", "updated", argc, argv);
 }
 
 static int cmd_detach(struct ctl *c, int argc, char **argv)
 {
-	return cmd_sandbox(c, "detach", detach_help, "cij", "detached", argc, argv);
+	return cmd_sandbox(c, EGR_OP_DETACH, detach_help, "cij", "detached", argc, argv);
 }
 
 static int cmd_release(struct ctl *c, int argc, char **argv)
 {
-	return cmd_sandbox(c, "release", release_help, "cij", "released", argc, argv);
+	return cmd_sandbox(c, EGR_OP_RELEASE, release_help, "cij", "released", argc, argv);
 }
 
 static int cmd_list(struct ctl *c, int argc, char **argv)
@@ -402,7 +402,7 @@ static int cmd_list(struct ctl *c, int argc, char **argv)
 	rc = parse_cmd(c, "list", list_help, "jh", argc, argv, &a);
 	if (rc >= 0)
 		return rc;
-	req = new_request("list");
+	req = new_request(EGR_OP_LIST);
 	if (!req)
 		return CTL_EXIT_ERROR;
 	rc = ctl_request(c, req, &resp, NULL, 0);

@@ -392,7 +392,8 @@ static int hook_attach(struct ctl *c, const struct hook_opts *o, const char *id,
 		json_decref(policy);
 		return CTL_EXIT_ERROR;
 	}
-	req = json_pack("{s:s, s:s, s:o}", "op", "attach", "cgroup", cg, "policy", policy);
+	req = json_pack("{s:s, s:s, s:o}", "op", egr_op_desc(EGR_OP_ATTACH)->name, "cgroup", cg,
+			"policy", policy);
 	if (req && ns[0] && json_object_set_new(req, "netns", json_string(ns))) {
 		json_decref(req);
 		req = NULL;
@@ -422,8 +423,8 @@ static int hook_detach(struct ctl *c, const char *id, long pid, const char *bund
 		hook_err("poststop", id, "cannot find its cgroup: %s", why);
 		return CTL_EXIT_ERROR;
 	}
-	req = json_pack("{s:s, s:s, s:s}", "op", "detach", "cgroup", cg, "status",
-			"container stopped");
+	req = json_pack("{s:s, s:s, s:s}", "op", egr_op_desc(EGR_OP_DETACH)->name, "cgroup", cg,
+			"status", "container stopped");
 	if (!req) {
 		hook_err("poststop", id, "out of memory");
 		return CTL_EXIT_ERROR;
@@ -436,7 +437,7 @@ static int hook_detach(struct ctl *c, const char *id, long pid, const char *bund
 		return rc;
 	}
 	/* Already gone (detached by hand, or egressd saw the cgroup go). */
-	if (strcmp(code, "not_found") == 0)
+	if (egr_err_parse(code) == EGR_ERR_NOT_FOUND)
 		return CTL_EXIT_OK;
 	hook_err("poststop", id, "detach of %s failed (%s; exit %d)", cg,
 		 code[0] ? code : rc == CTL_EXIT_UNREACHABLE ? "egressd not reachable" : "error",

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "clock.h"
 #include "confine.h"
 #include "ctl.h"
 #include "policy.h"
@@ -177,14 +178,6 @@ static int populated(int fd)
 	return p ? atoi(p + 10) != 0 : -ENODATA;
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* For kernels without cgroup.kill (before 5.14): SIGKILL every process in
  * the tree, one pass. */
 static void kill_tree_pids(const char *dir)
@@ -220,7 +213,7 @@ static void kill_tree_pids(const char *dir)
  * 0, or -EBUSY when processes remain, or -errno. */
 int run_empty_cgroup(const char *cg, int cgfd)
 {
-	uint64_t deadline = now_ms() + KILL_WAIT_MS;
+	uint64_t deadline = egr_mono_ns() / 1000000 + KILL_WAIT_MS;
 	bool have_kill;
 	int err, pop = 1, efd;
 
@@ -249,7 +242,7 @@ int run_empty_cgroup(const char *cg, int cgfd)
 			kill_tree_pids(cg);
 		reap_orphans();
 		pop = populated(efd);
-		now = now_ms();
+		now = egr_mono_ns() / 1000000;
 		if (pop <= 0 || now >= deadline)
 			break;
 		left = (int)(deadline - now);

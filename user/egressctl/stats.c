@@ -190,7 +190,7 @@ int ctl_cmd_stats(struct ctl *c, int argc, char **argv)
 	}
 	if (optind < argc)
 		return ctl_usage_error("stats", "stats: unexpected argument '%s'", argv[optind]);
-	req = json_pack("{s:s}", "op", "stats");
+	req = egr_proto_request(EGR_OP_STATS);
 	if (req && tenant)
 		json_object_set_new(req, "tenant", json_string(tenant));
 	if (!req) {

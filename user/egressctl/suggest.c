@@ -36,7 +36,7 @@ enum { O_SOCKET = 256, O_TIMEOUT, O_HELP, O_EXEC, O_LOG };
 /* The audit log egressd writes, if it answers. */
 static int audit_path(struct ctl *c, char *buf, size_t len)
 {
-	json_t *req = json_pack("{s:s}", "op", "status"), *resp = NULL;
+	json_t *req = egr_proto_request(EGR_OP_STATUS), *resp = NULL;
 	const char *p;
 	int rc;
 

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "obs/alerting.h"
 #include "alerts.h"
 #include "obs/auditlog.h"
@@ -38,14 +39,6 @@ struct egr_breaker {
 	uint64_t trips;
 	time_t started;
 };
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 struct denies {
 	uint64_t connect, datagram, socket, backstop, dns, inspect, total;
@@ -182,7 +175,7 @@ static void trip(struct egr_breaker *b, struct egr_sb *sb, const struct denies *
 
 void egr_breaker_check(struct egr_breaker *b)
 {
-	uint64_t now = mono_ns();
+	uint64_t now = egr_mono_ns();
 	struct track **pt;
 	struct egr_reg_iter it = { 0 };
 
@@ -247,7 +240,7 @@ int egr_breaker_release(struct egr_breaker *b, struct egr_sb *sb, struct egr_fai
 	t = track_get(b, sb->id);
 	if (t) {
 		t->window_s = sb->breaker_max_denies ? sb->breaker_window_s : b->o.window_s;
-		track_reset(t, mono_ns(), d.total);
+		track_reset(t, egr_mono_ns(), d.total);
 	}
 	log_info("breaker: sandbox %u released", sb->id);
 	if (b->audit && egr_auditlog_quarantine(b->audit, sb, false, NULL, 0))

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "ctlconn.h"
 #include "fileio.h"
 #include "obs/events.h"
@@ -55,14 +56,6 @@ struct egr_ctl {
 	struct egr_ctl_stats st;
 };
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 static void conn_close(struct conn *c)
 {
 	struct egr_ctl *ctl = c->ctl;
@@ -98,7 +91,7 @@ static int conn_reply(struct conn *c, json_t *reply)
 	c->cap = c->len;
 	c->off = 0;
 	c->state = C_WRITING;
-	c->deadline_ns = mono_ns() + (uint64_t)EGR_CTL_DEADLINE_MS * 1000000ULL;
+	c->deadline_ns = egr_mono_ns() + (uint64_t)EGR_CTL_DEADLINE_MS * 1000000ULL;
 	egr_loop_del(c->ctl->loop, c->fd);
 	err = egr_loop_add(c->ctl->loop, c->fd, EPOLLOUT, on_conn, c);
 	return err;
@@ -111,7 +104,7 @@ static int conn_commit_done(struct conn *c, int err)
 	int st = egr_commit_status(c->ctl->commit, c->ticket);
 
 	if (st < 0) {
-		json_t *e = egr_server_error("internal", "the request's audit record could not "
+		json_t *e = egr_server_error(EGR_ERR_INTERNAL, "the request's audit record could not "
 							 "be made durable; it is not acknowledged");
 
 		log_error("control: reply to pid %d withheld: %s", c->cred.pid,
@@ -134,7 +127,7 @@ static int conn_request(struct conn *c, size_t len)
 
 	req = json_loadb(c->buf, len, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES, &jerr);
 	if (!req || !json_is_object(req)) {
-		reply = egr_server_error("bad_request",
+		reply = egr_server_error(EGR_ERR_BAD_REQUEST,
 					 req ? "request is not a JSON object" : jerr.text);
 		json_decref(req);
 		req = NULL;
@@ -193,7 +186,7 @@ static int conn_read(struct conn *c)
 	}
 	return 0; /* more later: others get their turn */
 too_large: {
-		json_t *reply = egr_server_error("too_large", "request exceeds 64 MiB");
+		json_t *reply = egr_server_error(EGR_ERR_TOO_LARGE, "request exceeds 64 MiB");
 		int err = conn_reply(c, reply);
 
 		json_decref(reply);
@@ -314,7 +307,7 @@ static void on_accept(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 		c->fd = cfd;
 		c->cred = cred;
 		c->state = C_READING;
-		c->deadline_ns = mono_ns() + (uint64_t)EGR_CTL_DEADLINE_MS * 1000000ULL;
+		c->deadline_ns = egr_mono_ns() + (uint64_t)EGR_CTL_DEADLINE_MS * 1000000ULL;
 		if (egr_loop_add(ctl->loop, cfd, EPOLLIN | EPOLLRDHUP, on_conn, c)) {
 			free(c);
 			close(cfd);
@@ -330,7 +323,7 @@ static void on_accept(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
 	struct egr_ctl *ctl = ctx;
-	uint64_t now = mono_ns(), exp;
+	uint64_t now = egr_mono_ns(), exp;
 	struct conn *c, *next;
 
 	if (read(fd, &exp, sizeof(exp)) < 0 && errno != EAGAIN)

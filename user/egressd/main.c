@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "obs/alerting.h"
 #include "obs/auditlog.h"
 #include "kernel/bpfstate.h"
@@ -87,20 +88,12 @@ static void on_inspect_event(void *ctx, const struct egr_inspect_event *ev)
 	egr_bus_publish(d->bus, &r);
 }
 
-static uint64_t boot_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Expired learned addresses are already denied by the kernel; this frees
  * their entries. */
 static void on_reclaim(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
 	struct dns_ctx *d = ctx;
-	unsigned int n = egr_learned_reclaim(d->learned, boot_ns());
+	unsigned int n = egr_learned_reclaim(d->learned, egr_boot_ns());
 
 	if (n)
 		log_debug("dns: reclaimed %u expired learned address(es)", n);

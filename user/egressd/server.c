@@ -137,9 +137,10 @@ static bool peer_allowed(struct egr_server *s, int fd, struct ucred *cred)
 	return ok;
 }
 
-static json_t *error_reply(const char *code, const char *field, const char *msg)
+/* The one place a reply's error code becomes its wire string. */
+static json_t *error_reply(enum egr_err code, const char *field, const char *msg)
 {
-	json_t *o = json_pack("{s:b, s:s, s:s}", "ok", 0, "code", code, "error", msg);
+	json_t *o = json_pack("{s:b, s:s, s:s}", "ok", 0, "code", egr_err_code(code), "error", msg);
 
 	if (o && field && field[0])
 		json_object_set_new(o, "field", json_string(field));
@@ -148,7 +149,12 @@ static json_t *error_reply(const char *code, const char *field, const char *msg)
 
 static json_t *fail_reply(const struct egr_fail *f)
 {
-	return error_reply(egr_reg_code_name(f->code), f->e.field, f->e.message);
+	enum egr_err code = egr_err_parse(egr_reg_code_name(f->code));
+
+	/* A domain code the protocol does not have is not sent as is. */
+	if (code == EGR_ERR_NONE || code == EGR_ERR_UNKNOWN)
+		code = EGR_ERR_INTERNAL;
+	return error_reply(code, f->e.field, f->e.message);
 }
 
 
@@ -159,22 +165,23 @@ static struct egr_sb *target(struct egr_server *s, const json_t *req, json_t **r
 	struct egr_sb *sb;
 
 	if ((cg && id) || (!cg && !id)) {
-		*reply = error_reply("bad_request", "cgroup", "give exactly one of cgroup or id");
+		*reply =
+		    error_reply(EGR_ERR_BAD_REQUEST, "cgroup", "give exactly one of cgroup or id");
 		return NULL;
 	}
 	if (cg && !json_is_string(cg)) {
-		*reply = error_reply("bad_request", "cgroup", "cgroup must be a string");
+		*reply = error_reply(EGR_ERR_BAD_REQUEST, "cgroup", "cgroup must be a string");
 		return NULL;
 	}
 	if (id && (!json_is_integer(id) || json_integer_value(id) <= 0 ||
 		   json_integer_value(id) > UINT32_MAX)) {
-		*reply = error_reply("bad_request", "id", "id must be a positive integer");
+		*reply = error_reply(EGR_ERR_BAD_REQUEST, "id", "id must be a positive integer");
 		return NULL;
 	}
 	sb = egr_reg_find(s->reg, cg ? json_string_value(cg) : NULL,
 			  id ? (uint32_t)json_integer_value(id) : 0);
 	if (!sb)
-		*reply = error_reply("not_found", cg ? "cgroup" : "id", "no such sandbox");
+		*reply = error_reply(EGR_ERR_NOT_FOUND, cg ? "cgroup" : "id", "no such sandbox");
 	return sb;
 }
 
@@ -195,36 +202,38 @@ static json_t *do_attach(struct egr_server *s, const json_t *req)
 	int pidfd = -1, err;
 
 	if (!json_is_string(cg))
-		return error_reply("bad_request", "cgroup", "cgroup (a path string) is required");
+		return error_reply(EGR_ERR_BAD_REQUEST, "cgroup",
+				   "cgroup (a path string) is required");
 	if (!json_is_object(pol))
-		return error_reply("bad_request", "policy", "policy (an object) is required");
+		return error_reply(EGR_ERR_BAD_REQUEST, "policy", "policy (an object) is required");
 	if (netns && !json_is_string(netns))
-		return error_reply("bad_request", "netns", "netns must be a path string");
+		return error_reply(EGR_ERR_BAD_REQUEST, "netns", "netns must be a path string");
 	if (lpid && (!json_is_integer(lpid) || json_integer_value(lpid) <= 0))
-		return error_reply("bad_request", "launcher_pid",
+		return error_reply(EGR_ERR_BAD_REQUEST, "launcher_pid",
 				   "launcher_pid must be a positive integer (a pid)");
 	if (lpid && !s->lifetime)
-		return error_reply("unavailable", "launcher_pid",
+		return error_reply(EGR_ERR_UNAVAILABLE, "launcher_pid",
 				   "launcher ties are not available in this egressd");
 	if (lpid) {
 		const char *why;
 
 		/* Resolved once: the cgroup checked is the cgroup attached. */
 		if (!realpath(json_string_value(cg), real))
-			return error_reply("bad_cgroup", "cgroup", "the cgroup does not exist");
+			return error_reply(EGR_ERR_BAD_CGROUP, "cgroup",
+					   "the cgroup does not exist");
 		/* Only the connecting process can tie a sandbox to itself. */
 		err = egr_lifetime_peer_launcher(s->peer_fd, &s->peer, json_integer_value(lpid),
 						 real, &l, &pidfd, &why);
 		if (err == -EPERM)
-			return error_reply("forbidden", "launcher_pid", why);
+			return error_reply(EGR_ERR_FORBIDDEN, "launcher_pid", why);
 		if (err == -EBUSY)
-			return error_reply("bad_cgroup", "cgroup", why);
+			return error_reply(EGR_ERR_BAD_CGROUP, "cgroup", why);
 		if (err) {
 			char msg[160];
 
 			snprintf(msg, sizeof(msg), "cannot watch launcher %lld of %s: %s",
 				 (long long)json_integer_value(lpid), real, strerror(-err));
-			return error_reply("internal", "launcher_pid", msg);
+			return error_reply(EGR_ERR_INTERNAL, "launcher_pid", msg);
 		}
 	}
 	if (egr_reg_attach(s->reg, lpid ? real : json_string_value(cg), json_string_value(netns),
@@ -249,7 +258,7 @@ static json_t *do_update(struct egr_server *s, const json_t *req)
 	unsigned closed = 0;
 
 	if (!json_is_object(pol))
-		return error_reply("bad_request", "policy", "policy (an object) is required");
+		return error_reply(EGR_ERR_BAD_REQUEST, "policy", "policy (an object) is required");
 	sb = target(s, req, &reply);
 	if (!sb)
 		return reply;
@@ -269,7 +278,7 @@ static json_t *do_detach(struct egr_server *s, const json_t *req)
 	struct egr_sb *sb;
 
 	if (status && (!json_is_string(status) || json_string_length(status) > 32))
-		return error_reply("bad_request", "status", "status must be a short string");
+		return error_reply(EGR_ERR_BAD_REQUEST, "status", "status must be a short string");
 	sb = target(s, req, &reply);
 	if (!sb) {
 		/* Held under deny-all (detached, or its state was not trusted):
@@ -308,10 +317,11 @@ static json_t *do_release(struct egr_server *s, const json_t *req)
 	if (!sb)
 		return reply;
 	if (!sb->quarantined)
-		return error_reply("not_quarantined", json_object_get(req, "id") ? "id" : "cgroup",
+		return error_reply(EGR_ERR_NOT_QUARANTINED,
+				   json_object_get(req, "id") ? "id" : "cgroup",
 				   "the sandbox is not quarantined");
 	if (!s->breaker)
-		return error_reply("unavailable", NULL, "the circuit breaker is not running");
+		return error_reply(EGR_ERR_UNAVAILABLE, NULL, "the circuit breaker is not running");
 	if (egr_breaker_release(s->breaker, sb, &f))
 		return fail_reply(&f);
 	return sandbox_reply(sb);
@@ -401,17 +411,18 @@ static json_t *do_events(struct egr_server *s, const json_t *req)
 	json_t *sb = json_object_get(req, "sandbox"), *limit = json_object_get(req, "limit");
 
 	if (!s->events)
-		return error_reply("unavailable", NULL, "the event stream is not running");
+		return error_reply(EGR_ERR_UNAVAILABLE, NULL, "the event stream is not running");
 	if (follow && !json_is_boolean(follow))
-		return error_reply("bad_request", "follow", "follow must be a boolean");
+		return error_reply(EGR_ERR_BAD_REQUEST, "follow", "follow must be a boolean");
 	if (sb && (!json_is_integer(sb) || json_integer_value(sb) < 0 ||
 		   json_integer_value(sb) > UINT32_MAX))
-		return error_reply("bad_request", "sandbox", "sandbox must be a sandbox id");
+		return error_reply(EGR_ERR_BAD_REQUEST, "sandbox", "sandbox must be a sandbox id");
 	if (limit && (!json_is_integer(limit) || json_integer_value(limit) < 0))
-		return error_reply("bad_request", "limit", "limit must be a non-negative integer");
+		return error_reply(EGR_ERR_BAD_REQUEST, "limit",
+				   "limit must be a non-negative integer");
 	if (json_is_true(follow)) {
 		if (!egr_events_subscriber_room(s->events))
-			return error_reply("too_many", "follow",
+			return error_reply(EGR_ERR_TOO_MANY, "follow",
 					   "too many event subscribers; try again later");
 		return json_pack("{s:b}", "ok", 1);
 	}
@@ -427,9 +438,9 @@ static json_t *do_stats(struct egr_server *s, const json_t *req)
 	json_t *tenant = json_object_get(req, "tenant"), *body;
 
 	if (tenant && !json_is_string(tenant))
-		return error_reply("bad_request", "tenant", "tenant must be a string");
+		return error_reply(EGR_ERR_BAD_REQUEST, "tenant", "tenant must be a string");
 	if (!s->metrics)
-		return error_reply("internal", NULL, "metering is not available");
+		return error_reply(EGR_ERR_INTERNAL, NULL, "metering is not available");
 	body = egr_metrics_stats_json(s->metrics, json_string_value(tenant));
 	if (!body)
 		return NULL;
@@ -446,34 +457,36 @@ static json_t *do_stats(struct egr_server *s, const json_t *req)
 	return body;
 }
 
+static json_t *do_ping(struct egr_server *s, const json_t *req)
+{
+	(void)s;
+	(void)req;
+	return json_pack("{s:b, s:s}", "ok", 1, "version", EGRESSD_VERSION);
+}
+
+typedef json_t *op_handler(struct egr_server *s, const json_t *req);
+
+/* A handler for every operation of proto's op table, indexed by it. */
+static op_handler *const handlers[EGR_OP_COUNT] = {
+	[EGR_OP_PING] = do_ping,	 [EGR_OP_STATUS] = do_status_obs,
+	[EGR_OP_LIST] = do_list,	 [EGR_OP_ATTACH] = do_attach,
+	[EGR_OP_UPDATE] = do_update,	 [EGR_OP_DETACH] = do_detach,
+	[EGR_OP_RELEASE] = do_release, [EGR_OP_EVENTS] = do_events,
+	[EGR_OP_STATS] = do_stats,
+};
+
 static json_t *dispatch(struct egr_server *s, const json_t *req)
 {
-	const char *op = json_string_value(json_object_get(req, "op"));
 	struct egr_proto_error pe;
+	enum egr_op op;
 
 	/* Op and field names, checked once for every request
 	 * (user/lib/proto.c; fuzzed by tests/fuzz/fuzz_control.c). */
-	if (egr_proto_check_request(req, &pe))
-		return error_reply("bad_request", pe.field, pe.message);
-	if (strcmp(op, "ping") == 0)
-		return json_pack("{s:b, s:s}", "ok", 1, "version", EGRESSD_VERSION);
-	if (strcmp(op, "status") == 0)
-		return do_status_obs(s, req);
-	if (strcmp(op, "events") == 0)
-		return do_events(s, req);
-	if (strcmp(op, "attach") == 0)
-		return do_attach(s, req);
-	if (strcmp(op, "update") == 0)
-		return do_update(s, req);
-	if (strcmp(op, "detach") == 0)
-		return do_detach(s, req);
-	if (strcmp(op, "list") == 0)
-		return do_list(s, req);
-	if (strcmp(op, "release") == 0)
-		return do_release(s, req);
-	if (strcmp(op, "stats") == 0)
-		return do_stats(s, req);
-	return error_reply("bad_request", "op", "unknown op");
+	if (egr_proto_check_op(req, &op, &pe))
+		return error_reply(EGR_ERR_BAD_REQUEST, pe.field, pe.message);
+	if (!handlers[op]) /* an op proto knows and this egressd does not serve */
+		return error_reply(EGR_ERR_BAD_REQUEST, "op", "unknown op");
+	return handlers[op](s, req);
 }
 
 /*
@@ -484,7 +497,7 @@ static json_t *dispatch(struct egr_server *s, const json_t *req)
  */
 void egr_server_refuse(int cfd, const struct ucred *cred)
 {
-	json_t *reply = error_reply("forbidden", NULL,
+	json_t *reply = error_reply(EGR_ERR_FORBIDDEN, NULL,
 				    "peer is sandboxed, or neither root nor in the control group");
 	char *text = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
 
@@ -524,19 +537,21 @@ json_t *egr_server_answer(struct egr_server *s, int cfd, const struct ucred *cre
 		  json_string_value(json_object_get(req, "op")) ?: "?",
 		  json_is_true(json_object_get(reply, "ok")) ? "ok" : "error");
 	if (!reply)
-		reply = error_reply("internal", NULL, "out of memory");
+		reply = error_reply(EGR_ERR_INTERNAL, NULL, "out of memory");
 	return reply;
 }
 
-json_t *egr_server_error(const char *code, const char *msg)
+json_t *egr_server_error(enum egr_err code, const char *msg)
 {
 	return error_reply(code, NULL, msg);
 }
 
 bool egr_server_follows(const json_t *req, const json_t *reply, uint32_t *sandbox)
 {
-	if (!req || !json_is_true(json_object_get(reply, "ok")) ||
-	    strcmp(json_string_value(json_object_get(req, "op")) ?: "", "events") != 0 ||
+	const struct egr_op_desc *d =
+		req ? egr_op_lookup(json_string_value(json_object_get(req, "op"))) : NULL;
+
+	if (!d || !(d->flags & EGR_OPF_STREAMS) || !json_is_true(json_object_get(reply, "ok")) ||
 	    !json_is_true(json_object_get(req, "follow")))
 		return false;
 	*sandbox = (uint32_t)json_integer_value(json_object_get(req, "sandbox"));

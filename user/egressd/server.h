@@ -12,6 +12,7 @@
 #include "kernel/bpfstate.h"
 #include "harden.h"
 #include "obs/health.h"
+#include "proto.h"
 #include "sandbox.h"
 
 struct egr_events;
@@ -55,7 +56,7 @@ void egr_server_refuse(int cfd, const struct ucred *cred);
 json_t *egr_server_answer(struct egr_server *s, int cfd, const struct ucred *cred,
 			  const json_t *req);
 /* {"ok":false,"code":code,"error":msg} (NULL when out of memory). */
-json_t *egr_server_error(const char *code, const char *msg);
+json_t *egr_server_error(enum egr_err code, const char *msg);
 /* Does this exchange hand the connection to the event stream? */
 bool egr_server_follows(const json_t *req, const json_t *reply, uint32_t *sandbox);
 

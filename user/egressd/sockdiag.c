@@ -8,13 +8,14 @@
  * (CONFIG_INET_DIAG_DESTROY), which the owner sees as ECONNABORTED.
  * A detached sandbox loses every TCP and UDP socket it has, whatever its
  * state; with a network namespace of its own, the dumps run there too.
+ * The netlink framing (headers, attributes, sequence and port checks, acks
+ * and errors) is libmnl's, as in localaddr.c.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
-#include <linux/rtnetlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <stdbool.h>
@@ -22,6 +23,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <libmnl/libmnl.h>
 
 #include "log.h"
 #include "sockdiag.h"
@@ -39,6 +42,10 @@ struct listener {
 	uint16_t port; /* network order */
 };
 
+/* A dump reply larger than this is never sent: the kernel caps a dump
+ * skb at 32 KiB (netlink_dump()'s max_recvmsg_len). */
+#define DIAG_DUMP_BUF 32768
+
 struct scan {
 	int netns_fd; /* -1: egressd's own */
 	bool all;     /* every socket is a victim (detach) */
@@ -48,6 +55,9 @@ struct scan {
 	size_t nl, capl;
 	struct victim *cand; /* established sockets, judged after the dump */
 	size_t nc, capc;
+	/* The dump callback's state. */
+	uint8_t family, protocol;
+	int cb_err;
 };
 
 static bool in_set(const uint64_t *ids, size_t n, uint64_t id)
@@ -74,8 +84,25 @@ static int grow(void **arr, size_t *cap, size_t n, size_t elem)
 
 struct netns_open {
 	int netns_fd;
-	int fd; /* result: the socket, or -errno */
+	struct mnl_socket *nl; /* result, or NULL with err */
+	int err;
 };
+
+static struct mnl_socket *diag_socket(int *err)
+{
+	struct mnl_socket *nl = mnl_socket_open2(NETLINK_SOCK_DIAG, SOCK_CLOEXEC);
+
+	if (!nl) {
+		*err = -errno;
+		return NULL;
+	}
+	if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0) {
+		*err = -errno;
+		mnl_socket_close(nl);
+		return NULL;
+	}
+	return nl;
+}
 
 /* setns() moves only the calling thread: a short-lived one enters the
  * sandbox's namespace, so egressd's own thread never leaves its own. */
@@ -84,84 +111,66 @@ static void *open_in_netns(void *arg)
 	struct netns_open *o = arg;
 
 	if (setns(o->netns_fd, CLONE_NEWNET) < 0) {
-		o->fd = -errno;
+		o->err = -errno;
 		return NULL;
 	}
-	o->fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-	if (o->fd < 0)
-		o->fd = -errno;
+	o->nl = diag_socket(&o->err);
 	return NULL;
 }
 
 /* A sock_diag socket of the namespace netns_fd (-1: ours); sock_diag sees
- * the sockets of the namespace the socket was made in. fd or -errno. */
-static int open_diag(int netns_fd)
+ * the sockets of the namespace the socket was made in. NULL with *err set
+ * when it cannot be had. */
+static struct mnl_socket *open_diag(int netns_fd, int *err)
 {
-	struct netns_open o = { .netns_fd = netns_fd, .fd = -EIO };
+	struct netns_open o = { .netns_fd = netns_fd, .err = -EIO };
 	pthread_t t;
-	int err, fd;
+	int rc;
 
-	if (netns_fd < 0) {
-		fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
-		return fd < 0 ? -errno : fd;
+	if (netns_fd < 0)
+		return diag_socket(err);
+	rc = pthread_create(&t, NULL, open_in_netns, &o);
+	if (rc) {
+		*err = -rc;
+		return NULL;
 	}
-	err = pthread_create(&t, NULL, open_in_netns, &o);
-	if (err)
-		return -err;
 	pthread_join(t, NULL);
-	return o.fd;
-}
-
-static int nl_send(int fd, uint16_t type, uint16_t flags, const struct inet_diag_req_v2 *req)
-{
-	struct {
-		struct nlmsghdr nlh;
-		struct inet_diag_req_v2 req;
-	} msg = {
-		.nlh = { .nlmsg_len = sizeof(msg), .nlmsg_type = type, .nlmsg_flags = flags },
-		.req = *req,
-	};
-	struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
-
-	if (sendto(fd, &msg, sizeof(msg), 0, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		return -errno;
-	return 0;
+	if (!o.nl)
+		*err = o.err;
+	return o.nl;
 }
 
 /* Most cgroup ids one filter program takes: a jump ("no", 16 bits) spans
  * the rest of the program. */
 #define BC_MAX_IDS 4000
 
-/*
- * A dump request with an INET_DIAG_REQ_BYTECODE program that accepts only
- * sockets whose cgroup is one of ids, so the kernel skips the host's other
- * sockets instead of copying every one of them here (an attach dumped all
- * of them four times). Per id: CGROUP_COND (match: on to the next op, a
- * jump to the end = accept; no match: skip that jump), then one final jump
- * 4 bytes past the end = reject. The kernel's audit walks the "yes" chain,
- * so every op's yes is its own length. The userspace check in dump() stays.
- */
-static int nl_send_filtered(int fd, const struct inet_diag_req_v2 *req, const uint64_t *ids,
-			    size_t n)
+/* A request: the header, then req, in buf of buflen bytes. */
+static struct nlmsghdr *put_req(void *buf, uint16_t type, uint16_t flags, uint32_t seq,
+				const struct inet_diag_req_v2 *req)
 {
-	size_t bc_len = n * 16 + 4, len = NLMSG_LENGTH(sizeof(*req)) + NLA_HDRLEN + bc_len;
-	struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
-	struct nlmsghdr *nlh;
-	struct nlattr *nla;
-	unsigned char *bc;
-	int err = 0;
+	struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
 
-	nlh = calloc(1, len);
-	if (!nlh)
-		return -ENOMEM;
-	nlh->nlmsg_len = (uint32_t)len;
-	nlh->nlmsg_type = SOCK_DIAG_BY_FAMILY;
-	nlh->nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-	memcpy(NLMSG_DATA(nlh), req, sizeof(*req));
-	nla = (struct nlattr *)((char *)nlh + NLMSG_LENGTH(sizeof(*req)));
-	nla->nla_type = INET_DIAG_REQ_BYTECODE;
-	nla->nla_len = (uint16_t)(NLA_HDRLEN + bc_len);
-	bc = (unsigned char *)nla + NLA_HDRLEN;
+	nlh->nlmsg_type = type;
+	nlh->nlmsg_flags = flags;
+	nlh->nlmsg_seq = seq;
+	memcpy(mnl_nlmsg_put_extra_header(nlh, sizeof(*req)), req, sizeof(*req));
+	return nlh;
+}
+
+/*
+ * An INET_DIAG_REQ_BYTECODE program that accepts only sockets whose cgroup
+ * is one of ids, so the kernel skips the host's other sockets instead of
+ * copying every one of them here (an attach dumped all of them four times).
+ * Per id: CGROUP_COND (match: on to the next op, a jump to the end = accept;
+ * no match: skip that jump), then one final jump 4 bytes past the end =
+ * reject. The kernel's audit walks the "yes" chain, so every op's yes is its
+ * own length. The userspace check in the dump callback stays.
+ */
+static void put_cgroup_filter(struct nlmsghdr *nlh, unsigned char *bc, const uint64_t *ids,
+			      size_t n)
+{
+	size_t bc_len = n * 16 + 4;
+
 	for (size_t i = 0; i < n; i++) {
 		struct inet_diag_bc_op cond = { INET_DIAG_BC_CGROUP_COND, 12, 16 };
 		struct inet_diag_bc_op jmp = { INET_DIAG_BC_JMP, 4, 0 };
@@ -174,30 +183,62 @@ static int nl_send_filtered(int fd, const struct inet_diag_req_v2 *req, const ui
 	}
 	memcpy(bc + n * 16, &(struct inet_diag_bc_op){ INET_DIAG_BC_JMP, 4, 8 },
 	       sizeof(struct inet_diag_bc_op));
-	if (sendto(fd, nlh, len, 0, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		err = -errno;
-	free(nlh);
-	return err;
+	mnl_attr_put(nlh, INET_DIAG_REQ_BYTECODE, bc_len, bc);
 }
 
-static uint64_t msg_cgroup_id(const struct nlmsghdr *h, const struct inet_diag_msg *m)
+static int cgroup_attr_cb(const struct nlattr *attr, void *data)
 {
-	int len = (int)h->nlmsg_len - NLMSG_LENGTH(sizeof(*m));
-	struct rtattr *a = (struct rtattr *)(m + 1);
+	uint64_t *id = data;
 
-	for (; RTA_OK(a, len); a = RTA_NEXT(a, len))
-		if (a->rta_type == INET_DIAG_CGROUP_ID && RTA_PAYLOAD(a) >= (int)sizeof(uint64_t)) {
-			uint64_t id;
+	if (mnl_attr_get_type(attr) == INET_DIAG_CGROUP_ID &&
+	    mnl_attr_get_payload_len(attr) >= sizeof(uint64_t))
+		memcpy(id, mnl_attr_get_payload(attr), sizeof(*id));
+	return MNL_CB_OK;
+}
 
-			memcpy(&id, RTA_DATA(a), sizeof(id));
-			return id;
-		}
-	return 0;
+static uint64_t msg_cgroup_id(const struct nlmsghdr *h)
+{
+	uint64_t id = 0;
+
+	if (mnl_attr_parse(h, sizeof(struct inet_diag_msg), cgroup_attr_cb, &id) < 0)
+		return 0;
+	return id;
+}
+
+/* One socket of a dump: a listener or connected socket of the sandbox's
+ * cgroups is kept (every socket of them, for a detach). */
+static int dump_cb(const struct nlmsghdr *h, void *data)
+{
+	struct scan *s = data;
+	const struct inet_diag_msg *m = mnl_nlmsg_get_payload(h);
+
+	if (h->nlmsg_len < mnl_nlmsg_size(sizeof(*m)))
+		return MNL_CB_OK;
+	if (!in_set(s->cgids, s->ncg, msg_cgroup_id(h)))
+		return MNL_CB_OK;
+	if (s->all) {
+		if ((s->cb_err = grow((void **)&s->cand, &s->capc, s->nc, sizeof(*s->cand))))
+			return MNL_CB_ERROR;
+		s->cand[s->nc++] = (struct victim){ s->family, s->protocol, m->id };
+		return MNL_CB_OK;
+	}
+	if (s->protocol == IPPROTO_TCP && m->idiag_state == TCP_LISTEN_STATE) {
+		if ((s->cb_err = grow((void **)&s->l, &s->capl, s->nl, sizeof(*s->l))))
+			return MNL_CB_ERROR;
+		s->l[s->nl++] = (struct listener){ s->family, m->id.idiag_sport };
+		return MNL_CB_OK;
+	}
+	if (!m->id.idiag_dport)
+		return MNL_CB_OK; /* not connected: sendmsg judges each datagram */
+	if ((s->cb_err = grow((void **)&s->cand, &s->capc, s->nc, sizeof(*s->cand))))
+		return MNL_CB_ERROR;
+	s->cand[s->nc++] = (struct victim){ s->family, s->protocol, m->id };
+	return MNL_CB_OK;
 }
 
 /* One dump of (family, protocol): listeners and connected sockets of the
  * sandbox's cgroups. filter: let the kernel select them (see
- * nl_send_filtered); without it every socket of the host comes back. */
+ * put_cgroup_filter); without it every socket of the host comes back. */
 static int dump(struct scan *s, uint8_t family, uint8_t protocol, bool filter)
 {
 	struct inet_diag_req_v2 req = {
@@ -205,63 +246,59 @@ static int dump(struct scan *s, uint8_t family, uint8_t protocol, bool filter)
 		.sdiag_protocol = protocol,
 		.idiag_states = ALL_STATES,
 	};
-	char buf[32768];
-	int fd, err;
-	bool done = false;
+	size_t bc_len = filter ? s->ncg * 16 + 4 : 0;
+	size_t reqlen = MNL_ALIGN(mnl_nlmsg_size(sizeof(req))) + MNL_ATTR_HDRLEN + bc_len;
+	unsigned char *reqbuf = NULL, *bc = NULL;
+	struct mnl_socket *nl;
+	struct nlmsghdr *nlh;
+	uint32_t seq = 1, portid;
+	char *buf = NULL;
+	int err = 0, rc;
 
-	fd = open_diag(s->netns_fd);
-	if (fd < 0)
-		return fd;
+	nl = open_diag(s->netns_fd, &err);
+	if (!nl)
+		return err;
+	portid = mnl_socket_get_portid(nl);
+	reqbuf = calloc(1, MNL_ALIGN(reqlen));
+	bc = filter ? malloc(bc_len) : NULL;
+	buf = malloc(DIAG_DUMP_BUF);
+	if (!reqbuf || !buf || (filter && !bc)) {
+		err = -ENOMEM;
+		goto out;
+	}
+	nlh = put_req(reqbuf, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, seq, &req);
 	if (filter)
-		err = nl_send_filtered(fd, &req, s->cgids, s->ncg);
-	else
-		err = nl_send(fd, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, &req);
-	while (!err && !done) {
-		ssize_t n = recv(fd, buf, sizeof(buf), 0);
-		struct nlmsghdr *h;
+		put_cgroup_filter(nlh, bc, s->cgids, s->ncg);
+	if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0) {
+		err = -errno;
+		goto out;
+	}
+	s->family = family;
+	s->protocol = protocol;
+	s->cb_err = 0;
+	for (;;) {
+		ssize_t n = mnl_socket_recvfrom(nl, buf, DIAG_DUMP_BUF);
 
 		if (n < 0) {
-			err = errno == EINTR ? 0 : -errno;
-			continue;
+			if (errno == EINTR)
+				continue;
+			err = -errno;
+			break;
 		}
-		for (h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
-			struct inet_diag_msg *m = NLMSG_DATA(h);
-
-			if (h->nlmsg_type == NLMSG_DONE) {
-				done = true;
-				break;
-			}
-			if (h->nlmsg_type == NLMSG_ERROR) {
-				struct nlmsgerr *e = NLMSG_DATA(h);
-
-				err = e->error ? e->error : -EIO;
-				break;
-			}
-			if (h->nlmsg_len < NLMSG_LENGTH(sizeof(*m)))
-				continue;
-			if (!in_set(s->cgids, s->ncg, msg_cgroup_id(h, m)))
-				continue;
-			if (s->all) {
-				if ((err = grow((void **)&s->cand, &s->capc, s->nc,
-						sizeof(*s->cand))))
-					break;
-				s->cand[s->nc++] = (struct victim){ family, protocol, m->id };
-				continue;
-			}
-			if (protocol == IPPROTO_TCP && m->idiag_state == TCP_LISTEN_STATE) {
-				if ((err = grow((void **)&s->l, &s->capl, s->nl, sizeof(*s->l))))
-					break;
-				s->l[s->nl++] = (struct listener){ family, m->id.idiag_sport };
-				continue;
-			}
-			if (!m->id.idiag_dport)
-				continue; /* not connected: sendmsg judges each datagram */
-			if ((err = grow((void **)&s->cand, &s->capc, s->nc, sizeof(*s->cand))))
-				break;
-			s->cand[s->nc++] = (struct victim){ family, protocol, m->id };
+		rc = mnl_cb_run(buf, (size_t)n, seq, portid, dump_cb, s);
+		if (rc == MNL_CB_STOP)
+			break; /* NLMSG_DONE */
+		if (rc == MNL_CB_ERROR) {
+			/* Ours (out of memory), or the kernel's NLMSG_ERROR. */
+			err = s->cb_err ? s->cb_err : errno ? -errno : -EIO;
+			break;
 		}
 	}
-	close(fd);
+out:
+	free(buf);
+	free(bc);
+	free(reqbuf);
+	mnl_socket_close(nl);
 	return err;
 }
 
@@ -275,7 +312,7 @@ static bool accepted(const struct scan *s, const struct victim *v)
 	return false;
 }
 
-static int destroy(int fd, const struct victim *v)
+static int destroy(struct mnl_socket *nl, uint32_t seq, const struct victim *v)
 {
 	struct inet_diag_req_v2 req = {
 		.sdiag_family = v->family,
@@ -283,22 +320,22 @@ static int destroy(int fd, const struct victim *v)
 		.idiag_states = ALL_STATES,
 		.id = v->id,
 	};
-	char buf[4096];
+	char buf[8192]; /* an ack: nlmsgerr and our request */
+	struct nlmsghdr *nlh;
 	ssize_t n;
-	int err;
 
-	err = nl_send(fd, SOCK_DESTROY, NLM_F_REQUEST | NLM_F_ACK, &req);
-	if (err)
-		return err;
-	n = recv(fd, buf, sizeof(buf), 0);
+	nlh = put_req(buf, SOCK_DESTROY, NLM_F_REQUEST | NLM_F_ACK, seq, &req);
+	if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
+		return -errno;
+	do
+		n = mnl_socket_recvfrom(nl, buf, sizeof(buf));
+	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return -errno;
-	if ((size_t)n >= NLMSG_LENGTH(sizeof(struct nlmsgerr))) {
-		struct nlmsghdr *h = (struct nlmsghdr *)buf;
-
-		if (h->nlmsg_type == NLMSG_ERROR)
-			return ((struct nlmsgerr *)NLMSG_DATA(h))->error;
-	}
+	/* The ack: MNL_CB_STOP for success, MNL_CB_ERROR with errno. */
+	if (mnl_cb_run(buf, (size_t)n, seq, mnl_socket_get_portid(nl), NULL, NULL) ==
+	    MNL_CB_ERROR)
+		return errno ? -errno : -EIO;
 	return 0;
 }
 
@@ -308,7 +345,8 @@ static int destroy_matching(struct scan *s, bool keep_accepted, egr_sock_judge_f
 	static const uint8_t families[] = { AF_INET, AF_INET6 };
 	static const uint8_t protocols[] = { IPPROTO_TCP, IPPROTO_UDP };
 	bool filter = s->ncg > 0 && s->ncg <= BC_MAX_IDS;
-	int fd = -1, err = 0;
+	struct mnl_socket *nl = NULL;
+	int err = 0;
 
 	*destroyed = 0;
 	for (size_t f = 0; f < 2 && !err; f++) {
@@ -328,11 +366,9 @@ static int destroy_matching(struct scan *s, bool keep_accepted, egr_sock_judge_f
 		log_error("sock_diag dump: %s", strerror(-err));
 		goto out;
 	}
-	fd = open_diag(s->netns_fd);
-	if (fd < 0) {
-		err = fd;
+	nl = open_diag(s->netns_fd, &err);
+	if (!nl)
 		goto out;
-	}
 	for (size_t i = 0; i < s->nc; i++) {
 		const struct victim *v = &s->cand[i];
 		const uint8_t *dst = (const uint8_t *)v->id.idiag_dst;
@@ -346,7 +382,7 @@ static int destroy_matching(struct scan *s, bool keep_accepted, egr_sock_judge_f
 			continue;
 		if (!s->all && judge(ctx, v->family, dst, ntohs(v->id.idiag_dport), v->protocol))
 			continue;
-		rc = destroy(fd, v);
+		rc = destroy(nl, (uint32_t)i + 1, v);
 		if (rc && rc != -ENOENT) {
 			log_warn("SOCK_DESTROY (protocol %u port %u): %s", v->protocol,
 				 ntohs(v->id.idiag_dport), strerror(-rc));
@@ -356,8 +392,8 @@ static int destroy_matching(struct scan *s, bool keep_accepted, egr_sock_judge_f
 		(*destroyed)++;
 	}
 out:
-	if (fd >= 0)
-		close(fd);
+	if (nl)
+		mnl_socket_close(nl);
 	free(s->cand);
 	free(s->l);
 	return err;

@@ -19,6 +19,7 @@
 #include <sys/types.h>
 
 #include "compile.h"
+#include "netaddr.h"
 
 struct item {
 	uint8_t addr[16];
@@ -99,20 +100,6 @@ static int cmp_ival(const void *a, const void *b)
 	if (x->hi != y->hi)
 		return x->hi < y->hi ? -1 : 1;
 	return 0;
-}
-
-static void mask(uint8_t *addr, unsigned int alen, unsigned int plen)
-{
-	unsigned int i;
-
-	for (i = 0; i < alen; i++) {
-		if (plen >= 8 * (i + 1))
-			continue;
-		if (plen <= 8 * i)
-			addr[i] = 0;
-		else
-			addr[i] &= (uint8_t)(0xff << (8 - (plen - 8 * i)));
-	}
 }
 
 /* Sort and union overlapping or adjacent intervals in place; new count. */
@@ -250,16 +237,19 @@ static ssize_t find_prefix(const struct family *f, unsigned int plen, const uint
 
 static void fail_prefix(const struct family *f, size_t pi, size_t needed, struct egr_error *err)
 {
-	char a[INET6_ADDRSTRLEN] = "?";
+	struct egr_prefix p = { .family = f->alen == 4 ? AF_INET : AF_INET6,
+				.plen = (uint8_t)pfx_len(f, pi) };
+	char a[EGR_PREFIX_TEXT_MAX];
 
-	inet_ntop(f->alen == 4 ? AF_INET : AF_INET6, pfx_addr(f, pi), a, sizeof(a));
+	memcpy(p.addr, pfx_addr(f, pi), f->alen);
+	if (egr_prefix_format(&p, false, a, sizeof(a)) < 0)
+		snprintf(a, sizeof(a), "?");
 	snprintf(err->field, sizeof(err->field), "network.outbound_allow[%u]",
 		 f->pfx[pi].min_index);
 	snprintf(err->message, sizeof(err->message),
-		 "prefix %s%s%s/%u needs %zu port ranges, max %d (ranges of covering prefixes "
+		 "prefix %s needs %zu port ranges, max %d (ranges of covering prefixes "
 		 "are merged into it; combine ports into ranges or use \"*\")",
-		 f->alen == 16 ? "[" : "", a, f->alen == 16 ? "]" : "", pfx_len(f, pi), needed,
-		 EGR_MAX_PORT_RANGES);
+		 a, needed, EGR_MAX_PORT_RANGES);
 }
 
 static int compile_family(struct family *f, struct scratch *s, struct egr_error *err)
@@ -333,7 +323,7 @@ static int compile_family(struct family *f, struct scratch *s, struct egr_error 
 			if (!f->present[l])
 				continue;
 			memcpy(a, pfx_addr(f, i), f->alen);
-			mask(a, f->alen, (unsigned int)l);
+			egr_prefix_mask(a, f->alen, (unsigned int)l);
 			pi = find_prefix(f, (unsigned int)l, a);
 			if (pi >= 0)
 				parent = pfx_rule(f, (size_t)pi);
@@ -402,7 +392,7 @@ int egr_policy_compile(const struct egr_policy *p, struct egr_compiled *out,
 			continue;
 		it = &f->items[f->nitems++];
 		memcpy(it->addr, a->addr, f->alen);
-		mask(it->addr, f->alen, a->prefixlen);
+		egr_prefix_mask(it->addr, f->alen, a->prefixlen);
 		it->plen = a->prefixlen;
 		it->lo = a->port_lo <= a->port_hi ? a->port_lo : a->port_hi;
 		it->hi = a->port_lo <= a->port_hi ? a->port_hi : a->port_lo;

@@ -13,6 +13,7 @@
 
 #include "dnspolicy.h"
 #include "dnswire.h"
+#include "netaddr.h"
 
 struct name_ent {
 	char *name;
@@ -562,15 +563,6 @@ const char *egr_rebind_form_name(enum egr_rebind_form f)
 	return "?";
 }
 
-static bool prefix_covers(const uint8_t *net, unsigned int plen, const uint8_t *a)
-{
-	unsigned int full = plen / 8, rest = plen % 8;
-
-	if (memcmp(net, a, full))
-		return false;
-	return !rest || ((net[full] ^ a[full]) & (uint8_t)(0xff << (8 - rest))) == 0;
-}
-
 bool egr_dnspolicy_rebind_blocked(const struct egr_dnspolicy *pol, int family,
 				  const uint8_t *addr, struct egr_rebind_verdict *v)
 {
@@ -602,11 +594,11 @@ bool egr_dnspolicy_rebind_blocked_local(const struct egr_dnspolicy *pol, int fam
 		const struct egr_cidr *c = &pol->rebind[i];
 
 		if (c->kind == EGR_HOST_V6 && family == AF_INET6 &&
-		    prefix_covers(c->addr, c->prefixlen, addr))
+		    egr_prefix_covers(c->addr, c->prefixlen, addr))
 			return false;
 		/* An IPv4 address, or the IPv4 address an IPv6 form embeds. */
 		if (c->kind == EGR_HOST_V4 && (family == AF_INET || r.form != EGR_REBIND_NATIVE) &&
-		    prefix_covers(c->addr, c->prefixlen, r.v4))
+		    egr_prefix_covers(c->addr, c->prefixlen, r.v4))
 			return false;
 	}
 	return true;

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "localaddr.h"
 #include "log.h"
 
@@ -208,14 +209,6 @@ static int dump_cb(const struct nlmsghdr *nlh, void *data)
 	return la->dump_err ? MNL_CB_ERROR : MNL_CB_OK;
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /* Re-read the whole set. The notification socket was subscribed before, so
  * a change during the dump is in its queue too and applies after (adds and
  * deletes are idempotent, and they come in order). */
@@ -225,7 +218,7 @@ static int resync(struct egr_localaddr *la)
 	int err = -EIO;
 
 	la->synced = false;
-	la->last_resync_ns = mono_ns();
+	la->last_resync_ns = egr_mono_ns();
 	for (int t = 0; t < DUMP_TRIES; t++) {
 		struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
 		struct ifaddrmsg *ifa;
@@ -385,13 +378,13 @@ int egr_localaddr_process(struct egr_localaddr *la)
 		/* A namespace whose root churns addresses must not make egressd
 		 * dump it for every answer: at most one dump a second, the set
 		 * unknown (everything local) in between. */
-		if (mono_ns() - la->last_resync_ns < 1000000000ULL) {
+		if (egr_mono_ns() - la->last_resync_ns < 1000000000ULL) {
 			la->synced = false;
 			return -EAGAIN;
 		}
 		return resync(la);
 	}
-	if (!la->synced && mono_ns() - la->last_resync_ns >= 1000000000ULL)
+	if (!la->synced && egr_mono_ns() - la->last_resync_ns >= 1000000000ULL)
 		return resync(la);
 	return la->synced ? err : -EIO;
 }

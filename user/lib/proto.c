@@ -120,7 +120,8 @@ int egr_proto_read_by(int fd, size_t max, const struct timespec *deadline, json_
 	obj = json_loadb(buf, len, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES, &jerr);
 	if (!obj || !json_is_object(obj)) {
 		if (errmsg)
-			snprintf(errmsg, errlen, "%s", obj ? "request is not a JSON object" : jerr.text);
+			snprintf(errmsg, errlen, "%s",
+				 obj ? "request is not a JSON object" : jerr.text);
 		json_decref(obj);
 		err = -EBADMSG;
 		goto out;
@@ -197,38 +198,64 @@ out:
 	return err;
 }
 
-/* Every operation and the fields it takes besides "op". */
-static const struct {
-	const char *op;
-	const char *fields[5];
-} known_ops[] = {
-	{ "ping", { NULL } },
-	{ "status", { NULL } },
-	{ "list", { NULL } },
-	{ "attach", { "cgroup", "policy", "netns", "launcher_pid", NULL } },
-	{ "update", { "cgroup", "id", "policy", NULL } },
-	{ "detach", { "cgroup", "id", "status", NULL } },
-	{ "release", { "cgroup", "id", NULL } },
-	{ "events", { "follow", "sandbox", "limit", NULL } },
-	{ "stats", { "tenant", NULL } },
+/* The one list of operations (enum egr_op is its index). */
+static const struct egr_op_desc ops[EGR_OP_COUNT] = {
+	[EGR_OP_PING] = { "ping", EGR_OP_PING, 0, { NULL } },
+	[EGR_OP_STATUS] = { "status", EGR_OP_STATUS, 0, { NULL } },
+	[EGR_OP_LIST] = { "list", EGR_OP_LIST, 0, { NULL } },
+	[EGR_OP_ATTACH] = { "attach", EGR_OP_ATTACH, 0,
+			    { "cgroup", "policy", "netns", "launcher_pid", NULL } },
+	[EGR_OP_UPDATE] = { "update", EGR_OP_UPDATE, 0, { "cgroup", "id", "policy", NULL } },
+	[EGR_OP_DETACH] = { "detach", EGR_OP_DETACH, 0, { "cgroup", "id", "status", NULL } },
+	[EGR_OP_RELEASE] = { "release", EGR_OP_RELEASE, 0, { "cgroup", "id", NULL } },
+	[EGR_OP_EVENTS] = { "events", EGR_OP_EVENTS, EGR_OPF_STREAMS,
+			    { "follow", "sandbox", "limit", NULL } },
+	[EGR_OP_STATS] = { "stats", EGR_OP_STATS, 0, { "tenant", NULL } },
 };
+
+const struct egr_op_desc *egr_op_desc(enum egr_op op)
+{
+	if ((unsigned int)op >= EGR_OP_COUNT || !ops[op].name)
+		return NULL;
+	return &ops[op];
+}
+
+const struct egr_op_desc *egr_op_lookup(const char *name)
+{
+	if (!name)
+		return NULL;
+	for (size_t i = 0; i < EGR_OP_COUNT; i++)
+		if (ops[i].name && strcmp(ops[i].name, name) == 0)
+			return &ops[i];
+	return NULL;
+}
+
+json_t *egr_proto_request(enum egr_op op)
+{
+	const struct egr_op_desc *d = egr_op_desc(op);
+
+	return d ? json_pack("{s:s}", "op", d->name) : NULL;
+}
 
 int egr_proto_check_request(const json_t *req, struct egr_proto_error *e)
 {
-	const char *op = json_string_value(json_object_get(req, "op"));
+	return egr_proto_check_op(req, NULL, e);
+}
+
+int egr_proto_check_op(const json_t *req, enum egr_op *op, struct egr_proto_error *e)
+{
+	const char *name = json_string_value(json_object_get(req, "op"));
+	const struct egr_op_desc *d;
 	const char *key;
 	json_t *val;
-	size_t i;
 
-	if (!json_is_object(req) || !op) {
+	if (!json_is_object(req) || !name) {
 		snprintf(e->field, sizeof(e->field), "op");
 		snprintf(e->message, sizeof(e->message), "op (a string) is required");
 		return -EINVAL;
 	}
-	for (i = 0; i < sizeof(known_ops) / sizeof(known_ops[0]); i++)
-		if (strcmp(known_ops[i].op, op) == 0)
-			break;
-	if (i == sizeof(known_ops) / sizeof(known_ops[0])) {
+	d = egr_op_lookup(name);
+	if (!d) {
 		snprintf(e->field, sizeof(e->field), "op");
 		snprintf(e->message, sizeof(e->message), "unknown op");
 		return -EINVAL;
@@ -237,7 +264,7 @@ int egr_proto_check_request(const json_t *req, struct egr_proto_error *e)
 	{
 		bool known = strcmp(key, "op") == 0;
 
-		for (const char *const *f = known_ops[i].fields; !known && *f; f++)
+		for (const char *const *f = d->fields; !known && *f; f++)
 			known = strcmp(key, *f) == 0;
 		if (!known) {
 			/* An empty key still gets a field an operator can read. */
@@ -246,5 +273,42 @@ int egr_proto_check_request(const json_t *req, struct egr_proto_error *e)
 			return -EINVAL;
 		}
 	}
+	if (op)
+		*op = d->op;
 	return 0;
+}
+
+/* The wire strings of enum egr_err; the protocol, never renamed. */
+static const char *const err_codes[EGR_ERR_COUNT] = {
+	[EGR_ERR_NONE] = "",
+	[EGR_ERR_BAD_REQUEST] = "bad_request",
+	[EGR_ERR_TOO_LARGE] = "too_large",
+	[EGR_ERR_INVALID_POLICY] = "invalid_policy",
+	[EGR_ERR_NOT_FOUND] = "not_found",
+	[EGR_ERR_NOT_QUARANTINED] = "not_quarantined",
+	[EGR_ERR_EXISTS] = "exists",
+	[EGR_ERR_BAD_CGROUP] = "bad_cgroup",
+	[EGR_ERR_NO_SPACE] = "no_space",
+	[EGR_ERR_FORBIDDEN] = "forbidden",
+	[EGR_ERR_TOO_MANY] = "too_many",
+	[EGR_ERR_UNAVAILABLE] = "unavailable",
+	[EGR_ERR_INTERNAL] = "internal",
+	[EGR_ERR_UNKNOWN] = "unknown",
+};
+
+const char *egr_err_code(enum egr_err e)
+{
+	if ((unsigned int)e >= EGR_ERR_COUNT || !err_codes[e])
+		return err_codes[EGR_ERR_INTERNAL];
+	return err_codes[e];
+}
+
+enum egr_err egr_err_parse(const char *code)
+{
+	if (!code || !code[0])
+		return EGR_ERR_NONE;
+	for (size_t i = 1; i < EGR_ERR_COUNT; i++)
+		if (i != EGR_ERR_UNKNOWN && strcmp(err_codes[i], code) == 0)
+			return (enum egr_err)i;
+	return EGR_ERR_UNKNOWN;
 }

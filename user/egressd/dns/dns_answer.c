@@ -148,7 +148,7 @@ void dnsp_pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt, s
 	size_t n = 0, olen = 0, nstripped = 0;
 	int err;
 
-	egr_exfil_note_rcode(sb->exfil, q->qname, r->rcode, mono_ns());
+	egr_exfil_note_rcode(sb->exfil, q->qname, r->rcode, egr_mono_ns());
 	dnsp_localaddr_refresh(sb);
 	/* Rebinding: what is learned and released is the answer without the
 	 * addresses the policy does not let a name point to. */
@@ -196,7 +196,7 @@ void dnsp_pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt, s
 			return;
 		}
 		if (n) {
-			uint64_t now = boot_ns();
+			uint64_t now = egr_boot_ns();
 
 			for (size_t i = 0; i < n; i++) {
 				uint32_t ttl = addrs[i].ttl;
@@ -238,7 +238,7 @@ void dnsp_pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt, s
 	    dnsp_tx_add(p, cl.lfd, pkt, len, false, cl.caddr, cl.calen, NULL, sb->id))
 		dnsp_reply(sb, &cl, pkt, len);
 	sb->st.allowed++;
-	p->answer_latency_ns = mono_ns() - q->received_ns;
+	p->answer_latency_ns = egr_mono_ns() - q->received_ns;
 	/* learn() took all n or the query failed above; nothing is learned
 	 * for a name that opens no ports. */
 	p->answer_learned = q->ports.nranges && n ? (uint32_t)((1ull << (n < EGR_DNSPROXY_EVENT_ADDRS

@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "clock.h"
 #include "dnsproxy.h"
 #include "localaddr.h"
 
@@ -182,22 +183,6 @@ static inline socklen_t sa_len(const struct sockaddr_storage *ss)
 	return ss->ss_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
 }
 
-
-static inline uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static inline uint64_t boot_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 /* dns_io.c: batched datagram I/O. */
 int dnsp_io_init(struct egr_dnsproxy *p);

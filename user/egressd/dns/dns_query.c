@@ -200,7 +200,7 @@ static bool evict_for(struct egr_dnsproxy *p, struct sb *sb)
 /* Take one token of sb's query bucket; false when it is empty. */
 static bool rate_take(struct egr_dnsproxy *p, struct sb *sb)
 {
-	uint64_t now = mono_ns();
+	uint64_t now = egr_mono_ns();
 
 	if (now > sb->tokens_ns) {
 		sb->tokens += (double)(now - sb->tokens_ns) * p->cfg.rate_qps / 1e9;
@@ -263,7 +263,7 @@ static int forward(struct egr_dnsproxy *p, struct sb *sb, const struct client *c
 	q->qclass = qq->qclass;
 	memcpy(q->qname, qq->qname, sizeof(q->qname));
 	q->ports = *ports;
-	q->received_ns = mono_ns();
+	q->received_ns = egr_mono_ns();
 	q->deadline_ns = q->received_ns + (uint64_t)p->cfg.timeout_ms * 1000000ULL;
 	q->up = p->cur_up;
 	p->by_id[id] = (int32_t)q->idx;
@@ -392,7 +392,7 @@ void dnsp_handle_query(struct sb *sb, const struct client *cl, const uint8_t *pk
 		     0, EGR_DNS_R_REFUSED, NULL, 0);
 		return;
 	}
-	err = egr_exfil_check(sb->exfil, q.qname, m.domain, mono_ns(), &why);
+	err = egr_exfil_check(sb->exfil, q.qname, m.domain, egr_mono_ns(), &why);
 	if (err) {
 		dnsp_reply_rcode(sb, cl, pkt, len, err == -EPERM ? EGR_DNS_R_REFUSED : EGR_DNS_R_SERVFAIL);
 		if (err == -EPERM) {

@@ -84,7 +84,7 @@ void dnsp_conn_send(struct tconn *c, const uint8_t *msg, size_t len)
 	c->wbuf[c->wlen + 1] = (uint8_t)len;
 	memcpy(c->wbuf + c->wlen + 2, msg, len);
 	c->wlen += 2 + len;
-	c->last_ns = mono_ns();
+	c->last_ns = egr_mono_ns();
 	conn_flush(c);
 }
 
@@ -118,7 +118,7 @@ void dnsp_on_tcp_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 
 	c->in_cb = true;
 	c->more = false;
-	c->last_ns = mono_ns();
+	c->last_ns = egr_mono_ns();
 	if (events & EPOLLOUT)
 		conn_flush(c);
 	for (;;) {
@@ -204,7 +204,7 @@ void dnsp_on_tcp_listener(struct egr_loop *loop, int fd, uint32_t events, void *
 		}
 		c->sb = sb;
 		c->fd = cfd;
-		c->last_ns = mono_ns();
+		c->last_ns = egr_mono_ns();
 		if (egr_loop_add(p->loop, cfd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
 				 dnsp_on_tcp_conn, c)) {
 			free(c->rbuf);

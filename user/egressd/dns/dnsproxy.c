@@ -63,7 +63,7 @@ const char *egr_dns_verdict_name(enum egr_dns_verdict v)
 static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
 	struct egr_dnsproxy *p = ctx;
-	uint64_t now = mono_ns(), idle = (uint64_t)p->cfg.tcp_idle_ms * 1000000ULL, exp;
+	uint64_t now = egr_mono_ns(), idle = (uint64_t)p->cfg.tcp_idle_ms * 1000000ULL, exp;
 	bool failover = false;
 
 	if (read(fd, &exp, sizeof(exp)) < 0 && errno != EAGAIN)
@@ -340,7 +340,7 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
 	sb->id = sandbox_id;
 	sb->pol = pol;
 	sb->tokens = p->cfg.burst;
-	sb->tokens_ns = mono_ns();
+	sb->tokens_ns = egr_mono_ns();
 	for (int i = 0; i < 4; i++) {
 		sb->lis[i].fd = -1;
 		sb->lis[i].sb = sb;

@@ -19,6 +19,7 @@
 #include <time.h>
 
 
+#include "clock.h"
 #include "egr_decide.h"
 #include "learned.h"
 #include "log.h"
@@ -63,14 +64,6 @@ struct egr_learned {
 	uint32_t max_per_sb;
 	struct sbl *sbs;
 };
-
-static uint64_t boot_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 int egr_learned_new(struct egr_bpf *bpf, uint32_t max_per_sandbox, struct egr_learned **out)
 {
@@ -274,7 +267,7 @@ int egr_learned_add(struct egr_learned *l, uint32_t sandbox_id, uint32_t policy_
 		    const struct egr_dns_learned *a, size_t n)
 {
 	struct sbl *s = find_sbl(l, sandbox_id, true);
-	uint64_t now = boot_ns();
+	uint64_t now = egr_boot_ns();
 	int err = 0;
 
 	if (!s)
@@ -316,7 +309,7 @@ int egr_learned_rebase_local(struct egr_learned *l, uint32_t sandbox_id, uint32_
 			     egr_rebind_local_fn is_local, void *local_ctx)
 {
 	struct sbl *s = find_sbl(l, sandbox_id, false);
-	uint64_t now = boot_ns();
+	uint64_t now = egr_boot_ns();
 	int err = 0;
 
 	if (!s)
@@ -385,7 +378,7 @@ bool egr_learned_allows(struct egr_learned *l, uint32_t sandbox_id, int family,
 {
 	struct sbl *s = find_sbl(l, sandbox_id, false);
 	struct addr *e = s ? find_addr(s, family, addr) : NULL;
-	uint64_t now = boot_ns();
+	uint64_t now = egr_boot_ns();
 
 	for (size_t i = 0; e && i < e->nnames; i++) {
 		struct egr_rule r;
@@ -407,7 +400,7 @@ bool egr_learned_has_name(struct egr_learned *l, uint32_t sandbox_id, int family
 {
 	struct sbl *s = l && name ? find_sbl(l, sandbox_id, false) : NULL;
 	struct addr *e = s ? find_addr(s, family, addr) : NULL;
-	uint64_t now = boot_ns();
+	uint64_t now = egr_boot_ns();
 
 	for (size_t i = 0; e && i < e->nnames; i++)
 		if (e->names[i].expires_ns > now && strcasecmp(e->names[i].qname, name) == 0)
@@ -420,7 +413,7 @@ const char *egr_learned_name_of(struct egr_learned *l, uint32_t sandbox_id, int 
 {
 	struct sbl *s = l ? find_sbl(l, sandbox_id, false) : NULL;
 	struct addr *e = s ? find_addr(s, family, addr) : NULL;
-	uint64_t now = boot_ns();
+	uint64_t now = egr_boot_ns();
 
 	for (size_t i = 0; e && i < e->nnames; i++)
 		if (e->names[i].expires_ns > now)

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "alerting.h"
 #include "auditlog.h"
 #include "dns/dnsproxy.h"

@@ -9,6 +9,7 @@
 #include <time.h>
 
 
+#include "clock.h"
 #include "alerts.h"
 #include "audit.h"
 #include "auditlog.h"
@@ -38,14 +39,6 @@ struct egr_auditlog {
 	uint64_t records, failures;
 	struct egr_execobs *obs; /* names and denied destinations per execution */
 };
-
-static uint64_t clock_ns(clockid_t c)
-{
-	struct timespec ts;
-
-	clock_gettime(c, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static json_t *time_json(uint64_t unix_ns)
 {
@@ -349,27 +342,6 @@ static void h_updated(void *ctx, const struct egr_sb *sb, const char *old_sha256
 		al->next.updated(al->next.ctx, sb, old_sha256, policy, closed);
 }
 
-static const char *proto_name(uint8_t p, char *buf, size_t len)
-{
-	switch (p) {
-	case EGR_IPPROTO_TCP:
-		return "tcp";
-	case EGR_IPPROTO_UDP:
-		return "udp";
-	case EGR_IPPROTO_ICMP:
-		return "icmp";
-	case EGR_IPPROTO_ICMPV6:
-		return "icmpv6";
-	case EGR_IPPROTO_UDPLITE:
-		return "udplite";
-	case EGR_IPPROTO_SCTP:
-		return "sctp";
-	default:
-		snprintf(buf, len, "%u", p);
-		return buf;
-	}
-}
-
 /* The sandbox's destinations; *complete only when the kernel dropped none
  * of them (its own cap or a full map: never another sandbox's doing). */
 static json_t *egress_json(struct egr_auditlog *al, const struct egr_sb *sb, bool *complete,
@@ -399,7 +371,7 @@ static json_t *egress_json(struct egr_auditlog *al, const struct egr_sb *sb, boo
 			continue;
 		snprintf(dest, sizeof(dest), v6 ? "[%s]:%u" : "%s:%u", addr, d[i].key.port);
 		e = json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:o, s:o}", "dest", dest, "proto",
-			      proto_name(d[i].key.protocol, pbuf, sizeof(pbuf)), "addr", addr,
+			      egr_render_proto_name(d[i].key.protocol, pbuf, sizeof(pbuf)), "addr", addr,
 			      "port", (int)d[i].key.port, "bytes_out",
 			      (json_int_t)d[i].val.bytes_out, "packets_out",
 			      (json_int_t)d[i].val.pkts_out, "first",
@@ -448,7 +420,7 @@ static json_t *hosts_json(const json_t *egress)
 static void h_detaching(void *ctx, const struct egr_sb *sb)
 {
 	struct egr_auditlog *al = ctx;
-	uint64_t boot_off = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_BOOTTIME);
+	uint64_t boot_off = egr_clock_ns(CLOCK_REALTIME) - egr_clock_ns(CLOCK_BOOTTIME);
 	struct egr_meter m;
 	bool complete = false;
 	uint64_t dropped = 0;
@@ -472,7 +444,7 @@ static void h_detaching(void *ctx, const struct egr_sb *sb)
 					    time_json((uint64_t)sb->attached_at * 1000000000ull));
 			json_object_set_new(rec, "policy_updated",
 					    time_json((uint64_t)sb->updated_at * 1000000000ull));
-			json_object_set_new(rec, "end", time_json(clock_ns(CLOCK_REALTIME)));
+			json_object_set_new(rec, "end", time_json(egr_clock_ns(CLOCK_REALTIME)));
 			json_object_set_new(rec, "hosts", hosts_json(egress));
 			json_object_set_new(rec, "egress", egress ? egress : json_null());
 			json_object_set_new(rec, "egress_complete", json_boolean(complete));

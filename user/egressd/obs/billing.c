@@ -25,6 +25,7 @@
 
 #include <jansson.h>
 
+#include "clock.h"
 #include "billing.h"
 #include "fileio.h"
 #include "log.h"
@@ -59,14 +60,6 @@ struct egr_billing {
 	void (*fail_fn)(void *ctx, const char *why);
 	void *fail_ctx;
 };
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static void iso_ms(uint64_t ms, char *buf, size_t len)
 {
@@ -279,7 +272,7 @@ struct pending {
 int egr_billing_export(struct egr_billing *b)
 {
 	struct egr_registry *r = b->reg;
-	uint64_t end = now_ms(), seq = b->seq;
+	uint64_t end = egr_realtime_ms(), seq = b->seq;
 	struct pending *pend = NULL;
 	size_t npend = 0;
 	char *buf = NULL;
@@ -495,7 +488,7 @@ int egr_billing_new(struct egr_billing **out, struct egr_registry *reg, struct e
 		return -ENOMEM;
 	b->reg = reg;
 	b->m = m;
-	b->started_ms = now_ms();
+	b->started_ms = egr_realtime_ms();
 	if (snprintf(b->file, sizeof(b->file), "%s", file) >= (int)sizeof(b->file) ||
 	    snprintf(b->state, sizeof(b->state), "%s", state_path) >= (int)sizeof(b->state)) {
 		free(b);

@@ -1,17 +1,14 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* The observation bus: typed records to their subscribers. */
 #include <errno.h>
-#include <time.h>
 
 #include "bus.h"
+#include "clock.h"
 #include "dns/dnsproxy.h"
 
 uint64_t egr_now_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return egr_realtime_ns();
 }
 
 int egr_bus_subscribe(struct egr_bus *b, unsigned kinds, egr_bus_fn fn, void *ctx)

@@ -18,6 +18,7 @@
 #include "budgets.h"
 #include "dns/dnsproxy.h"
 #include "kernel/escape.h"
+#include "clock.h"
 #include "events.h"
 #include "fileio.h"
 #include "inspect.h"
@@ -99,14 +100,6 @@ struct egr_events {
 	struct gone gone[GONE_MAX];
 	size_t gone_next;
 };
-
-static uint64_t clock_ns(clockid_t c)
-{
-	struct timespec ts;
-
-	clock_gettime(c, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void put_time(json_t *o, uint64_t unix_ns)
 {
@@ -581,7 +574,7 @@ static int on_ring(void *ctx, void *data, size_t size)
 {
 	struct egr_events *ev = ctx;
 	const struct egr_event *e = data;
-	uint64_t off = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_BOOTTIME);
+	uint64_t off = egr_clock_ns(CLOCK_REALTIME) - egr_clock_ns(CLOCK_BOOTTIME);
 	struct egr_rec r = { .kind = EGR_REC_KERNEL, .kernel = { .e = e, .target_killed = -1 } };
 
 	ev->received++;

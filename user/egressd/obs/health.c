@@ -5,18 +5,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "kernel/bpfstate.h"
 #include "health.h"
 #include "metrics.h"
 #include "sandbox.h"
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void egr_health_init(struct egr_health *h)
 {
@@ -48,7 +41,7 @@ static void missing_pin(void *ctx, const char *map, const char *path)
 json_t *egr_health_problems(struct egr_health *h)
 {
 	json_t *arr = json_array();
-	uint64_t cnt[EGR_CNT_MAX], now = mono_ns();
+	uint64_t cnt[EGR_CNT_MAX], now = egr_mono_ns();
 	struct egr_bpf *b = egr_reg_bpf(h->reg);
 	struct egr_reg_iter it = { 0 };
 

@@ -10,6 +10,7 @@
 #include "dns/dnsproxy.h"
 #include "egr_decide.h"
 #include "inspect.h"
+#include "netaddr.h"
 #include "render.h"
 #include "sandbox.h"
 
@@ -45,31 +46,9 @@ const char *egr_render_type_name(uint32_t t)
 	}
 }
 
-static const char *proto_text(uint32_t p)
-{
-	switch (p) {
-	case EGR_IPPROTO_TCP:
-		return "tcp";
-	case EGR_IPPROTO_UDP:
-		return "udp";
-	case EGR_IPPROTO_ICMP:
-		return "icmp";
-	case EGR_IPPROTO_ICMPV6:
-		return "icmpv6";
-	case EGR_IPPROTO_UDPLITE:
-		return "udplite";
-	case EGR_IPPROTO_SCTP:
-		return "sctp";
-	case EGR_IPPROTO_MPTCP:
-		return "mptcp";
-	default:
-		return NULL;
-	}
-}
-
 const char *egr_render_proto_name(uint32_t p, char *buf, size_t len)
 {
-	const char *s = proto_text(p);
+	const char *s = egr_ipproto_name(p);
 
 	if (s)
 		return s;
@@ -79,7 +58,7 @@ const char *egr_render_proto_name(uint32_t p, char *buf, size_t len)
 
 static json_t *proto_json(uint32_t p)
 {
-	const char *s = proto_text(p);
+	const char *s = egr_ipproto_name(p);
 
 	return s ? json_string(s) : json_integer(p);
 }

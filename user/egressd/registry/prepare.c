@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "compile.h"
 #include "kernel/maps.h"
 #include "log.h"
@@ -72,14 +73,6 @@ static uint32_t sandbox_flags(const struct egr_policy *p)
 
 /* --- egress quotas (docs/metering.md) ----------------------------------------- */
 
-static uint64_t boottime_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_BOOTTIME, &ts); /* bpf_ktime_get_boot_ns() */
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /* The egr_sandboxes copy of the sandbox's own limit. */
 static void quota_fields(struct egr_sandbox *ksb, const struct egr_policy *p)
 {
@@ -106,7 +99,7 @@ int reg_quota_sync_tenant(struct egr_registry *r, uint32_t tid, const struct egr
 	if (!src)
 		return egr_bpf_quota_del(r->bpf, EGR_QUOTA_TENANT, tid);
 	return egr_bpf_quota_put(r->bpf, EGR_QUOTA_TENANT, tid, src->tenant_quota_bytes,
-				 src->quota_window_ns, true, boottime_ns());
+				 src->quota_window_ns, true, egr_boot_ns() /* bpf_ktime_get_boot_ns() */);
 }
 
 /* Write the quota maps for sb's policy p (attach: a fresh window; update and
@@ -122,7 +115,7 @@ void reg_quota_apply(struct egr_registry *r, struct egr_sb *sb, const struct egr
 	sb->quota_window_ns = p->quota_window_s * 1000000000ULL;
 	if (sb->quota_bytes)
 		err = egr_bpf_quota_put(r->bpf, EGR_QUOTA_SANDBOX, sb->id, sb->quota_bytes,
-					sb->quota_window_ns, !fresh, boottime_ns());
+					sb->quota_window_ns, !fresh, egr_boot_ns());
 	else
 		err = egr_bpf_quota_del(r->bpf, EGR_QUOTA_SANDBOX, sb->id);
 	if (err)

@@ -29,6 +29,7 @@ enum egr_reason {
 	EGR_R_ALLOW_REPLY = 7,        /* ingress: a reply on a connection the sandbox opened */
 	EGR_R_ALLOW_INSPECT = 8,      /* allowed, and pointed at the inspecting proxy */
 	EGR_R_ALLOW_NO_INSPECT = 9,   /* UDP under inspection, not QUIC: allowed as is */
+	EGR_R_ALLOW_LAST = EGR_R_ALLOW_NO_INSPECT, /* a new allow reason moves this */
 
 	/* Denied. */
 	EGR_R_DENY_BASE = 100,
@@ -50,10 +51,10 @@ enum egr_reason {
 /* The hook's verdict for a reason: only a known allow reason allows. */
 static __always_inline int egr_reason_verdict(int reason)
 {
-	return reason > EGR_R_NONE && reason < EGR_R_DENY_BASE ? EGR_ALLOW : EGR_DENY;
+	return reason > EGR_R_NONE && reason <= EGR_R_ALLOW_LAST ? EGR_ALLOW : EGR_DENY;
 }
 
-_Static_assert(EGR_R_ALLOW_NO_INSPECT < EGR_R_DENY_BASE, "allow reasons stay below EGR_R_DENY_BASE");
+_Static_assert(EGR_R_ALLOW_LAST < EGR_R_DENY_BASE, "allow reasons stay below EGR_R_DENY_BASE");
 _Static_assert(EGR_R_DENY_NO_SANDBOX == 100 && EGR_R_DENY_EXPIRED == 103 &&
 		       EGR_R_DENY_QUOTA_FIRST == 109 && EGR_R_DENY_INBOUND == 112,
 	       "reasons are never renumbered");

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "egr_decide.h"
+#include "egr_reasons.h"
 #include "egressd.h"
 
 #ifndef IPPROTO_MPTCP
@@ -460,11 +461,27 @@ static void test_apply_mode(void **state)
 	assert_int_equal(audited, 0);
 }
 
+/* Only a known allow reason allows: no reason, an unnumbered value below
+ * the deny range, every deny reason and anything out of range deny. */
+static void test_reason_verdict(void **state)
+{
+	(void)state;
+	for (int r = EGR_R_ALLOW_RULE; r <= EGR_R_ALLOW_LAST; r++)
+		assert_int_equal(egr_reason_verdict(r), EGR_ALLOW);
+	assert_int_equal(egr_reason_verdict(EGR_R_NONE), EGR_DENY);
+	for (int r = EGR_R_ALLOW_LAST + 1; r < EGR_R_DENY_BASE; r++)
+		assert_int_equal(egr_reason_verdict(r), EGR_DENY);
+	for (int r = EGR_R_DENY_BASE; r <= EGR_R_DENY_INBOUND + 50; r++)
+		assert_int_equal(egr_reason_verdict(r), EGR_DENY);
+	assert_int_equal(egr_reason_verdict(-1), EGR_DENY);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_family_allowed),
 		cmocka_unit_test(test_apply_mode),
+		cmocka_unit_test(test_reason_verdict),
 		cmocka_unit_test(test_constants),
 		cmocka_unit_test(test_proto_bit),
 		cmocka_unit_test(test_rule_ports),

@@ -53,6 +53,10 @@ struct egr_audit {
 	off_t durable_size;
 	uint64_t durable_seq;
 	char durable_prev[EGR_AUDIT_HASH_HEX + 1];
+	/* A writeback error an fsync outside commit_sync() saw (rotation, a
+	 * cut-back): the kernel reports it once per file, so the next
+	 * commit_sync() must fail on it rather than on its own fsync. */
+	int sync_err;
 };
 
 static int state_write(const char *path, uint64_t seq, const char *hash)
@@ -187,6 +191,8 @@ static int rotate(struct egr_audit *a)
 	}
 	if (fsync(a->fd)) {
 		ret = -errno;
+		if (a->cm)
+			a->sync_err = ret;
 		goto out;
 	}
 	if (renameat2(AT_FDCWD, a->path, AT_FDCWD, plain, RENAME_NOREPLACE)) {
@@ -235,9 +241,10 @@ static int commit_sync(void *ctx)
 {
 	struct egr_audit *a = ctx;
 	struct stat st;
-	int ret = 0;
+	int ret = a->sync_err;
 
-	if (fsync(a->fd) || fstat(a->fd, &st))
+	a->sync_err = 0;
+	if (!ret && (fsync(a->fd) || fstat(a->fd, &st)))
 		ret = -errno;
 	if (!ret) {
 		a->durable_size = st.st_size;
@@ -362,9 +369,12 @@ int egr_audit_append(struct egr_audit *a, json_t *record)
 		ret = -errno;
 	if (ret) {
 		/* No half (or unsynced) record stays behind. */
-		if (ftruncate(a->fd, st.st_size) || fsync(a->fd))
+		if (ftruncate(a->fd, st.st_size) || fsync(a->fd)) {
 			log_error("audit: cannot cut %s back to %lld bytes: %m", a->path,
 				  (long long)st.st_size);
+			if (a->cm)
+				a->sync_err = -EIO; /* the pending batch is not durable */
+		}
 		goto fail;
 	}
 	a->seq++;

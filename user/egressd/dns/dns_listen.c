@@ -75,10 +75,14 @@ bool dnsp_client_is_sb(struct sb *sb, const struct sockaddr_storage *from, int p
 void dnsp_purge_clients(struct egr_dnsproxy *p, uint32_t id)
 {
 	unsigned purged = 0;
+	int err;
 
 	if (!p->cfg.verify_clients)
 		return;
-	egr_bpf_dns_clients_purge(p->cfg.bpf, id, &purged);
+	err = egr_bpf_dns_clients_purge(p->cfg.bpf, id, &purged);
+	if (err)
+		log_warn("dns: sandbox %u: forgetting its client sockets: %s (%u forgotten)", id,
+			 strerror(-err), purged);
 	if (purged)
 		log_debug("dns: sandbox %u: forgot %u client sockets", id, purged);
 }

@@ -29,7 +29,7 @@ static int walk_next_key(int fd, const struct bpf_map_info *info, size_t vsize,
 {
 	void *cur = malloc(info->key_size), *prev = malloc(info->key_size), *val = malloc(vsize);
 	bool first = true;
-	int ret = 0;
+	int ret = -EAGAIN; /* the bound ran out before the end: not complete */
 
 	if (!cur || !prev || !val) {
 		ret = -ENOMEM;
@@ -52,6 +52,7 @@ static int walk_next_key(int fd, const struct bpf_map_info *info, size_t vsize,
 		}
 		if ((ret = fn(ctx, cur, val)))
 			break;
+		ret = -EAGAIN;
 	}
 out:
 	free(cur);
@@ -77,7 +78,9 @@ static int walk_batch(int fd, const struct bpf_map_info *info, size_t vsize,
 		ret = -ENOMEM;
 		goto out;
 	}
-	for (uint64_t seen = 0; !done && seen <= (uint64_t)info->max_entries;) {
+	/* Bounded: entries the programs add and delete under the walk can
+	 * make it see more than max_entries; twice that is not a walk. */
+	for (uint64_t seen = 0; !done && seen <= (uint64_t)info->max_entries * 2 + WALK_BATCH;) {
 		uint32_t count = cap;
 		int err;
 
@@ -112,6 +115,8 @@ static int walk_batch(int fd, const struct bpf_map_info *info, size_t vsize,
 		seen += count;
 		memcpy(in, outb, tsize);
 	}
+	if (!ret && !done)
+		ret = -EAGAIN; /* the bound ran out: a caller must not take it as complete */
 out:
 	free(in);
 	free(outb);

@@ -313,7 +313,15 @@ static int adopt_all(struct egr_registry *r)
 		return -errno;
 	/* Policy and sandbox ids must not collide with anything in the maps;
 	 * the (unauthenticated) numbers in the files can only raise them. */
-	if (egr_bpf_list_sandbox_ids(r->bpf, &ids, &n) == 0) {
+	/* A walk that fails leaves ids unknown: refusing to start keeps the
+	 * pinned links enforcing instead of reusing an id the kernel holds. */
+	err = egr_bpf_list_sandbox_ids(r->bpf, &ids, &n);
+	if (err) {
+		log_error("adopt: cannot list the kernel's sandboxes: %s", strerror(-err));
+		closedir(d);
+		return err;
+	}
+	{
 		for (size_t i = 0; i < n; i++) {
 			struct egr_sandbox ksb;
 

@@ -89,28 +89,6 @@ static int get_str(const json_t *v, const char *field, int tenant_chars, char **
 	return 0;
 }
 
-int egr_pol_check_keys(const json_t *obj, const char *const *known, const char *prefix,
-		      struct egr_error *err)
-{
-	const char *key;
-	json_t *v;
-
-	json_object_foreach((json_t *)obj, key, v) {
-		const char *const *k;
-		char kb[80];
-
-		for (k = known; *k; k++)
-			if (!strcmp(*k, key))
-				break;
-		if (*k)
-			continue;
-		egr_pol_field(err, "%s%s", prefix, egr_pol_key(kb, sizeof(kb), key));
-		egr_pol_msg(err, "unknown field");
-		return -EINVAL;
-	}
-	return 0;
-}
-
 /* A positive integer no larger than max, for limits.*. */
 static int limit_value(const json_t *v, const char *field, uint64_t max, uint64_t *out,
 		       struct egr_error *err)

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /* Internal to the policy parser (policy.c, policy_network.c, policy_text.c):
- * the error helpers and text readers its files share. Not an API. */
+ * the error helpers and text readers its files share, all in policy_text.c
+ * but egr_pol_network() (policy_network.c, called by policy.c only). Not an
+ * API. It includes no policy.h: the lower files must not depend on policy.c. */
 #ifndef EGR_POLICY_INT_H
 #define EGR_POLICY_INT_H
 
@@ -9,7 +11,8 @@
 
 #include <jansson.h>
 
-#include "policy.h"
+#include "policy_text.h"
+#include "policy_types.h"
 
 /* Longest outbound_allow string: "tcp/" + a 253-byte name + ":65535-65535". */
 #define ALLOW_TEXT_MAX 300

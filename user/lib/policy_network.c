@@ -14,7 +14,6 @@
 
 #include "confine.h"
 #include "egressd.h"
-#include "policy.h"
 #include "policy_int.h"
 
 static int allow_push(struct egr_pol_allow_vec *a, const struct egr_allow *e)

@@ -16,7 +16,7 @@
 
 #include "egressd.h"
 #include "netaddr.h"
-#include "policy.h"
+#include "policy_text.h"
 #include "policy_int.h"
 
 /* --- error helpers ------------------------------------------------------------ */
@@ -87,6 +87,29 @@ const char *egr_pol_key(char *dst, size_t size, const char *key)
 	}
 	dst[i] = '\0';
 	return dst;
+}
+
+/* Refuse any key of obj not in known; prefix starts the field. */
+int egr_pol_check_keys(const json_t *obj, const char *const *known, const char *prefix,
+		      struct egr_error *err)
+{
+	const char *key;
+	json_t *v;
+
+	json_object_foreach((json_t *)obj, key, v) {
+		const char *const *k;
+		char kb[80];
+
+		for (k = known; *k; k++)
+			if (!strcmp(*k, key))
+				break;
+		if (*k)
+			continue;
+		egr_pol_field(err, "%s%s", prefix, egr_pol_key(kb, sizeof(kb), key));
+		egr_pol_msg(err, "unknown field");
+		return -EINVAL;
+	}
+	return 0;
 }
 
 /* --- small parsers -------------------------------------------------------------- */

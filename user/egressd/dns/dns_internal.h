@@ -4,18 +4,25 @@
  * public contract). Everything here runs on the one egr_loop the proxy was
  * created with; no locking.
  *
+ * Layered one way, each file calling only those listed after it
+ * (tools/module-cycles); upcalls go through the loop's callbacks:
+ *
  *   dnsproxy.c     the proxy and its sandboxes: create/free, add, update,
  *                  remove, limits, stats, the timer (timeouts, TCP idle)
+ *   dns_tcp.c      client TCP connections: accept, framing, limits
  *   dns_listen.c   a sandbox's listener sockets and the UDP receive path;
  *                  who asks (egr_dns_clients, the kernel-recorded sender)
- *   dns_query.c    one query: rate, policy, exfiltration, the in-flight
- *                  table and fairness (eviction), forwarding, replies, events
+ *   dns_query.c    one query: rate, policy, exfiltration, a slot of the
+ *                  in-flight table and fairness (eviction), forwarding
  *   dns_upstream.c resolver addresses, the upstream UDP socket and the TCP
  *                  exchanges; an answer is matched to its query here
  *   dns_answer.c   a matched answer: rebinding filter, learning, release
- *   dns_tcp.c      client TCP connections: framing, buffered writes, limits
  *   dns_io.c       batched datagram I/O: recvmmsg() into rxbuf, and the
  *                  sendmmsg() queue every callback flushes before it returns
+ *   dns_pend.c     a query in flight and the client it answers: freeing or
+ *                  failing its slot, replies (UDP, buffered TCP), closing a
+ *                  client connection, the verdict event
+ *   dns_types.c    the public types' code (egr_dns_verdict_name)
  */
 #ifndef EGR_DNS_INTERNAL_H
 #define EGR_DNS_INTERNAL_H
@@ -27,7 +34,7 @@
 #include <time.h>
 
 #include "clock.h"
-#include "dnsproxy.h"
+#include "dns_types.h"
 #include "localaddr.h"
 
 #define RX_BATCH      64
@@ -184,6 +191,25 @@ static inline socklen_t sa_len(const struct sockaddr_storage *ss)
 }
 
 
+/* dns_pend.c: the bottom layer. */
+void dnsp_emit(struct sb *sb, const char *qname, uint16_t qtype, int transport,
+	       enum egr_dns_verdict v, const char *reason, int error, uint16_t rcode,
+	       const struct egr_dns_addr *addrs, size_t n);
+void dnsp_reply(struct sb *sb, const struct client *cl, const uint8_t *msg, size_t len);
+void dnsp_reply_rcode(struct sb *sb, const struct client *cl, const uint8_t *q, size_t qlen,
+		      uint16_t rcode);
+void dnsp_pend_free(struct egr_dnsproxy *p, struct pending *q);
+void dnsp_pend_client(const struct pending *q, struct client *cl);
+/* Answer SERVFAIL, count, report and free. */
+void dnsp_pend_fail(struct egr_dnsproxy *p, struct pending *q, enum egr_dns_verdict v,
+		    const char *reason, int error, const struct egr_dns_addr *addrs, size_t n);
+/* Client TCP connections: write out what is buffered; close when done
+ * (settle: after a reply or an error outside its own callback). */
+void dnsp_conn_flush(struct tconn *c);
+void dnsp_conn_close(struct tconn *c);
+void dnsp_conn_settle(struct tconn *c);
+void dnsp_conn_send(struct tconn *c, const uint8_t *msg, size_t len);
+
 /* dns_io.c: batched datagram I/O. */
 int dnsp_io_init(struct egr_dnsproxy *p);
 void dnsp_io_free(struct egr_dnsproxy *p);
@@ -217,17 +243,6 @@ void dnsp_close_listeners(struct sb *sb);
 
 /* dns_query.c */
 void dnsp_handle_query(struct sb *sb, const struct client *cl, const uint8_t *pkt, size_t len);
-void dnsp_emit(struct sb *sb, const char *qname, uint16_t qtype, int transport,
-	       enum egr_dns_verdict v, const char *reason, int error, uint16_t rcode,
-	       const struct egr_dns_addr *addrs, size_t n);
-void dnsp_reply(struct sb *sb, const struct client *cl, const uint8_t *msg, size_t len);
-void dnsp_reply_rcode(struct sb *sb, const struct client *cl, const uint8_t *q, size_t qlen,
-		      uint16_t rcode);
-void dnsp_pend_free(struct egr_dnsproxy *p, struct pending *q);
-void dnsp_pend_client(const struct pending *q, struct client *cl);
-/* Answer SERVFAIL, count, report and free. */
-void dnsp_pend_fail(struct egr_dnsproxy *p, struct pending *q, enum egr_dns_verdict v,
-		    const char *reason, int error, const struct egr_dns_addr *addrs, size_t n);
 
 /* dns_upstream.c */
 const char *dnsp_sa_str(const struct sockaddr_storage *ss, char *buf, size_t len);
@@ -243,9 +258,6 @@ void dnsp_localaddr_refresh(struct sb *sb);
 void dnsp_on_localaddr(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
 
 /* dns_tcp.c */
-void dnsp_conn_close(struct tconn *c);
-void dnsp_conn_settle(struct tconn *c);
-void dnsp_conn_send(struct tconn *c, const uint8_t *msg, size_t len);
 void dnsp_on_tcp_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
 void dnsp_on_tcp_listener(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
 

@@ -26,71 +26,6 @@
 #include "dns_internal.h"
 #include "log.h"
 
-/* --- events and replies ------------------------------------------------------ */
-
-void dnsp_emit(struct sb *sb, const char *qname, uint16_t qtype, int transport,
-	       enum egr_dns_verdict v, const char *reason, int error, uint16_t rcode,
-	       const struct egr_dns_addr *addrs, size_t n)
-{
-	struct egr_dnsproxy *p = sb->p;
-	struct egr_dns_event ev = {
-		.sandbox_id = sb->id,
-		.tenant = sb->tenant,
-		.qname = qname,
-		.qtype = qtype,
-		.transport = transport,
-		.verdict = v,
-		.reason = reason ? reason : "",
-		.error = error,
-		.rcode = rcode,
-		.naddrs = n,
-		.latency_ns = p->answer_latency_ns,
-		.learned_mask = p->answer_learned,
-	};
-
-	ev.naddrs_listed = n < EGR_DNSPROXY_EVENT_ADDRS ? n : EGR_DNSPROXY_EVENT_ADDRS;
-	if (ev.naddrs_listed)
-		memcpy(ev.addrs, addrs, ev.naddrs_listed * sizeof(*addrs));
-	log_debug("dns: sandbox %u %s %s %s: %s%s%s", sb->id, qname,
-		  egr_dns_type_name(qtype) ? egr_dns_type_name(qtype) : "?",
-		  transport == IPPROTO_TCP ? "tcp" : "udp", egr_dns_verdict_name(v),
-		  reason ? " - " : "", reason ? reason : "");
-	if (p->cfg.event)
-		p->cfg.event(p->cfg.ctx, &ev);
-}
-
-void dnsp_reply(struct sb *sb, const struct client *cl, const uint8_t *msg, size_t len)
-{
-	if (cl->transport == IPPROTO_UDP) {
-		if (sendto(cl->lfd, msg, len, MSG_NOSIGNAL, (const struct sockaddr *)cl->caddr,
-			   cl->calen) < 0)
-			log_debug("dns: sandbox %u: reply: %m", sb->id);
-		return;
-	}
-	if (cl->conn)
-		dnsp_conn_send(cl->conn, msg, len);
-}
-
-/* REFUSED or SERVFAIL built from the client's query bytes. */
-void dnsp_reply_rcode(struct sb *sb, const struct client *cl, const uint8_t *q, size_t qlen,
-		      uint16_t rcode)
-{
-	struct egr_dnsproxy *p = sb->p;
-	size_t olen;
-	int err;
-
-	if (rcode == EGR_DNS_R_REFUSED)
-		err = egr_dns_build_refused(q, qlen, p->obuf, sizeof(p->obuf), &olen);
-	else
-		err = egr_dns_build_servfail(q, qlen, p->obuf, sizeof(p->obuf), &olen);
-	if (err) {
-		log_debug("dns: sandbox %u: cannot build rcode %u reply: %s", sb->id, rcode,
-			  strerror(-err));
-		return;
-	}
-	dnsp_reply(sb, cl, p->obuf, olen);
-}
-
 /* --- the in-flight table ----------------------------------------------------- */
 
 static int random_id(struct egr_dnsproxy *p, uint16_t *id)
@@ -108,59 +43,6 @@ static int random_id(struct egr_dnsproxy *p, uint16_t *id)
 			return 0;
 	}
 	return -EBUSY;
-}
-
-void dnsp_pend_free(struct egr_dnsproxy *p, struct pending *q)
-{
-	if (!q->used)
-		return;
-	if (q->ufd >= 0) {
-		egr_loop_del(p->loop, q->ufd);
-		close(q->ufd);
-	}
-	if (q->conn && q->conn->npending)
-		q->conn->npending--;
-	p->by_id[q->up_id] = -1;
-	if (q->sb->inflight)
-		q->sb->inflight--;
-	if (p->inflight)
-		p->inflight--;
-	if (q->query != q->qinline)
-		free(q->query);
-	free(q->ubuf);
-	memset(q, 0, offsetof(struct pending, qinline));
-	q->ufd = -1;
-	q->next_free = p->free_head;
-	p->free_head = (int32_t)(q - p->pend);
-}
-
-void dnsp_pend_client(const struct pending *q, struct client *cl)
-{
-	cl->transport = q->transport;
-	cl->lfd = q->lfd;
-	cl->caddr = &q->caddr;
-	cl->calen = q->calen;
-	cl->conn = q->conn;
-}
-
-/* Answer SERVFAIL, count, report and free. */
-void dnsp_pend_fail(struct egr_dnsproxy *p, struct pending *q, enum egr_dns_verdict v,
-		    const char *reason, int error, const struct egr_dns_addr *addrs, size_t n)
-{
-	struct sb *sb = q->sb;
-	struct tconn *conn = q->conn;
-	struct client cl;
-
-	dnsp_pend_client(q, &cl);
-	dnsp_reply_rcode(sb, &cl, q->query, q->qlen, EGR_DNS_R_SERVFAIL);
-	sb->st.servfail++;
-	if (v == EGR_DNS_V_CAP)
-		sb->st.cap++;
-	dnsp_emit(sb, q->qname, q->qtype, q->transport, v, reason, error, EGR_DNS_R_SERVFAIL, addrs,
-	     n);
-	dnsp_pend_free(p, q);
-	if (conn)
-		dnsp_conn_settle(conn);
 }
 
 /* --- queries ------------------------------------------------------------------ */

@@ -24,93 +24,6 @@
 #include "dns_internal.h"
 #include "log.h"
 
-static void conn_flush(struct tconn *c)
-{
-	while (c->woff < c->wlen) {
-		ssize_t k = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
-
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				c->dead = true;
-			return;
-		}
-		c->woff += (size_t)k;
-	}
-	c->woff = c->wlen = 0;
-}
-
-/* After a reply or an error outside the connection's own callback. */
-void dnsp_conn_settle(struct tconn *c)
-{
-	if (c->in_cb)
-		return;
-	if (c->dead || (c->eof && !c->more && !c->npending && c->woff == c->wlen))
-		dnsp_conn_close(c);
-}
-
-void dnsp_conn_send(struct tconn *c, const uint8_t *msg, size_t len)
-{
-	size_t need;
-
-	if (c->dead)
-		return;
-	need = c->wlen + 2 + len;
-	if (need - c->woff > TCP_WBUF_MAX) {
-		log_warn("dns: sandbox %u: tcp client not reading its answers, closing",
-			 c->sb->id);
-		c->dead = true;
-		return;
-	}
-	if (c->woff) {
-		memmove(c->wbuf, c->wbuf + c->woff, c->wlen - c->woff);
-		c->wlen -= c->woff;
-		c->woff = 0;
-		need = c->wlen + 2 + len;
-	}
-	if (need > c->wcap) {
-		size_t cap = need < 4096 ? 4096 : need * 2;
-		uint8_t *b = realloc(c->wbuf, cap);
-
-		if (!b) {
-			c->dead = true;
-			return;
-		}
-		c->wbuf = b;
-		c->wcap = cap;
-	}
-	c->wbuf[c->wlen] = (uint8_t)(len >> 8);
-	c->wbuf[c->wlen + 1] = (uint8_t)len;
-	memcpy(c->wbuf + c->wlen + 2, msg, len);
-	c->wlen += 2 + len;
-	c->last_ns = egr_mono_ns();
-	conn_flush(c);
-}
-
-void dnsp_conn_close(struct tconn *c)
-{
-	struct sb *sb = c->sb;
-	struct egr_dnsproxy *p = sb->p;
-	struct tconn **pc;
-
-	/* Its queries in flight are dropped: nobody is left to answer. */
-	for (uint32_t i = 0; i < p->npend && c->npending; i++)
-		if (p->pend[i].used && p->pend[i].conn == c)
-			dnsp_pend_free(p, &p->pend[i]);
-	egr_loop_del(p->loop, c->fd);
-	close(c->fd);
-	for (pc = &sb->conns; *pc; pc = &(*pc)->next)
-		if (*pc == c) {
-			*pc = c->next;
-			break;
-		}
-	sb->nconns--;
-	free(c->rbuf);
-	free(c->wbuf);
-	free(c);
-}
-
 void dnsp_on_tcp_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
 	struct tconn *c = ctx;
@@ -120,7 +33,7 @@ void dnsp_on_tcp_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 	c->more = false;
 	c->last_ns = egr_mono_ns();
 	if (events & EPOLLOUT)
-		conn_flush(c);
+		dnsp_conn_flush(c);
 	for (;;) {
 		ssize_t k;
 

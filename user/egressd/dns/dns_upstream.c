@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "dns_internal.h"
+#include "dns_upstream.h"
 #include "log.h"
 
 /* --- configuration helpers --------------------------------------------------- */

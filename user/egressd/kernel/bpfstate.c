@@ -20,6 +20,7 @@
 #include <bpf/libbpf.h>
 
 #include "kernel_priv.h"
+#include "bpfstate.h"
 #include "cgroup.h"
 #include "egressd.skel.h"
 #include "log.h"
@@ -76,13 +77,6 @@ static int ensure_bpffs(const char *dir)
 		return err;
 	}
 	log_info("mounted bpffs at %s", BPFFS_ROOT);
-	return 0;
-}
-
-int egr_kern_mkdir(const char *path, mode_t mode)
-{
-	if (mkdir(path, mode) < 0 && errno != EEXIST)
-		return -errno;
 	return 0;
 }
 

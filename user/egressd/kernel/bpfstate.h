@@ -15,27 +15,15 @@
 #include <stdint.h>
 #include <jansson.h>
 
+#include "bpf_knobs.h"
 #include "compile.h"
 #include "egressd.h"
 
 struct egressd_bpf;
 
-/* Cgroup programs a sandbox gets one link each of, at most. */
-#define EGR_MAX_CGROUP_PROGS 16
-
 /* The loaded object, its pins, the links egressd holds and the map fds
  * (kernel/kernel_priv.h): opaque outside kernel/. */
 struct egr_bpf;
-
-/* Load-time knobs: read-only data of the programs, set between open and
- * load (programs already attached keep the values they were loaded with). */
-struct egr_bpf_knobs {
-	uint64_t deny_events_per_s;  /* per sandbox, reported one by one; 0: no budget */
-	uint64_t deny_events_burst;
-	uint64_t allow_events_per_s; /* sampled allow events per CPU (burst the same); 0: none */
-};
-#define EGR_BPF_KNOBS_DEFAULT { .deny_events_per_s = 100, .deny_events_burst = 200, \
-				.allow_events_per_s = 20 }
 
 /* What the host can do, probed once at start (egressctl status shows it). */
 struct egr_features {
@@ -89,48 +77,8 @@ struct ring_buffer *egr_bpf_ring_new(struct egr_bpf *b, int (*fn)(void *, void *
 int egr_bpf_missing_map_pins(struct egr_bpf *b,
 			     void (*fn)(void *ctx, const char *map, const char *path), void *ctx);
 
-/* Attach every cgroup program to the cgroup as links, pin them under
- * links/<sandbox_id>/ and keep an fd of each. On error nothing stays
- * attached. */
-int egr_bpf_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path);
-/* Attach the programs the sandbox has no link of (its pins were removed
- * while no egressd held them), pin and keep them. 0 or -errno. */
-int egr_bpf_attach_missing(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path);
-/* Detach, unpin and close the links of sandbox_id (idempotent). */
-int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id);
-/* Are all of the sandbox's links pinned? */
-bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id);
-/* Open the sandbox's pinned links and keep their fds (adoption). Each must
- * be a cgroup link of the program its pin is named after (attach type and
- * program name): one that is not has its pin removed and counts as missing.
- * 0 when every program has one, -ENOENT when some are missing (those found
- * are kept), -EXDEV when they are attached to different cgroups (kept),
- * another -errno on error. */
-int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id);
-/* The cgroup id the sandbox's links are attached to, from the kernel
- * (bpf_link_get_info_by_fd): 0 once the cgroup was released and the links
- * went defunct. -ENOENT when egressd holds no link of it. */
-int egr_bpf_links_cgroup_id(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *cgroup_id);
-
-/* What egr_bpf_check_pins() found removed (or, for a link, replaced by
- * another object: EGR_PIN_LINK_REPLACED) and pinned again. */
-enum egr_pin_kind { EGR_PIN_MAP, EGR_PIN_LINK, EGR_PIN_LINK_REPLACED };
-typedef void (*egr_pin_fn)(void *ctx, enum egr_pin_kind kind, uint32_t sandbox_id,
-			   const char *path, int err);
-/* Make every pin egressd holds an fd of exist again: the bpffs directories,
- * each map, each link of each sandbox; a link pin naming another link than
- * egressd's fd (a rename over it) is unlinked and pinned from the fd. Calls
- * report() for every pin that was missing or replaced (err: 0 pinned again,
- * or why not). Returns how many were. */
-int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx);
-/* An inotify fd that becomes readable when something is removed from a pin
- * directory (-1 when inotify is unavailable: then only periodic checks);
- * egr_bpf_pin_events() drains it and says whether anything happened. The
- * watches follow egr_bpf_check_pins (directories made again are watched). */
-int egr_bpf_pin_watch_fd(const struct egr_bpf *b);
-bool egr_bpf_pin_events(struct egr_bpf *b);
-/* Sandbox ids with a links/<id> directory. Caller frees *ids. */
-int egr_bpf_pinned_sandboxes(struct egr_bpf *b, uint32_t **ids, size_t *n);
+/* The per-sandbox links and the pins (links.c). */
+#include "links.h"
 
 /* The typed map operations on the handle. */
 #include "maps.h"

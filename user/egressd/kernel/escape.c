@@ -12,6 +12,7 @@
 #include <bpf/libbpf.h>
 
 #include "kernel_priv.h"
+#include "maps.h"
 #include "escape.h"
 #include "escape.skel.h"
 #include "log.h"

@@ -7,7 +7,9 @@
  * Who owns what: bpfstate.c loads the object and probes the features,
  * links.c owns the per-sandbox links and every pin, maps.c is the only
  * code that reads or writes a map (migrate.c converts an older version's
- * pinned maps before any of them is in use).
+ * pinned maps before any of them is in use). bpfstate.c is the top layer:
+ * this header includes only what lies below it (links.h, bpf_knobs.h),
+ * never bpfstate.h, so links.c, maps.c and walk.c do not depend on it.
  */
 #ifndef EGR_KERNEL_PRIV_H
 #define EGR_KERNEL_PRIV_H
@@ -17,7 +19,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "bpfstate.h"
+#include "bpf_knobs.h"
+#include "links.h"
 
 struct egressd_bpf;
 struct bpf_program;
@@ -69,12 +72,13 @@ typedef int (*egr_kmap_walk_fn)(void *ctx, const void *key, const void *value);
  * or -errno. Private to kernel/ (it takes an fd): maps.h has the typed walkers. */
 int egr_kmap_walk(int fd, unsigned flags, egr_kmap_walk_fn fn, void *ctx);
 
-/* bpfstate.c */
+/* bpfstate.c (the top of kernel/: nothing below it calls it) */
 void egr_kern_maps_bind(struct egr_bpf *b);
-int egr_kern_mkdir(const char *path, mode_t mode);
 bool egr_kern_is_cgroup_prog(const struct bpf_program *prog);
 
 /* links.c */
+/* mkdir that is fine with an existing directory: 0 or -errno. */
+int egr_kern_mkdir(const char *path, mode_t mode);
 void egr_kern_watch_dirs(struct egr_bpf *b);
 /* Close every link fd egressd holds (the pins stay) and forget them. */
 void egr_kern_links_release(struct egr_bpf *b);

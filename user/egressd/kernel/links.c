@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* The per-sandbox links (attach, adopt, detach) and every pin egressd holds
- * an fd of: checked, watched and made again when removed (bpfstate.h). */
+ * an fd of: checked, watched and made again when removed (links.h). */
 #include <dirent.h>
 #include <stddef.h>
 #include <errno.h>
@@ -29,6 +29,13 @@
 /* IN_MOVED_TO too: a rename over a pin replaces it without removing a name. */
 #define PIN_WATCH_MASK                                                                     \
 	(IN_DELETE | IN_DELETE_SELF | IN_MOVED_FROM | IN_MOVED_TO | IN_MOVE_SELF | IN_ONLYDIR)
+
+int egr_kern_mkdir(const char *path, mode_t mode)
+{
+	if (mkdir(path, mode) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
 
 static void watch(struct egr_bpf *b, const char *dir)
 {

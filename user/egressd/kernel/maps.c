@@ -16,6 +16,7 @@
 
 #include "cgroup.h"
 #include "kernel_priv.h"
+#include "maps.h"
 #include "log.h"
 
 const char *const egr_counter_names[EGR_CNT_MAX] = {

@@ -85,36 +85,6 @@ static const char list_help[] =
 	"cgroups held under deny-all until the kernel releases them: detached\n"
 	"sandboxes, and sandboxes whose state egressd could not trust at start.\n";
 
-int ctl_usage_error(const char *cmd, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "egressctl: %s", msg);
-	ctl_note_error("usage", NULL, "%s", msg);
-	fprintf(stderr, "\nTry 'egressctl %s%s--help'.\n", cmd ?: "", cmd ? " " : "");
-	return CTL_EXIT_USAGE;
-}
-
-int ctl_abs_path(const char *path, char *buf, size_t len)
-{
-	char real[PATH_MAX], cwd[PATH_MAX];
-	int n;
-
-	if (realpath(path, real))
-		n = snprintf(buf, len, "%s", real);
-	else if (path[0] == '/')
-		n = snprintf(buf, len, "%s", path);
-	else if (getcwd(cwd, sizeof(cwd)))
-		n = snprintf(buf, len, "%s/%s", cwd, path);
-	else
-		return -errno;
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
 /* --- the one-request commands ----------------------------------------------- */
 
 struct cmd_args {

@@ -104,9 +104,8 @@ static const char run_help[] =
 #define MEMORY_MAX_MIN  (1ULL << 20)
 #define MEMORY_MAX_MAX  (1ULL << 62)
 
-/* The child being waited for; signal handlers forward to it. Before it
- * exists, the first signal is remembered and the command is not started. */
-volatile pid_t run_child_pid;
+/* Before the child (run_child_pid, runchild.c) exists, the first signal is
+ * remembered and the command is not started. */
 static volatile sig_atomic_t early_signal;
 
 static void forward_signal(int sig)

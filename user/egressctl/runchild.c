@@ -33,6 +33,10 @@
 
 /* --- the child ------------------------------------------------------------------ */
 
+/* The child being waited for (pid 1 in run.c, the command in pid 1);
+ * signal handlers forward to it. */
+volatile pid_t run_child_pid;
+
 static void close_inherited_fds(void)
 {
 	long max;

@@ -11,7 +11,7 @@
 #include <jansson.h>
 #include <zlib.h>
 
-#include "audit.h"
+#include "audit_read.h"
 
 #define ALG_SHA256 "sha256"
 #define ALG_HMAC   "hmac-sha256"

@@ -24,7 +24,7 @@
 #include <openssl/evp.h>
 #include <zlib.h>
 
-#include "audit.h"
+#include "audit_read.h"
 #include "fileio.h"
 #include "log.h"
 #include "audit_int.h"

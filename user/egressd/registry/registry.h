@@ -15,55 +15,7 @@
 #include <stdint.h>
 #include <time.h>
 
-/* The process a sandbox lives as long as (docs/operations.md, "Lifetime"):
- * an `egressctl run` whose cgroup is the sandbox's own. pid 0: none. start:
- * its start time (/proc/<pid>/stat field 22), so a reused pid is not it. */
-struct egr_launcher {
-	int pid;
-	uint64_t start;
-};
-
-/* One sandbox, as the registry keeps it. Other modules read it; only the
- * registry's lifecycle operations write it. */
-struct egr_sb {
-	uint32_t id;
-	uint32_t policy_id;
-	uint32_t tenant_id;
-	uint64_t cgroup_id;
-	char *cgroup;
-	char *tenant, *execution_id, *principal, *tool, *version;
-	char sha256[65];
-	size_t n4, n6, nnames;
-	time_t attached_at, updated_at;
-	char *netns;              /* network namespace path, NULL = egressd's own */
-	uint16_t dns_port4, dns_port6; /* its DNS proxy listeners; 0 = none */
-	uint16_t inspect_port4, inspect_port6; /* its inspecting proxy (network.inspect) */
-	/* limits in force (docs/metering.md); 0 = none */
-	uint64_t quota_bytes, tenant_quota_bytes, quota_window_ns;
-	char *end_status;         /* how its command ended, as the detach request said */
-	int audit_mode;           /* network.mode "audit" */
-	uint32_t breaker_max_denies, breaker_window_s; /* network.breaker; 0 = none */
-	bool quarantined;         /* mirrors egr_sandbox.quarantined in the kernel */
-	time_t quarantined_at;    /* 0 when adopted quarantined (unknown) */
-	struct egr_launcher launcher; /* pid 0: not tied to a launcher */
-};
-
-/* A cgroup egressd holds under deny-all without a policy of its own
- * (docs/architecture.md, "Held sandboxes"): a detached sandbox, until the
- * kernel releases its cgroup (its links go defunct), or a sandbox whose state
- * egressd could not trust at start. Its links stay, pointing at an entry
- * that denies everything; attaching its cgroup again replaces that. */
-enum egr_held_state { EGR_HELD_DETACHED, EGR_HELD_TAMPERED };
-
-struct egr_held {
-	uint32_t id;
-	uint32_t tenant_id;
-	uint64_t cgroup_id; /* from its links (the kernel) */
-	char *cgroup;       /* path; NULL: unknown */
-	enum egr_held_state state;
-	char reason[256];
-	time_t since;
-};
+#include "registry/records.h"
 
 struct egr_registry;
 struct egr_bpf;

@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <jansson.h>
 
-#include "registry/registry.h"
+#include "registry/records.h"
 
 struct egr_statedir {
 	char dir[256];

@@ -142,24 +142,6 @@ static int maps_dir(const char *dir, char *buf, size_t len)
 		return -ENAMETOOLONG;
 	return 0;
 }
-/* Programs attached per sandbox cgroup (a global tracing program is not). */
-bool egr_kern_is_cgroup_prog(const struct bpf_program *prog)
-{
-	switch (bpf_program__type(prog)) {
-	case BPF_PROG_TYPE_CGROUP_SKB:
-	case BPF_PROG_TYPE_CGROUP_SOCK:
-	case BPF_PROG_TYPE_CGROUP_SOCK_ADDR:
-	case BPF_PROG_TYPE_CGROUP_SOCKOPT:
-	case BPF_PROG_TYPE_CGROUP_SYSCTL:
-	case BPF_PROG_TYPE_CGROUP_DEVICE:
-		return true;
-	case BPF_PROG_TYPE_LSM:
-		return bpf_program__expected_attach_type(prog) == BPF_LSM_CGROUP;
-	default:
-		return false;
-	}
-}
-
 /* The map fds maps.c works on (kernel_priv.h). */
 void egr_kern_maps_bind(struct egr_bpf *b)
 {

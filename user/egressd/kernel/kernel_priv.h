@@ -68,15 +68,18 @@ typedef int (*egr_kmap_walk_fn)(void *ctx, const void *key, const void *value);
 /* Walk every entry of the map fd: BPF_MAP_LOOKUP_BATCH where the map type
  * has it, else (an LPM trie, a kernel without it) get_next_key + lookup,
  * as bcc's map_helpers.c does. Entries deleted meanwhile are skipped; the
- * walk is bounded by the map's max_entries (plus one batch). 0, fn's value,
- * or -errno. Private to kernel/ (it takes an fd): maps.h has the typed walkers. */
+ * walk is bounded (twice the map's max_entries, plus one batch): -EAGAIN
+ * when the bound ran out first. 0, fn's value, or -errno. Private to
+ * kernel/ (it takes an fd): maps.h has the typed walkers. */
 int egr_kmap_walk(int fd, unsigned flags, egr_kmap_walk_fn fn, void *ctx);
 
 /* bpfstate.c (the top of kernel/: nothing below it calls it) */
 void egr_kern_maps_bind(struct egr_bpf *b);
-bool egr_kern_is_cgroup_prog(const struct bpf_program *prog);
 
 /* links.c */
+/* A program attached per sandbox cgroup (a global tracing program is not);
+ * the load and the upgrade count the same ones. */
+bool egr_kern_is_cgroup_prog(const struct bpf_program *prog);
 /* mkdir that is fine with an existing directory: 0 or -errno. */
 int egr_kern_mkdir(const char *path, mode_t mode);
 void egr_kern_watch_dirs(struct egr_bpf *b);

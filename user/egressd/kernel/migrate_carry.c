@@ -21,6 +21,7 @@
 
 #include "egr_abi_v1.h"
 #include "egressd.h"
+#include "kernel_priv.h"
 #include "log.h"
 #include "migrate.h"
 #include "migrate_priv.h"
@@ -269,25 +270,6 @@ static void drain_ring(int old_fd, struct bpf_object *obj)
 	free(vals);
 }
 
-/* Programs attached per sandbox cgroup (as bpfstate.c counts them; a
- * global tracing program is not). */
-static bool is_cgroup_prog(const struct bpf_program *prog)
-{
-	switch (bpf_program__type(prog)) {
-	case BPF_PROG_TYPE_CGROUP_SKB:
-	case BPF_PROG_TYPE_CGROUP_SOCK:
-	case BPF_PROG_TYPE_CGROUP_SOCK_ADDR:
-	case BPF_PROG_TYPE_CGROUP_SOCKOPT:
-	case BPF_PROG_TYPE_CGROUP_SYSCTL:
-	case BPF_PROG_TYPE_CGROUP_DEVICE:
-		return true;
-	case BPF_PROG_TYPE_LSM:
-		return bpf_program__expected_attach_type(prog) == BPF_LSM_CGROUP;
-	default:
-		return false;
-	}
-}
-
 static bool in_v1(const char *prog)
 {
 	for (size_t i = 0; i < sizeof(v1_programs) / sizeof(v1_programs[0]); i++)
@@ -362,7 +344,7 @@ static int plan_switch(struct egr_mig *m, struct bpf_object *obj)
 		{
 			const char *name = bpf_program__name(prog);
 
-			if (bpf_program__autoload(prog) && is_cgroup_prog(prog) && in_v1(name) &&
+			if (bpf_program__autoload(prog) && egr_kern_is_cgroup_prog(prog) && in_v1(name) &&
 			    !has_link(m, i, end, name))
 				whole = false;
 		}
@@ -370,7 +352,7 @@ static int plan_switch(struct egr_mig *m, struct bpf_object *obj)
 		{
 			const char *name = bpf_program__name(prog);
 
-			if (!whole || !bpf_program__autoload(prog) || !is_cgroup_prog(prog) ||
+			if (!whole || !bpf_program__autoload(prog) || !egr_kern_is_cgroup_prog(prog) ||
 			    in_v1(name) || has_link(m, i, end, name))
 				continue;
 			if ((err = add_planned(m, &m->links[i], name)))

@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -673,21 +672,9 @@ def main():
         print("bench: needs root (BPF programs, cgroups, bpffs, sysctl)", file=sys.stderr)
         return 1
 
-    def on_signal(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, on_signal)
-
-    b = Bench(args)
-    try:
-        rc = b.run()
-    except KeyboardInterrupt:
-        log("interrupted; cleaning up")
-        return 130
-    except Exception as e:
-        log(f"FAILED: {e}")
-        rc = 1
-    finally:
-        b.cleanup()
+    rc = common.run_bench(lambda: Bench(args), log)
+    if rc == 130:
+        return rc
     here = os.path.dirname(os.path.abspath(__file__))
     nodocs = ["--no-docs"] if args.no_docs else []
     if not args.no_compare:

@@ -105,3 +105,23 @@ def remove_cgroup(path, log):
         cgroup_remove_tree(path)
     except (OSError, RuntimeError) as e:
         log(f"cleanup: could not remove {path}: {e}")
+
+
+def run_bench(make, log):
+    """Build a bench with make() and run it, SIGTERM taken as Ctrl-C, its
+    cleanup() run whatever happens. 0 or run()'s status, 1 on a failure,
+    130 when interrupted."""
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, on_signal)
+    b = make()
+    try:
+        return b.run()
+    except KeyboardInterrupt:
+        log("interrupted; cleaning up")
+        return 130
+    except Exception as e:
+        log(f"FAILED: {e}")
+        return 1
+    finally:
+        b.cleanup()

@@ -35,7 +35,6 @@ import os
 import platform
 import re
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -563,20 +562,7 @@ def main():
               file=sys.stderr)
         return 1
 
-    def on_signal(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, on_signal)
-    c = Compare(args)
-    try:
-        return c.run()
-    except KeyboardInterrupt:
-        log("interrupted; cleaning up")
-        return 130
-    except Exception as e:
-        log(f"FAILED: {e}")
-        return 1
-    finally:
-        c.cleanup()
+    return common.run_bench(lambda: Compare(args), log)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ import platform
 import re
 import resource
 import shutil
-import signal
 import statistics
 import json
 import subprocess
@@ -428,21 +427,7 @@ def main():
         print("bench-dns: needs root (BPF programs, cgroups)", file=sys.stderr)
         return 1
 
-    def on_signal(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, on_signal)
-
-    b = BenchDns(args)
-    try:
-        return b.run()
-    except KeyboardInterrupt:
-        log("interrupted; cleaning up")
-        return 130
-    except Exception as e:
-        log(f"FAILED: {e}")
-        return 1
-    finally:
-        b.cleanup()
+    return common.run_bench(lambda: BenchDns(args), log)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ import datetime
 import os
 import platform
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -203,21 +202,7 @@ def main():
         print("bench-inspect: needs root (BPF programs, cgroups)", file=sys.stderr)
         return 1
 
-    def on_signal(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, on_signal)
-
-    b = BenchInspect(args)
-    try:
-        return b.run()
-    except KeyboardInterrupt:
-        log("interrupted; cleaning up")
-        return 130
-    except Exception as e:
-        log(f"FAILED: {e}")
-        return 1
-    finally:
-        b.cleanup()
+    return common.run_bench(lambda: BenchInspect(args), log)
 
 
 if __name__ == "__main__":

@@ -367,20 +367,7 @@ def main():
         print("bench-scale: needs root", file=sys.stderr)
         return 1
 
-    def on_signal(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, on_signal)
-    s = Scale(args)
-    try:
-        return s.run()
-    except KeyboardInterrupt:
-        log("interrupted; cleaning up")
-        return 130
-    except Exception as e:
-        log(f"FAILED: {e}")
-        return 1
-    finally:
-        s.cleanup()
+    return common.run_bench(lambda: Scale(args), log)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ import datetime
 import json
 import os
 import platform
-import signal
 import socket
 import statistics
 import subprocess
@@ -25,6 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_common as common  # noqa: E402
 from bench_dns import BenchDns, LAT_CLIENT, NAMES, RESOLVER, log  # noqa: E402
 
 NOISY = 4
@@ -219,19 +219,7 @@ def main():
         print("bench-tenant: needs root (BPF programs, cgroups)", file=sys.stderr)
         return 1
 
-    def on_signal(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    signal.signal(signal.SIGTERM, on_signal)
-    b = BenchTenant(args)
-    try:
-        return b.run()
-    except KeyboardInterrupt:
-        return 130
-    except Exception as e:
-        log(f"FAILED: {e}")
-        return 1
-    finally:
-        b.cleanup()
+    return common.run_bench(lambda: BenchTenant(args), log)
 
 
 if __name__ == "__main__":

@@ -248,6 +248,60 @@ def billing_export_no_double_count(c):
         check(seqs == sorted(set(seqs)), "billing seqs repeat or go back: %r" % seqs)
 
 
+
+def billing_problems(c):
+    return [p for p in status_json(c).get("problems", []) if p.startswith("billing:")]
+
+
+@test
+def billing_export_failure_is_a_health_problem(c):
+    """A billing export that cannot be written must not be silent: the
+    pipeline that bills tenants reads the file, and a probe reads status.
+    The attack: the billing file replaced by a directory (a hand edit, a
+    full or broken volume) while traffic flows. egressd keeps the delta,
+    reports "billing:" in status (exit 5), and once the file is back bills
+    every byte exactly once. Sanity twin: before the break, and after the
+    repair, status has no billing problem."""
+    sink = SinkServer()
+    tenant = "billf-" + RAND
+    path = os.path.join(c.state, "billing.jsonl")
+    aside = path + ".aside-" + RAND
+    moved = []
+
+    def restore():
+        if os.path.isdir(path) and not os.path.islink(path):
+            os.rmdir(path)
+        if moved and os.path.exists(aside):
+            os.rename(aside, path)
+            moved.clear()
+    CLEANUP.push("billing file " + path, restore)  # a fatal signal
+    try:
+        with c.sandbox(["tcp/127.0.0.1:%d" % sink.port], name="billf", tenant=tenant) as sb:
+            out = in_sandbox(sb.cg, SENDER, "tcp", "127.0.0.1", sink.port, 20000)
+            check(out and out[0] == "ok", "sender: %r" % out)
+            check(wait_until(lambda: billing_matches(c, tenant), 5, 0.2),
+                  "before the break: lines %r, meter %r" %
+                  (billing_lines(c, tenant), tenant_stats(c, tenant)))
+            check(not billing_problems(c), "healthy export reported as a problem: %r" %
+                  billing_problems(c))
+            if os.path.exists(path):
+                os.rename(path, aside)
+                moved.append(True)
+            os.mkdir(path, 0o700)
+            out = in_sandbox(sb.cg, SENDER, "tcp", "127.0.0.1", sink.port, 30000)
+            check(out and out[0] == "ok", "sender during the break: %r" % out)
+            check(wait_until(lambda: billing_problems(c), 5, 0.2),
+                  "a failing export is not in status: %r" % status_json(c).get("problems"))
+            r = c.ctl("status")
+            check(r.returncode == 5, "status exits %d with a failing export, not 5" % r.returncode)
+            restore()
+            check(wait_until(lambda: not billing_problems(c) and billing_matches(c, tenant), 6, 0.2),
+                  "after the repair: problems %r, lines %r, meter %r" %
+                  (billing_problems(c), billing_lines(c, tenant), tenant_stats(c, tenant)))
+    finally:
+        restore()  # the next tests bill to it
+
+
 @test
 def inbound_denied_replies_pass(c):
     t = c.tcp("inbound")

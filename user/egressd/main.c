@@ -489,6 +489,7 @@ int main(int argc, char **argv)
 	health.reg = reg;
 	health.metrics = metrics;
 	health.metrics_wanted = strcmp(o.metrics_addr, "off") != 0;
+	health.billing = billing;
 	egr_health_init(&health);
 	srv.health = &health;
 	err = egr_notify_watchdog_start(loop);

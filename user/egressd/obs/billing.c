@@ -57,8 +57,8 @@ struct egr_billing {
 	struct tenant_state *t;
 	size_t nt;
 	uint64_t lines, exports, failures, last_ok_ms;
-	void (*fail_fn)(void *ctx, const char *why);
-	void *fail_ctx;
+	bool failing;         /* the last export failed: health reports it */
+	char last_error[512]; /* what failed, for that report */
 };
 
 static void iso_ms(uint64_t ms, char *buf, size_t len)
@@ -259,8 +259,8 @@ static void fail(struct egr_billing *b, const char *what, int err)
 	b->failures++;
 	snprintf(why, sizeof(why), "%s %s: %s", what, b->file, strerror(-err));
 	log_error("billing: export failed (%s); the deltas are kept for the next interval", why);
-	if (b->fail_fn)
-		b->fail_fn(b->fail_ctx, why);
+	b->failing = true;
+	snprintf(b->last_error, sizeof(b->last_error), "%s", why);
 }
 
 struct pending {
@@ -423,6 +423,7 @@ int egr_billing_export(struct egr_billing *b)
 	b->lines += npend;
 	b->exports++;
 	b->last_ok_ms = end;
+	b->failing = false;
 	err = save_state(b);
 	if (err) {
 		/* The lines carry the state: the next start recovers it. */
@@ -471,11 +472,12 @@ int egr_billing_start(struct egr_billing *b, struct egr_loop *loop, unsigned int
 	return err;
 }
 
-void egr_billing_on_failure(struct egr_billing *b, void (*fn)(void *ctx, const char *why),
-			    void *ctx)
+bool egr_billing_failing(const struct egr_billing *b, char *why, size_t len)
 {
-	b->fail_fn = fn;
-	b->fail_ctx = ctx;
+	if (!b || !b->failing)
+		return false;
+	snprintf(why, len, "%s", b->last_error);
+	return true;
 }
 
 int egr_billing_new(struct egr_billing **out, struct egr_registry *reg, struct egr_metrics *m,

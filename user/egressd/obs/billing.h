@@ -9,6 +9,8 @@
 #ifndef EGR_BILLING_H
 #define EGR_BILLING_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "loop.h"
@@ -32,8 +34,8 @@ int egr_billing_start(struct egr_billing *b, struct egr_loop *loop, unsigned int
  * pending for the next one). */
 int egr_billing_export(struct egr_billing *b);
 
-/* Told of every failed export (alerting). */
-void egr_billing_on_failure(struct egr_billing *b, void (*fn)(void *ctx, const char *why),
-			    void *ctx);
+/* Did the last export fail (the deltas still pending)? Then why holds
+ * what failed. NULL b: no export, never failing. */
+bool egr_billing_failing(const struct egr_billing *b, char *why, size_t len);
 
 #endif /* EGR_BILLING_H */

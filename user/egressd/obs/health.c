@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "billing.h"
 #include "clock.h"
 #include "kernel/bpfstate.h"
 #include "health.h"
@@ -44,6 +45,7 @@ json_t *egr_health_problems(struct egr_health *h)
 	uint64_t cnt[EGR_CNT_MAX], now = egr_mono_ns();
 	struct egr_bpf *b = egr_reg_bpf(h->reg);
 	struct egr_reg_iter it = { 0 };
+	char why[512];
 
 	if (!arr)
 		return NULL;
@@ -51,6 +53,9 @@ json_t *egr_health_problems(struct egr_health *h)
 		add(arr, "metrics: /metrics is not served (the address did not bind)");
 	if (!egr_reg_dns(h->reg))
 		add(arr, "dns: the DNS proxy is down; sandboxes get no DNS");
+	if (egr_billing_failing(h->billing, why, sizeof(why)))
+		add(arr, "billing: the last export failed (%s); the deltas are kept for the next",
+		    why);
 	if (egr_bpf_counters(b, cnt) == 0) {
 		if (cnt[EGR_CNT_EVENTS_LOST] > h->lost_seen) {
 			h->lost_seen = cnt[EGR_CNT_EVENTS_LOST];

@@ -3,6 +3,7 @@
  * Is egressd healthy (docs/operations.md)? `egressctl status` exits
  * non-zero when not, so it serves as a liveness and readiness probe:
  * /metrics wanted but not served, no DNS proxy (sandboxes get no DNS),
+ * the last billing export failed (the tenants' deltas wait for the next),
  * kernel events lost within the last minute, a map or a sandbox link no
  * longer pinned.
  */
@@ -13,6 +14,7 @@
 #include <stdint.h>
 #include <jansson.h>
 
+struct egr_billing;
 struct egr_registry;
 struct egr_metrics;
 
@@ -23,6 +25,7 @@ struct egr_health {
 	struct egr_registry *reg;     /* its bpf and dns */
 	struct egr_metrics *metrics;  /* NULL: none */
 	bool metrics_wanted;          /* --metrics-addr was not "off" */
+	const struct egr_billing *billing; /* NULL: no export */
 	uint64_t lost_seen;           /* kernel events-lost counter, last look */
 	uint64_t lost_rise_ns;        /* CLOCK_MONOTONIC when it last rose (0: never) */
 };

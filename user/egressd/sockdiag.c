@@ -255,7 +255,7 @@ static int dump_cb(const struct nlmsghdr *h, void *data)
  *
  * family AF_UNSPEC (TCP only): both families in one walk. The kernel
  * keeps IPv4 and IPv6 TCP sockets in one established hash and walks all
- * of its buckets for every dump (~3 ms here, whatever the cgroup holds),
+ * of its buckets for every dump (~2 ms here, whatever the cgroup holds),
  * so a dump per family walked it twice. SOCK_DIAG_BY_FAMILY needs a
  * family; the legacy TCPDIAG_GETSOCK request (struct inet_diag_req) dumps
  * with sdiag_family AF_UNSPEC (inet_diag_dump_compat), which skips the

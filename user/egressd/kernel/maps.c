@@ -421,7 +421,8 @@ static void dests_seen_drop(void)
  * Delete the keys the last walk of sandbox_id found; 1 when that was all
  * of them: the programs count each entry they add (egr_dests_n.entries,
  * bpf/lib/meter.bpf.h) and never remove one, so with no program adding
- * (see forget_dests) as many deletions as entries leave nothing behind.
+ * (the removal's precondition, maps.h) as many deletions as entries leave
+ * nothing behind.
  * 0: the walk is needed.
  */
 static int dests_delete_seen(struct egr_bpf *b, uint32_t sandbox_id, uint64_t entries)

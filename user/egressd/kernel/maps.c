@@ -372,8 +372,7 @@ struct dests_walk {
 	uint32_t sandbox_id;
 	struct egr_dest *out;
 	size_t max, n;
-	bool remove;
-	struct key_list dels;
+	struct key_list keys; /* every key of the sandbox (out may hold fewer) */
 };
 
 static int dest_one(void *ctx, const void *key, const void *value)
@@ -388,24 +387,107 @@ static int dest_one(void *ctx, const void *key, const void *value)
 		memcpy(&w->out[w->n].val, value, sizeof(w->out[w->n].val));
 		w->n++;
 	}
-	return w->remove ? key_list_add(&w->dels, key) : 0;
+	return key_list_add(&w->keys, key);
 }
 
-/* One walk of the map, batched: the key and the value come together. */
+int egr_bpf_sandbox_dests_count(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *entries,
+				uint64_t *dropped)
+{
+	struct egr_dests_count c;
+
+	*entries = *dropped = 0;
+	if (bpf_map_lookup_elem(b->fd_dests_n, &sandbox_id, &c) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	*entries = c.entries;
+	*dropped = c.dropped;
+	return 0;
+}
+
+/* The keys the last collecting walk found, for the removal that follows
+ * it at detach (egr_bpf_forget_sandbox_stats). One sandbox at a time. */
+static struct {
+	const struct egr_bpf *b;
+	uint32_t sandbox_id;
+	struct key_list keys;
+} dests_seen;
+
+static void dests_seen_drop(void)
+{
+	free(dests_seen.keys.keys);
+	memset(&dests_seen, 0, sizeof(dests_seen));
+}
+
+/*
+ * Delete the keys the last walk of sandbox_id found; 1 when that was all
+ * of them: the programs count each entry they add (egr_dests_n.entries,
+ * bpf/lib/meter.bpf.h) and never remove one, so with no program adding
+ * (the removal's precondition, maps.h) as many deletions as entries leave
+ * nothing behind.
+ * 0: the walk is needed.
+ */
+static int dests_delete_seen(struct egr_bpf *b, uint32_t sandbox_id, uint64_t entries)
+{
+	uint64_t gone = 0;
+	int ok;
+
+	if (dests_seen.b != b || dests_seen.sandbox_id != sandbox_id || !dests_seen.keys.n)
+		return 0;
+	for (size_t i = 0; i < dests_seen.keys.n; i++)
+		if (bpf_map_delete_elem(b->fd_dests,
+					dests_seen.keys.keys + i * dests_seen.keys.key_size) == 0)
+			gone++;
+	ok = gone == entries;
+	dests_seen_drop();
+	return ok;
+}
+
+/*
+ * One walk of the map, batched: the key and the value come together. The
+ * walk of the whole map (1M buckets, ~3 ms even when empty) is skipped
+ * when the sandbox's count says it never added a destination: the
+ * programs create the count before they add an entry, and give up (add
+ * nothing) when they cannot (meter.bpf.h).
+ */
 int egr_bpf_sandbox_dests(struct egr_bpf *b, uint32_t sandbox_id, bool remove,
 			  struct egr_dest *out, size_t max, size_t *n)
 {
 	struct dests_walk w = { .sandbox_id = sandbox_id, .out = out, .max = out ? max : 0,
-				.remove = remove,
-				.dels = { .key_size = sizeof(struct egr_dest_key) } };
-	int err = egr_kmap_walk(b->fd_dests, 0, dest_one, &w);
+				.keys = { .key_size = sizeof(struct egr_dest_key) } };
+	uint64_t entries, dropped;
+	int err;
 
-	*n = w.n;
-	for (size_t i = 0; i < w.dels.n; i++)
-		bpf_map_delete_elem(b->fd_dests, w.dels.keys + i * w.dels.key_size);
-	free(w.dels.keys);
-	if (remove && !err)
+	*n = 0;
+	err = egr_bpf_sandbox_dests_count(b, sandbox_id, &entries, &dropped);
+	if (err)
+		return err;
+	if (remove && dests_delete_seen(b, sandbox_id, entries)) {
 		bpf_map_delete_elem(b->fd_dests_n, &sandbox_id);
+		return 0;
+	}
+	if (!entries) {
+		if (remove)
+			bpf_map_delete_elem(b->fd_dests_n, &sandbox_id);
+		return 0;
+	}
+	err = egr_kmap_walk(b->fd_dests, 0, dest_one, &w);
+	*n = w.n;
+	if (remove) {
+		for (size_t i = 0; i < w.keys.n; i++)
+			bpf_map_delete_elem(b->fd_dests, w.keys.keys + i * w.keys.key_size);
+		free(w.keys.keys);
+		if (!err)
+			bpf_map_delete_elem(b->fd_dests_n, &sandbox_id);
+		return err;
+	}
+	/* Kept for the removal at detach, which then needs no walk. */
+	dests_seen_drop();
+	if (!err) {
+		dests_seen.b = b;
+		dests_seen.sandbox_id = sandbox_id;
+		dests_seen.keys = w.keys;
+	} else {
+		free(w.keys.keys);
+	}
 	return err;
 }
 
@@ -658,9 +740,18 @@ int egr_bpf_dns_clients_purge(struct egr_bpf *b, uint32_t sandbox_id, unsigned *
 {
 	struct purge_walk w = { .sandbox_id = sandbox_id,
 				.keys = { .key_size = sizeof(struct egr_dns_client_key) } };
-	int err = egr_kmap_walk(b->fd_dns_clients, 0, purge_one, &w);
+	uint32_t count = 0;
+	int err;
 
 	*purged = 0;
+	/* The map's walk costs ~1 ms even when empty; none counted, none there. */
+	if (bpf_map_lookup_elem(b->fd_dns_clients_n, &sandbox_id, &count) < 0 && errno != ENOENT)
+		return -errno;
+	if (!count) {
+		bpf_map_delete_elem(b->fd_dns_clients_n, &sandbox_id);
+		return 0;
+	}
+	err = egr_kmap_walk(b->fd_dns_clients, 0, purge_one, &w);
 	for (size_t i = 0; i < w.keys.n; i++)
 		if (bpf_map_delete_elem(b->fd_dns_clients, w.keys.keys + i * w.keys.key_size) == 0)
 			(*purged)++;

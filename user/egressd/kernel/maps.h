@@ -108,9 +108,18 @@ struct egr_dest {
 	struct egr_dest_val val;
 };
 /* The destinations sandbox_id sent to (up to max into out), and with
- * remove, forget them all. 0 or -errno. */
+ * remove, forget them all. No walk of the map when the sandbox's count
+ * says it added none; a removal right after a collecting walk of the same
+ * sandbox deletes what that walk found and walks only when the count says
+ * more came since. remove only once no program can add entries for the
+ * sandbox (links gone, or its deny-all entry in place and its sockets
+ * destroyed): the count it trusts is final then. 0 or -errno. */
 int egr_bpf_sandbox_dests(struct egr_bpf *b, uint32_t sandbox_id, bool remove,
 			  struct egr_dest *out, size_t max, size_t *n);
+/* The sandbox's count in egr_dests_n: entries it added to egr_sb_dests and
+ * destinations that found no room; both 0 without a count. 0 or -errno. */
+int egr_bpf_sandbox_dests_count(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *entries,
+				uint64_t *dropped);
 /* Destinations of the sandbox that found no room in the map (its cap of
  * EGR_DESTS_PER_SB, or the map full). 0 or -errno. */
 int egr_bpf_sandbox_dests_dropped(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *dropped);
@@ -151,7 +160,10 @@ int egr_bpf_kmap_usage(struct egr_bpf *b, enum egr_kmap_id m, uint64_t *entries,
  * (egr_dns_clients)? 1 yes, 0 no, -errno when the lookup failed. */
 int egr_bpf_dns_client_known(struct egr_bpf *b, const struct egr_dns_client_key *key);
 /* Forget every socket recorded for sandbox id, and its count. *purged:
- * how many. 0 or -errno. */
+ * how many. No walk when its count (egr_dns_clients_n) is absent or 0:
+ * the programs count an entry right after adding it and uncount it when
+ * they delete it. Call it only when no program can add one for the
+ * sandbox (before its links, or under deny-all). 0 or -errno. */
 int egr_bpf_dns_clients_purge(struct egr_bpf *b, uint32_t sandbox_id, unsigned *purged);
 /* Take (look up and delete) the original destination of an inspected
  * connection. -ENOENT: none recorded. */

@@ -140,3 +140,42 @@ def start_detach_audit_lists_destinations_once_walked(c):
     check(q.get("egress") == [] and q.get("egress_complete") is True,
           "the quiet sandbox's record: egress %r complete %r" %
           (q.get("egress"), q.get("egress_complete")))
+
+
+@test
+def start_detach_burst_does_not_mask_a_pin_removal(c):
+    """egressd's own detaches unpin links (and the kernel's release of a
+    detached cgroup unpins more, later); the pin guard ignores those, so a
+    burst of them costs no check of every pin of every sandbox. The
+    attack: a pin of a live sandbox removed by hand in the middle of such a
+    burst, hoping it is taken for one of egressd's own. It must be restored
+    within 3 s (the inotify path: the full periodic check comes only every
+    10 s) with a pin_removed alert. Sanity twin: the sandboxes egressd
+    detached itself get no pin_removed alert and keep no pins."""
+    t = c.tcp("pinburst")
+    with c.sandbox(["127.0.0.1:%d" % t.port], name="pinkeep") as keep:
+        kid = sandbox_id(c, keep)
+        links = os.path.join(c.bpffs, "links", str(kid))
+        pins = sorted(os.listdir(links))
+        check(len(pins) >= 6, "pins of the kept sandbox: %r" % pins)
+        gone = []
+        for i in range(12):
+            sb = c.sandbox(["127.0.0.1:%d" % t.port], name="pinburst%d" % i)
+            with sb:
+                gone.append(sandbox_id(c, sb))
+            if i == 6:
+                os.unlink(os.path.join(links, pins[0]))
+        check(wait_until(lambda: sorted(os.listdir(links)) == pins, 3, 0.05),
+              "pin %s of sandbox %d not restored within 3 s of a detach burst: %r" %
+              (pins[0], kid, sorted(os.listdir(links))))
+        check(wait_until(lambda: obs_alerts(c, "pin_removed", kid), 5),
+              "no pin_removed alert for sandbox %d" % kid)
+        keep.allowed("tcp", "127.0.0.1", t.port)
+        for sid in gone:
+            check(not obs_alerts(c, "pin_removed", sid),
+                  "egressd's own detach of sandbox %d alerted as a removed pin: %r" %
+                  (sid, obs_alerts(c, "pin_removed", sid)))
+        check(wait_until(lambda: not any(os.path.exists(os.path.join(c.bpffs, "links", str(s)))
+                                         for s in gone), 10, 0.2),
+              "links of detached sandboxes left pinned: %r" %
+              [s for s in gone if os.path.exists(os.path.join(c.bpffs, "links", str(s)))])

@@ -7,14 +7,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 #include "guard.h"
 #include "log.h"
 #include "obs/metrics.h"
 
+/* Reclaim in slices of this much work, the next slice this soon after:
+ * replies waiting on the loop wait at most one slice. */
+#define EGR_GUARD_RECLAIM_SLICE_NS (2ull * 1000000ull)
+#define EGR_GUARD_RECLAIM_AGAIN_NS (5ull * 1000000ull)
+
 struct egr_guard {
 	struct egr_loop *loop;
 	unsigned ticks;
+	int again_fd;       /* one-shot timer: the next reclaim slice */
 	struct egr_bpf *bpf;
 	struct egr_registry *reg;
 	struct egr_auditlog *audit;
@@ -93,10 +101,31 @@ static void check_pins(struct egr_guard *g)
 	g->found = NULL;
 }
 
+/* A slice of reclaim; what is left goes in the next slice, soon, after
+ * whatever the loop has waiting. */
+static void reclaim(struct egr_guard *g)
+{
+	struct itimerspec its = { .it_value = { 0, (long)EGR_GUARD_RECLAIM_AGAIN_NS } };
+
+	if (!egr_reg_reclaim(g->reg, g->again_fd >= 0 ? EGR_GUARD_RECLAIM_SLICE_NS : 0))
+		return;
+	if (timerfd_settime(g->again_fd, 0, &its, NULL) < 0)
+		log_warn("guard: cannot arm the reclaim timer: %m; the rest waits for the next tick");
+}
+
+static void on_again(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
+{
+	uint64_t expirations;
+
+	if (read(fd, &expirations, sizeof(expirations)) != sizeof(expirations))
+		return;
+	reclaim(ctx);
+}
+
 void egr_guard_check(struct egr_guard *g)
 {
 	check_pins(g);
-	egr_reg_reclaim(g->reg);
+	egr_reg_reclaim(g->reg, 0);
 }
 
 /* Something was removed from a pin directory: check now. */
@@ -117,7 +146,7 @@ static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 
 	if (egr_bpf_pin_watch_fd(g->bpf) < 0 || ++g->ticks % EGR_GUARD_FULL_EVERY == 0)
 		check_pins(g);
-	egr_reg_reclaim(g->reg);
+	reclaim(g);
 }
 
 int egr_guard_start(struct egr_guard **out, struct egr_loop *loop, struct egr_bpf *bpf,
@@ -132,11 +161,21 @@ int egr_guard_start(struct egr_guard **out, struct egr_loop *loop, struct egr_bp
 	g->reg = reg;
 	g->audit = audit;
 	g->loop = loop;
+	g->again_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (g->again_fd < 0) {
+		err = -errno;
+		free(g);
+		return err;
+	}
 	check_pins(g); /* what went while no egressd held the fds was seen at adoption */
-	err = egr_loop_every(loop, EGR_GUARD_INTERVAL_MS, on_tick, g);
+	err = egr_loop_add(loop, g->again_fd, EPOLLIN, on_again, g);
+	if (!err)
+		err = egr_loop_every(loop, EGR_GUARD_INTERVAL_MS, on_tick, g);
 	if (!err && egr_bpf_pin_watch_fd(bpf) >= 0)
 		err = egr_loop_add(loop, egr_bpf_pin_watch_fd(bpf), EPOLLIN, on_watch, g);
 	if (err) {
+		egr_loop_del(loop, g->again_fd);
+		close(g->again_fd);
 		free(g);
 		return err;
 	}
@@ -146,8 +185,12 @@ int egr_guard_start(struct egr_guard **out, struct egr_loop *loop, struct egr_bp
 
 void egr_guard_free(struct egr_guard *g)
 {
-	if (g && egr_bpf_pin_watch_fd(g->bpf) >= 0)
+	if (!g)
+		return;
+	if (egr_bpf_pin_watch_fd(g->bpf) >= 0)
 		egr_loop_del(g->loop, egr_bpf_pin_watch_fd(g->bpf));
+	egr_loop_del(g->loop, g->again_fd);
+	close(g->again_fd);
 	free(g);
 }
 

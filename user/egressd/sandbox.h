@@ -97,8 +97,11 @@ int egr_reg_detach(struct egr_registry *r, struct egr_sb *sb, struct egr_fail *f
  * until released). 0 or -errno. */
 int egr_reg_detach_held(struct egr_registry *r, struct egr_held *h, struct egr_fail *f);
 /* Release what the kernel has released: held sandboxes whose links went
- * defunct lose their links, kernel entries and state. */
-void egr_reg_reclaim(struct egr_registry *r);
+ * defunct lose their links, kernel entries and state. At most budget_ns
+ * of that (0: no bound), so a burst of released cgroups never holds the
+ * control loop (and the replies waiting on it) for long; true when it
+ * stopped with released sandboxes left for the next call. */
+bool egr_reg_reclaim(struct egr_registry *r, uint64_t budget_ns);
 /* Quarantine (on) or release a sandbox: one update of its kernel entry;
  * quarantining then destroys every connected socket of its cgroups
  * (*closed counts them). 0 or -errno with f filled. */

@@ -31,6 +31,7 @@ struct bpf_program;
  * (egr_bpf.prog_names), -1 when it has none. */
 struct egr_link_set {
 	uint32_t sandbox_id;
+	int wd; /* inotify watch of links/<id>; -1: none */
 	int fd[EGR_MAX_CGROUP_PROGS];
 };
 
@@ -54,6 +55,7 @@ struct egr_bpf {
 	struct egr_link_set *links;
 	size_t nlinks, caplinks;
 	int pin_watch_fd; /* inotify on the pin directories; -1: none */
+	int links_wd;     /* its watch of links/ (0 before egr_kern_watch_dirs) */
 };
 
 /* walk.c: the one walker. */

@@ -37,11 +37,17 @@ int egr_kern_mkdir(const char *path, mode_t mode)
 	return 0;
 }
 
-static void watch(struct egr_bpf *b, const char *dir)
+/* The watch descriptor of dir; -1 when there is none. */
+static int watch(struct egr_bpf *b, const char *dir)
 {
-	if (b->pin_watch_fd >= 0 && inotify_add_watch(b->pin_watch_fd, dir, PIN_WATCH_MASK) < 0 &&
-	    errno != ENOENT)
+	int wd;
+
+	if (b->pin_watch_fd < 0)
+		return -1;
+	wd = inotify_add_watch(b->pin_watch_fd, dir, PIN_WATCH_MASK);
+	if (wd < 0 && errno != ENOENT)
 		log_warn("inotify watch %s: %m", dir);
+	return wd;
 }
 
 /* <dir>, the directories of the map pins, links/ and every links/<id>/
@@ -72,10 +78,10 @@ void egr_kern_watch_dirs(struct egr_bpf *b)
 		}
 	}
 	snprintf(path, sizeof(path), "%s/links", b->dir);
-	watch(b, path);
+	b->links_wd = watch(b, path);
 	for (size_t i = 0; i < b->nlinks; i++) {
 		snprintf(path, sizeof(path), "%s/links/%u", b->dir, b->links[i].sandbox_id);
-		watch(b, path);
+		b->links[i].wd = watch(b, path);
 	}
 }
 
@@ -84,22 +90,58 @@ int egr_bpf_pin_watch_fd(const struct egr_bpf *b)
 	return b->pin_watch_fd;
 }
 
+static struct egr_link_set *link_set(struct egr_bpf *b, uint32_t sandbox_id, bool create);
+
+/*
+ * Does this event concern a pin egressd relies on? Not when it is about a
+ * sandbox egressd no longer holds links of: its own detach drops the set
+ * and its watch, then unpins and removes links/<id>, and a check
+ * of every pin of every sandbox for each of those would make a burst of
+ * detaches cost O(sandboxes) each. Anything else, and a queue overflow
+ * (wd -1), does.
+ */
+static bool pin_event_matters(struct egr_bpf *b, const struct inotify_event *ev)
+{
+	char *end;
+	unsigned long id;
+
+	if (ev->mask & IN_IGNORED)
+		return false; /* a watch we removed (or of a directory gone) */
+	if (ev->wd >= 0 && ev->wd == b->links_wd && ev->len) {
+		id = strtoul(ev->name, &end, 10);
+		if (*end == '\0' && end != ev->name && id <= UINT32_MAX)
+			return link_set(b, (uint32_t)id, false) != NULL;
+		return true;
+	}
+	/* Any other watch is a map directory's or that of a sandbox whose
+	 * links egressd holds: link_set_drop removes a sandbox's watch before
+	 * its pins go. */
+	return true;
+}
+
 bool egr_bpf_pin_events(struct egr_bpf *b)
 {
 	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
 	bool any = false;
+	ssize_t n;
 
 	if (b->pin_watch_fd < 0)
 		return false;
 	/* Bounded: the fd is non-blocking and a burst of events is one check. */
-	for (int i = 0; i < 64 && read(b->pin_watch_fd, buf, sizeof(buf)) > 0; i++)
-		any = true;
+	for (int i = 0; i < 64 && (n = read(b->pin_watch_fd, buf, sizeof(buf))) > 0; i++) {
+		for (char *p = buf; p < buf + n;) {
+			const struct inotify_event *ev = (const struct inotify_event *)p;
+
+			if (pin_event_matters(b, ev))
+				any = true;
+			p += sizeof(*ev) + ev->len;
+		}
+	}
 	return any;
 }
 
 static int attach_one(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int cg_fd,
 		      const char *dir, const char *cgroup_path);
-static struct egr_link_set *link_set(struct egr_bpf *b, uint32_t sandbox_id, bool create);
 static int links_dir(struct egr_bpf *b, uint32_t sandbox_id, char *buf, size_t len);
 static int ensure_links_dir(struct egr_bpf *b, const char *dir);
 
@@ -178,6 +220,7 @@ static struct egr_link_set *link_set(struct egr_bpf *b, uint32_t sandbox_id, boo
 	}
 	ls = &b->links[b->nlinks++];
 	ls->sandbox_id = sandbox_id;
+	ls->wd = -1;
 	for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
 		ls->fd[p] = -1;
 	return ls;
@@ -189,6 +232,9 @@ static void link_set_drop(struct egr_bpf *b, uint32_t sandbox_id)
 	for (size_t i = 0; i < b->nlinks; i++) {
 		if (b->links[i].sandbox_id != sandbox_id)
 			continue;
+		/* Its pins go next: not a removal the guard should check for. */
+		if (b->links[i].wd >= 0 && b->pin_watch_fd >= 0)
+			inotify_rm_watch(b->pin_watch_fd, b->links[i].wd);
 		for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
 			if (b->links[i].fd[p] >= 0)
 				close(b->links[i].fd[p]);
@@ -272,7 +318,7 @@ static int attach_programs(struct egr_bpf *b, uint32_t sandbox_id, const char *c
 		return -errno;
 	err = ensure_links_dir(b, dir);
 	if (!err)
-		watch(b, dir);
+		ls->wd = watch(b, dir);
 	for (size_t p = 0; !err && p < b->nprogs; p++) {
 		if (only_missing && ls->fd[p] >= 0)
 			continue;
@@ -445,7 +491,7 @@ int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
 			first_cg = cg;
 		ls->fd[p] = fd;
 	}
-	watch(b, dir);
+	ls->wd = watch(b, dir);
 	if (split) {
 		log_error("links of sandbox %u are attached to different cgroups", sandbox_id);
 		return -EXDEV;

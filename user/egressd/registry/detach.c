@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "dns/dnsproxy.h"
 #include "inspect.h"
 #include "dns/learned.h"
@@ -37,19 +38,25 @@ void reg_release_held(struct egr_registry *r, struct egr_held *h)
 	egr_reg_held_remove(r, h);
 }
 
-void egr_reg_reclaim(struct egr_registry *r)
+bool egr_reg_reclaim(struct egr_registry *r, uint64_t budget_ns)
 {
+	uint64_t start = egr_mono_ns();
+
 	for (size_t i = 0; i < r->nheld;) {
 		struct egr_held *h = &r->held[i];
 		uint64_t cg = 0;
 		int err = egr_bpf_links_cgroup_id(r->bpf, h->id, &cg);
 		size_t before = r->nheld;
 
-		if ((err == 0 && cg == 0) || err == -ENOENT)
+		if ((err == 0 && cg == 0) || err == -ENOENT) {
+			if (budget_ns && egr_mono_ns() - start >= budget_ns)
+				return true;
 			reg_release_held(r, h);
+		}
 		if (r->nheld == before)
 			i++;
 	}
+	return false;
 }
 
 int egr_reg_detach_held(struct egr_registry *r, struct egr_held *h, struct egr_fail *f)

@@ -166,14 +166,19 @@ bool egr_bpf_rules_match(struct egr_bpf *b, uint32_t policy_id, const struct egr
  * the tenant had no quota just before the write, and loses it again if one
  * is there just after; a tenant quota that did not exist clears the flag on
  * every entry of the tenant before it is written and once more after (an
- * entry written in between). Any doubt (a lookup error) means no flag:
- * the programs then look the quota up, the old behaviour.
+ * entry written in between). Any doubt (a lookup error other than ENOENT)
+ * means no flag and, for a quota write, the clears: the programs then look
+ * the quota up, the old behaviour.
  */
-static bool tenant_has_quota(const struct egr_bpf *b, uint32_t tenant_id)
+enum tenant_quota { TQ_NONE, TQ_SET, TQ_UNKNOWN };
+
+static enum tenant_quota tenant_quota_state(const struct egr_bpf *b, uint32_t tenant_id)
 {
 	struct egr_quota q;
 
-	return bpf_map_lookup_elem(b->fd_quota_tenant, &tenant_id, &q) == 0 || errno != ENOENT;
+	if (bpf_map_lookup_elem(b->fd_quota_tenant, &tenant_id, &q) == 0)
+		return TQ_SET;
+	return errno == ENOENT ? TQ_NONE : TQ_UNKNOWN;
 }
 
 static int write_sandbox(struct egr_bpf *b, uint32_t sandbox_id, const struct egr_sandbox *sb)
@@ -189,10 +194,11 @@ int egr_bpf_put_sandbox(struct egr_bpf *b, uint32_t sandbox_id, const struct egr
 	int err;
 
 	k.flags &= ~(uint32_t)EGR_SB_TENANT_NO_QUOTA;
-	if (!tenant_has_quota(b, k.tenant_id))
+	if (tenant_quota_state(b, k.tenant_id) == TQ_NONE)
 		k.flags |= EGR_SB_TENANT_NO_QUOTA;
 	err = write_sandbox(b, sandbox_id, &k);
-	if (err || !(k.flags & EGR_SB_TENANT_NO_QUOTA) || !tenant_has_quota(b, k.tenant_id))
+	if (err || !(k.flags & EGR_SB_TENANT_NO_QUOTA) ||
+	    tenant_quota_state(b, k.tenant_id) == TQ_NONE)
 		return err;
 	k.flags &= ~(uint32_t)EGR_SB_TENANT_NO_QUOTA;
 	return write_sandbox(b, sandbox_id, &k);
@@ -618,7 +624,7 @@ int egr_bpf_quota_put(struct egr_bpf *b, enum egr_quota_scope s, uint32_t id, ui
 {
 	struct egr_quota q = { 0 };
 	int fd = quota_fd(b, s), err;
-	bool first = s == EGR_QUOTA_TENANT && !tenant_has_quota(b, id);
+	bool first = s == EGR_QUOTA_TENANT && tenant_quota_state(b, id) != TQ_SET;
 
 	/* A tenant's first quota: no entry of the tenant may skip it
 	 * (EGR_SB_TENANT_NO_QUOTA) once it is there. Not written if that

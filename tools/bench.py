@@ -5,8 +5,9 @@
 1. Connect rate: a loopback socket()/connect()/close() loop (build/bench/
    connect_loop) in sandboxes whose policies hold 10, 10k, 100k and 1M
    allowlist entries, alternating with the same loop outside any sandbox,
-   several rounds in one run. The egr_connect4 program's cost per run comes
-   from kernel.bpf_stats_enabled=1 (run_time_ns / run_cnt deltas around each
+   several rounds in one run. The cost per run of every program attached
+   to the sandbox, and their sum per connect/close, come from
+   kernel.bpf_stats_enabled=1 (run_time_ns / run_cnt deltas around each
    run, read with bpftool).
 2. Attach latency: attach+detach of a 50-entry policy on a fresh cgroup,
    timed end to end on the control socket (this script speaks the JSON

@@ -132,6 +132,12 @@ $(BPFT_OUT)/test_bpf: tests/bpf/test_bpf.c tests/bpf/egr_test.h $(BPFT_OUT)/egr_
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(CFLAGS) -I$(BPFT_OUT) -Itests/bpf $< $(LDFLAGS) -lbpf -lelf -lz -lcmocka -o $@
 
+# ns per call of single decisions (docs/benchmarks.md); not part of make test.
+$(BPFT_OUT)/bench_ops: tests/bpf/bench_ops.c tests/bpf/egr_test.h $(BPFT_OUT)/egr_test.skel.h \
+		       $(wildcard include/*.h)
+	$(call msg,CC,$@)
+	$(Q)$(CC) $(CFLAGS) -I$(BPFT_OUT) -Itests/bpf $< $(LDFLAGS) -lbpf -lelf -lz -o $@
+
 # --- userspace ---------------------------------------------------------------
 $(OUT)/%.o: %.c $(wildcard include/*.h) $(wildcard user/lib/*.h) $(wildcard user/*/*.h) $(wildcard user/*/*/*.h)
 	$(call msg,CC,$@)

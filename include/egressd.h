@@ -50,6 +50,13 @@
 				    * sandbox cgroup is reported, not killed */
 #define EGR_SB_AUDIT         0x800 /* network.mode = "audit": allowlist denies are let
 				    * through and reported (egr_apply_mode) */
+/* Not a policy switch but a cache the kernel layer keeps (user/egressd/kernel/
+ * maps.c): when egressd wrote this entry its tenant had no quota, so
+ * cgroup_skb/egress skips the egr_quota_tenant lookup. egressd clears it on
+ * every entry of the tenant before it writes a quota for a tenant that had
+ * none, and after; an entry without it (any older entry) looks the quota up,
+ * so its absence is the old, safe behaviour and no ABI version is needed. */
+#define EGR_SB_TENANT_NO_QUOTA 0x1000
 
 /* Policy id 0 and sandbox id 0 are never allocated: a zeroed cgroup storage
  * (a link attached before egressd wrote the sandbox id) therefore resolves to

@@ -53,14 +53,17 @@ static __always_inline int egr_charge_quota(void *map, __u32 id, __u64 len, __u6
 /* The sandbox's quota, then its tenant's. The sandbox's quota entry exists
  * only when its policy sets one, and the sandbox entry carries that limit
  * (egressd writes both): no limit, no lookup. The tenant's quota can come
- * from any sandbox of the tenant, so it is always looked up. */
+ * from any sandbox of the tenant, so it is looked up unless the entry says
+ * the tenant has none (EGR_SB_TENANT_NO_QUOTA, which egressd clears on all
+ * the tenant's entries before it writes a tenant quota; without the flag,
+ * the lookup). */
 static __always_inline int egr_quota_egress(const struct egr_sandbox *sb, __u32 sandbox_id,
 					    __u64 len, __u64 now)
 {
 	int r = sb->quota_bytes ? egr_charge_quota(&egr_quota_sb, sandbox_id, len, now)
 				: EGR_R_ALLOW_QUOTA;
 
-	if (r == EGR_R_ALLOW_QUOTA)
+	if (r == EGR_R_ALLOW_QUOTA && !(sb->flags & EGR_SB_TENANT_NO_QUOTA))
 		r = egr_charge_quota(&egr_quota_tenant, sb->tenant_id, len, now);
 	return r;
 }

@@ -106,6 +106,19 @@ int egr_t_run(struct __sk_buff *skb)
 		o->taken = egr_t_budget(c);
 		o->reason = EGR_R_NONE;
 		break;
+	case EGR_T_METER:
+		egr_meter_pkt(c->sandbox_id, 1, 1, c->len);
+		o->reason = EGR_R_NONE;
+		break;
+	case EGR_T_DEST: {
+		struct egr_l3 l3 = { .family = EGR_AF_INET, .protocol = EGR_IPPROTO_TCP,
+				     .dport = c->port, .has_ports = 1 };
+
+		l3.daddr[0] = c->daddr[0];
+		egr_note_dest(c->sandbox_id, &l3, (__u32)c->len, c->now);
+		o->reason = EGR_R_NONE;
+		break;
+	}
 	default:
 		o->reason = EGR_R_NONE;
 	}

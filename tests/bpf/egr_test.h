@@ -15,6 +15,9 @@ enum egr_t_op {
 	EGR_T_ADDR = 2,     /* egr_addr_judge: what connect/sendmsg decide */
 	EGR_T_QUOTA = 3,    /* egr_quota_egress at case.now */
 	EGR_T_BUDGET = 4,   /* case.count deny-budget takes */
+	/* Only bench_ops times these (the cost of each per-packet update). */
+	EGR_T_METER = 5,    /* egr_meter_pkt of sandbox_id, tenant 1, out, case.len */
+	EGR_T_DEST = 6,     /* egr_note_dest of sandbox_id to daddr:port (TCP) */
 };
 
 #define EGR_T_MAX_TAKES 400

@@ -645,6 +645,31 @@ static void test_tenant_quota_binds_a_sandbox_without_its_own(void **state)
 	assert_reason(charge(free_sb, 1, t0 + 100 * SEC_NS), EGR_R_ALLOW_QUOTA);
 }
 
+/* EGR_SB_TENANT_NO_QUOTA skips the tenant's quota and nothing else; without
+ * it (every older entry) the tenant's quota binds. That egressd never leaves
+ * the flag on while the tenant has a quota is the e2e tests' (test_fastbpf). */
+static void test_tenant_no_quota_flag_skips_only_the_tenant_quota(void **state)
+{
+	const __u32 flagged = 25, plain = 26, own = 27;
+	const __u64 t0 = 9000 * SEC_NS;
+
+	put_sandbox(flagged, POLICY_A, TENANT_CAPPED, EGR_SB_TENANT_NO_QUOTA, 5353, 5354, 0, 0);
+	put_sandbox(plain, POLICY_A, TENANT_CAPPED, 0, 5353, 5354, 0, 0);
+	put_sandbox(own, POLICY_A, TENANT_CAPPED, EGR_SB_TENANT_NO_QUOTA, 5353, 5354, 1000, 0);
+	put_quota(skel->maps.egr_quota_tenant, TENANT_CAPPED, 1000, 0, t0);
+	put_quota(skel->maps.egr_quota_sb, own, 1000, 0, t0);
+	/* The flag: the tenant's quota is neither charged nor enforced. */
+	assert_reason(charge(flagged, 1600, t0 + 1), EGR_R_ALLOW_QUOTA);
+	assert_int_equal(get_quota(skel->maps.egr_quota_tenant, TENANT_CAPPED).bytes, 0);
+	/* Twin: the same tenant's sandbox without the flag is bound by it. */
+	assert_reason(charge(plain, 800, t0 + 2), EGR_R_ALLOW_QUOTA);
+	assert_reason(charge(plain, 800, t0 + 3), EGR_R_DENY_QUOTA_FIRST);
+	assert_int_equal(get_quota(skel->maps.egr_quota_tenant, TENANT_CAPPED).bytes, 1600);
+	/* The flag does not skip the sandbox's own quota. */
+	assert_reason(charge(own, 800, t0 + 4), EGR_R_ALLOW_QUOTA);
+	assert_reason(charge(own, 800, t0 + 5), EGR_R_DENY_QUOTA_FIRST);
+}
+
 /* --- the deny-event budget ------------------------------------------------------- */
 
 static __u32 takes(__u32 sandbox, __u32 n)
@@ -705,6 +730,7 @@ int main(void)
 		cmocka_unit_test(test_backstop_listeners_only_with_inbound_allow),
 		cmocka_unit_test(test_quota_first_over_then_window_reset),
 		cmocka_unit_test(test_tenant_quota_binds_a_sandbox_without_its_own),
+		cmocka_unit_test(test_tenant_no_quota_flag_skips_only_the_tenant_quota),
 		cmocka_unit_test(test_deny_budget_per_sandbox),
 	};
 

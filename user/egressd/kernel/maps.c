@@ -157,17 +157,58 @@ bool egr_bpf_rules_match(struct egr_bpf *b, uint32_t policy_id, const struct egr
 	return true;
 }
 
-int egr_bpf_put_sandbox(struct egr_bpf *b, uint32_t sandbox_id, const struct egr_sandbox *sb)
+/*
+ * EGR_SB_TENANT_NO_QUOTA (include/egressd.h) is this file's cache, not a
+ * policy switch: callers never see it (egr_bpf_get_sandbox strips it) and
+ * never set it. The invariant: while egr_quota_tenant holds an entry for a
+ * tenant, no egr_sandboxes entry of that tenant carries the flag. Writers
+ * keep it in either order they run: a sandbox entry gets the flag only when
+ * the tenant had no quota just before the write, and loses it again if one
+ * is there just after; a tenant quota that did not exist clears the flag on
+ * every entry of the tenant before it is written and once more after (an
+ * entry written in between). Any doubt (a lookup error other than ENOENT)
+ * means no flag and, for a quota write, the clears: the programs then look
+ * the quota up, the old behaviour.
+ */
+enum tenant_quota { TQ_NONE, TQ_SET, TQ_UNKNOWN };
+
+static enum tenant_quota tenant_quota_state(const struct egr_bpf *b, uint32_t tenant_id)
+{
+	struct egr_quota q;
+
+	if (bpf_map_lookup_elem(b->fd_quota_tenant, &tenant_id, &q) == 0)
+		return TQ_SET;
+	return errno == ENOENT ? TQ_NONE : TQ_UNKNOWN;
+}
+
+static int write_sandbox(struct egr_bpf *b, uint32_t sandbox_id, const struct egr_sandbox *sb)
 {
 	if (bpf_map_update_elem(b->fd_sandboxes, &sandbox_id, sb, BPF_ANY) < 0)
 		return errno == E2BIG ? -ENOSPC : -errno;
 	return 0;
 }
 
+int egr_bpf_put_sandbox(struct egr_bpf *b, uint32_t sandbox_id, const struct egr_sandbox *sb)
+{
+	struct egr_sandbox k = *sb;
+	int err;
+
+	k.flags &= ~(uint32_t)EGR_SB_TENANT_NO_QUOTA;
+	if (tenant_quota_state(b, k.tenant_id) == TQ_NONE)
+		k.flags |= EGR_SB_TENANT_NO_QUOTA;
+	err = write_sandbox(b, sandbox_id, &k);
+	if (err || !(k.flags & EGR_SB_TENANT_NO_QUOTA) ||
+	    tenant_quota_state(b, k.tenant_id) == TQ_NONE)
+		return err;
+	k.flags &= ~(uint32_t)EGR_SB_TENANT_NO_QUOTA;
+	return write_sandbox(b, sandbox_id, &k);
+}
+
 int egr_bpf_get_sandbox(struct egr_bpf *b, uint32_t sandbox_id, struct egr_sandbox *sb)
 {
 	if (bpf_map_lookup_elem(b->fd_sandboxes, &sandbox_id, sb) < 0)
 		return -errno;
+	sb->flags &= ~(uint32_t)EGR_SB_TENANT_NO_QUOTA;
 	return 0;
 }
 
@@ -613,6 +654,48 @@ uint64_t egr_bpf_rules_capacity(struct egr_bpf *b, int family)
 
 /* --- quotas -------------------------------------------------------------------- */
 
+struct tenant_flagged {
+	uint32_t tenant_id;
+	struct key_list ids;
+};
+
+static int add_if_flagged(void *ctx, const void *key, const void *value)
+{
+	struct tenant_flagged *t = ctx;
+	const struct egr_sandbox *sb = value;
+
+	if (sb->tenant_id != t->tenant_id || !(sb->flags & EGR_SB_TENANT_NO_QUOTA))
+		return 0;
+	return key_list_add(&t->ids, key);
+}
+
+/* Take EGR_SB_TENANT_NO_QUOTA off every entry of the tenant: its packets
+ * look the tenant's quota up again from the next one on. */
+static int clear_tenant_no_quota(struct egr_bpf *b, uint32_t tenant_id)
+{
+	struct tenant_flagged t = { tenant_id, { .key_size = sizeof(uint32_t) } };
+	int err = egr_kmap_walk(b->fd_sandboxes, 0, add_if_flagged, &t);
+
+	for (size_t i = 0; !err && i < t.ids.n; i++) {
+		uint32_t id = ((uint32_t *)t.ids.keys)[i];
+		struct egr_sandbox sb;
+
+		if (bpf_map_lookup_elem(b->fd_sandboxes, &id, &sb) < 0) {
+			err = errno == ENOENT ? 0 : -errno; /* gone: nothing to clear */
+			continue;
+		}
+		sb.flags &= ~(uint32_t)EGR_SB_TENANT_NO_QUOTA;
+		if (bpf_map_update_elem(b->fd_sandboxes, &id, &sb, BPF_EXIST) < 0 &&
+		    errno != ENOENT)
+			err = -errno;
+	}
+	free(t.ids.keys);
+	if (err)
+		log_error("tenant %u: clear the no-quota mark of its sandboxes: %s", tenant_id,
+			  strerror(-err));
+	return err;
+}
+
 static int quota_fd(const struct egr_bpf *b, enum egr_quota_scope s)
 {
 	return s == EGR_QUOTA_TENANT ? b->fd_quota_tenant : b->fd_quota_sb;
@@ -622,8 +705,14 @@ int egr_bpf_quota_put(struct egr_bpf *b, enum egr_quota_scope s, uint32_t id, ui
 		      uint64_t window_ns, bool keep, uint64_t now_ns)
 {
 	struct egr_quota q = { 0 };
-	int fd = quota_fd(b, s);
+	int fd = quota_fd(b, s), err;
+	bool first = s == EGR_QUOTA_TENANT && tenant_quota_state(b, id) != TQ_SET;
 
+	/* A tenant's first quota: no entry of the tenant may skip it
+	 * (EGR_SB_TENANT_NO_QUOTA) once it is there. Not written if that
+	 * cannot be made so: the registry logs it, as any quota failure. */
+	if (first && (err = clear_tenant_no_quota(b, id)))
+		return err;
 	if (!keep || bpf_map_lookup_elem(fd, &id, &q) < 0) {
 		memset(&q, 0, sizeof(q));
 		q.window_start_ns = now_ns;
@@ -632,7 +721,7 @@ int egr_bpf_quota_put(struct egr_bpf *b, enum egr_quota_scope s, uint32_t id, ui
 	q.window_ns = window_ns;
 	if (bpf_map_update_elem(fd, &id, &q, BPF_ANY) < 0)
 		return errno == E2BIG ? -ENOSPC : -errno;
-	return 0;
+	return first ? clear_tenant_no_quota(b, id) : 0;
 }
 
 int egr_bpf_quota_del(struct egr_bpf *b, enum egr_quota_scope s, uint32_t id)

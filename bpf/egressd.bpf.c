@@ -338,9 +338,12 @@ int egr_skb_ingress(struct __sk_buff *skb)
 		sk = bpf_sk_fullsock(sk);
 	/* The common case first, without parsing the packet: a reply on a TCP
 	 * connection (not a listener) or on a connected UDP socket passes, as
-	 * below; only listeners and unconnected UDP sockets need the headers. */
-	if (sk && ((sk->protocol == EGR_IPPROTO_TCP && sk->state != TCP_LISTEN) ||
-		   (sk->protocol == EGR_IPPROTO_UDP && sk->dst_port)))
+	 * below; only listeners and unconnected UDP sockets need the headers.
+	 * Not in quarantine: there every inbound packet is dropped, even on a
+	 * connection the breaker's socket teardown has not reached yet. */
+	if (sk && !sb->quarantined &&
+	    ((sk->protocol == EGR_IPPROTO_TCP && sk->state != TCP_LISTEN) ||
+	     (sk->protocol == EGR_IPPROTO_UDP && sk->dst_port)))
 		goto pass;
 	if (!(sb->flags & EGR_SB_INBOUND_ALLOW) && egr_parse_l3(skb, &l3) == 0) {
 		if (sk && sk->protocol == EGR_IPPROTO_TCP && sk->state == TCP_LISTEN) {

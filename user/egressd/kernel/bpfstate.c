@@ -402,6 +402,7 @@ void egr_bpf_close(struct egr_bpf *b)
 		return;
 	/* Only our own references go: pinned maps and links stay. */
 	egr_kern_links_release(b);
+	egr_kern_maps_release(b);
 	if (b->pin_watch_fd >= 0)
 		close(b->pin_watch_fd);
 	b->pin_watch_fd = -1;

@@ -56,6 +56,13 @@ struct egr_bpf {
 	size_t nlinks, caplinks;
 	int pin_watch_fd; /* inotify on the pin directories; -1: none */
 	int links_wd;     /* its watch of links/ (0 before egr_kern_watch_dirs) */
+	/* The destination keys the last audit walk found (maps.c), for the
+	 * removal at detach: then it needs no second walk. */
+	struct {
+		uint32_t sandbox_id;
+		uint8_t *keys; /* n keys of sizeof(struct egr_dest_key) */
+		size_t n;
+	} dests_seen;
 };
 
 /* walk.c: the one walker. */
@@ -87,6 +94,8 @@ int egr_kern_mkdir(const char *path, mode_t mode);
 void egr_kern_watch_dirs(struct egr_bpf *b);
 /* Close every link fd egressd holds (the pins stay) and forget them. */
 void egr_kern_links_release(struct egr_bpf *b);
+/* maps.c: free what the maps' operations cache in b. */
+void egr_kern_maps_release(struct egr_bpf *b);
 /* The upgrade's hooks (migrate.h struct egr_mig_attach), ctx = b. */
 int egr_kern_mig_attach(void *ctx, uint32_t sandbox_id, uint64_t cgroup_id, const char *prog);
 void egr_kern_mig_detach(void *ctx, uint32_t sandbox_id, const char *prog);

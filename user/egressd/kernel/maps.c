@@ -446,16 +446,15 @@ int egr_bpf_sandbox_dests_count(struct egr_bpf *b, uint32_t sandbox_id, uint64_t
 
 /* The keys the last collecting walk found, for the removal that follows
  * it at detach (egr_bpf_forget_sandbox_stats). One sandbox at a time. */
-static struct {
-	const struct egr_bpf *b;
-	uint32_t sandbox_id;
-	struct key_list keys;
-} dests_seen;
-
-static void dests_seen_drop(void)
+static void dests_seen_drop(struct egr_bpf *b)
 {
-	free(dests_seen.keys.keys);
-	memset(&dests_seen, 0, sizeof(dests_seen));
+	free(b->dests_seen.keys);
+	memset(&b->dests_seen, 0, sizeof(b->dests_seen));
+}
+
+void egr_kern_maps_release(struct egr_bpf *b)
+{
+	dests_seen_drop(b);
 }
 
 /*
@@ -471,14 +470,14 @@ static int dests_delete_seen(struct egr_bpf *b, uint32_t sandbox_id, uint64_t en
 	uint64_t gone = 0;
 	int ok;
 
-	if (dests_seen.b != b || dests_seen.sandbox_id != sandbox_id || !dests_seen.keys.n)
+	if (b->dests_seen.sandbox_id != sandbox_id || !b->dests_seen.n)
 		return 0;
-	for (size_t i = 0; i < dests_seen.keys.n; i++)
-		if (bpf_map_delete_elem(b->fd_dests,
-					dests_seen.keys.keys + i * dests_seen.keys.key_size) == 0)
+	for (size_t i = 0; i < b->dests_seen.n; i++)
+		if (bpf_map_delete_elem(b->fd_dests, b->dests_seen.keys +
+							     i * sizeof(struct egr_dest_key)) == 0)
 			gone++;
 	ok = gone == entries;
-	dests_seen_drop();
+	dests_seen_drop(b);
 	return ok;
 }
 
@@ -521,11 +520,11 @@ int egr_bpf_sandbox_dests(struct egr_bpf *b, uint32_t sandbox_id, bool remove,
 		return err;
 	}
 	/* Kept for the removal at detach, which then needs no walk. */
-	dests_seen_drop();
+	dests_seen_drop(b);
 	if (!err) {
-		dests_seen.b = b;
-		dests_seen.sandbox_id = sandbox_id;
-		dests_seen.keys = w.keys;
+		b->dests_seen.sandbox_id = sandbox_id;
+		b->dests_seen.keys = w.keys.keys;
+		b->dests_seen.n = w.keys.n;
 	} else {
 		free(w.keys.keys);
 	}

@@ -87,5 +87,10 @@ bool egr_dnsproxy_is_local(void *ctx, int family, const uint8_t *addr);
 
 int egr_dnsproxy_stats(const struct egr_dnsproxy *p, uint32_t sandbox_id,
 		       struct egr_dnsproxy_stats *out);
+/* Datagrams and TCP connections to the proxy the kernel dropped past the
+ * sandbox's budget on the shared listeners' queues (egr_dns_budget; one
+ * map lookup, so not part of the stats above, which the circuit breaker
+ * reads every second). 0 or -errno. */
+int egr_dnsproxy_kernel_shed(const struct egr_dnsproxy *p, uint32_t sandbox_id, uint64_t *out);
 
 #endif /* EGR_DNSPROXY_H */

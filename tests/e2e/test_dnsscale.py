@@ -283,7 +283,8 @@ def dsc_victim(cg, n):
     return {"fail": int(w[1]), "p50": float(w[3]), "p99": float(w[5]), "max": float(w[7])}
 
 
-DSC_P99_FLOOR_MS = 5.0   # the flooder's own CPU shows in the victims' tail
+DSC_P50_FLOOR_MS = 1.0
+DSC_P99_FLOOR_MS = 20.0
 DSC_FLOOD_S = 25    # longer than the victims' rounds take even on a loaded machine
 
 
@@ -293,8 +294,8 @@ def dnsscale_flood_on_shared_listener(c):
     flooder sends as fast as it can. Its kernel budget
     (egr_dns_budget) drops the excess before it is queued, so the shared
     socket never overflows (its kernel drop counter does not move) and the
-    victims' lookups all succeed, their median p99 at most 3x the median
-    alone (taken as at least DSC_P99_FLOOR_MS). Sanity twin: the flooder really flooded,
+    victims' lookups all succeed, their median p50 at most 3x alone (taken
+    as at least DSC_P50_FLOOR_MS; p99 likewise, at least DSC_P99_FLOOR_MS). Sanity twin: the flooder really flooded,
     its excess was refused by the kernel (shed_kernel, EPERM) and by the
     proxy's rate (shed_rate), and the victims were never shed."""
     need_dnsmasq(c)
@@ -361,10 +362,12 @@ def dnsscale_flood_on_shared_listener(c):
         check(alone[i]["fail"] == 0, "victim %d failed alone: %r" % (i, alone[i]))
         check(flood[i]["fail"] == 0, "victim %d failed %d lookups during the flood" %
               (i, flood[i]["fail"]))
-    # The median victim's p99 (one round each; this 2-core VM is shared and
-    # the flooder itself takes a CPU, so one round's tail is noise).
-    med_alone = sorted(r["p99"] for r in alone)[1]
-    med_flood = sorted(r["p99"] for r in flood)[1]
-    bound = 3 * max(med_alone, DSC_P99_FLOOR_MS)
-    check(med_flood <= bound, "the victims' median p99 %.3f ms during the flood, alone %.3f "
-          "(bound %.3f)" % (med_flood, med_alone, bound))
+    # Queueing behind a flood would delay every lookup: the median victim's
+    # p50 stays within 3x alone (at least DSC_P50_FLOOR_MS). The tail is
+    # bounded loosely (DSC_P99_FLOOR_MS): on 2 shared cores the flooder's
+    # own CPU and egressd's periodic work (reclaim, exports) show in it.
+    med = lambda runs, k: sorted(r[k] for r in runs)[1]
+    for k, floor in (("p50", DSC_P50_FLOOR_MS), ("p99", DSC_P99_FLOOR_MS)):
+        bound = 3 * max(med(alone, k), floor)
+        check(med(flood, k) <= bound, "the victims' median %s %.3f ms during the flood, alone "
+              "%.3f (bound %.3f)" % (k, med(flood, k), med(alone, k), bound))

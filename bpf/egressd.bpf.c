@@ -242,7 +242,7 @@ int BPF_PROG(egr_lsm_socket_create, int family, int type, int protocol, int kern
 SEC("cgroup/sock_release")
 int egr_sock_release(struct bpf_sock *sk)
 {
-	struct egr_dns_client_rec *rec = bpf_sk_storage_get(&egr_dns_client_sk, sk, 0, 0);
+	struct egr_dns_client_rec *rec = bpf_sk_storage_get(&egr_dns_sender_sk, sk, 0, 0);
 	__u64 cookie;
 
 	if (!rec)
@@ -295,7 +295,9 @@ int egr_skb_egress(struct __sk_buff *skb)
 		if (ip && egr_should_report(EGR_ALLOW))
 			egr_report_skb(EGR_EV_BACKSTOP, sandbox_id, sb, &l3, 0, EGR_VERDICT_AUDIT);
 	}
-	egr_note_dns_client(skb, sandbox_id, sb, &l3);
+	/* DNS to the proxy: over the sandbox's budget, dropped here (dns.bpf.h). */
+	if (egr_note_dns_client(skb, sandbox_id, sb, &l3))
+		return EGR_DENY;
 
 	now = bpf_ktime_get_boot_ns();
 	reason = egr_quota_egress(sb, sandbox_id, len, now);

@@ -105,7 +105,8 @@ struct egr_sandbox {
 	__u32 policy_id;
 	__u32 tenant_id;
 	__u32 flags;     /* EGR_SB_* */
-	__u16 dns_port4; /* the sandbox's DNS proxy on 127.0.0.1; 0 = none (DNS denied) */
+	__u16 dns_port4; /* the DNS proxy on 127.0.0.1 of its network namespace, shared by
+			  * that namespace's sandboxes; 0 = none (DNS denied) */
 	__u16 dns_port6; /* and on ::1 */
 	__u16 inspect_port4; /* its inspecting proxy on 127.0.0.1 (EGR_SB_INSPECT); 0 = none */
 	__u16 inspect_port6; /* and on ::1 */
@@ -320,24 +321,33 @@ struct egr_escape_event {
 };
 
 /*
- * The DNS proxy's view of who asks (egr_dns_clients): a sandbox's socket
- * that sent to its own proxy listener, keyed as the proxy sees the sender
- * (recvfrom / getpeername) plus the listener's sandbox. cgroup_skb/egress
- * writes the entry from the socket's own first packet to the proxy (the
- * source port is bound by then), before that packet can reach the
- * listener; cgroup/sock_release deletes it. A sender without an entry for
- * the listener's sandbox is dropped and counted (docs/dns.md "Who asks").
+ * The DNS proxy's view of who asks (egr_dns_senders): a sandbox's socket
+ * that sent to its proxy listener, keyed as the proxy sees the sender
+ * (recvfrom / getpeername) plus the listener's port. The listeners are
+ * shared by the sandboxes of one network namespace and egressd gives each
+ * namespace's listeners a port of their own, so the port names the
+ * namespace and the value names the sandbox. cgroup_skb/egress writes the
+ * entry from the socket's own first packet to the proxy (the source port is
+ * bound by then), before that packet can reach the listener;
+ * cgroup/sock_release deletes it. A sender without an entry, or whose entry
+ * is marked shared, is dropped and counted (docs/dns.md "Who asks").
  */
 struct egr_dns_client_key {
-	__u32 sandbox_id;
+	__u32 lport;    /* the proxy listener's port it sent to, host order */
 	__u16 port;     /* source port, host order */
 	__u8 family;    /* AF_INET / AF_INET6 */
 	__u8 protocol;  /* IPPROTO_UDP / IPPROTO_TCP */
 	__u8 addr[16];  /* source address; IPv4 in the first 4 bytes */
 };
 
+/* Another sandbox's socket sends from the same source too (both set
+ * SO_REUSEPORT): the proxy serves neither from it. */
+#define EGR_DNS_CLIENT_SHARED 1
+
 struct egr_dns_client_val {
-	__u64 cookie;   /* the recording socket (bpf_get_socket_cookie) */
+	__u64 cookie;     /* the recording socket (bpf_get_socket_cookie) */
+	__u32 sandbox_id; /* whose socket it is */
+	__u32 flags;      /* EGR_DNS_CLIENT_* */
 };
 
 /* Socket storage of a recorded client socket: what to delete at release. */
@@ -347,7 +357,22 @@ struct egr_dns_client_rec {
 	__u8 pad[6];
 };
 
-/* Entries one sandbox may hold in egr_dns_clients (sockets talking to its
+/*
+ * The kernel's bound on what one sandbox puts into the shared listeners'
+ * queues (egr_dns_budget, docs/dns.md "Fairness"): a token bucket taken by
+ * every datagram and every new TCP connection to the proxy, in
+ * cgroup_skb/egress, before the packet is queued. egressd writes rate and
+ * burst when it adds the sandbox; no entry denies (fail closed).
+ */
+struct egr_dns_budget {
+	__u64 stamp_ns;  /* last refill, bpf_ktime_get_ns */
+	__s64 tokens;
+	__u64 dropped;   /* datagrams and connection attempts refused */
+	__u32 rate;      /* tokens per second; 0 = no bound */
+	__u32 burst;
+};
+
+/* Entries one sandbox may hold in egr_dns_senders (sockets talking to its
  * proxy at once); past it a new socket's DNS is dropped, that sandbox's
  * problem only. */
 #define EGR_DNS_CLIENTS_PER_SB 4096
@@ -413,7 +438,8 @@ _Static_assert(EGR_CNT_MAX == 14, "egr_counters' size is ABI: a new counter bump
 _Static_assert(sizeof(struct egr_escape_event) == 128, "egr_escape_event is ABI");
 _Static_assert(sizeof(struct egr_proc_home) == 16, "egr_proc_home is ABI (rebuilt, not carried, by migrate.c)");
 _Static_assert(sizeof(struct egr_dns_client_key) == 24, "egr_dns_client_key is ABI");
-_Static_assert(sizeof(struct egr_dns_client_val) == 8, "egr_dns_client_val is ABI");
+_Static_assert(sizeof(struct egr_dns_client_val) == 16, "egr_dns_client_val is ABI");
+_Static_assert(sizeof(struct egr_dns_budget) == 32, "egr_dns_budget is ABI");
 _Static_assert(sizeof(struct egr_dns_client_rec) == 56, "egr_dns_client_rec is ABI");
 _Static_assert(sizeof(struct egr_dests_count) == 16, "egr_dests_count is ABI");
 _Static_assert(sizeof(struct egr_deny_top) == 32, "egr_deny_top is ABI");

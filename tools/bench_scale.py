@@ -8,8 +8,11 @@
 - scale: N sandboxes (default 10,000) attached one by one over the control
   socket, each on its own fresh cgroup with a 3-entry policy: attach and
   detach latency p50/p99, `list` and `status` latency with all of them
-  attached, egressd's RSS and the kernel's memory (Slab + Percpu from
-  /proc/meminfo, and the maps' bytes_memlock from bpftool) per sandbox;
+  attached, egressd's RSS, VmHWM and open files (sockets, BPF links, the
+  rest) and the kernel's memory (Slab + Percpu from /proc/meminfo, and each
+  map's bytes_memlock from bpftool) per sandbox. As many as egressd's file
+  limit allows (measured per sandbox over the first 100) and at most
+  --scale-seconds of attaching;
 - events: the highest deny rate one thread reaches (connect_loop
   --expect-deny in a sandbox whose policy refuses the address), and whether
   every refusal the kernel counted arrived as an event or was counted lost.
@@ -42,11 +45,27 @@ GOAL_START_X = 2.0        # egressctl run p95 <= 2x unshare --net p95
 GOAL_START_P95_MS = 5.0   # the tool runtime's authorization budget
 GOAL_ATTACH_P99_MS = 2.0
 GOAL_KIB_PER_SB = 16.0
-FDS_PER_SANDBOX = 4       # its DNS listeners
+FD_PROBE = 100            # sandboxes attached before the files per sandbox are taken
+FD_RESERVE = 512          # files left to egressd for everything else
 
 
 def log(msg):
     print(f"bench-scale: {msg}", file=sys.stderr, flush=True)
+
+
+def open_files(pid):
+    """{"socket": n, "bpf_link": n, "other": n, "total": n} of pid's open files."""
+    out = {"socket": 0, "bpf_link": 0, "other": 0}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            t = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        k = "socket" if t.startswith("socket:") else \
+            "bpf_link" if t == "anon_inode:bpf_link" else "other"
+        out[k] += 1
+    out["total"] = sum(out.values())
+    return out
 
 
 def meminfo():
@@ -153,44 +172,77 @@ class Scale:
     # -- scale
 
     def kernel_map_bytes(self):
-        tot = 0
+        """{map name: bytes_memlock} of this egressd's pinned maps (other
+        egressds on the machine have maps of the same names)."""
+        ids = {}
+        for root, _dirs, files in os.walk(self.bpffs_dir):
+            if os.path.basename(root) != "maps":
+                continue
+            for f in files:
+                try:
+                    m = B.bpftool_json(["map", "show", "pinned", os.path.join(root, f)])
+                except Exception:  # an unpinned or odd file: not a map we count
+                    continue
+                ids[m["id"]] = m.get("name", f)
+        out = {}
         for m in B.bpftool_json(["map", "show"]):
-            if m.get("name", "").startswith("egr_"):
-                tot += int(m.get("bytes_memlock", 0))
-        return tot
+            if m.get("id") in ids:
+                name = ids[m["id"]]
+                out[name] = out.get(name, 0) + int(m.get("bytes_memlock", 0))
+        return out
+
+    def attach_one(self, i, att):
+        cg = os.path.join(self.cg_parent, f"s{i}")
+        os.mkdir(cg)
+        self.cgroups.append(cg)
+        req = {"op": "attach", "cgroup": cg, "policy": self.policy(
+            f"{TAG}-{i}", [f"tcp/10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}:443",
+                           "api.example.com:443", "udp/10.255.0.1:123"])}
+        t0 = time.perf_counter()
+        B.must_ok(self.ctl.call(req, timeout=60), f"attach {cg}")
+        att.append((time.perf_counter() - t0) * 1e3)
+        self.attached.append(cg)
+        return cg
 
     def scale(self):
         a = self.a
-        n = a.sandboxes
-        # egressd keeps 4 DNS listener sockets per sandbox (UDP and TCP, 127.0.0.1
-        # and ::1) and raises its own RLIMIT_NOFILE to 65536 where it may; a host
-        # that forbids that (no CAP_SYS_RESOURCE) caps the sandboxes it can hold.
-        soft = int(open(f"/proc/{self.daemon.pid}/limits").read().split(
+        pid = self.daemon.pid
+        want = a.sandboxes
+        # egressd raises its own RLIMIT_NOFILE to 65536 where it may; a host
+        # that forbids that (no CAP_SYS_RESOURCE) caps the sandboxes it can
+        # hold at what each costs in open files, measured here.
+        soft = int(open(f"/proc/{pid}/limits").read().split(
             "Max open files")[1].split()[0])
-        fit = (soft - 256) // FDS_PER_SANDBOX
-        self.fd_limit = (soft, fit)
-        if n > fit:
-            log(f"egressd may open {soft:,} files: {fit:,} sandboxes fit, not {n:,}")
-            n = fit
-        mem0, rss0, maps0 = meminfo(), B.rss_kib(self.daemon.pid), self.kernel_map_bytes()
-        att, det = [], []
-        cgs = []
+        mem0, rss0, maps0 = meminfo(), B.rss_kib(pid), self.kernel_map_bytes()
+        fd0 = open_files(pid)
+        att, det, cgs = [], [], []
         t_start = time.perf_counter()
-        for i in range(n):
-            cg = os.path.join(self.cg_parent, f"s{i}")
-            os.mkdir(cg)
-            self.cgroups.append(cg)
-            req = {"op": "attach", "cgroup": cg, "policy": self.policy(
-                f"{TAG}-{i}", [f"tcp/10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}:443",
-                               "api.example.com:443", "udp/10.255.0.1:123"])}
-            t0 = time.perf_counter()
-            B.must_ok(self.ctl.call(req, timeout=60), f"attach {cg}")
-            att.append((time.perf_counter() - t0) * 1e3)
-            self.attached.append(cg)
-            cgs.append(cg)
+        probe = min(FD_PROBE, want)
+        for i in range(probe):
+            cgs.append(self.attach_one(i, att))
+        fd1 = open_files(pid)
+        per_fd = (fd1["total"] - fd0["total"]) / probe
+        fit = want if per_fd <= 0 else \
+            probe + int((soft - fd1["total"] - FD_RESERVE) / per_fd)
+        n = min(want, fit)
+        self.fd_limit = (soft, fit, per_fd, fd1, fd0)
+        if n < want:
+            log(f"egressd may open {soft:,} files and holds {per_fd:.1f} per sandbox: "
+                f"{fit:,} sandboxes fit, not {want:,}")
+        deadline = t_start + a.scale_seconds
+        self.timed_out = False
+        for i in range(probe, n):
+            if time.perf_counter() > deadline:
+                self.timed_out = True
+                log(f"scale: --scale-seconds {a.scale_seconds} reached at {i:,} sandboxes")
+                break
+            cgs.append(self.attach_one(i, att))
             if (i + 1) % 2000 == 0:
                 log(f"{i + 1:,} sandboxes attached ({time.perf_counter() - t_start:.0f} s)")
-        mem1, rss1, maps1 = meminfo(), B.rss_kib(self.daemon.pid), self.kernel_map_bytes()
+        n = len(cgs)
+        mem1, rss1, maps1 = meminfo(), B.rss_kib(pid), self.kernel_map_bytes()
+        hwm = B.rss_kib(pid, "VmHWM")
+        fdn = open_files(pid)
         lst, sts = [], []
         for _ in range(5):
             t0 = time.perf_counter()
@@ -208,9 +260,11 @@ class Scale:
             os.rmdir(cg)
             self.cgroups.remove(cg)
         kern = (mem1["Slab"] + mem1.get("Percpu", 0)) - (mem0["Slab"] + mem0.get("Percpu", 0))
+        map_delta = {k: maps1.get(k, 0) - maps0.get(k, 0) for k in set(maps0) | set(maps1)}
         return {"n": n, "att": att, "det": det, "list": lst, "status": sts, "listed": listed,
-                "rss_kib": rss1 - rss0, "kern_kib": kern, "maps_b": maps1 - maps0,
-                "rss_total": rss1}
+                "rss_kib": rss1 - rss0, "kern_kib": kern,
+                "maps_b": sum(map_delta.values()), "map_delta": map_delta,
+                "rss_total": rss1, "hwm": hwm, "fd0": fd0, "fdn": fdn}
 
     # -- events
 
@@ -276,7 +330,8 @@ class Scale:
         w(f"Machine: {os.cpu_count()} CPUs, Linux {platform.release()}, state dir on "
           f"{B.fs_type(os.path.realpath(self.tmp))} ({a.state_parent}); load average {load0} "
           f"before, {load1} after. Command: `python3 tools/bench_scale.py --build {a.build} "
-          f"--starts {a.starts} --sandboxes {a.sandboxes} --seconds {a.seconds}` (run by "
+          f"--starts {a.starts} --sandboxes {a.sandboxes} --seconds {a.seconds} "
+          f"--scale-seconds {a.scale_seconds}` (run by "
           f"`make bench`).")
         w("")
         r95, u95 = pct(t_run, 95), pct(t_uns, 95)
@@ -298,11 +353,16 @@ class Scale:
           f"{pct(sc['att'][-k:], 50):.2f} ms | — | — | — | — |")
         w(f"| detach, {n:,}th to 1st | {pct(sc['det'], 50):.2f} ms | {pct(sc['det'], 95):.2f} "
           f"ms | {pct(sc['det'], 99):.2f} ms | — | — |")
+        soft, fit, per_fd, fd1, fd0 = self.fd_limit
         if n < a.sandboxes:
-            w(f"| **{a.sandboxes:,} sandboxes** | — | — | — | all attached | **no**: egressd's "
-              f"file limit here is {self.fd_limit[0]:,} (this host's hard limit; egressd "
-              f"cannot raise it without CAP_SYS_RESOURCE) and each sandbox holds "
-              f"{FDS_PER_SANDBOX} DNS listener sockets, so {self.fd_limit[1]:,} fit |")
+            why = (f"--scale-seconds {a.scale_seconds} reached" if self.timed_out else
+                   f"egressd's file limit here is {soft:,} (this host's hard limit; egressd "
+                   f"cannot raise it without CAP_SYS_RESOURCE) and each sandbox costs "
+                   f"{per_fd:.1f} open files (the first {FD_PROBE}: sockets "
+                   f"{(fd1['socket'] - fd0['socket']) / FD_PROBE:.2f}, BPF links "
+                   f"{(fd1['bpf_link'] - fd0['bpf_link']) / FD_PROBE:.2f}, other "
+                   f"{(fd1['other'] - fd0['other']) / FD_PROBE:.2f}), so {fit:,} fit")
+            w(f"| **{a.sandboxes:,} sandboxes** | — | — | — | all attached | **no**: {why} |")
         w(f"| `list` with {n:,} attached ({sc['listed']:,} listed, 5 calls) "
           f"| {pct(sc['list'], 50):.1f} ms | — | {max(sc['list']):.1f} ms (max) | — | — |")
         w(f"| `status` with {n:,} attached (5 calls) | {pct(sc['status'], 50):.1f} ms | — "
@@ -313,13 +373,22 @@ class Scale:
         per_maps = sc["maps_b"] / 1024 / n
         w("| memory per sandbox (3-entry policy) | KiB | goal | met |")
         w("| --- | ---: | --- | --- |")
-        w(f"| egressd RSS ({sc['rss_total'] / 1024:.0f} MiB with {n:,}) | {per_rss:.1f} | — | — |")
+        w(f"| egressd RSS ({sc['rss_total'] / 1024:.0f} MiB with {n:,}, VmHWM "
+          f"{sc['hwm'] / 1024:.0f} MiB) | {per_rss:.1f} | — | — |")
         w(f"| kernel Slab + Percpu (/proc/meminfo; the whole machine, noisy) | {per_kern:.1f} "
           f"| — | — |")
         w(f"| egressd + kernel | {per_rss + per_kern:.1f} | < {GOAL_KIB_PER_SB:g} "
           f"| {'yes' if per_rss + per_kern < GOAL_KIB_PER_SB else '**no**'} |")
+        top = sorted(((v, k) for k, v in sc["map_delta"].items() if v > 0), reverse=True)[:4]
         w(f"| bpftool bytes_memlock of egr_* maps (grows only for maps that allocate "
-          f"per entry) | {per_maps:.1f} | — | — |")
+          f"per entry: " + (", ".join(f"{k} {v / 1024 / n:.2f}" for v, k in top) or "none")
+          + f") | {per_maps:.1f} | — | — |")
+        w("")
+        fa, fz = sc["fd0"], sc["fdn"]
+        w(f"egressd's open files with {n:,} sandboxes: {fz['total']:,} (sockets "
+          f"{fz['socket']:,}, BPF links {fz['bpf_link']:,}, other {fz['other']:,}); before "
+          f"the first: {fa['total']:,} (sockets {fa['socket']}, links {fa['bpf_link']}); "
+          f"limit {soft:,}.")
         w("")
         w(f"Deny events: one thread's connect() refused {ev['refused']:,} times in "
           f"{a.seconds} s (**{ev['rate']:,.0f} denies/s**); the kernel counted "
@@ -353,6 +422,8 @@ def main():
     ap.add_argument("--starts", type=int, default=100, help="runs of each start (1-2000)")
     ap.add_argument("--sandboxes", type=int, default=10000, help="scale test size (1-60000)")
     ap.add_argument("--seconds", type=int, default=3, help="deny loop seconds (1-30)")
+    ap.add_argument("--scale-seconds", type=int, default=420,
+                    help="at most this long attaching for the scale part (10-3600)")
     # tmpfs by default: bench.py measures attach on disk (its fsyncs); this
     # one is about what grows with the number of sandboxes, and 10,000
     # attaches at ~10-40 ms of fsyncs each on a busy disk would take most
@@ -361,7 +432,7 @@ def main():
                     help="parent of egressd's state dir (default /dev/shm)")
     args = ap.parse_args()
     if not (1 <= args.starts <= 2000 and 1 <= args.sandboxes <= 60000
-            and 1 <= args.seconds <= 30):
+            and 1 <= args.seconds <= 30 and 10 <= args.scale_seconds <= 3600):
         ap.error("an option is out of range")
     if os.geteuid() != 0:
         print("bench-scale: needs root", file=sys.stderr)

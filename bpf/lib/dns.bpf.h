@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * DNS: every DNS connect or datagram of a sandbox goes to its own proxy
- * listener on the loopback (docs/dns.md), whatever resolver it named; the
- * reply is shown as coming from that resolver; the proxy learns who asks
- * from egr_dns_clients, written from the asking socket's own packets.
+ * DNS: every DNS connect or datagram of a sandbox goes to the proxy
+ * listener of its network namespace on the loopback (docs/dns.md), whatever
+ * resolver it named; the reply is shown as coming from that resolver; the
+ * proxy learns who asks from egr_dns_senders, written from the asking
+ * socket's own packets, and egr_dns_budget bounds what one sandbox queues
+ * on the shared listeners.
  */
 #ifndef EGR_LIB_DNS_BPF_H
 #define EGR_LIB_DNS_BPF_H
@@ -25,7 +27,7 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_dns_orig SEC(".maps");
 
-/* Who may ask each sandbox's DNS proxy (include/egressd.h). */
+/* Who asks the DNS proxy (include/egressd.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1 << 18);
@@ -33,9 +35,9 @@ struct {
 	__type(key, struct egr_dns_client_key);
 	__type(value, struct egr_dns_client_val);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egr_dns_clients SEC(".maps");
+} egr_dns_senders SEC(".maps");
 
-/* Entries per sandbox in egr_dns_clients, for EGR_DNS_CLIENTS_PER_SB. */
+/* Entries per sandbox in egr_dns_senders, for EGR_DNS_CLIENTS_PER_SB. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, EGR_MAX_SANDBOXES);
@@ -50,7 +52,17 @@ struct {
 	__type(key, int);
 	__type(value, struct egr_dns_client_rec);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egr_dns_client_sk SEC(".maps");
+} egr_dns_sender_sk SEC(".maps");
+
+/* Per sandbox: what it may queue on the shared listeners (include/egressd.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EGR_MAX_SANDBOXES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct egr_dns_budget);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_dns_budget SEC(".maps");
 
 static __always_inline int egr_is_proxy4(const struct egr_sandbox *sb, __u32 addr_be, __u16 port)
 {
@@ -80,9 +92,9 @@ static __always_inline int egr_dns_route(const struct egr_sandbox *sb, int v6, _
 }
 
 /*
- * Point a DNS connect or datagram at the sandbox's proxy listener (its
- * identity: the proxy knows the sandbox by the port it was reached on) and
- * remember the resolver it named, for recvmsg to put back. A v4-mapped
+ * Point a DNS connect or datagram at the proxy listener of the sandbox's
+ * network namespace (shared: the proxy knows the sandbox from the sender's
+ * record, egr_note_dns_client) and remember the resolver it named, for recvmsg to put back. A v4-mapped
  * resolver on a v6 socket goes to the IPv6 listener too.
  */
 static __always_inline int egr_redirect_dns(struct bpf_sock_addr *ctx,
@@ -167,40 +179,83 @@ static __always_inline int egr_restore_resolver6(struct bpf_sock_addr *ctx,
 }
 
 /*
- * A packet of this sandbox to its own DNS proxy: record its socket as one
- * that may ask the proxy as this sandbox (egr_dns_clients). Only the
- * socket's own packets count (a full TCP or UDP socket bound to the packet's
- * source port: a raw socket forging that source is not one), one source per
- * family per socket, at most EGR_DNS_CLIENTS_PER_SB per sandbox. This runs
- * before the packet is queued to the listener, so the entry is there when
- * the proxy reads it.
+ * One token of the sandbox's budget for the shared listeners' queues (a
+ * bucket refilled at most once a millisecond; the unlocked refill and take
+ * can let a few more through when CPUs race, never fewer). 0: over budget,
+ * counted; no entry (egressd has not added the sandbox) refuses too.
  */
-static __always_inline void egr_note_dns_client(struct __sk_buff *skb, __u32 sandbox_id,
-						const struct egr_sandbox *sb,
-						const struct egr_l3 *l3)
+static __always_inline int egr_dns_budget_take(__u32 sandbox_id)
+{
+	struct egr_dns_budget *b = bpf_map_lookup_elem(&egr_dns_budget, &sandbox_id);
+	__u64 now, us, add;
+	__s64 t;
+
+	if (!b)
+		return 0;
+	if (!b->rate)
+		return 1;
+	now = bpf_ktime_get_ns();
+	if (now > b->stamp_ns + 1000000) {
+		us = (now - b->stamp_ns) / 1000;
+		if (us > 10000000)
+			us = 10000000; /* 10 s: more than any burst needs, no overflow */
+		add = us * b->rate / 1000000;
+		if (add) {
+			b->stamp_ns = now;
+			t = b->tokens + (__s64)add;
+			b->tokens = t > (__s64)b->burst ? (__s64)b->burst : t;
+		}
+	}
+	if (b->tokens <= 0) {
+		__sync_fetch_and_add(&b->dropped, 1);
+		return 0;
+	}
+	__sync_fetch_and_add(&b->tokens, -1);
+	return 1;
+}
+
+/*
+ * A packet of this sandbox to its DNS proxy. First the budget: every
+ * datagram, and every TCP packet of a socket not recorded yet (its SYN: a
+ * connection), takes a token, so that no sandbox can fill the listeners'
+ * queues the sandboxes of its namespace share; over budget, the packet is
+ * dropped (return 1) before it is queued. Then record its socket as one
+ * that may ask the proxy as this sandbox (egr_dns_senders). Only the
+ * socket's own packets count (a full TCP or UDP socket bound to the
+ * packet's source port: a raw socket forging that source is not one), one
+ * source per family per socket, at most EGR_DNS_CLIENTS_PER_SB per sandbox.
+ * A source another sandbox's socket already holds (SO_REUSEPORT on both)
+ * is marked shared, and the proxy serves neither from it. This runs before
+ * the packet is queued to the listener, so the entry is there when the
+ * proxy reads it.
+ */
+static __always_inline int egr_note_dns_client(struct __sk_buff *skb, __u32 sandbox_id,
+					       const struct egr_sandbox *sb,
+					       const struct egr_l3 *l3)
 {
 	struct egr_dns_client_key key = {};
-	struct egr_dns_client_val val = {};
-	struct egr_dns_client_rec *rec;
+	struct egr_dns_client_val val = {}, *old;
+	struct egr_dns_client_rec *rec = NULL;
 	struct bpf_sock *sk = skb->sk;
 	__u32 zero = 0, *n;
-	int v6 = l3->family == EGR_AF_INET6;
+	int v6 = l3->family == EGR_AF_INET6, recorded;
 
 	if (!l3->has_ports ||
 	    (l3->protocol != EGR_IPPROTO_UDP && l3->protocol != EGR_IPPROTO_TCP))
-		return;
+		return 0;
 	if (v6 ? !egr_is_proxy6(sb, l3->daddr, l3->dport)
 	       : !egr_is_proxy4(sb, l3->daddr[0], l3->dport))
-		return;
-	if (!sk)
-		return;
-	sk = bpf_sk_fullsock(sk);
-	if (!sk || !egr_connect_judged(sk) || sk->src_port != l3->sport)
-		return;
-	rec = bpf_sk_storage_get(&egr_dns_client_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!rec || rec->has[v6 ? 1 : 0])
-		return;
-	key.sandbox_id = sandbox_id;
+		return 0;
+	if (sk)
+		sk = bpf_sk_fullsock(sk);
+	if (sk && egr_connect_judged(sk) && sk->src_port == l3->sport)
+		rec = bpf_sk_storage_get(&egr_dns_sender_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	recorded = rec && rec->has[v6 ? 1 : 0];
+	if ((l3->protocol == EGR_IPPROTO_UDP || !recorded) && !egr_dns_budget_take(sandbox_id))
+		return 1;
+	if (!rec || recorded)
+		return 0;
+	key.lport = l3->dport;
 	key.port = l3->sport;
 	key.family = l3->family;
 	key.protocol = l3->protocol;
@@ -210,15 +265,21 @@ static __always_inline void egr_note_dns_client(struct __sk_buff *skb, __u32 san
 		bpf_map_update_elem(&egr_dns_clients_n, &sandbox_id, &zero, BPF_NOEXIST);
 		n = bpf_map_lookup_elem(&egr_dns_clients_n, &sandbox_id);
 		if (!n)
-			return;
+			return 0;
 	}
 	if (*n >= EGR_DNS_CLIENTS_PER_SB)
-		return;
+		return 0;
 	val.cookie = bpf_get_socket_cookie(skb);
-	/* Taken already: a sibling of this sandbox on the same port
-	 * (SO_REUSEPORT) recorded it; entries never cross sandboxes. */
-	if (bpf_map_update_elem(&egr_dns_clients, &key, &val, BPF_NOEXIST))
-		return;
+	val.sandbox_id = sandbox_id;
+	if (bpf_map_update_elem(&egr_dns_senders, &key, &val, BPF_NOEXIST)) {
+		/* Taken already: a sibling of this sandbox on the same source
+		 * (SO_REUSEPORT) asks as this sandbox anyway; another sandbox's
+		 * socket there makes the source nobody's. */
+		old = bpf_map_lookup_elem(&egr_dns_senders, &key);
+		if (old && old->sandbox_id != sandbox_id)
+			old->flags |= EGR_DNS_CLIENT_SHARED; /* the same bit whoever races */
+		return 0;
+	}
 	__sync_fetch_and_add(n, 1);
 	if (v6) {
 		rec->key[1] = key;
@@ -227,16 +288,20 @@ static __always_inline void egr_note_dns_client(struct __sk_buff *skb, __u32 san
 		rec->key[0] = key;
 		rec->has[0] = 1;
 	}
+	return 0;
 }
 
 static __always_inline void egr_forget_dns_client(struct bpf_sock *sk,
 						  const struct egr_dns_client_key *key,
 						  __u64 cookie)
 {
-	struct egr_dns_client_val *v = bpf_map_lookup_elem(&egr_dns_clients, key);
-	__u32 id = key->sandbox_id, *n;
+	struct egr_dns_client_val *v = bpf_map_lookup_elem(&egr_dns_senders, key);
+	__u32 id, *n;
 
-	if (!v || v->cookie != cookie || bpf_map_delete_elem(&egr_dns_clients, key))
+	if (!v || v->cookie != cookie)
+		return;
+	id = v->sandbox_id;
+	if (bpf_map_delete_elem(&egr_dns_senders, key))
 		return;
 	n = bpf_map_lookup_elem(&egr_dns_clients_n, &id);
 	if (n && *n)

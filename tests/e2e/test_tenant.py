@@ -285,8 +285,8 @@ while True:
         try:
             s.sendto(struct.pack(">HH", random.getrandbits(16), 0x0100) +
                      struct.pack(">HHHH", 1, 0, 0, 0) + q, ("127.0.0.2", 53))
-        except BlockingIOError:
-            pass
+        except (BlockingIOError, PermissionError):
+            pass  # EPERM: past its kernel budget for the shared listener
         sent += 1
     try:
         while s.recv(4096):
@@ -477,12 +477,22 @@ def tenant_dns_listener_identity(c):
             check(a == 0, "%d of 40 queries from outside every sandbox were answered on the "
                   "victim's listener" % a)
             # Hostile, another sandbox allowed to reach that port on loopback.
+            # The listener is shared by the sandboxes of egressd's namespace:
+            # the neighbour is served, but as itself (the kernel's record of
+            # its socket names it), under its own policy, which resolves
+            # none of these names; nothing counts against the victim.
             npol = c.policy(["udp/127.0.0.1:%d" % port, "tcp/127.0.0.1:%d" % port],
                             tenant="tn-noisy")
             with Sandbox(c, npol, "tn-id-noisy") as noisy:
-                a2, t2, _ = tn_direct(noisy.cg, port, nx[:20])
-                check(a2 == 0, "%d of 20 queries from a neighbour sandbox were answered on "
-                      "the victim's listener" % a2)
+                nbefore = tn_proxy_stats(c, noisy)
+                a2, t2, rc2 = tn_direct(noisy.cg, port, nx[:20])
+                check(a2 == 20 and set(rc2.split(",")) == {"5"},
+                      "a neighbour's 20 queries on the shared listener were not refused "
+                      "under its own policy: answered %d rcodes %s" % (a2, rc2))
+                nafter = tn_proxy_stats(c, noisy)
+                check(nafter["refused"] - nbefore["refused"] == 20,
+                      "the neighbour's queries were not counted as its own: %r -> %r" %
+                      (nbefore, nafter))
                 # TCP from outside: accepted by the kernel, closed unread.
                 s = socket.create_connection(("127.0.0.1", port), timeout=2)
                 try:
@@ -523,7 +533,7 @@ def tenant_dns_listener_identity(c):
     before, after, final = tn_with_upstream(c, up.port, [], body)
     tn_record("dns foreign dropped on the victim's listener",
               after["foreign_dropped"] - before["foreign_dropped"])
-    check(after["foreign_dropped"] - before["foreign_dropped"] >= 40 + 20 + 1,
+    check(after["foreign_dropped"] - before["foreign_dropped"] >= 40 + 1,
           "the strangers' queries were not counted as foreign: %r -> %r" % (before, after))
     for k in ("exfil", "refused", "servfail", "malformed"):
         check(final[k] == before[k], "the strangers' queries counted against the victim (%s: "

@@ -436,13 +436,14 @@ def upg_from(c, commit):
                       extra_network={"dns_rebind_allow": ["127.0.0.0/8"]}))
     dns_ok(c, sb2, "api.test", want=DNS_ZONE["api.test"])
     # The proxy served those queries because the new egress program recorded
-    # their sockets (egr_dns_clients starts empty after an upgrade), and the
-    # added egr_sock_release forgot them when they closed.
+    # their sockets (egr_dns_senders starts empty after an upgrade; the value
+    # names the sandbox), and the added egr_sock_release forgot them when
+    # they closed.
     def clients_of(sid):
-        return [k for k in map_entries(os.path.join(new_maps, "egr_dns_clients"))
-                if struct.unpack("=I", k[:4])[0] == sid]
+        return [k for k, v in map_entries(os.path.join(new_maps, "egr_dns_senders")).items()
+                if struct.unpack("=I", v[8:12])[0] == sid]
     check(wait_until(lambda: not clients_of(id2), 5),
-          "egr_dns_clients still holds closed sockets of sandbox %d: %r" % (id2, clients_of(id2)))
+          "egr_dns_senders still holds closed sockets of sandbox %d: %r" % (id2, clients_of(id2)))
     # Hostile: a process outside every sandbox asks sb2's listener directly
     # (its port is no secret). The empty map after the upgrade must not mean
     # "anyone": not answered (the twin is dns_ok above, served).

@@ -71,8 +71,13 @@ class Dnsmasq:
             for name, addr in list(DNS_ZONE.items()) + list(DNS_ZONE6.items()):
                 if name != "short.test":
                     argv.append("--host-record=%s,%s" % (name, addr))
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, text=True)
+            # stderr to a file, never a pipe: when its log file falls behind
+            # (a burst of logged queries) dnsmasq echoes the log lines to
+            # stderr, and a pipe nobody reads blocks it for good.
+            errf = os.path.join(work, "dnsmasq.stderr")
+            with open(errf, "w") as ef:
+                self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.DEVNULL, stderr=ef)
             self.port = port
             if wait_until(lambda: self.proc.poll() is not None or
                           dns_query("udp", "127.0.0.1", port, "api.test", "A",
@@ -80,7 +85,8 @@ class Dnsmasq:
                           5, 0.05) and self.proc.poll() is None:
                 log("dnsmasq pid %d on 127.0.0.1:%d" % (self.proc.pid, port))
                 return
-            err = self.proc.stderr.read() if self.proc.poll() is not None else ""
+            with open(errf) as ef:
+                err = ef.read() if self.proc.poll() is not None else ""
             self.stop()
             if "in use" not in err:
                 raise RuntimeError("dnsmasq did not start: %s" % err.strip())

@@ -10,8 +10,9 @@
  *   dnsproxy.c     the proxy and its sandboxes: create/free, add, update,
  *                  remove, limits, stats, the timer (timeouts, TCP idle)
  *   dns_tcp.c      client TCP connections: accept, framing, limits
- *   dns_listen.c   a sandbox's listener sockets and the UDP receive path;
- *                  who asks (egr_dns_clients, the kernel-recorded sender)
+ *   dns_listen.c   the listener sockets a network namespace's sandboxes
+ *                  share, the UDP receive path; who asks (egr_dns_senders,
+ *                  the kernel-recorded sender names the sandbox)
  *   dns_query.c    one query: rate, policy, exfiltration, a slot of the
  *                  in-flight table and fairness (eviction), forwarding
  *   dns_upstream.c resolver addresses, the upstream UDP socket and the TCP
@@ -31,6 +32,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "clock.h"
@@ -50,13 +52,38 @@
 #define DNS_QUERY_INLINE 512
 
 struct sb;
+struct lgroup;
 
 struct listener {
-	struct sb *sb;
+	struct lgroup *g;
 	int fd;
 	int family;
 	bool tcp;
 };
+
+/*
+ * The listeners of one network namespace, shared by its sandboxes (with
+ * verify_clients; without it every sandbox has a group of its own): UDP
+ * and TCP on 127.0.0.1:port4 and [::1]:port6. The kernel's record of the
+ * sender (egr_dns_senders, keyed by the listener's port, which is why no
+ * two groups have the same port) says which sandbox asks.
+ */
+struct lgroup {
+	struct egr_dnsproxy *p;
+	dev_t ns_dev;              /* its network namespace; own_ns: egressd's */
+	ino_t ns_ino;
+	bool own_ns;
+	bool shared;               /* sandboxes join it (verify_clients) */
+	struct listener lis[4];    /* udp4, tcp4, udp6, tcp6; fd -1 if absent */
+	uint16_t port4, port6;
+	uint32_t nsb;              /* sandboxes using it */
+	struct sb *only;           /* !shared: its one sandbox */
+	uint64_t foreign;          /* dropped: no record, or a record of no sandbox here */
+	struct lgroup *next;
+};
+
+/* Sandboxes by id (SB_HASH buckets, sb->hnext), for the sender lookup. */
+#define SB_HASH 16384
 
 struct tconn {
 	struct sb *sb;
@@ -85,9 +112,9 @@ struct sb {
 	char *tenant;
 	struct egr_dnspolicy *pol;
 	struct egr_exfil *exfil;
-	struct listener lis[4];    /* udp4, tcp4, udp6, tcp6; fd -1 if absent */
+	struct lgroup *g;          /* the listeners it is reached on */
 	struct egr_localaddr *ns_la; /* its own network namespace's addresses, or NULL */
-	uint16_t port4, port6;
+	uint16_t port4, port6;     /* g's */
 	uint64_t la_batch;         /* ns_la refreshed in this upstream batch */
 	struct tconn *conns;
 	uint32_t nconns;
@@ -96,6 +123,7 @@ struct sb {
 	uint64_t tokens_ns;
 	struct egr_dnsproxy_stats st;
 	struct sb *next;
+	struct sb *hnext;          /* in p->by_sb */
 };
 
 enum tstate { T_CONNECTING = 1, T_SENDING, T_READING };
@@ -150,6 +178,8 @@ struct egr_dnsproxy {
 	int self_netns;
 	struct egr_localaddr *host_la; /* egressd's network namespace's addresses */
 	struct sb *sbs;
+	struct sb **by_sb;         /* SB_HASH buckets */
+	struct lgroup *groups;
 	struct pending *pend;
 	uint32_t npend;
 	uint32_t inflight;
@@ -234,12 +264,20 @@ void dnsp_tx_flush(struct egr_dnsproxy *p);
 void dnsp_tx_forget(struct egr_dnsproxy *p, int fd, const struct sb *sb);
 
 /* dns_listen.c */
-bool dnsp_client_is_sb(struct sb *sb, const struct sockaddr_storage *from, int protocol);
+struct sb *dnsp_sb_find(const struct egr_dnsproxy *p, uint32_t id);
+/* The sandbox of g the kernel recorded as the sender (UDP source, TCP
+ * peer), or NULL: dropped, counted in g->foreign. */
+struct sb *dnsp_client_sb(struct lgroup *g, const struct sockaddr_storage *from, int protocol);
 void dnsp_purge_clients(struct egr_dnsproxy *p, uint32_t id);
 void dnsp_on_udp_listener(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
-int dnsp_open_family(struct sb *sb, int family, uint16_t want, struct listener *u,
-		     struct listener *t, uint16_t *port);
-void dnsp_close_listeners(struct sb *sb);
+/* sb joins the listeners of its namespace (netns_fd, -1: egressd's own),
+ * opened when it is the first (want4/want6: the ports to try first; on_tcp:
+ * the TCP listeners' callback, dns_tcp.c, which sits above this file);
+ * sb->g, port4 and port6 set. Called in egressd's own namespace. */
+int dnsp_group_join(struct sb *sb, int netns_fd, uint16_t want4, uint16_t want6,
+		    void (*on_tcp)(struct egr_loop *, int, uint32_t, void *));
+/* sb leaves; the last one closes the listeners. */
+void dnsp_group_leave(struct sb *sb);
 
 /* dns_query.c */
 void dnsp_handle_query(struct sb *sb, const struct client *cl, const uint8_t *pkt, size_t len);

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * The DNS proxy's listeners (dns_internal.h): each sandbox's UDP and TCP
- * sockets on 127.0.0.1 and ::1, the UDP receive path, and who asks: a
- * datagram or connection is served only when the kernel recorded its
- * sender as a socket of that sandbox (egr_dns_clients).
+ * The DNS proxy's listeners (dns_internal.h): UDP and TCP sockets on
+ * 127.0.0.1 and ::1 shared by the sandboxes of one network namespace (a
+ * bounded number of sockets however many sandboxes there are), the UDP
+ * receive path, and who asks: a datagram or connection is served only when
+ * the kernel recorded its sender as a socket of a sandbox of that
+ * namespace (egr_dns_senders), and as that sandbox.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,6 +19,7 @@
 #include <sys/epoll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,51 +30,71 @@
 
 /* --- who asks ------------------------------------------------------------------- */
 
-/*
- * Did the kernel see this sender, a socket of sb, send to sb's proxy
- * (egr_dns_clients, written by cgroup_skb/egress before the packet reached
- * the listener)? Anyone else who reaches the listener's port — a process
- * outside every sandbox, another sandbox allowed to reach loopback — is
- * not sb, whatever it sends. Any error: not sb (fail closed).
- */
-bool dnsp_client_is_sb(struct sb *sb, const struct sockaddr_storage *from, int protocol)
+struct sb *dnsp_sb_find(const struct egr_dnsproxy *p, uint32_t id)
 {
-	struct egr_dnsproxy *p = sb->p;
+	for (struct sb *sb = p->by_sb[id % SB_HASH]; sb; sb = sb->hnext)
+		if (sb->id == id)
+			return sb;
+	return NULL;
+}
+
+/*
+ * Which sandbox's socket is this sender? The kernel recorded it
+ * (egr_dns_senders, written by cgroup_skb/egress of the sending sandbox
+ * before the packet reached the listener) under the listener's port, so
+ * the record names the sandbox whatever the packet says. Anyone else who
+ * reaches the listener's port — a process outside every sandbox, a
+ * sandbox allowed to reach loopback ports — has no record, a source two
+ * sandboxes share has a record marked shared: not served. Any error: not
+ * served (fail closed).
+ */
+struct sb *dnsp_client_sb(struct lgroup *g, const struct sockaddr_storage *from, int protocol)
+{
+	struct egr_dnsproxy *p = g->p;
 	struct egr_dns_client_key key;
+	struct egr_dns_client_val val;
+	struct sb *sb = NULL;
 	int err;
 
 	if (!p->cfg.verify_clients)
-		return true;
+		return g->only; /* tests without BPF: a group per sandbox */
 	memset(&key, 0, sizeof(key));
-	key.sandbox_id = sb->id;
 	key.protocol = (uint8_t)protocol;
 	if (from->ss_family == AF_INET) {
 		const struct sockaddr_in *s4 = (const void *)from;
 
+		key.lport = g->port4;
 		key.family = AF_INET;
 		key.port = ntohs(s4->sin_port);
 		memcpy(key.addr, &s4->sin_addr, 4);
 	} else if (from->ss_family == AF_INET6) {
 		const struct sockaddr_in6 *s6 = (const void *)from;
 
+		key.lport = g->port6;
 		key.family = AF_INET6;
 		key.port = ntohs(s6->sin6_port);
 		memcpy(key.addr, &s6->sin6_addr, 16);
 	} else {
-		return false;
+		g->foreign++;
+		return NULL;
 	}
-	if ((err = egr_bpf_dns_client_known(p->cfg.bpf, &key)) == 1)
-		return true;
-	sb->st.foreign++;
-	if (err)
-		log_warn("dns: sandbox %u: egr_dns_clients lookup: %s; dropping", sb->id,
+	err = egr_bpf_dns_client_lookup(p->cfg.bpf, &key, &val);
+	if (err == 1 && !(val.flags & EGR_DNS_CLIENT_SHARED))
+		sb = dnsp_sb_find(p, val.sandbox_id);
+	/* The record names a sandbox of another namespace's listeners: cannot
+	 * happen (each group has its own port), refused all the same. */
+	if (sb && sb->g == g)
+		return sb;
+	g->foreign++;
+	if (err < 0)
+		log_warn("dns: listener %u: egr_dns_senders lookup: %s; dropping", key.lport,
 			 strerror(-err));
-	return false;
+	return NULL;
 }
 
 /* Forget every sender recorded for sandbox id (it is gone, or its id is
  * new): a socket left from an earlier sandbox with this id must not ask as
- * the next one. */
+ * the next one. Its queue budget goes too. */
 void dnsp_purge_clients(struct egr_dnsproxy *p, uint32_t id)
 {
 	unsigned purged = 0;
@@ -92,52 +115,50 @@ void dnsp_purge_clients(struct egr_dnsproxy *p, uint32_t id)
 void dnsp_on_udp_listener(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
 	struct listener *l = ctx;
-	struct egr_dnsproxy *p = l->sb->p;
-
+	struct lgroup *g = l->g;
+	struct egr_dnsproxy *p = g->p;
 	int n;
 
-	/* One sandbox's turn, one recvmmsg() (level-triggered: the rest on
-	 * a later one). */
+	/* One turn, one recvmmsg() (level-triggered: the rest on a later
+	 * one, after the other ready descriptors). */
 	n = dnsp_rx(p, fd, EGR_DNSPROXY_UDP_TURN);
 	if (n < 0)
-		log_debug("dns: sandbox %u: udp listener: %s", l->sb->id, strerror(-n));
+		log_debug("dns: udp listener %u: %s", l->family == AF_INET ? g->port4 : g->port6,
+			  strerror(-n));
 	for (int i = 0; i < n; i++) {
 		struct client cl = { .transport = IPPROTO_UDP, .lfd = fd, .caddr = &p->rxfrom[i] };
+		struct sb *sb;
 
 		cl.calen = p->rxmsg[i].msg_hdr.msg_namelen;
-		/* Before anything is charged to the sandbox: a stranger's
+		/* Before anything is charged to a sandbox: a stranger's
 		 * queries take none of its tokens or exfiltration budget. */
-		if (!dnsp_client_is_sb(l->sb, &p->rxfrom[i], IPPROTO_UDP))
+		sb = dnsp_client_sb(g, &p->rxfrom[i], IPPROTO_UDP);
+		if (!sb)
 			continue;
-		dnsp_handle_query(l->sb, &cl, dnsp_rx_buf(p, i), p->rxmsg[i].msg_len);
+		dnsp_handle_query(sb, &cl, dnsp_rx_buf(p, i), p->rxmsg[i].msg_len);
 	}
 	/* The turn's forwarded queries leave together. */
 	dnsp_tx_flush(p);
 }
 
-void dnsp_close_listeners(struct sb *sb)
-{
-	for (int i = 0; i < 4; i++) {
-		if (sb->lis[i].fd < 0)
-			continue;
-		egr_loop_del(sb->p->loop, sb->lis[i].fd);
-		dnsp_tx_forget(sb->p, sb->lis[i].fd, NULL);
-		close(sb->lis[i].fd);
-		sb->lis[i].fd = -1;
-	}
-}
+/* The shared UDP queue: big enough that no sandbox's kernel budget
+ * (egr_dns_budget, a burst of 2x --dns-burst) fills more than a part of
+ * it (docs/dns.md "Fairness"). SO_RCVBUFFORCE needs CAP_NET_ADMIN, which
+ * egressd keeps; else what rmem_max allows. */
+#define SHARED_RCVBUF (16 << 20)
+#define SHARED_BACKLOG 4096
 
 /* UDP on loopback:want (0 = any), then TCP on the same port; retried when
  * an ephemeral UDP port is taken for TCP. */
-int dnsp_open_family(struct sb *sb, int family, uint16_t want, struct listener *u,
-		     struct listener *t, uint16_t *port)
+static int open_family(int family, uint16_t want, bool shared, struct listener *u,
+		       struct listener *t, uint16_t *port)
 {
 	int err = 0;
 
 	for (int attempt = 0; attempt < 16; attempt++) {
 		struct sockaddr_storage ss;
 		socklen_t sl;
-		int one = 1, ufd, tfd;
+		int one = 1, ufd, tfd, rcv = SHARED_RCVBUF;
 
 		memset(&ss, 0, sizeof(ss));
 		if (family == AF_INET) {
@@ -159,6 +180,8 @@ int dnsp_open_family(struct sb *sb, int family, uint16_t want, struct listener *
 			return -errno;
 		if (family == AF_INET6)
 			setsockopt(ufd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+		if (shared && setsockopt(ufd, SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof(rcv)) < 0)
+			setsockopt(ufd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
 		if (bind(ufd, (struct sockaddr *)&ss, sl) < 0 ||
 		    getsockname(ufd, (struct sockaddr *)&ss, &sl) < 0) {
 			err = -errno;
@@ -174,7 +197,8 @@ int dnsp_open_family(struct sb *sb, int family, uint16_t want, struct listener *
 		setsockopt(tfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 		if (family == AF_INET6)
 			setsockopt(tfd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-		if (bind(tfd, (struct sockaddr *)&ss, sl) < 0 || listen(tfd, TCP_BACKLOG) < 0) {
+		if (bind(tfd, (struct sockaddr *)&ss, sl) < 0 ||
+		    listen(tfd, shared ? SHARED_BACKLOG : TCP_BACKLOG) < 0) {
 			err = -errno;
 			close(tfd);
 			close(ufd);
@@ -189,4 +213,169 @@ int dnsp_open_family(struct sb *sb, int family, uint16_t want, struct listener *
 		return 0;
 	}
 	return err ? err : -EADDRINUSE;
+}
+
+/* Another group listens on this port (in another namespace): the kernel's
+ * records, keyed by the port, could not tell the two apart. */
+static bool port_taken(const struct egr_dnsproxy *p, const struct lgroup *self, int family,
+		       uint16_t port)
+{
+	for (const struct lgroup *g = p->groups; g; g = g->next)
+		if (g != self && (family == AF_INET ? g->port4 : g->port6) == port)
+			return true;
+	return false;
+}
+
+/* want first (the port sockets adopted from before a restart know), any
+ * port unique among the groups if it is taken. */
+static int open_family_unique(struct lgroup *g, int family, uint16_t want, struct listener *u,
+			      struct listener *t, uint16_t *port)
+{
+	int err = -EADDRINUSE;
+
+	for (int attempt = 0; attempt < 16; attempt++) {
+		uint16_t try = attempt == 0 && !port_taken(g->p, g, family, want) ? want : 0;
+
+		err = open_family(family, try, g->shared, u, t, port);
+		if (err == -EADDRINUSE && try)
+			continue;
+		if (err)
+			return err;
+		if (!port_taken(g->p, g, family, *port))
+			return 0;
+		close(u->fd);
+		close(t->fd);
+		u->fd = t->fd = -1;
+		err = -EADDRINUSE;
+	}
+	return err;
+}
+
+static void group_close(struct lgroup *g)
+{
+	for (int i = 0; i < 4; i++) {
+		if (g->lis[i].fd < 0)
+			continue;
+		egr_loop_del(g->p->loop, g->lis[i].fd);
+		dnsp_tx_forget(g->p, g->lis[i].fd, NULL);
+		close(g->lis[i].fd);
+		g->lis[i].fd = -1;
+	}
+}
+
+static void group_use(struct sb *sb, struct lgroup *g)
+{
+	g->nsb++;
+	sb->g = g;
+	sb->port4 = g->port4;
+	sb->port6 = g->port6;
+}
+
+int dnsp_group_join(struct sb *sb, int netns_fd, uint16_t want4, uint16_t want6,
+		    void (*on_tcp)(struct egr_loop *, int, uint32_t, void *))
+{
+	struct egr_dnsproxy *p = sb->p;
+	struct stat st = { 0 };
+	struct lgroup *g;
+	bool own = netns_fd < 0;
+	int err, err6;
+
+	if (!own && fstat(netns_fd, &st) < 0)
+		return -errno;
+	for (g = p->cfg.verify_clients ? p->groups : NULL; g; g = g->next)
+		if (g->shared && g->own_ns == own &&
+		    (own || (g->ns_dev == st.st_dev && g->ns_ino == st.st_ino))) {
+			group_use(sb, g);
+			return 0;
+		}
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->p = p;
+	g->own_ns = own;
+	g->ns_dev = st.st_dev;
+	g->ns_ino = st.st_ino;
+	g->shared = p->cfg.verify_clients;
+	for (int i = 0; i < 4; i++) {
+		g->lis[i].fd = -1;
+		g->lis[i].g = g;
+		g->lis[i].family = i < 2 ? AF_INET : AF_INET6;
+		g->lis[i].tcp = i & 1;
+	}
+	if (!own && setns(netns_fd, CLONE_NEWNET) < 0) {
+		err = -errno;
+		log_error("dns: sandbox %u: setns into its network namespace: %m", sb->id);
+		free(g);
+		return err;
+	}
+	err = open_family_unique(g, AF_INET, want4, &g->lis[0], &g->lis[1], &g->port4);
+	err6 = err ? 0 : open_family_unique(g, AF_INET6, want6, &g->lis[2], &g->lis[3], &g->port6);
+	if (!own && setns(p->self_netns, CLONE_NEWNET) < 0) {
+		/* Cannot happen short of a kernel bug; nothing more we can do
+		 * than say so loudly: every later socket would be in the wrong
+		 * namespace. */
+		log_error("dns: cannot return to egressd's network namespace: %m");
+		err = err ? err : -errno;
+	}
+	if (err) {
+		log_error("dns: sandbox %u: 127.0.0.1 listeners: %s", sb->id, strerror(-err));
+		goto fail;
+	}
+	if (err6) {
+		if (err6 != -EADDRNOTAVAIL && err6 != -EAFNOSUPPORT) {
+			err = err6;
+			log_error("dns: sandbox %u: [::1] listeners: %s", sb->id, strerror(-err));
+			goto fail;
+		}
+		log_warn("dns: sandbox %u: no IPv6 loopback (%s): IPv6 DNS not served", sb->id,
+			 strerror(-err6));
+		g->port6 = 0;
+	}
+	for (int i = 0; i < 4; i++) {
+		if (g->lis[i].fd < 0)
+			continue;
+		err = egr_loop_add(p->loop, g->lis[i].fd, EPOLLIN,
+				   g->lis[i].tcp ? on_tcp : dnsp_on_udp_listener,
+				   &g->lis[i]);
+		if (err) {
+			for (int j = 0; j < i; j++)
+				if (g->lis[j].fd >= 0)
+					egr_loop_del(p->loop, g->lis[j].fd);
+			goto fail;
+		}
+	}
+	g->only = sb;
+	g->next = p->groups;
+	p->groups = g;
+	group_use(sb, g);
+	log_info("dns: listening on 127.0.0.1:%u and [::1]:%u%s", g->port4, g->port6,
+		 own ? "" : " in a sandbox's network namespace");
+	return 0;
+fail:
+	for (int j = 0; j < 4; j++)
+		if (g->lis[j].fd >= 0)
+			close(g->lis[j].fd);
+	free(g);
+	return err;
+}
+
+void dnsp_group_leave(struct sb *sb)
+{
+	struct lgroup *g = sb->g, **pg;
+
+	if (!g)
+		return;
+	sb->g = NULL;
+	if (g->only == sb)
+		g->only = NULL;
+	if (--g->nsb)
+		return;
+	group_close(g);
+	for (pg = &sb->p->groups; *pg; pg = &(*pg)->next)
+		if (*pg == g) {
+			*pg = g->next;
+			break;
+		}
+	log_info("dns: listeners on 127.0.0.1:%u and [::1]:%u closed", g->port4, g->port6);
+	free(g);
 }

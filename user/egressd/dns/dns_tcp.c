@@ -86,18 +86,21 @@ void dnsp_on_tcp_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 void dnsp_on_tcp_listener(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
 	struct listener *l = ctx;
-	struct sb *sb = l->sb;
-	struct egr_dnsproxy *p = sb->p;
+	struct egr_dnsproxy *p = l->g->p;
 
 	for (int i = 0; i < RX_BATCH; i++) {
 		struct sockaddr_storage peer;
 		socklen_t plen = sizeof(peer);
 		struct tconn *c;
+		struct sb *sb;
 		int cfd = accept4(fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (cfd < 0)
 			return;
-		if (!dnsp_client_is_sb(sb, &peer, IPPROTO_TCP)) {
+		/* The accepted connection's peer is the client socket the
+		 * kernel recorded: it names the sandbox. */
+		sb = dnsp_client_sb(l->g, &peer, IPPROTO_TCP);
+		if (!sb) {
 			close(cfd);
 			continue;
 		}

@@ -103,11 +103,13 @@ struct egr_dnsproxy_config {
 	 * past it is dropped unanswered, a TCP one gets SERVFAIL. */
 	uint32_t rate_qps;
 	uint32_t burst;
-	/* Who asks (docs/dns.md "Who asks"): with verify_clients, a query is
-	 * served only when egr_dns_clients (in bpf) has its sender for the
-	 * listener's sandbox; anything else is dropped and counted `foreign`.
-	 * The sandbox's entries and their count are purged when it goes. Off
-	 * only for tests without BPF. */
+	/* Who asks (docs/dns.md "Who asks"): with verify_clients, the
+	 * sandboxes of a network namespace share its listeners and a query is
+	 * served as the sandbox egr_dns_senders (in bpf) records for its
+	 * sender; anything else is dropped and counted `foreign` (the
+	 * listener's). The sandbox's entries, count and kernel budget are
+	 * purged when it goes. Off only for tests without BPF: then every
+	 * sandbox has listeners of its own, which name it. */
 	bool verify_clients;
 	struct egr_bpf *bpf;
 	struct egr_exfil_limits exfil; /* all zero: egr_exfil_limits_default() */
@@ -134,8 +136,9 @@ struct egr_dnsproxy_stats {
 				 * with it among the heaviest users */
 	uint64_t evicted;       /* its oldest query failed (SERVFAIL) to make room
 				 * for a sandbox with fewer in flight */
-	uint64_t foreign;       /* dropped: sent to its listener by a socket the
-				 * kernel did not redirect from this sandbox */
+	uint64_t foreign;       /* dropped on the listeners it shares: a sender the
+				 * kernel recorded for no sandbox there (the
+				 * listeners' count, not the sandbox's) */
 	uint32_t tcp_conns;     /* client TCP connections open now */
 	uint32_t inflight;      /* queries upstream now */
 };

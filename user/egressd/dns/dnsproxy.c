@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "dns_internal.h"
+#include "kernel/maps.h"
 #include "dnsproxy.h"
 #include "log.h"
 
@@ -86,10 +87,16 @@ static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 
 static struct sb *sb_find(const struct egr_dnsproxy *p, uint32_t id)
 {
-	for (struct sb *sb = p->sbs; sb; sb = sb->next)
-		if (sb->id == id)
-			return sb;
-	return NULL;
+	return dnsp_sb_find(p, id);
+}
+
+static void sb_unhash(struct egr_dnsproxy *p, struct sb *sb)
+{
+	for (struct sb **h = &p->by_sb[sb->id % SB_HASH]; *h; h = &(*h)->hnext)
+		if (*h == sb) {
+			*h = sb->hnext;
+			return;
+		}
 }
 
 static int upstream_socket(int family)
@@ -154,7 +161,8 @@ int egr_dnsproxy_new(struct egr_loop *loop, const struct egr_dnsproxy_config *cf
 	p->npend = p->cfg.max_inflight;
 	p->pend = calloc(p->npend, sizeof(*p->pend));
 	p->by_id = malloc(65536 * sizeof(*p->by_id));
-	if (!p->pend || !p->by_id) {
+	p->by_sb = calloc(SB_HASH, sizeof(*p->by_sb));
+	if (!p->pend || !p->by_id || !p->by_sb) {
 		err = -ENOMEM;
 		goto fail;
 	}
@@ -247,7 +255,7 @@ static void sb_free(struct sb *sb)
 	for (uint32_t i = 0; i < p->npend; i++)
 		if (p->pend[i].used && p->pend[i].sb == sb)
 			dnsp_pend_free(p, &p->pend[i]);
-	dnsp_close_listeners(sb);
+	dnsp_group_leave(sb);
 	if (sb->ns_la) {
 		egr_loop_del(p->loop, egr_localaddr_fd(sb->ns_la));
 		egr_localaddr_free(sb->ns_la);
@@ -266,6 +274,7 @@ void egr_dnsproxy_free(struct egr_dnsproxy *p)
 		struct sb *sb = p->sbs;
 
 		p->sbs = sb->next;
+		sb_unhash(p, sb);
 		sb_free(sb);
 	}
 	if (p->up4 >= 0) {
@@ -288,8 +297,23 @@ void egr_dnsproxy_free(struct egr_dnsproxy *p)
 	}
 	free(p->pend);
 	free(p->by_id);
+	free(p->by_sb);
 	dnsp_io_free(p);
 	free(p);
+}
+
+/* The kernel's bound (egr_dns_budget) is twice the proxy's own, so that
+ * the proxy's rate limit is what a sandbox meets first (and counts, as
+ * shed_rate), and the kernel's what keeps it from filling the shared
+ * queues; none (rate 0) past what the map holds. */
+static void kernel_bound(const struct egr_dnsproxy_config *cfg, uint32_t *rate, uint32_t *burst)
+{
+	if (cfg->rate_qps > UINT32_MAX / 2 || cfg->burst > UINT32_MAX / 2) {
+		*rate = *burst = 0;
+		return;
+	}
+	*rate = 2 * cfg->rate_qps;
+	*burst = 2 * cfg->burst;
 }
 
 int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const char *tenant,
@@ -297,7 +321,7 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
 			     uint16_t want_port6, uint16_t *port4, uint16_t *port6)
 {
 	struct sb *sb;
-	int err, err6, errla = 0;
+	int err;
 
 	if (!p || !pol || sandbox_id == EGR_ID_NONE) {
 		egr_dnspolicy_free(pol);
@@ -321,12 +345,6 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
 	sb->pol = pol;
 	sb->tokens = p->cfg.burst;
 	sb->tokens_ns = egr_mono_ns();
-	for (int i = 0; i < 4; i++) {
-		sb->lis[i].fd = -1;
-		sb->lis[i].sb = sb;
-		sb->lis[i].family = i < 2 ? AF_INET : AF_INET6;
-		sb->lis[i].tcp = i & 1;
-	}
 	/* A new sandbox (adoption re-opens stored ports and keeps what the
 	 * kernel recorded): nothing of an earlier one with this id may ask. */
 	if (!want_port4 && !want_port6)
@@ -335,91 +353,67 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
 	err = sb->tenant ? egr_exfil_new(&p->cfg.exfil, &sb->exfil) : -ENOMEM;
 	if (err)
 		goto fail;
+	/* Its kernel budget on the shared queues before it can send there. */
+	if (p->cfg.verify_clients) {
+		uint32_t krate, kburst;
 
-	if (netns_fd >= 0 && setns(netns_fd, CLONE_NEWNET) < 0) {
-		err = -errno;
-		log_error("dns: sandbox %u: setns into its network namespace: %m", sandbox_id);
-		goto fail;
+		kernel_bound(&p->cfg, &krate, &kburst);
+		err = egr_bpf_dns_budget_set(p->cfg.bpf, sandbox_id, krate, kburst);
+		if (err) {
+			log_error("dns: sandbox %u: its queue budget (egr_dns_budget): %s",
+				  sandbox_id, strerror(-err));
+			goto fail;
+		}
 	}
-	err = dnsp_open_family(sb, AF_INET, want_port4, &sb->lis[0], &sb->lis[1], &sb->port4);
-	err6 = err ? 0 :
-		     dnsp_open_family(sb, AF_INET6, want_port6, &sb->lis[2], &sb->lis[3], &sb->port6);
-	if (!err && netns_fd >= 0) {
+	if (netns_fd >= 0) {
 		/* Its own addresses too: the netlink sockets belong to the
 		 * namespace they are opened in. */
 		char what[32];
 
 		snprintf(what, sizeof(what), "sandbox %u", sandbox_id);
-		errla = egr_localaddr_open(what, &sb->ns_la);
-	}
-	if (netns_fd >= 0 && setns(p->self_netns, CLONE_NEWNET) < 0) {
-		/* Cannot happen short of a kernel bug; nothing more we can do
-		 * than say so loudly: every later socket would be in the wrong
-		 * namespace. */
-		log_error("dns: cannot return to egressd's network namespace: %m");
-		err = err ? err : -errno;
-	}
-	if (err) {
-		log_error("dns: sandbox %u: 127.0.0.1 listeners: %s", sandbox_id, strerror(-err));
-		goto fail;
-	}
-	if (errla) {
-		err = errla;
-		log_error("dns: sandbox %u: the local addresses of its network namespace: %s",
-			  sandbox_id, strerror(-err));
-		goto fail;
-	}
-	if (err6) {
-		if (want_port6 || (err6 != -EADDRNOTAVAIL && err6 != -EAFNOSUPPORT)) {
-			err = err6;
-			log_error("dns: sandbox %u: [::1] listeners: %s", sandbox_id,
-				  strerror(-err));
+		if (setns(netns_fd, CLONE_NEWNET) < 0) {
+			err = -errno;
+			log_error("dns: sandbox %u: setns into its network namespace: %m",
+				  sandbox_id);
 			goto fail;
 		}
-		log_warn("dns: sandbox %u: no IPv6 loopback (%s): IPv6 DNS not served",
-			 sandbox_id, strerror(-err6));
-		sb->port6 = 0;
-	}
-	for (int i = 0; i < 4; i++) {
-		if (sb->lis[i].fd < 0)
-			continue;
-		err = egr_loop_add(p->loop, sb->lis[i].fd, EPOLLIN,
-				   sb->lis[i].tcp ? dnsp_on_tcp_listener : dnsp_on_udp_listener, &sb->lis[i]);
+		err = egr_localaddr_open(what, &sb->ns_la);
+		if (setns(p->self_netns, CLONE_NEWNET) < 0) {
+			log_error("dns: cannot return to egressd's network namespace: %m");
+			err = err ? err : -errno;
+		}
 		if (err) {
-			/* Unregister the ones added so far. */
-			for (int j = 0; j < i; j++)
-				if (sb->lis[j].fd >= 0)
-					egr_loop_del(p->loop, sb->lis[j].fd);
-			for (int j = 0; j < 4; j++)
-				if (sb->lis[j].fd >= 0) {
-					close(sb->lis[j].fd);
-					sb->lis[j].fd = -1;
-				}
+			log_error("dns: sandbox %u: the local addresses of its network namespace: %s",
+				  sandbox_id, strerror(-err));
 			goto fail;
 		}
 	}
+	err = dnsp_group_join(sb, netns_fd, want_port4, want_port6, dnsp_on_tcp_listener);
+	if (err)
+		goto fail;
 	if (sb->ns_la) {
 		err = egr_loop_add(p->loop, egr_localaddr_fd(sb->ns_la), EPOLLIN, dnsp_on_localaddr,
 				   sb->ns_la);
 		if (err) {
-			dnsp_close_listeners(sb);
+			dnsp_group_leave(sb);
 			goto fail;
 		}
 	}
 	sb->next = p->sbs;
 	p->sbs = sb;
+	sb->hnext = p->by_sb[sandbox_id % SB_HASH];
+	p->by_sb[sandbox_id % SB_HASH] = sb;
 	if (port4)
 		*port4 = sb->port4;
 	if (port6)
 		*port6 = sb->port6;
-	log_info("dns: sandbox %u (tenant %s): listening on 127.0.0.1:%u and [::1]:%u%s",
-		 sandbox_id, sb->tenant, sb->port4, sb->port6,
-		 netns_fd >= 0 ? " in its network namespace" : "");
+	log_debug("dns: sandbox %u (tenant %s): served on 127.0.0.1:%u and [::1]:%u%s",
+		  sandbox_id, sb->tenant, sb->port4, sb->port6,
+		  netns_fd >= 0 ? " in its network namespace" : "");
 	return 0;
 fail:
-	for (int j = 0; j < 4; j++)
-		if (sb->lis[j].fd >= 0)
-			close(sb->lis[j].fd);
+	if (p->cfg.verify_clients)
+		dnsp_purge_clients(p, sandbox_id);
 	egr_localaddr_free(sb->ns_la);
 	egr_dnspolicy_free(sb->pol);
 	egr_exfil_free(sb->exfil);
@@ -489,9 +483,10 @@ int egr_dnsproxy_remove_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id)
 		if (sb->id != sandbox_id)
 			continue;
 		*psb = sb->next;
+		sb_unhash(p, sb);
 		sb_free(sb);
 		dnsp_purge_clients(p, sandbox_id);
-		log_info("dns: sandbox %u: listeners closed", sandbox_id);
+		log_debug("dns: sandbox %u: removed", sandbox_id);
 		return 0;
 	}
 	return -ENOENT;
@@ -520,7 +515,20 @@ int egr_dnsproxy_stats(const struct egr_dnsproxy *p, uint32_t sandbox_id,
 	if (!sb)
 		return -ENOENT;
 	*out = sb->st;
+	/* What the listeners it shares dropped: a stranger's datagram names
+	 * no sandbox to count it against. */
+	out->foreign = sb->g ? sb->g->foreign : 0;
 	out->tcp_conns = sb->nconns;
 	out->inflight = sb->inflight;
 	return 0;
+}
+
+int egr_dnsproxy_kernel_shed(const struct egr_dnsproxy *p, uint32_t sandbox_id, uint64_t *out)
+{
+	*out = 0;
+	if (!p || !sb_find(p, sandbox_id))
+		return -ENOENT;
+	if (!p->cfg.verify_clients)
+		return 0;
+	return egr_bpf_dns_budget_dropped(p->cfg.bpf, sandbox_id, out);
 }

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * The DNS proxy. The kernel redirects a sandbox's DNS (UDP and TCP port 53,
- * any address) to listeners that belong to that sandbox alone:
- * 127.0.0.1:port4 and [::1]:port6, UDP and TCP on the same port number,
- * opened in the host network namespace or inside the sandbox's own. The
- * listener a query arrives on names the sandbox, and the kernel vouches for
- * the sender: only a socket that cgroup_skb/egress saw send from that
- * sandbox to its proxy (egr_dns_clients) is served; nothing in the packet
- * is trusted.
+ * any address) to the listeners of its network namespace, shared by that
+ * namespace's sandboxes: 127.0.0.1:port4 and [::1]:port6, UDP and TCP on
+ * the same port number, opened in egressd's network namespace or inside
+ * the sandbox's own. The kernel's record of the sender names the sandbox:
+ * only a socket that cgroup_skb/egress saw send from a sandbox to the
+ * proxy (egr_dns_senders) is served, and as that sandbox; nothing in the
+ * packet is trusted.
  *
  * For each query: parse (malformed: dropped and counted), match the name
  * against the sandbox's compiled DNS policy, the qtype against its allowed
@@ -53,10 +53,13 @@ int egr_dnsproxy_new(struct egr_loop *loop, const struct egr_dnsproxy_config *cf
 void egr_dnsproxy_free(struct egr_dnsproxy *p);
 
 /*
- * Open sandbox_id's listeners. pol: the proxy takes ownership (also on
- * error). netns_fd: the sandbox's network namespace, or -1 for egressd's
- * own. want_port4/6: 0 for any free port, else that port (egressd restarts
- * re-open the ports stored in its state). *port4 and *port6 get the ports
+ * Serve sandbox_id on the listeners of its network namespace (opened if
+ * it is the first), and set its kernel budget on their queues. pol: the
+ * proxy takes ownership (also on error). netns_fd: the sandbox's network
+ * namespace, or -1 for egressd's own. want_port4/6: 0 for a new sandbox,
+ * else the ports stored in its state (an adoption: tried first when the
+ * namespace's listeners are opened, and what the kernel recorded of it is
+ * kept). *port4 and *port6 get the namespace's ports
  * (*port6 = 0 if IPv6 loopback is unavailable in that namespace; the kernel
  * side must then refuse the sandbox's IPv6 DNS). -EEXIST if the sandbox is
  * already there, -errno from socket/bind/setns.
@@ -87,5 +90,10 @@ bool egr_dnsproxy_is_local(void *ctx, int family, const uint8_t *addr);
 
 int egr_dnsproxy_stats(const struct egr_dnsproxy *p, uint32_t sandbox_id,
 		       struct egr_dnsproxy_stats *out);
+/* Datagrams and TCP connections to the proxy the kernel dropped past the
+ * sandbox's budget on the shared listeners' queues (egr_dns_budget; one
+ * map lookup, so not part of the stats above, which the circuit breaker
+ * reads every second). 0 or -errno. */
+int egr_dnsproxy_kernel_shed(const struct egr_dnsproxy *p, uint32_t sandbox_id, uint64_t *out);
 
 #endif /* EGR_DNSPROXY_H */

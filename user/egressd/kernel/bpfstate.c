@@ -158,7 +158,8 @@ void egr_kern_maps_bind(struct egr_bpf *b)
 	b->fd_dests = bpf_map__fd(b->skel->maps.egr_sb_dests);
 	b->fd_dests_n = bpf_map__fd(b->skel->maps.egr_dests_n);
 	b->fd_deny_budget = bpf_map__fd(b->skel->maps.egr_deny_budget);
-	b->fd_dns_clients = bpf_map__fd(b->skel->maps.egr_dns_clients);
+	b->fd_dns_clients = bpf_map__fd(b->skel->maps.egr_dns_senders);
+	b->fd_dns_budget = bpf_map__fd(b->skel->maps.egr_dns_budget);
 	b->fd_dns_clients_n = bpf_map__fd(b->skel->maps.egr_dns_clients_n);
 	b->fd_inspect_orig = bpf_map__fd(b->skel->maps.egr_inspect_orig);
 	b->fd_sb_cgroups = bpf_map__fd(b->skel->maps.egr_sandbox_cgroups);
@@ -176,6 +177,7 @@ static const struct {
 	{ "egr_quota_sb", EGR_MAX_SANDBOXES },	     { "egr_quota_tenant", EGR_MAX_SANDBOXES },
 	{ "egr_dests_n", EGR_MAX_SANDBOXES },	     { "egr_dns_clients_n", EGR_MAX_SANDBOXES },
 	{ "egr_deny_budget", EGR_MAX_SANDBOXES },     { "egr_sb_dests", EGR_MAX_DESTS },
+	{ "egr_dns_budget", EGR_MAX_SANDBOXES },
 	{ "egr_proc_home", EGR_MAX_HOMED_PROCS },
 };
 

@@ -43,7 +43,8 @@ struct egr_bpf {
 	int fd_meter_sb, fd_meter_tenant, fd_quota_sb, fd_quota_tenant, fd_events, fd_dests;
 	int fd_inspect_orig; /* original destinations of inspected connections */
 	int fd_sb_cgroups, fd_proc_home; /* for the escape guard (escape.h) */
-	int fd_dns_clients, fd_dns_clients_n; /* who may ask each DNS proxy (dns.md) */
+	int fd_dns_clients, fd_dns_clients_n; /* egr_dns_senders: who asks the DNS proxy (dns.md) */
+	int fd_dns_budget; /* per-sandbox bound on the shared DNS listeners' queues */
 	int fd_dests_n; /* per-sandbox entries and drops of fd_dests */
 	int fd_deny_budget; /* per-sandbox deny-event budgets and losses */
 	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <bpf/bpf.h>
@@ -802,13 +803,34 @@ int egr_bpf_kmap_usage(struct egr_bpf *b, enum egr_kmap_id m, uint64_t *entries,
 
 /* --- the DNS proxy's and the inspection proxy's maps --------------------------- */
 
-int egr_bpf_dns_client_known(struct egr_bpf *b, const struct egr_dns_client_key *key)
+int egr_bpf_dns_client_lookup(struct egr_bpf *b, const struct egr_dns_client_key *key,
+			      struct egr_dns_client_val *val)
 {
-	struct egr_dns_client_val val;
-
-	if (bpf_map_lookup_elem(b->fd_dns_clients, key, &val) == 0)
+	if (bpf_map_lookup_elem(b->fd_dns_clients, key, val) == 0)
 		return 1;
 	return errno == ENOENT ? 0 : -errno;
+}
+
+int egr_bpf_dns_budget_set(struct egr_bpf *b, uint32_t sandbox_id, uint32_t rate,
+			   uint32_t burst)
+{
+	struct egr_dns_budget v = { .tokens = burst, .rate = rate, .burst = burst };
+	struct timespec ts;
+
+	/* bpf_ktime_get_ns() is CLOCK_MONOTONIC. */
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	v.stamp_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return bpf_map_update_elem(b->fd_dns_budget, &sandbox_id, &v, BPF_ANY) < 0 ? -errno : 0;
+}
+
+int egr_bpf_dns_budget_dropped(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *dropped)
+{
+	struct egr_dns_budget v;
+
+	if (bpf_map_lookup_elem(b->fd_dns_budget, &sandbox_id, &v) < 0)
+		return -errno;
+	*dropped = v.dropped;
+	return 0;
 }
 
 struct purge_walk {
@@ -819,9 +841,9 @@ struct purge_walk {
 static int purge_one(void *ctx, const void *key, const void *value)
 {
 	struct purge_walk *w = ctx;
-	const struct egr_dns_client_key *k = key;
+	const struct egr_dns_client_val *v = value;
 
-	return k->sandbox_id == w->sandbox_id ? key_list_add(&w->keys, key) : 0;
+	return v->sandbox_id == w->sandbox_id ? key_list_add(&w->keys, key) : 0;
 }
 
 int egr_bpf_dns_clients_purge(struct egr_bpf *b, uint32_t sandbox_id, unsigned *purged)
@@ -837,6 +859,7 @@ int egr_bpf_dns_clients_purge(struct egr_bpf *b, uint32_t sandbox_id, unsigned *
 		return -errno;
 	if (!count) {
 		bpf_map_delete_elem(b->fd_dns_clients_n, &sandbox_id);
+		bpf_map_delete_elem(b->fd_dns_budget, &sandbox_id);
 		return 0;
 	}
 	err = egr_kmap_walk(b->fd_dns_clients, 0, purge_one, &w);
@@ -845,6 +868,7 @@ int egr_bpf_dns_clients_purge(struct egr_bpf *b, uint32_t sandbox_id, unsigned *
 			(*purged)++;
 	free(w.keys.keys);
 	bpf_map_delete_elem(b->fd_dns_clients_n, &sandbox_id);
+	bpf_map_delete_elem(b->fd_dns_budget, &sandbox_id);
 	return err;
 }
 

@@ -156,15 +156,25 @@ int egr_bpf_kmap_usage(struct egr_bpf *b, enum egr_kmap_id m, uint64_t *entries,
 
 /* --- the DNS proxy's and the inspection proxy's maps --------------------------- */
 
-/* Is key a socket the sandbox's programs recorded as asking its proxy
- * (egr_dns_clients)? 1 yes, 0 no, -errno when the lookup failed. */
-int egr_bpf_dns_client_known(struct egr_bpf *b, const struct egr_dns_client_key *key);
-/* Forget every socket recorded for sandbox id, and its count. *purged:
- * how many. No walk when its count (egr_dns_clients_n) is absent or 0:
- * the programs count an entry right after adding it and uncount it when
- * they delete it. Call it only when no program can add one for the
- * sandbox (before its links, or under deny-all). 0 or -errno. */
+/* Who sent from key to a DNS proxy listener (egr_dns_senders): *val gets
+ * the recorded socket's sandbox and flags. 1 recorded, 0 not, -errno when
+ * the lookup failed. */
+int egr_bpf_dns_client_lookup(struct egr_bpf *b, const struct egr_dns_client_key *key,
+			      struct egr_dns_client_val *val);
+/* Forget every socket recorded for sandbox id, its count and its queue
+ * budget. *purged: how many sockets. No walk when its count
+ * (egr_dns_clients_n) is absent or 0: the programs count an entry right
+ * after adding it and uncount it when they delete it. Call it only when no
+ * program can add one for the sandbox (before its links, or under
+ * deny-all). 0 or -errno. */
 int egr_bpf_dns_clients_purge(struct egr_bpf *b, uint32_t sandbox_id, unsigned *purged);
+/* The sandbox's budget on the shared listeners' queues (egr_dns_budget):
+ * full, rate per second and burst (rate 0: no bound). 0 or -errno. */
+int egr_bpf_dns_budget_set(struct egr_bpf *b, uint32_t sandbox_id, uint32_t rate,
+			   uint32_t burst);
+/* Datagrams and connections the kernel refused the sandbox past its
+ * budget. 0 or -errno (-ENOENT: no budget). */
+int egr_bpf_dns_budget_dropped(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *dropped);
 /* Take (look up and delete) the original destination of an inspected
  * connection. -ENOENT: none recorded. */
 int egr_bpf_inspect_take(struct egr_bpf *b, const struct egr_inspect_key *key,

@@ -34,10 +34,11 @@ static const struct {
 } new_maps[] = {
 	{ "egr_sb_dests", "filled from egr_dests (carry_dests)" },
 	{ "egr_dests_n", "filled from egr_dests (carry_dests)" },
-	{ "egr_dns_clients", "filled lazily: the new egr_skb_egress records a socket at its "
+	{ "egr_dns_senders", "filled lazily: the new egr_skb_egress records a socket at its "
 			     "next packet to the proxy, old sockets included" },
-	{ "egr_dns_clients_n", "counts egr_dns_clients" },
-	{ "egr_dns_client_sk", "socket storage written with egr_dns_clients" },
+	{ "egr_dns_clients_n", "counts egr_dns_senders" },
+	{ "egr_dns_sender_sk", "socket storage written with egr_dns_senders" },
+	{ "egr_dns_budget", "written by the DNS proxy for each sandbox it adopts" },
 	{ "egr_deny_budget", "budgets start full, no suppressed or lost events yet" },
 	{ "egr_inspect_orig", "version 1 inspected nothing" },
 	{ "egr_sandbox_cgroups", "rebuilt when the sandboxes are adopted" },

@@ -58,6 +58,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "cgroup.h"
 #include "confine.h"
 #include "ctl.h"
@@ -394,34 +396,31 @@ static bool shared_dir(const char *dir)
 
 /*
  * What the command must not see: egressd's bpffs and state directories (it
- * says where they are), its socket's directory, the default run and state
- * directories and --hide paths. An exit status.
+ * says where they are: the answer to the status request asked, sent
+ * earlier), its socket's directory, the default run and state directories
+ * and --hide paths. An exit status.
  */
-static int view_prepare(struct ctl *c, const struct run_opts *o, struct run_view *v)
+static int view_prepare(struct ctl *c, const struct run_opts *o, struct run_view *v,
+			struct ctl_pending *asked)
 {
 	static const char *const fixed[] = { "/run/egressd", "/var/lib/egressd",
 					     "/sys/fs/bpf" };
 	char sock[PATH_MAX], *slash;
-	json_t *req, *resp = NULL;
+	json_t *resp = NULL;
 	const char *path = NULL;
 	int rc, err = 0;
 
 	memset(v, 0, sizeof(*v));
 	err = egr_cgroup2_mount(v->cgroup2, sizeof(v->cgroup2));
 	if (err) {
+		ctl_request_abandon(asked);
 		fprintf(stderr, "egressctl: cannot find the cgroup2 mount: %s\n",
 			err == -ENOENT ? "cgroup2 is not mounted" : strerror(-err));
 		return CTL_EXIT_RUN_FAILED;
 	}
 	if (!getcwd(v->cwd, sizeof(v->cwd)))
 		v->cwd[0] = '\0';
-	req = json_pack("{s:s}", "op", "status");
-	if (!req) {
-		fprintf(stderr, "egressctl: out of memory\n");
-		return CTL_EXIT_ERROR;
-	}
-	rc = ctl_request(c, req, &resp, NULL, 0);
-	json_decref(req);
+	rc = ctl_request_finish(c, asked, &resp, NULL, 0);
 	if (rc) {
 		fprintf(stderr, "egressctl: run: cannot ask egressd where its state is; the "
 				"command was not started\n");
@@ -516,7 +515,8 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	struct sigaction sa = { .sa_handler = forward_signal };
 	sigset_t block, old_mask;
 	bool parent_created, attached = false, default_parent;
-	json_t *policy = NULL;
+	json_t *policy = NULL, *asked_req;
+	struct ctl_pending asked;
 	struct egr_confine conf;
 	struct run_child child;
 	struct run_ids ids;
@@ -529,12 +529,27 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	rc = parse_run(c, argc, argv, &o);
 	if (rc >= 0)
 		return rc;
+	/* The policy's SHA-256 needs no OpenSSL configuration file. */
+	OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, NULL);
+	/* egressd answers where its state is while the policy is read and
+	 * checked. */
+	asked_req = json_pack("{s:s}", "op", "status");
+	if (!asked_req) {
+		fprintf(stderr, "egressctl: out of memory\n");
+		return CTL_EXIT_ERROR;
+	}
+	ctl_request_send(c, asked_req, &asked);
+	json_decref(asked_req);
 	rc = prepare_policy(&o, &policy);
-	if (rc)
+	if (rc) {
+		ctl_request_abandon(&asked);
 		return rc;
+	}
 	rc = confine_for(policy, &conf);
-	if (!rc)
-		rc = view_prepare(c, &o, &view);
+	if (rc)
+		ctl_request_abandon(&asked);
+	else
+		rc = view_prepare(c, &o, &view, &asked);
 	if (rc) {
 		json_decref(policy);
 		return rc;

@@ -9,6 +9,7 @@
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -179,3 +180,69 @@ def run2_run_is_fresh_and_confined(c):
           "two runs: walks %d -> %d, fresh %d -> %d" % (walked0, walked1, fresh0, fresh1))
     left = [sb for sb in c.list_json() if "/run-" in sb.get("cgroup", "")]
     check(not left, "a run's sandbox outlived it: %r" % left)
+
+
+# A control client that sends one request (argv[2], JSON) and prints the reply.
+RUN2_CLIENT = r"""
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+s.sendall((sys.argv[2] + "\n").encode())
+buf = b""
+while not buf.endswith(b"\n"):
+    d = s.recv(65536)
+    if not d:
+        break
+    buf += d
+print(buf.decode().strip(), flush=True)
+"""
+
+
+@test
+def run2_member_cannot_create(c):
+    """A non-root member of the control group (--group) must not get
+    egressd (root) to make root's cgroup directories, nor a cgroup whose
+    attach skips the socket walk: `create` is `forbidden` (field
+    `create`), no directory appears, nothing is attached. Twin: the same
+    member attaching a cgroup delegated to it, without `create`, works."""
+    pol = c.policy(["127.0.0.1:9"])
+    parent = c.mkcgroup("run2-member")
+    CLEANUP.push("parent", cgroup_remove_tree, parent)
+    mine = c.mkcgroup("run2-member-own")
+    CLEANUP.push("delegated cgroup", cgroup_remove_tree, mine)
+    os.chown(mine, 65534, 65534)
+    cg = os.path.join(parent, "s")
+    py = shutil.which("python3", path="/usr/bin:/bin")
+    check(py is not None, "no /usr/bin/python3 for uid 65534")
+    mode = os.stat(c.work).st_mode & 0o7777
+
+    def nobody():
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+
+    def as_nobody(req):
+        r = subprocess.run([py, "-c", RUN2_CLIENT, c.sock, json.dumps(req)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=CTL_TIMEOUT_S, preexec_fn=nobody)
+        check(r.stdout.strip(), "the client printed no reply: %s" % r.stderr.strip())
+        return json.loads(r.stdout)
+    try:
+        c.daemon.stop()
+        c.daemon.extra_args = ["--group", "nogroup"]
+        c.daemon.start()
+        os.chmod(c.work, 0o711)  # the socket's directory, for uid 65534
+        rep = as_nobody(run2_attach_req(cg, pol))
+        check(rep.get("ok") is False and rep.get("code") == "forbidden" and
+              rep.get("field") == "create", "uid 65534 asked egressd to create: %r" % rep)
+        check(not os.path.exists(cg), "a refused create made %s" % cg)
+        check(c.find_sandbox(cg) is None, "a refused create attached something")
+        rep = as_nobody(run2_attach_req(mine, pol, create=False))
+        check(rep.get("ok") is True, "twin: uid 65534 cannot attach its own cgroup: %r" % rep)
+    finally:
+        os.chmod(c.work, mode)
+        if c.find_sandbox(mine):
+            c.ctl("detach", "--cgroup", mine)
+        c.daemon.stop()
+        c.daemon.extra_args = []
+        c.daemon.start()

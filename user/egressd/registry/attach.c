@@ -289,7 +289,7 @@ int egr_reg_create_cgroup(const char *path, char *real, size_t len, bool *fresh,
 		err = -errno;
 	if (!err)
 		err = egr_cgroup_check(parent);
-	mlen = strlen(mnt);
+	mlen = err ? 0 : strlen(mnt);
 	if (!err && (strncmp(parent, mnt, mlen) != 0 || (parent[mlen] && parent[mlen] != '/')))
 		err = -EINVAL;
 	if (err) {

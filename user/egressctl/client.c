@@ -98,13 +98,17 @@ static bool unreachable_errno(int err)
 	       err == EACCES || err == EPERM || err == ENAMETOOLONG;
 }
 
-static int call(const struct ctl *c, const json_t *req, json_t **resp, bool *connected)
+/* Connect and write req: the connected fd (its answer still to read), or
+ * -errno (*connected: whether the connect itself worked). A write cut
+ * short by a refused peer still leaves its answer to read (*werr). */
+static int call_send(const struct ctl *c, const json_t *req, bool *connected, int *werr)
 {
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 	struct timeval tv = { .tv_sec = c->timeout };
 	int fd, err;
 
 	*connected = false;
+	*werr = 0;
 	if (strlen(c->socket) >= sizeof(sun.sun_path))
 		return -ENAMETOOLONG;
 	strcpy(sun.sun_path, c->socket);
@@ -115,24 +119,32 @@ static int call(const struct ctl *c, const json_t *req, json_t **resp, bool *con
 	    (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
 	     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)) {
 		err = -errno;
-		goto out;
+		goto fail;
 	}
 	if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
 		err = -errno;
-		goto out;
+		goto fail;
 	}
 	*connected = true;
 	err = egr_proto_write(fd, req);
 	/* A refused peer is answered and closed before its request is read:
 	 * the write can then fail while the answer waits to be read. */
 	if (!err || err == -EPIPE || err == -ECONNRESET) {
-		int rerr = egr_proto_read(fd, EGR_PROTO_MAX_REQUEST, resp, NULL, 0);
-
-		err = rerr && err ? err : rerr;
+		*werr = err;
+		return fd;
 	}
-out:
+fail:
 	close(fd);
 	return err;
+}
+
+/* The answer on fd from call_send; closes fd. 0 or -errno. */
+static int call_recv(int fd, int werr, json_t **resp)
+{
+	int rerr = egr_proto_read(fd, EGR_PROTO_MAX_REQUEST, resp, NULL, 0);
+
+	close(fd);
+	return rerr && werr ? werr : rerr;
 }
 
 /* ctl_request's verdict without a word on stderr. */
@@ -156,16 +168,38 @@ static int quiet_status(int err, bool connected, json_t *ans, json_t **resp, cha
 	return err;
 }
 
+void ctl_request_send(const struct ctl *c, const json_t *req, struct ctl_pending *p)
+{
+	p->fd = call_send(c, req, &p->connected, &p->werr);
+}
+
+void ctl_request_abandon(struct ctl_pending *p)
+{
+	if (p->fd >= 0)
+		close(p->fd);
+	p->fd = -1;
+}
+
 int ctl_request(const struct ctl *c, json_t *req, json_t **resp, char *code, size_t codelen)
+{
+	struct ctl_pending p;
+
+	ctl_request_send(c, req, &p);
+	return ctl_request_finish(c, &p, resp, code, codelen);
+}
+
+int ctl_request_finish(const struct ctl *c, struct ctl_pending *p, json_t **resp, char *code,
+		       size_t codelen)
 {
 	const char *ecode, *emsg, *efield;
 	json_t *ans = NULL;
-	bool connected;
+	bool connected = p->connected;
 	int err;
 
 	if (code && codelen)
 		code[0] = '\0';
-	err = call(c, req, &ans, &connected);
+	err = p->fd < 0 ? p->fd : call_recv(p->fd, p->werr, &ans);
+	p->fd = -1;
 	if (c->quiet)
 		return quiet_status(err, connected, ans, resp, code, codelen);
 	if (err == -ENOMEM) {

@@ -53,6 +53,18 @@ int ctl_exit_for_code(const char *code);
  * When code is non-NULL it receives the error answer's code ("" if none).
  */
 int ctl_request(const struct ctl *c, json_t *req, json_t **resp, char *code, size_t codelen);
+/* ctl_request in two halves, so the caller can work while egressd does:
+ * send (connect and write; never fails by itself, finish says why), then
+ * finish (read the answer, same result as ctl_request) or abandon. */
+struct ctl_pending {
+	int fd; /* connected, answer not read yet; or -errno of the send */
+	int werr;
+	bool connected;
+};
+void ctl_request_send(const struct ctl *c, const json_t *req, struct ctl_pending *p);
+int ctl_request_finish(const struct ctl *c, struct ctl_pending *p, json_t **resp, char *code,
+		       size_t codelen);
+void ctl_request_abandon(struct ctl_pending *p);
 
 /* --- policy.c: policy files ---------------------------------------------------- */
 

@@ -2,7 +2,9 @@
 /*
  * egressctl run: a command in a transient sandbox.
  *
- * A fresh cgroup is created and attached before the command exists; the
+ * A fresh cgroup is created by egressd and attached in one request (attach
+ * "create": made by egressd, it has no socket to look for) before the
+ * command exists; the
  * command is born inside it (clone3 CLONE_INTO_CGROUP, or a fork child that
  * moves itself in before exec), so not one instruction of it runs
  * unconfined. Afterwards everything left in the cgroup is killed
@@ -55,6 +57,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <openssl/crypto.h>
 
 #include "cgroup.h"
 #include "confine.h"
@@ -358,10 +362,14 @@ static int request_cgroup(struct ctl *c, const char *op, const char *cg, json_t 
 	req = json_pack("{s:s, s:s}", "op", op, "cgroup", cg);
 	if (req && status)
 		json_object_set_new(req, "status", json_string(status));
-	/* The sandbox (and the cgroup we made for it) lives as long as we do:
-	 * killed, egressd kills the cgroup, detaches and removes it. */
-	if (req && strcmp(op, "attach") == 0)
+	/* The sandbox (and the cgroup egressd makes for it) lives as long as
+	 * we do: killed, egressd kills the cgroup, detaches and removes it.
+	 * egressd creates the cgroup itself: one no process can have been in
+	 * before its links needs no look for sockets it already has. */
+	if (req && strcmp(op, "attach") == 0) {
 		json_object_set_new(req, "launcher_pid", json_integer(getpid()));
+		json_object_set_new(req, "create", json_true());
+	}
 	if (!req || (policy && json_object_set(req, "policy", policy))) {
 		json_decref(req);
 		fprintf(stderr, "egressctl: out of memory\n");
@@ -388,34 +396,31 @@ static bool shared_dir(const char *dir)
 
 /*
  * What the command must not see: egressd's bpffs and state directories (it
- * says where they are), its socket's directory, the default run and state
- * directories and --hide paths. An exit status.
+ * says where they are: the answer to the status request asked, sent
+ * earlier), its socket's directory, the default run and state directories
+ * and --hide paths. An exit status.
  */
-static int view_prepare(struct ctl *c, const struct run_opts *o, struct run_view *v)
+static int view_prepare(struct ctl *c, const struct run_opts *o, struct run_view *v,
+			struct ctl_pending *asked)
 {
 	static const char *const fixed[] = { "/run/egressd", "/var/lib/egressd",
 					     "/sys/fs/bpf" };
 	char sock[PATH_MAX], *slash;
-	json_t *req, *resp = NULL;
+	json_t *resp = NULL;
 	const char *path = NULL;
 	int rc, err = 0;
 
 	memset(v, 0, sizeof(*v));
 	err = egr_cgroup2_mount(v->cgroup2, sizeof(v->cgroup2));
 	if (err) {
+		ctl_request_abandon(asked);
 		fprintf(stderr, "egressctl: cannot find the cgroup2 mount: %s\n",
 			err == -ENOENT ? "cgroup2 is not mounted" : strerror(-err));
 		return CTL_EXIT_RUN_FAILED;
 	}
 	if (!getcwd(v->cwd, sizeof(v->cwd)))
 		v->cwd[0] = '\0';
-	req = json_pack("{s:s}", "op", "status");
-	if (!req) {
-		fprintf(stderr, "egressctl: out of memory\n");
-		return CTL_EXIT_ERROR;
-	}
-	rc = ctl_request(c, req, &resp, NULL, 0);
-	json_decref(req);
+	rc = ctl_request_finish(c, asked, &resp, NULL, 0);
 	if (rc) {
 		fprintf(stderr, "egressctl: run: cannot ask egressd where its state is; the "
 				"command was not started\n");
@@ -510,7 +515,8 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	struct sigaction sa = { .sa_handler = forward_signal };
 	sigset_t block, old_mask;
 	bool parent_created, attached = false, default_parent;
-	json_t *policy = NULL;
+	json_t *policy = NULL, *asked_req;
+	struct ctl_pending asked;
 	struct egr_confine conf;
 	struct run_child child;
 	struct run_ids ids;
@@ -523,12 +529,27 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	rc = parse_run(c, argc, argv, &o);
 	if (rc >= 0)
 		return rc;
+	/* The policy's SHA-256 needs no OpenSSL configuration file. */
+	OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, NULL);
+	/* egressd answers where its state is while the policy is read and
+	 * checked. */
+	asked_req = json_pack("{s:s}", "op", "status");
+	if (!asked_req) {
+		fprintf(stderr, "egressctl: out of memory\n");
+		return CTL_EXIT_ERROR;
+	}
+	ctl_request_send(c, asked_req, &asked);
+	json_decref(asked_req);
 	rc = prepare_policy(&o, &policy);
-	if (rc)
+	if (rc) {
+		ctl_request_abandon(&asked);
 		return rc;
+	}
 	rc = confine_for(policy, &conf);
-	if (!rc)
-		rc = view_prepare(c, &o, &view);
+	if (rc)
+		ctl_request_abandon(&asked);
+	else
+		rc = view_prepare(c, &o, &view, &asked);
 	if (rc) {
 		json_decref(policy);
 		return rc;
@@ -543,44 +564,24 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	parent[0] = '\0';
 	parent_created = false;
 	if (run_make_parent(o.parent, parent, sizeof(parent), &parent_created) ||
-	    run_limits_prepare(&o, view.cgroup2, parent) ||
-	    run_make_cgroup(parent, cg, sizeof(cg), &parent_created)) {
+	    run_limits_prepare(&o, view.cgroup2, parent)) {
 		rc = CTL_EXIT_RUN_FAILED;
 		goto out_parent;
 	}
-	cgfd = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (cgfd < 0) {
-		fprintf(stderr, "egressctl: cannot open cgroup %s: %s\n", cg, strerror(errno));
-		rc = CTL_EXIT_RUN_FAILED;
-		goto out_rmdir;
+	/* egressd makes the cgroup and attaches it in one request. A name
+	 * taken since we chose it, or a default parent a concurrent run's
+	 * cleanup removed, is tried again. */
+	for (int tries = 0;; tries++) {
+		if (run_name_cgroup(parent, cg, sizeof(cg), &parent_created)) {
+			rc = CTL_EXIT_RUN_FAILED;
+			goto out_parent;
+		}
+		rc = request_cgroup(c, "attach", cg, policy, NULL, code, sizeof(code));
+		if (rc == CTL_EXIT_OK || tries == 2 ||
+		    !(strcmp(code, "exists") == 0 ||
+		      (strcmp(code, "bad_cgroup") == 0 && access(parent, F_OK) < 0)))
+			break;
 	}
-	if (run_limits_apply(&o, cg, cgfd)) {
-		rc = CTL_EXIT_RUN_FAILED;
-		goto out_rmdir;
-	}
-	/* The command's own cgroup, the root of its cgroup namespace. */
-	snprintf(leaf, sizeof(leaf), "%s/cmd", cg);
-	if (mkdirat(cgfd, "cmd", 0755) < 0 ||
-	    (leaffd = openat(cgfd, "cmd", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-		fprintf(stderr, "egressctl: cannot create cgroup %s: %s\n", leaf, strerror(errno));
-		rc = CTL_EXIT_RUN_FAILED;
-		goto out_rmdir;
-	}
-	run_ids(&o, &ids);
-	err = delegate_leaf(leaffd, &ids.host);
-	if (err) {
-		fprintf(stderr, "egressctl: cannot delegate cgroup %s to uid %u: %s\n", leaf,
-			ids.host.uid, strerror(-err));
-		rc = CTL_EXIT_RUN_FAILED;
-		goto out_rmdir;
-	}
-	if (pipe2(spipe, O_CLOEXEC) < 0) {
-		fprintf(stderr, "egressctl: pipe: %s\n", strerror(errno));
-		rc = CTL_EXIT_RUN_FAILED;
-		goto out_rmdir;
-	}
-
-	rc = request_cgroup(c, "attach", cg, policy, NULL, code, sizeof(code));
 	if (rc) {
 		fprintf(stderr, "egressctl: run: cannot attach %s; the command was not started\n",
 			cg);
@@ -592,9 +593,45 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 		}
 		if (rc != CTL_EXIT_UNREACHABLE && rc != CTL_EXIT_INVALID)
 			rc = CTL_EXIT_RUN_FAILED;
+		if (strcmp(code, "exists") == 0)
+			goto out_parent; /* not ours to remove */
 		goto out_rmdir;
 	}
 	attached = true;
+	/* Under its links now, and empty: the rest of its set-up. */
+	status = -1; /* a failure here: the command never started */
+	cgfd = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (cgfd < 0) {
+		fprintf(stderr, "egressctl: cannot open cgroup %s: %s\n", cg, strerror(errno));
+		rc = CTL_EXIT_RUN_FAILED;
+		goto cleanup;
+	}
+	if (run_limits_apply(&o, cg, cgfd)) {
+		rc = CTL_EXIT_RUN_FAILED;
+		goto cleanup;
+	}
+	/* The command's own cgroup, the root of its cgroup namespace. */
+	snprintf(leaf, sizeof(leaf), "%s/cmd", cg);
+	if (mkdirat(cgfd, "cmd", 0755) < 0 ||
+	    (leaffd = openat(cgfd, "cmd", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		fprintf(stderr, "egressctl: cannot create cgroup %s: %s\n", leaf, strerror(errno));
+		rc = CTL_EXIT_RUN_FAILED;
+		goto cleanup;
+	}
+	run_ids(&o, &ids);
+	err = delegate_leaf(leaffd, &ids.host);
+	if (err) {
+		fprintf(stderr, "egressctl: cannot delegate cgroup %s to uid %u: %s\n", leaf,
+			ids.host.uid, strerror(-err));
+		rc = CTL_EXIT_RUN_FAILED;
+		goto cleanup;
+	}
+	if (pipe2(spipe, O_CLOEXEC) < 0) {
+		fprintf(stderr, "egressctl: pipe: %s\n", strerror(errno));
+		rc = CTL_EXIT_RUN_FAILED;
+		goto cleanup;
+	}
+	status = 0;
 	if (early_signal) {
 		fprintf(stderr, "egressctl: run: %s received; not starting %s\n",
 			strsignal(early_signal), o.cmd[0]);
@@ -643,7 +680,9 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	rc = status < 0 ? CTL_EXIT_RUN_FAILED : exit_status(status);
 
 cleanup:
-	err = run_empty_cgroup(cg, cgfd);
+	if (cgfd < 0)
+		cgfd = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	err = cgfd < 0 ? -errno : run_empty_cgroup(cg, cgfd);
 	if (err) {
 		/* Fail closed: never detach a cgroup that may still hold processes. */
 		fprintf(stderr, "egressctl: ERROR: %s: %s; leaving it attached and in place "

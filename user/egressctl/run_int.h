@@ -63,7 +63,9 @@ int run_write_file_at(int dfd, const char *name, const char *val);
 /* The parent directory: --cgroup-parent or <cgroup2 mount>/egressd, created
  * when missing (*created tells). 0 or -errno, with a message printed. */
 int run_make_parent(const char *opt, char *parent, size_t len, bool *created);
-int run_make_cgroup(const char *parent, char *cg, size_t len, bool *parent_created);
+/* A free name under parent for a cgroup egressd creates; the parent made
+ * again when gone (*parent_created). 0 or -errno, with a message printed. */
+int run_name_cgroup(const char *parent, char *cg, size_t len, bool *parent_created);
 /* Kill everything in the cgroup tree and wait (bounded) until it is empty.
  * 0, or -EBUSY when processes remain, or -errno. */
 int run_empty_cgroup(const char *cg, int cgfd);

@@ -99,12 +99,16 @@ int run_make_parent(const char *opt, char *parent, size_t len, bool *created)
 	return 0;
 }
 
-/* Create <parent>/run-<pid>-<8 hex>. 0 or -errno, with a message printed. */
-int run_make_cgroup(const char *parent, char *cg, size_t len, bool *parent_created)
+/* A name <parent>/run-<pid>-<8 hex> not in use, for egressd to create (the
+ * attach's "create"). The default parent may have been removed by a
+ * concurrent run's cleanup: made again. 0 or -errno, with a message printed. */
+int run_name_cgroup(const char *parent, char *cg, size_t len, bool *parent_created)
 {
 	char hex[9];
 	int err;
 
+	if (mkdir(parent, 0755) == 0)
+		*parent_created = true;
 	for (int tries = 0; tries < 16; tries++) {
 		err = run_random_hex(hex, 4);
 		if (err)
@@ -113,19 +117,11 @@ int run_make_cgroup(const char *parent, char *cg, size_t len, bool *parent_creat
 			err = -ENAMETOOLONG;
 			break;
 		}
-		if (mkdir(cg, 0755) == 0)
+		if (access(cg, F_OK) < 0 && errno == ENOENT)
 			return 0;
-		err = -errno;
-		/* A concurrent run may have removed the (empty) default parent. */
-		if (err == -ENOENT && mkdir(parent, 0755) == 0) {
-			*parent_created = true;
-			continue;
-		}
-		if (err != -EEXIST)
-			break;
+		err = -EEXIST;
 	}
-	fprintf(stderr, "egressctl: cannot create a cgroup under %s: %s\n", parent,
-		strerror(-err));
+	fprintf(stderr, "egressctl: cannot name a cgroup under %s: %s\n", parent, strerror(-err));
 	return err;
 }
 

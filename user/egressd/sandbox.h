@@ -82,8 +82,24 @@ void egr_reg_set_host_lsm_cgroup(struct egr_registry *r, bool on);
  * sandbox (and its cgroup, the launcher's own) lives as long as, kept in
  * its state; NULL: none (user/egressd/lifetime.c). */
 int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns,
-		   const json_t *policy, const struct egr_launcher *launcher,
+		   const json_t *policy, const struct egr_launcher *launcher, bool fresh,
 		   struct egr_sb **out, struct egr_fail *f);
+/*
+ * The attach request's "create" (root peers only: the caller checks): make
+ * the cgroup directory at path; real gets the path as made (its parent
+ * resolved). *fresh is true when this mkdir made it and only host
+ * root can put a process into a child of its parent (every ancestor's
+ * cgroup.procs is root's and writable by root alone): no process can have
+ * been in it before its links, so an attach with fresh skips the walk of
+ * the sockets it already has. An existing directory is refused (-EEXIST,
+ * "exists"): only a directory this call made can be fresh. 0 or -errno
+ * with f filled in.
+ */
+int egr_reg_create_cgroup(const char *path, char *real, size_t len, bool *fresh,
+			  struct egr_fail *f);
+/* Attaches that walked the cgroup's sockets, and those that skipped the
+ * walk for a fresh cgroup (status "attach"). */
+void egr_reg_attach_walks(const struct egr_registry *r, uint64_t *walked, uint64_t *skipped);
 /* Atomic switch to a new policy; then connected sockets whose peer it
  * refuses are destroyed (*closed counts them). */
 int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *policy,

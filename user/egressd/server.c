@@ -195,11 +195,15 @@ static json_t *do_attach(struct egr_server *s, const json_t *req)
 	json_t *cg = json_object_get(req, "cgroup"), *pol = json_object_get(req, "policy");
 	json_t *netns = json_object_get(req, "netns");
 	json_t *lpid = json_object_get(req, "launcher_pid");
+	json_t *create = json_object_get(req, "create");
 	struct egr_launcher l = { 0 };
-	char real[PATH_MAX];
+	char real[PATH_MAX], made[PATH_MAX];
+	const char *path;
+	bool fresh = false;
 	struct egr_fail f;
 	struct egr_sb *sb;
 	int pidfd = -1, err;
+	bool made_here = false;
 
 	if (!json_is_string(cg))
 		return error_reply(EGR_ERR_BAD_REQUEST, "cgroup",
@@ -214,32 +218,54 @@ static json_t *do_attach(struct egr_server *s, const json_t *req)
 	if (lpid && !s->lifetime)
 		return error_reply(EGR_ERR_UNAVAILABLE, "launcher_pid",
 				   "launcher ties are not available in this egressd");
+	if (create && !json_is_boolean(create))
+		return error_reply(EGR_ERR_BAD_REQUEST, "create", "create must be a boolean");
+	path = json_string_value(cg);
+	if (json_is_true(create)) {
+		/* The directory is root's: a non-root peer could not use it. */
+		if (s->peer.uid != 0)
+			return error_reply(EGR_ERR_FORBIDDEN, "create",
+					   "create is for root peers (the cgroup egressd makes "
+					   "is root's)");
+		if (egr_reg_create_cgroup(path, made, sizeof(made), &fresh, &f))
+			return fail_reply(&f);
+		made_here = true;
+		path = made;
+	}
 	if (lpid) {
-		const char *why;
+		const char *why = NULL;
 
 		/* Resolved once: the cgroup checked is the cgroup attached. */
-		if (!realpath(json_string_value(cg), real))
-			return error_reply(EGR_ERR_BAD_CGROUP, "cgroup",
-					   "the cgroup does not exist");
+		err = realpath(path, real) ? 0 : -ENOENT;
 		/* Only the connecting process can tie a sandbox to itself. */
-		err = egr_lifetime_peer_launcher(s->peer_fd, &s->peer, json_integer_value(lpid),
-						 real, &l, &pidfd, &why);
-		if (err == -EPERM)
-			return error_reply(EGR_ERR_FORBIDDEN, "launcher_pid", why);
-		if (err == -EBUSY)
-			return error_reply(EGR_ERR_BAD_CGROUP, "cgroup", why);
+		if (!err)
+			err = egr_lifetime_peer_launcher(s->peer_fd, &s->peer,
+							 json_integer_value(lpid), real, &l,
+							 &pidfd, &why);
 		if (err) {
 			char msg[160];
 
+			if (made_here)
+				rmdir(made); /* nothing half-applied */
+			if (err == -ENOENT)
+				return error_reply(EGR_ERR_BAD_CGROUP, "cgroup",
+						   "the cgroup does not exist");
+			if (err == -EPERM)
+				return error_reply(EGR_ERR_FORBIDDEN, "launcher_pid", why);
+			if (err == -EBUSY)
+				return error_reply(EGR_ERR_BAD_CGROUP, "cgroup", why);
 			snprintf(msg, sizeof(msg), "cannot watch launcher %lld of %s: %s",
 				 (long long)json_integer_value(lpid), real, strerror(-err));
 			return error_reply(EGR_ERR_INTERNAL, "launcher_pid", msg);
 		}
+		path = real;
 	}
-	if (egr_reg_attach(s->reg, lpid ? real : json_string_value(cg), json_string_value(netns),
-			   pol, lpid ? &l : NULL, &sb, &f)) {
+	if (egr_reg_attach(s->reg, path, json_string_value(netns), pol, lpid ? &l : NULL, fresh,
+			   &sb, &f)) {
 		if (pidfd >= 0)
 			close(pidfd);
+		if (made_here)
+			rmdir(made);
 		return fail_reply(&f);
 	}
 	/* A tie that fails here is made by the next lifetime check. */
@@ -335,7 +361,7 @@ static json_t *do_list(struct egr_server *s, const json_t *req)
 static json_t *do_status(struct egr_server *s, const json_t *req)
 {
 	json_t *reply = NULL, *counters;
-	uint64_t cnt[EGR_CNT_MAX];
+	uint64_t cnt[EGR_CNT_MAX], walked, skipped;
 	const struct egr_features *ft = s->features;
 
 	counters = json_object();
@@ -362,6 +388,10 @@ static json_t *do_status(struct egr_server *s, const json_t *req)
 									  EGR_HELD_TAMPERED)));
 		if (s->guard)
 			json_object_set_new(reply, "pins", egr_guard_status(s->guard));
+		egr_reg_attach_walks(s->reg, &walked, &skipped);
+		json_object_set_new(reply, "attach",
+				    json_pack("{s:I, s:I}", "socket_walks", (json_int_t)walked,
+					      "fresh_no_walk", (json_int_t)skipped));
 		json_object_set_new(reply, "cgroup_namespace", json_string(s->cgroup_ns));
 		json_object_set_new(reply, "hardening",
 				    json_pack("{s:b, s:b, s:i, s:i}", "capabilities",

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,7 +31,7 @@
  * entry from deny-all, then the state; undone by deny-all again.
  */
 int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns,
-		   const json_t *policy, const struct egr_launcher *launcher,
+		   const json_t *policy, const struct egr_launcher *launcher, bool fresh,
 		   struct egr_sb **out, struct egr_fail *f)
 {
 	char real[PATH_MAX];
@@ -185,11 +186,17 @@ named:
 	reg_quota_apply(r, sb, &p, true);
 	log_info("sandbox %u attached to %s (tenant %s, policy %u: %zu v4, %zu v6 prefixes)",
 		 sb->id, sb->cgroup, sb->tenant, sb->policy_id, sb->n4, sb->n6);
-	{
+	if (fresh) {
+		/* Made by egressd for this request, and no one but host root
+		 * could have put a process in before the links: it has no
+		 * socket of its own to judge (egr_reg_create_cgroup). */
+		r->attach_fresh++;
+	} else {
 		/* Sockets the cgroup already had were never judged (the
 		 * backstop trusts connected ones): judge them now. */
 		unsigned closed;
 
+		r->attach_walked++;
 		if (!p.audit_mode)
 			reg_close_refused(r, sb, &c, p.inbound_allow, &closed);
 	}
@@ -219,4 +226,96 @@ undo_record: /* 1 */
 	egr_compiled_free(&c);
 	egr_policy_free(&p);
 	return err;
+}
+
+void egr_reg_attach_walks(const struct egr_registry *r, uint64_t *walked, uint64_t *skipped)
+{
+	*walked = r->attach_walked;
+	*skipped = r->attach_fresh;
+}
+
+/*
+ * Can only host root put a process into a new child of parent? A process
+ * joins a cgroup by writing its cgroup.procs (a new cgroup's files are its
+ * creator's, root's here) or by clone3(CLONE_INTO_CGROUP), which the kernel
+ * allows when the caller may write the cgroup.procs of the common ancestor
+ * of its cgroup and the target (cgroup_attach_permissions): that ancestor is
+ * parent or above, up to the mount's root.
+ */
+static bool only_root_moves_into(const char *parent, size_t mnt_len)
+{
+	char dir[PATH_MAX], procs[PATH_MAX + 16];
+	struct stat st;
+	char *slash;
+
+	if ((size_t)snprintf(dir, sizeof(dir), "%s", parent) >= sizeof(dir))
+		return false;
+	for (;;) {
+		if ((size_t)snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir) >= sizeof(procs) ||
+		    stat(procs, &st) < 0 || st.st_uid != 0 || (st.st_mode & (S_IWGRP | S_IWOTH)))
+			return false;
+		slash = strrchr(dir, '/');
+		if (strlen(dir) <= mnt_len || !slash || (size_t)(slash - dir) < mnt_len)
+			return true;
+		*slash = '\0';
+	}
+}
+
+int egr_reg_create_cgroup(const char *path, char *real, size_t len, bool *fresh,
+			  struct egr_fail *f)
+{
+	char given[PATH_MAX], parent[PATH_MAX], mnt[PATH_MAX];
+	const char *name, *slash;
+	size_t mlen;
+	int err;
+
+	*fresh = false;
+	slash = path ? strrchr(path, '/') : NULL;
+	if (!path || path[0] != '/' || !slash || slash == path) {
+		reg_fail(f, EGR_REG_BAD_CGROUP, "cgroup",
+			 "create needs an absolute path below an existing cgroup");
+		return -EINVAL;
+	}
+	name = slash + 1;
+	if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+	    (size_t)(slash - path) >= sizeof(given)) {
+		reg_fail(f, EGR_REG_BAD_CGROUP, "cgroup", "create: %s names no new directory", path);
+		return -EINVAL;
+	}
+	memcpy(given, path, (size_t)(slash - path));
+	given[slash - path] = '\0';
+	err = egr_cgroup2_mount(mnt, sizeof(mnt));
+	if (!err && !realpath(given, parent))
+		err = -errno;
+	if (!err)
+		err = egr_cgroup_check(parent);
+	mlen = err ? 0 : strlen(mnt);
+	if (!err && (strncmp(parent, mnt, mlen) != 0 || (parent[mlen] && parent[mlen] != '/')))
+		err = -EINVAL;
+	if (err) {
+		reg_fail(f, EGR_REG_BAD_CGROUP, "cgroup", "create: the parent of %s: %s", path,
+			 err == -EINVAL ? "not a cgroup v2 directory" : strerror(-err));
+		return err;
+	}
+	if ((size_t)snprintf(real, len, "%s/%s", parent, name) >= len) {
+		reg_fail(f, EGR_REG_BAD_CGROUP, "cgroup", "create: %s: path too long", path);
+		return -ENAMETOOLONG;
+	}
+	if (mkdir(real, 0755) < 0) {
+		err = -errno;
+		/* Not made by us: whatever ran in it, nothing here is fresh. */
+		if (err == -EEXIST)
+			reg_fail(f, EGR_REG_EXISTS, "create",
+				 "%s exists; create makes a new cgroup (attach without create "
+				 "to confine an existing one)", real);
+		else
+			reg_fail(f, EGR_REG_BAD_CGROUP, "cgroup", "create %s: %s", real,
+				 strerror(-err));
+		return err;
+	}
+	*fresh = only_root_moves_into(parent, mlen);
+	if (!*fresh)
+		log_info("created %s; a non-root writer of an ancestor's cgroup.procs could have "
+			 "put a process in before the links: its sockets are walked", real);
+	return 0;
 }

@@ -40,6 +40,7 @@ struct egr_registry {
 	size_t ntenants;
 	struct egr_held *held;
 	size_t nheld, capheld;
+	uint64_t attach_walked, attach_fresh; /* egr_reg_attach_walks() */
 };
 
 /* An empty registry (no kernel, no state: egr_reg_init() fills those in);

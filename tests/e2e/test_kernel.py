@@ -112,3 +112,74 @@ def kernel_bpf_link_is_probed(c):
     with c.sandbox([]) as sb:
         links = os.listdir(os.path.join(c.bpffs, "links", str(sandbox_id(c, sb))))
         check(len(links) >= 8, "links of the sandbox: %r" % links)
+
+
+def kn_link_prog_id(c, sid, prog="egr_connect4"):
+    path = os.path.join(c.bpffs, "links", str(sid), prog)
+    r = run(["bpftool", "-j", "link", "show", "pinned", path])
+    check(r.returncode == 0, "bpftool link show pinned %s: %s" % (path, r.stderr.strip()))
+    return json.loads(r.stdout)["prog_id"]
+
+
+def kn_burst_in(c, sb, port, n):
+    """n allowed connects from sb; (allow events seen, seconds)."""
+    sid = sandbox_id(c, sb)
+    before = len(kn_allow_events(c, sid, port))
+    t0 = time.time()
+    r = c.probe(sb.cg, "connect-loop", "127.0.0.1", port, n)
+    took = time.time() - t0
+    check(r.line == "ok %d 0" % n, "%d allowed connects: %s" % (n, r))
+    seen = []
+
+    def settled():
+        now = len(kn_allow_events(c, sid, port)) - before
+        done = seen and seen[-1] == now
+        seen.append(now)
+        return done
+    wait_until(settled, 5, 0.3)
+    return seen[-1], took
+
+
+@test
+def kernel_adopted_links_run_the_new_programs(c):
+    """A restarted egressd adopts the links of sandboxes attached before it;
+    they must run its programs, not the earlier egressd's: a BPF fix or a
+    tightened knob shipped by a restart has to reach them. The attack: a
+    sandbox attached under a generous allow-event budget floods allowed
+    connects after egressd was restarted with --events-allow-rate 1, hoping
+    to keep the old budget (and fill the ring). Its links must have moved
+    to new programs (a new prog id, counted in status) and the new budget
+    must bind it. Sanity twin: restarted back to the default, the same
+    adopted sandbox reports each connect of a short burst again."""
+    ncpu = os.cpu_count() or 1
+    saved = list(c.daemon.extra_args)
+    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    CLEANUP.push("kn listener", lst.close)
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1024)
+    port = lst.getsockname()[1]
+    try:
+        with c.sandbox(["127.0.0.1:%d" % port], name="kn-adopt") as sb:
+            sid = sandbox_id(c, sb)
+            before = kn_link_prog_id(c, sid)
+            restart_daemon(c, saved + ["--events-allow-rate", "1"])
+            check(c.find_sandbox(sb.cg) is not None, "not adopted: %r" % c.list_json())
+            after = kn_link_prog_id(c, sid)
+            check(after != before, "the adopted link still runs program %d" % before)
+            st = json.loads(c.ctl_ok("status", "--json").stdout)
+            check(st.get("adopted_links_refreshed", 0) >= 6,
+                  "status adopted_links_refreshed: %r" % st.get("adopted_links_refreshed"))
+            n = 300
+            events, took = kn_burst_in(c, sb, port, n)
+            bound = ncpu * (2 + int(took))
+            check(events <= bound, "adopted sandbox after a restart with --events-allow-rate 1: "
+                  "%d allow events for %d connects in %.2fs (at most %d)" %
+                  (events, n, took, bound))
+            restart_daemon(c, saved)
+            events, _ = kn_burst_in(c, sb, port, 10)
+            check(events == 10, "default budget after the second restart: %d allow events "
+                  "for 10 connects" % events)
+    finally:
+        if c.daemon.extra_args != saved:
+            restart_daemon(c, saved)
+        lst.close()

@@ -392,6 +392,9 @@ static json_t *do_status(struct egr_server *s, const json_t *req)
 		json_object_set_new(reply, "attach",
 				    json_pack("{s:I, s:I}", "socket_walks", (json_int_t)walked,
 					      "fresh_no_walk", (json_int_t)skipped));
+		json_object_set_new(reply, "adopted_links_refreshed",
+				    json_integer((json_int_t)egr_bpf_links_refreshed(
+					    egr_reg_bpf(s->reg))));
 		json_object_set_new(reply, "cgroup_namespace", json_string(s->cgroup_ns));
 		json_object_set_new(reply, "hardening",
 				    json_pack("{s:b, s:b, s:i, s:i}", "capabilities",

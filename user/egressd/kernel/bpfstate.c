@@ -428,6 +428,11 @@ bool egr_bpf_reused_maps(const struct egr_bpf *b)
 	return b->reused_maps;
 }
 
+uint64_t egr_bpf_links_refreshed(const struct egr_bpf *b)
+{
+	return b->refreshed_links;
+}
+
 int egr_bpf_migrated_from(const struct egr_bpf *b)
 {
 	return b->migrated_from;

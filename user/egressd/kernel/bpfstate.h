@@ -67,6 +67,9 @@ const struct egr_bpf_knobs *egr_bpf_knobs(const struct egr_bpf *b);
  * from at start (0: none). */
 bool egr_bpf_reused_maps(const struct egr_bpf *b);
 int egr_bpf_migrated_from(const struct egr_bpf *b);
+/* Adopted links moved from an earlier egressd's programs to this one's
+ * (same ABI version; egr_bpf_adopt_links). */
+uint64_t egr_bpf_links_refreshed(const struct egr_bpf *b);
 
 struct ring_buffer;
 /* A libbpf ring buffer on egr_events calling fn(ctx, data, size) per record

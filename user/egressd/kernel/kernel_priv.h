@@ -57,6 +57,7 @@ struct egr_bpf {
 	size_t nlinks, caplinks;
 	int pin_watch_fd; /* inotify on the pin directories; -1: none */
 	int links_wd;     /* its watch of links/ (0 before egr_kern_watch_dirs) */
+	uint64_t refreshed_links; /* adopted links moved to our programs */
 	/* The destination keys the last audit walk found (maps.c), for the
 	 * removal at detach: then it needs no second walk. */
 	struct {

@@ -446,6 +446,53 @@ static bool link_is_prog(struct egr_bpf *b, size_t p, int fd, __u64 *cg)
 	return ok;
 }
 
+/*
+ * The adopted link runs the program an earlier egressd of this ABI version
+ * loaded: its code, its rodata knobs (--events-allow-rate), its fixes or
+ * bugs. Move it to this egressd's program of the same name, in place
+ * (BPF_F_REPLACE: a link that changed under us fails instead), as an
+ * upgrade does (migrate.c step 4): the pinned maps, the cgroup storage
+ * among them, are the same ones, so nothing of the attachment changes but
+ * the code. On failure the old program keeps enforcing, and we say so.
+ */
+static void refresh_prog(struct egr_bpf *b, uint32_t sandbox_id, size_t p, int link_fd)
+{
+	struct bpf_program *prog = bpf_object__find_program_by_name(b->skel->obj,
+								     b->prog_names[p]);
+	struct bpf_link_info info;
+	struct bpf_prog_info pinfo;
+	__u32 len = sizeof(info), plen = sizeof(pinfo);
+	int new_fd = prog ? bpf_program__fd(prog) : -1, old_fd;
+
+	memset(&info, 0, sizeof(info));
+	memset(&pinfo, 0, sizeof(pinfo));
+	if (new_fd < 0 || bpf_obj_get_info_by_fd(link_fd, &info, &len) < 0 ||
+	    bpf_obj_get_info_by_fd(new_fd, &pinfo, &plen) < 0) {
+		log_warn("sandbox %u: link %s: cannot tell its program: %m; it keeps the one "
+			 "it has", sandbox_id, b->prog_names[p]);
+		return;
+	}
+	if (info.prog_id == pinfo.id)
+		return;
+	old_fd = bpf_prog_get_fd_by_id(info.prog_id);
+	if (old_fd < 0) {
+		log_warn("sandbox %u: link %s: program %u: %m; it keeps it", sandbox_id,
+			 b->prog_names[p], info.prog_id);
+		return;
+	}
+	LIBBPF_OPTS(bpf_link_update_opts, opts, .flags = BPF_F_REPLACE, .old_prog_fd = old_fd);
+	if (bpf_link_update(link_fd, new_fd, &opts) < 0) {
+		log_error("sandbox %u: link %s: moving it to this egressd's program failed: %m; "
+			  "the earlier egressd's program %u keeps enforcing", sandbox_id,
+			  b->prog_names[p], info.prog_id);
+	} else {
+		b->refreshed_links++;
+		log_debug("sandbox %u: link %s moved from program %u to %u", sandbox_id,
+			  b->prog_names[p], info.prog_id, pinfo.id);
+	}
+	close(old_fd);
+}
+
 int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
 {
 	bool split = false;
@@ -490,6 +537,7 @@ int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
 		if (!first_cg)
 			first_cg = cg;
 		ls->fd[p] = fd;
+		refresh_prog(b, sandbox_id, p, fd);
 	}
 	ls->wd = watch(b, dir);
 	if (split) {

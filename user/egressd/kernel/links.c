@@ -455,7 +455,7 @@ static bool link_is_prog(struct egr_bpf *b, size_t p, int fd, __u64 *cg)
  * among them, are the same ones, so nothing of the attachment changes but
  * the code. On failure the old program keeps enforcing, and we say so.
  */
-static void refresh_prog(struct egr_bpf *b, uint32_t sandbox_id, size_t p, int link_fd)
+static bool refresh_prog(struct egr_bpf *b, uint32_t sandbox_id, size_t p, int link_fd)
 {
 	struct bpf_program *prog = bpf_object__find_program_by_name(b->skel->obj,
 								     b->prog_names[p]);
@@ -463,6 +463,7 @@ static void refresh_prog(struct egr_bpf *b, uint32_t sandbox_id, size_t p, int l
 	struct bpf_prog_info pinfo;
 	__u32 len = sizeof(info), plen = sizeof(pinfo);
 	int new_fd = prog ? bpf_program__fd(prog) : -1, old_fd;
+	bool moved;
 
 	memset(&info, 0, sizeof(info));
 	memset(&pinfo, 0, sizeof(pinfo));
@@ -470,31 +471,29 @@ static void refresh_prog(struct egr_bpf *b, uint32_t sandbox_id, size_t p, int l
 	    bpf_obj_get_info_by_fd(new_fd, &pinfo, &plen) < 0) {
 		log_warn("sandbox %u: link %s: cannot tell its program: %m; it keeps the one "
 			 "it has", sandbox_id, b->prog_names[p]);
-		return;
+		return false;
 	}
 	if (info.prog_id == pinfo.id)
-		return;
+		return false;
 	old_fd = bpf_prog_get_fd_by_id(info.prog_id);
 	if (old_fd < 0) {
 		log_warn("sandbox %u: link %s: program %u: %m; it keeps it", sandbox_id,
 			 b->prog_names[p], info.prog_id);
-		return;
+		return false;
 	}
 	LIBBPF_OPTS(bpf_link_update_opts, opts, .flags = BPF_F_REPLACE, .old_prog_fd = old_fd);
-	if (bpf_link_update(link_fd, new_fd, &opts) < 0) {
+	moved = bpf_link_update(link_fd, new_fd, &opts) == 0;
+	if (!moved)
 		log_error("sandbox %u: link %s: moving it to this egressd's program failed: %m; "
 			  "the earlier egressd's program %u keeps enforcing", sandbox_id,
 			  b->prog_names[p], info.prog_id);
-	} else {
-		b->refreshed_links++;
-		log_debug("sandbox %u: link %s moved from program %u to %u", sandbox_id,
-			  b->prog_names[p], info.prog_id, pinfo.id);
-	}
 	close(old_fd);
+	return moved;
 }
 
 int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
 {
+	size_t moved = 0;
 	bool split = false;
 	__u64 first_cg = 0;
 	char dir[PATH_MAX], path[PATH_MAX];
@@ -537,9 +536,14 @@ int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
 		if (!first_cg)
 			first_cg = cg;
 		ls->fd[p] = fd;
-		refresh_prog(b, sandbox_id, p, fd);
+		if (refresh_prog(b, sandbox_id, p, fd))
+			moved++;
 	}
 	ls->wd = watch(b, dir);
+	b->refreshed_links += moved;
+	if (moved)
+		log_debug("sandbox %u: %zu adopted link(s) moved to this egressd's programs",
+			  sandbox_id, moved);
 	if (split) {
 		log_error("links of sandbox %u are attached to different cgroups", sandbox_id);
 		return -EXDEV;

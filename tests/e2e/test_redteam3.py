@@ -242,3 +242,38 @@ def redteam3_create_path_with_dotdot_or_symlink(c):
         c.denied(cg2, "tcp", "127.0.0.1", bad.port)
     finally:
         c.ctl("detach", "--cgroup", cg2)
+
+
+@test
+def redteam3_dns_socket_kept_across_restart_is_still_its_own(c):
+    """A resolver socket that asked before an egressd restart (its kernel
+    record and the sandbox are adopted) asks again after it: answered under
+    its own policy, not dropped as a stranger and not taken for anyone
+    else. Hostile twin: a neighbour that binds the same source after the
+    restart (SO_REUSEPORT) makes it nobody's: neither is served as B."""
+    need_dnsmasq(c)
+    with Sandbox(c, dsc_policy(c, ["api.test"], "rt3-rb"), "rt3-rst-b") as b, \
+            Sandbox(c, dsc_policy(c, ["other-%s.test" % RAND], "rt3-ra"), "rt3-rst-a") as a:
+        sport = free_udp_tcp_port("127.0.0.1")
+        hb = dsc_hold(b.cg, sport, "api.test", 6)
+        CLEANUP.push("rt3 holder", lambda: hb.poll() is None and hb.kill())
+        first = hb.stdout.readline().strip()
+        check(first == "0", "B before the restart: %r" % first)
+        restart_daemon(c, c.daemon.extra_args)
+        check(c.find_sandbox(b.cg) is not None, "B was not adopted")
+        out, err = hb.communicate(timeout=20)
+        check(out.strip() == "0", "B's socket, asking again after the restart: %r %r" %
+              (out, err[-200:]))
+        b0 = dsc_proxy(c, b)
+        hb2 = dsc_hold(b.cg, sport, "api.test", 3)
+        CLEANUP.push("rt3 holder", lambda: hb2.poll() is None and hb2.kill())
+        check(hb2.stdout.readline().strip() == "0", "B's fresh socket after the restart")
+        ha = dsc_hold(a.cg, sport, "api.test", 0)
+        CLEANUP.push("rt3 holder", lambda: ha.poll() is None and ha.kill())
+        a_out, _ = ha.communicate(timeout=20)
+        b_out, _ = hb2.communicate(timeout=20)
+        b1 = dsc_proxy(c, b)
+        check(a_out.split() == ["timeout", "timeout"], "A on B's source: %r" % a_out)
+        check(b_out.strip() == "timeout", "the shared source was served: %r" % b_out)
+        check(b1["allowed"] - b0["allowed"] == 1, "B served %d, only 1 was its own" %
+              (b1["allowed"] - b0["allowed"]))

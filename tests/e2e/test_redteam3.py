@@ -7,6 +7,8 @@
 import os
 import socket
 import struct
+import subprocess
+import sys
 import time
 
 from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
@@ -277,3 +279,79 @@ def redteam3_dns_socket_kept_across_restart_is_still_its_own(c):
         check(b_out.strip() == "timeout", "the shared source was served: %r" % b_out)
         check(b1["allowed"] - b0["allowed"] == 1, "B served %d, only 1 was its own" %
               (b1["allowed"] - b0["allowed"]))
+
+
+# As many TCP connections to the resolver as it can for `seconds` (each
+# held open, never a full query; a length prefix promising 64 KiB and a
+# trickle on the first 16), at most `cap` sockets, errors ignored (EPERM:
+# past its kernel budget; EMFILE).
+RT3_TCP_FLOOD = r"""
+import os, socket, sys, time
+seconds, cap = float(sys.argv[1]), int(sys.argv[2])
+os.nice(10)
+socks, opened, failed = [], 0, 0
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    if len(socks) < cap:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(("127.0.0.2", 53))
+        except BlockingIOError:
+            pass
+        except OSError:
+            failed += 1
+            s.close()
+            time.sleep(0.001)
+            continue
+        socks.append(s)
+        opened += 1
+    else:
+        time.sleep(0.01)
+    for s in socks[:16]:
+        try:
+            s.send(b"\xff\xff\x00" if opened % 64 == 0 else b"\x00")
+        except OSError:
+            pass
+print("opened", opened, "failed", failed, flush=True)
+"""
+
+
+@test
+def redteam3_dns_tcp_flood_does_not_starve_neighbour(c):
+    """Hostile: sandbox A opens TCP connections to the shared resolver as
+    fast as it can (thousands, held open, slow partial 64 KiB queries on
+    some), to fill the shared accept backlog and the proxy's connection
+    table. Victim B's TCP lookups on the same listener all succeed while
+    it lasts (A's SYNs take A's kernel tokens; the proxy keeps at most
+    max_tcp_per_sb of A's). Twin: B's TCP lookups before the flood."""
+    need_dnsmasq(c)
+    with Sandbox(c, dsc_policy(c, ["api.test"], "rt3-fb"), "rt3-flood-b") as b, \
+            Sandbox(c, dsc_policy(c, ["api.test"], "rt3-fa"), "rt3-flood-a") as a:
+        for _ in range(3):
+            dns_ok(c, b, "api.test", mode="tcp", want=DNS_ZONE["api.test"])
+        fl = subprocess.Popen([sys.executable, "-c", RT3_TCP_FLOOD, "8", "3000"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              preexec_fn=join_cgroup_fn(a.cg))
+        CLEANUP.push("rt3 flooder", lambda: fl.poll() is None and fl.kill())
+        time.sleep(2)
+        fails = 0
+        t_end = time.monotonic() + 4
+        n = 0
+        while time.monotonic() < t_end and n < 40:
+            n += 1
+            try:
+                dns_ok(c, b, "api.test", mode="tcp", want=DNS_ZONE["api.test"])
+            except TestFailure as e:
+                fails += 1
+                log("victim lookup failed: %s" % e)
+        check(fl.poll() is None, "the flooder ended before the victim's lookups did")
+        st = dsc_proxy(c, a)  # while the flood lasts
+        out, err = fl.communicate(timeout=30)
+        log("flooder: %r %r; its proxy figures %r" % (out.strip(), err[-200:], st))
+        check(out.startswith("opened"), "the flooder did not run: %r" % err[-300:])
+        check(fails == 0, "%d of the victim's %d TCP lookups failed under the flood" %
+              (fails, n))
+        check(st["tcp_conns"] <= 16, "the proxy holds %d of the flooder's connections" %
+              st["tcp_conns"])

@@ -355,3 +355,57 @@ def redteam3_dns_tcp_flood_does_not_starve_neighbour(c):
               (fails, n))
         check(st["tcp_conns"] <= 16, "the proxy holds %d of the flooder's connections" %
               st["tcp_conns"])
+
+
+@test
+def redteam3_quota_carried_into_another_tenant_by_update(c):
+    """Hostile: the sandbox that sets tenant T2's quota is updated into
+    tenant T1, carrying its limit; T1's other sandbox W was attached while
+    T1 had no quota (it skips the lookup) and sends past the cap through
+    the skip. The update must take W's mark off. Twin: before the update W
+    sends the same bytes freely."""
+    sink = SinkServer()
+    t1, t2 = "rt3k1-" + RAND, "rt3k2-" + RAND
+    w_pol = fb_policy(c, ["tcp/127.0.0.1:%d" % sink.port], t1, None)
+    setter = fb_policy(c, ["tcp/127.0.0.1:9"], t2, CAP)
+    carried = fb_policy(c, ["tcp/127.0.0.1:9"], t1, CAP)
+    with Sandbox(c, setter, "rt3-carrier") as s, Sandbox(c, w_pol, "rt3-w") as w:
+        check(fb_kernel_flags(c, w) & TENANT_NO_QUOTA, "W of a free tenant is not marked")
+        fb_check_free(c, w, sink, "W before its tenant has a quota")
+        s.update(carried)
+        check(not fb_kernel_flags(c, w) & TENANT_NO_QUOTA,
+              "a quota carried into W's tenant by an update left W skipping it")
+        fb_check_bound(c, w, sink, "W after the quota was carried into its tenant")
+
+
+@test
+def redteam3_pin_removed_right_after_a_detach(c):
+    """Hostile: sandbox X is detached (egressd's own unpins, which the
+    guard's filter skips, are still queued) and Y attached at once; uid 0
+    in Y removes Y's connect4 pin before egressd reads the queue. The
+    filter must take it for a live sandbox's pin: it comes back. (Ids are
+    not given again: egressd counts on, across restarts too, and only a
+    held sandbox attached again keeps its id, with its links; so X's
+    queued unpins never name Y.) Twin: Y enforces both ways after it."""
+    a, b = c.tcp("rt3-ra"), c.tcp("rt3-rb")
+    for _ in range(3):
+        x = c.sandbox(["127.0.0.1:%d" % a.port], name="rt3-x")
+        y = c.sandbox(["127.0.0.1:%d" % a.port], name="rt3-y")
+        try:
+            x.attach()
+            xid = sandbox_id(c, x)
+            x.remove()
+            y.attach()
+            yid = sandbox_id(c, y)
+            check(yid != xid, "sandbox id %d given again at once" % xid)
+            pin = os.path.join(hd_links_dir(c, yid), "egr_connect4")
+            r = hd_as_root_in(y.cg, "setpriv", "--inh-caps=-all", "--bounding-set=-all",
+                              "--", "rm", "-f", pin)
+            check(r.returncode == 0, "rm of the pin: %s" % r.stderr)
+            check(wait_until(lambda: os.path.exists(pin), 5),
+                  "Y's removed pin (id %d, X had %d) was not pinned again" % (yid, xid))
+            y.allowed("tcp", "127.0.0.1", a.port)
+            y.denied("tcp", "127.0.0.1", b.port)
+        finally:
+            x.remove()
+            y.remove()

@@ -16,7 +16,7 @@ from test_dnsscale import dsc_hold, dsc_policy, dsc_port4, dsc_proxy
 from test_fastbpf import (CAP, TENANT_NO_QUOTA, fb_check_bound, fb_check_free,
                           fb_kernel_flags, fb_policy)
 from test_hostile_daemon import hd_as_root_in, hd_links_dir, hd_pins
-from test_run2 import run2_attach_req, run2_request
+from test_run2 import run2_attach_req, run2_request, run2_walks
 
 
 def rt3_query(qid, name):
@@ -409,3 +409,107 @@ def redteam3_pin_removed_right_after_a_detach(c):
         finally:
             x.remove()
             y.remove()
+
+
+@test
+def redteam3_create_under_writable_grandparent_walks(c):
+    """Hostile setting for attach "create": the parent's cgroup.procs is
+    root's alone, but an ancestor above it lets uid 65534 write (by owner,
+    and on another run by group-write mode): that uid can clone3 into the
+    new cgroup through the common ancestor before the links, so it is not
+    fresh and the attach walks. Twin: the same tree with every
+    cgroup.procs root's only is not walked."""
+    ok, bad = c.tcp("rt3-gok"), c.tcp("rt3-gbad")
+    pol = c.policy(["127.0.0.1:%d" % ok.port])
+    for how in ("owner", "mode", None):
+        top = c.mkcgroup("rt3-gp")
+        CLEANUP.push("grandparent", cgroup_remove_tree, top)
+        mid = os.path.join(top, "mid")
+        os.mkdir(mid)
+        procs = os.path.join(top, "cgroup.procs")
+        if how == "owner":
+            os.chown(procs, 65534, 65534)
+        elif how == "mode":
+            os.chmod(procs, 0o664)
+        cg = os.path.join(mid, "s")
+        walked0, fresh0 = run2_walks(c)
+        rep = run2_request(c, run2_attach_req(cg, pol))
+        check(rep.get("ok") is True, "%s: attach with create: %r" % (how, rep))
+        try:
+            walked1, fresh1 = run2_walks(c)
+            want = (walked0, fresh0 + 1) if how is None else (walked0 + 1, fresh0)
+            check((walked1, fresh1) == want, "%s: walks %d -> %d, fresh %d -> %d; wanted %r" %
+                  (how, walked0, walked1, fresh0, fresh1, want))
+            c.denied(cg, "tcp", "127.0.0.1", bad.port)
+            c.allowed(cg, "tcp", "127.0.0.1", ok.port)
+        finally:
+            c.ctl("detach", "--cgroup", cg)
+
+
+# Sandbox A's process makes a UDP socket and hands it over a unix socket
+# (SCM_RIGHTS) to sandbox B's process, which asks through it.
+RT3_FD_GIVER = r"""
+import socket, sys
+path = sys.argv[1]
+u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+u.connect(path)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+socket.send_fds(u, [b"x"], [s.fileno()])
+u.recv(1)
+print("given")
+"""
+
+RT3_FD_TAKER = r"""
+import socket, struct, sys
+path, name = sys.argv[1], sys.argv[2]
+l = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+l.bind(path)
+l.listen(1)
+print("ready", flush=True)
+u, _ = l.accept()
+_, fds, _, _ = socket.recv_fds(u, 16, 1)
+res = []
+for s in (socket.socket(fileno=fds[0]), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)):
+    s.settimeout(2)
+    q = struct.pack(">HHHHHH", 0x6600, 0x0100, 1, 0, 0, 0)
+    for label in name.split("."):
+        q += bytes([len(label)]) + label.encode()
+    s.sendto(q + b"\0" + struct.pack(">HH", 1, 1), ("127.0.0.2", 53))
+    try:
+        res.append(str(struct.unpack(">H", s.recv(4096)[2:4])[0] & 15))
+    except socket.timeout:
+        res.append("timeout")
+u.send(b"x")
+print(" ".join(res), flush=True)
+"""
+
+
+@test
+def redteam3_dns_socket_passed_by_scm_rights_keeps_its_creator(c):
+    """A UDP socket made in sandbox A (allows api.test) and passed by
+    SCM_RIGHTS to sandbox B (refused api.test): B's query through it is
+    judged, and counted, as A's (the socket's cgroup and its kernel record
+    are A's; docs/security.md "a socket created outside and passed in"),
+    never as a third party's, and B's own socket is still refused under
+    B's policy. So B gets nothing A's own policy does not give A."""
+    need_dnsmasq(c)
+    with Sandbox(c, dsc_policy(c, ["api.test"], "rt3-pa"), "rt3-pass-a") as a, \
+            Sandbox(c, dsc_policy(c, ["other-%s.test" % RAND], "rt3-pb"), "rt3-pass-b") as b:
+        path = os.path.join(c.work, "rt3-fd-%s.sock" % RUN_ID)
+        a0, b0 = dsc_proxy(c, a), dsc_proxy(c, b)
+        tk = subprocess.Popen([sys.executable, "-c", RT3_FD_TAKER, path, "api.test"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, preexec_fn=join_cgroup_fn(b.cg))
+        CLEANUP.push("rt3 taker", lambda: tk.poll() is None and tk.kill())
+        check(tk.stdout.readline().strip() == "ready", "the taker did not start")
+        g = in_sandbox(a.cg, RT3_FD_GIVER, path)
+        out, err = tk.communicate(timeout=20)
+        a1, b1 = dsc_proxy(c, a), dsc_proxy(c, b)
+        log("giver %r; taker %r %r; A %r -> %r; B %r -> %r" % (g, out, err[-200:], a0, a1,
+                                                             b0, b1))
+        check(g == ["given"], "the giver did not pass its socket: %r" % g)
+        check(out.split() == ["0", "5"], "through A's socket / B's own: %r (want NOERROR as "
+              "A, REFUSED as B)" % out)
+        check(a1["allowed"] - a0["allowed"] == 1 and b1["refused"] - b0["refused"] == 1 and
+              b1["allowed"] == b0["allowed"], "not counted as A, then B: A %r -> %r, B %r -> %r"
+              % (a0, a1, b0, b1))

@@ -26,13 +26,11 @@ def rt3_query(qid, name):
     return q + b"\0" + struct.pack(">HH", 1, 1)
 
 
-def rt3_host_ask(sport, lport, name, reuseport):
+def rt3_host_ask(sport, lport, name):
     """From this (the test's, outside every sandbox) process: one query from
     127.0.0.1:sport straight to the shared listener 127.0.0.1:lport."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        if reuseport:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         s.bind(("127.0.0.1", sport))
         s.settimeout(1.0)
         s.sendto(rt3_query(0x3333, name), ("127.0.0.1", lport))
@@ -66,7 +64,7 @@ def redteam3_dns_closed_source_reused_is_not_the_old_sandbox(c):
         out, err = ha.communicate(timeout=20)
         check(out.split() == ["5", "5"], "A from B's former source, api.test: %r %r (want "
               "REFUSED under A's own policy)" % (out, err[-200:]))
-        rc = rt3_host_ask(sport, dsc_port4(c, b), "api.test", False)
+        rc = rt3_host_ask(sport, dsc_port4(c, b), "api.test")
         b1, a1 = dsc_proxy(c, b), dsc_proxy(c, a)
         check(rc is None, "a process outside every sandbox was answered (rcode %r) from a "
               "source sandboxes asked from" % rc)
@@ -162,6 +160,13 @@ def redteam3_tenant_quota_dropped_then_back_by_update(c):
         fb_check_bound(c, sib, sink, "the sibling after the quota came back")
 
 
+def rt3_remove_pin_dir(d):
+    if os.path.isdir(d):
+        for f in os.listdir(d):
+            os.unlink(os.path.join(d, f))
+        os.rmdir(d)
+
+
 @test
 def redteam3_pin_dir_renamed_to_a_free_id(c):
     """Hostile: uid 0 with no capability in sandbox A renames A's whole pin
@@ -179,9 +184,7 @@ def redteam3_pin_dir_renamed_to_a_free_id(c):
         check("egr_connect4" in pins, "pins: %r" % pins)
         free = max(ida, ido) + 100000
         dst = hd_links_dir(c, free)
-        CLEANUP.push("rt3 renamed pins", lambda: os.path.isdir(dst) and
-                     [os.unlink(os.path.join(dst, f)) for f in os.listdir(dst)] and
-                     os.rmdir(dst))
+        CLEANUP.push("rt3 renamed pins", rt3_remove_pin_dir, dst)
         r = hd_as_root_in(sa.cg, "setpriv", "--inh-caps=-all", "--bounding-set=-all", "--",
                           "mv", hd_links_dir(c, ida), dst)
         check(r.returncode == 0, "rename of the pin directory: %s" % r.stderr)

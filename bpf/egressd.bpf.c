@@ -295,9 +295,20 @@ int egr_skb_egress(struct __sk_buff *skb)
 		if (ip && egr_should_report(EGR_ALLOW))
 			egr_report_skb(EGR_EV_BACKSTOP, sandbox_id, sb, &l3, 0, EGR_VERDICT_AUDIT);
 	}
-	/* DNS to the proxy: over the sandbox's budget, dropped here (dns.bpf.h). */
-	if (egr_note_dns_client(skb, sandbox_id, sb, &l3))
+	/* DNS to the proxy: over the sandbox's budget (counted there), or not
+	 * from a socket of that source (a forged one: a backstop drop),
+	 * dropped here (dns.bpf.h). */
+	switch (egr_note_dns_client(skb, sandbox_id, sb, &l3)) {
+	case 0:
+		break;
+	case 2:
+		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(backstop_drops), 1);
+		egr_count(EGR_CNT_BACKSTOP_DROP);
+		egr_report_skb(EGR_EV_BACKSTOP, sandbox_id, sb, &l3, 0, EGR_DENY);
 		return EGR_DENY;
+	default:
+		return EGR_DENY;
+	}
 
 	now = bpf_ktime_get_boot_ns();
 	reason = egr_quota_egress(sb, sandbox_id, len, now);

@@ -215,7 +215,9 @@ static __always_inline int egr_dns_budget_take(__u32 sandbox_id)
 }
 
 /*
- * A packet of this sandbox to its DNS proxy. First the budget: every
+ * A packet of this sandbox to its DNS proxy. A packet of a full socket
+ * that is not a TCP or UDP socket bound to the packet's source port is
+ * dropped (return 2). Then the budget: every
  * datagram, and every TCP packet of a socket not recorded yet (its SYN: a
  * connection), takes a token, so that no sandbox can fill the listeners'
  * queues the sandboxes of its namespace share; over budget, the packet is
@@ -250,6 +252,13 @@ static __always_inline int egr_note_dns_client(struct __sk_buff *skb, __u32 sand
 		sk = bpf_sk_fullsock(sk);
 	if (sk && egr_connect_judged(sk) && sk->src_port == l3->sport)
 		rec = bpf_sk_storage_get(&egr_dns_sender_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	/* A full socket that is not a TCP or UDP socket bound to the packet's
+	 * source (a raw socket writing its own headers) could name any
+	 * source, a neighbour's recorded one too, and be served as that
+	 * neighbour on the shared listener: dropped (2). Packets without a
+	 * full socket (a TIME_WAIT ACK) carry no query. */
+	if (sk && !rec)
+		return 2;
 	recorded = rec && rec->has[v6 ? 1 : 0];
 	if ((l3->protocol == EGR_IPPROTO_UDP || !recorded) && !egr_dns_budget_take(sandbox_id))
 		return 1;

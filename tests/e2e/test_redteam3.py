@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 # Red team 3: today's fast-path changes attacked as a hostile tool would
 # (shared DNS listeners, attach "create", the tenant-quota skip, the pin
-# guard's event filter). Each test passing is a defence that held; the
-# holes found are in holes_redteam3.py (not run by run.py). Run by run.py.
+# guard's event filter). Each test passing is a defence that held;
+# the raw-socket forgery it found is closed (redteam3_raw_forged_*). Run by run.py.
 
 import os
 import socket
@@ -17,6 +17,7 @@ from test_fastbpf import (CAP, TENANT_NO_QUOTA, fb_check_bound, fb_check_free,
                           fb_kernel_flags, fb_policy)
 from test_hostile_daemon import hd_as_root_in, hd_links_dir, hd_pins
 from test_run2 import run2_attach_req, run2_request, run2_walks
+from test_tenant import TnBlackholeUpstream, tn_with_upstream
 
 
 def rt3_query(qid, name):
@@ -516,3 +517,121 @@ def redteam3_dns_socket_passed_by_scm_rights_keeps_its_creator(c):
         check(a1["allowed"] - a0["allowed"] == 1 and b1["refused"] - b0["refused"] == 1 and
               b1["allowed"] == b0["allowed"], "not counted as A, then B: A %r -> %r, B %r -> %r"
               % (a0, a1, b0, b1))
+
+
+
+# Sandbox A, with "raw" in allow_sockets and CAP_NET_RAW (root in an
+# attach-mode sandbox), writes UDP datagrams whose header names B's
+# recorded source port, straight to the shared DNS listener, and reads
+# every UDP datagram of the namespace on the same raw socket (a raw
+# IPPROTO_UDP socket gets a copy of each): the proxy's answers to B's port.
+RT3_RAW_FORGE = r"""
+import socket, struct, sys, time
+sport, lport, name, n = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
+s.settimeout(0.3)
+got, rcodes, refused = 0, {}, 0
+for i in range(n):
+    q = struct.pack(">HHHHHH", 0x5500 + i, 0x0100, 1, 0, 0, 0)
+    for label in name.replace("{i}", str(i)).split("."):
+        q += bytes([len(label)]) + label.encode()
+    q += b"\0" + struct.pack(">HH", 1, 1)
+    udp = struct.pack(">HHHH", sport, lport, 8 + len(q), 0) + q
+    try:
+        s.sendto(udp, ("127.0.0.1", 0))
+    except PermissionError:
+        refused += 1  # dropped by the sandbox's egress program
+        continue
+    end = time.monotonic() + 0.5
+    while time.monotonic() < end:
+        try:
+            m = s.recv(4096)
+        except socket.timeout:
+            break
+        ihl = (m[0] & 15) * 4
+        src, dst = struct.unpack(">HH", m[ihl:ihl + 4])
+        if src == lport and dst == sport and len(m) >= ihl + 12:
+            qid, fl = struct.unpack(">HH", m[ihl + 8:ihl + 12])
+            if qid == 0x5500 + i:
+                got += 1
+                rcodes[fl & 15] = rcodes.get(fl & 15, 0) + 1
+                break
+print("sent", n, "refused", refused, "answered", got, "rcodes", rcodes, flush=True)
+"""
+
+
+def rt3_forge(c, a, sport, lport, name, n, timeout):
+    r = subprocess.run([sys.executable, "-c", RT3_RAW_FORGE, str(sport), str(lport), name,
+                        str(n)], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=timeout, preexec_fn=join_cgroup_fn(a.cg))
+    log("raw forger: rc %d %r %r" % (r.returncode, r.stdout, r.stderr[-300:]))
+    check(r.returncode == 0, "the raw socket could not be made: %r" % r.stderr[-300:])
+    words = r.stdout.split()
+    return int(words[3]), int(words[5])  # refused, answered
+
+
+@test
+def redteam3_raw_forged_source_is_not_the_neighbour(c):
+    """Sandbox A may open raw sockets (allow_sockets ["raw"], root with
+    CAP_NET_RAW) but may not resolve api.test; B may. A forges UDP queries
+    from B's recorded source 127.0.0.1:P to the shared listener, hoping to
+    be served under B's policy and read the answers on its raw socket.
+    cgroup_skb/egress drops a packet to the proxy from a full socket that
+    is not a UDP or TCP socket bound to that source (the sender gets
+    EPERM), counts it as a backstop drop of A and reports it: B's count
+    does not move, A reads nothing. Twin: B's own query from that socket
+    is answered."""
+    need_dnsmasq(c)
+    pb = c.policy([], tenant="rt3h-b", extra_network=dict(DNS_REBIND_LO,
+                                                         dns_allow=["api.test"]))
+    pa = c.policy([], sockets=["raw"], tenant="rt3h-a",
+                  extra_network=dict(DNS_REBIND_LO, dns_allow=["other-%s.test" % RAND]))
+    with Sandbox(c, pb, "rt3h-b") as b, Sandbox(c, pa, "rt3h-a") as a:
+        sport = free_udp_tcp_port("127.0.0.1")
+        hb = dsc_hold(b.cg, sport, "api.test", 6)
+        CLEANUP.push("rt3 holder", lambda: hb.poll() is None and hb.kill())
+        first = hb.stdout.readline().strip()
+        check(first == "0", "B's own query (twin) was not answered NOERROR: %r" % first)
+        b0, d0 = dsc_proxy(c, b), sb_stats(c, a)["backstop_drops"]
+        refused, answered = rt3_forge(c, a, sport, dsc_port4(c, b), "api.test", 5, 30)
+        b1, d1 = dsc_proxy(c, b), sb_stats(c, a)["backstop_drops"]
+        hb.kill()
+        check(b1["allowed"] == b0["allowed"],
+              "A's forged queries from B's source were served as B: allowed %d -> %d" %
+              (b0["allowed"], b1["allowed"]))
+        check(answered == 0, "A read %d answers served under B's policy" % answered)
+        check(refused == 5 and d1 - d0 >= 5,
+              "forged datagrams: %d of 5 refused, A's backstop drops +%d" % (refused, d1 - d0))
+
+
+@test
+def redteam3_raw_forged_nxdomains_do_not_silence_the_neighbour(c):
+    """The same forgery against B's availability: 40 queries for names
+    under B's allowed *.nx.test that do not exist (an upstream answering
+    NXDOMAIN below nx.test), from B's recorded source; were they served as
+    B, each NXDOMAIN would count against B's exfiltration limit (30 a
+    minute) and B's own lookups would then be REFUSED. B's own lookup of
+    api.test after them is answered. Twin: it is answered before them."""
+    need_dnsmasq(c)
+    up = TnBlackholeUpstream(c)
+    CLEANUP.push("nx dnsmasq", up.stop)
+
+    def body():
+        pb = c.policy([], tenant="rt3n-b", extra_network=dict(
+            DNS_REBIND_LO, dns_allow=["api.test", "*.nx.test"]))
+        pa = c.policy([], sockets=["raw"], tenant="rt3n-a",
+                      extra_network=dict(DNS_REBIND_LO, dns_allow=["other-%s.test" % RAND]))
+        with Sandbox(c, pb, "rt3n-b") as b, Sandbox(c, pa, "rt3n-a") as a:
+            dns_ok(c, b, "api.test", want=DNS_ZONE["api.test"])
+            sport = free_udp_tcp_port("127.0.0.1")
+            hb = dsc_hold(b.cg, sport, "api.test", 15)
+            CLEANUP.push("rt3 holder", lambda: hb.poll() is None and hb.kill())
+            check(hb.stdout.readline().strip() == "0", "B's own query (twin) not answered")
+            refused, answered = rt3_forge(c, a, sport, dsc_port4(c, b),
+                                          "x{i}-%s.nx.test" % RAND, 40, 60)
+            hb.kill()
+            check(refused == 40 and answered == 0,
+                  "forged NXDOMAIN queries: %d of 40 refused, %d answered" % (refused, answered))
+            dns_ok(c, b, "api.test", want=DNS_ZONE["api.test"])
+
+    tn_with_upstream(c, up.port, [], body)

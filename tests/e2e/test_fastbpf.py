@@ -11,6 +11,7 @@ import subprocess
 import time
 
 from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
+from test_hostile_daemon import hd_map_pin
 
 TENANT_NO_QUOTA = 0x1000  # EGR_SB_TENANT_NO_QUOTA, include/egressd.h
 FLAGS_OFFSET = 32         # struct egr_sandbox: families, quota_bytes, quota_window_ns,
@@ -19,22 +20,12 @@ CAP = 200000              # the tenants' cap, bytes (no window: it never resets)
 MIB = 1 << 20
 
 
-def fb_map_pin(c, name):
-    """The pin of map name under this run's bpffs dir (not under links/)."""
-    for root, dirs, files in os.walk(c.bpffs):
-        if "links" in root.split(os.sep)[len(c.bpffs.split(os.sep)):]:
-            continue
-        if name in files:
-            return os.path.join(root, name)
-    raise TestFailure("no pin of %s under %s" % (name, c.bpffs))
-
-
 def fb_kernel_flags(c, sb):
     """The flags of sb's egr_sandboxes entry as the programs read them."""
     sid = sandbox_id(c, sb)
     key = ["0x%02x" % b for b in struct.pack("<I", sid)]
     r = subprocess.run(["bpftool", "-j", "map", "lookup", "pinned",
-                        fb_map_pin(c, "egr_sandboxes"), "key"] + key,
+                        hd_map_pin(c, "egr_sandboxes"), "key"] + key,
                        capture_output=True, text=True, timeout=30)
     check(r.returncode == 0, "bpftool lookup of sandbox %d: %s" % (sid, r.stderr.strip()))
     raw = bytes(int(x, 16) for x in json.loads(r.stdout)["value"])

@@ -16,6 +16,32 @@ def kn_allow_events(c, sid, port):
             e.get("port") == port]
 
 
+def kn_link_prog_id(c, sid, prog="egr_connect4"):
+    path = os.path.join(c.bpffs, "links", str(sid), prog)
+    r = run(["bpftool", "-j", "link", "show", "pinned", path])
+    check(r.returncode == 0, "bpftool link show pinned %s: %s" % (path, r.stderr.strip()))
+    return json.loads(r.stdout)["prog_id"]
+
+
+def kn_burst_in(c, sb, port, n):
+    """n allowed connects from sb; (allow events seen, seconds)."""
+    sid = sandbox_id(c, sb)
+    before = len(kn_allow_events(c, sid, port))
+    t0 = time.time()
+    r = c.probe(sb.cg, "connect-loop", "127.0.0.1", port, n)
+    took = time.time() - t0
+    check(r.line == "ok %d 0" % n, "%d allowed connects: %s" % (n, r))
+    seen = []
+
+    def settled():
+        now = len(kn_allow_events(c, sid, port)) - before
+        done = seen and seen[-1] == now
+        seen.append(now)
+        return done
+    wait_until(settled, 5, 0.3)
+    return seen[-1], took
+
+
 def kn_allowed_burst(c, name, n):
     """n allowed connects from a new sandbox, as fast as one socket makes
     them. Returns (allow events seen, connections_allowed counted, seconds)."""
@@ -27,12 +53,8 @@ def kn_allowed_burst(c, name, n):
     lst.listen(max(n * 2, 128))
     port = lst.getsockname()[1]
     with c.sandbox(["127.0.0.1:%d" % port], name="kn-" + name) as sb:
-        sid = sandbox_id(c, sb)
         before = sb_stats(c, sb)["connections_allowed"]
-        t0 = time.time()
-        r = c.probe(sb.cg, "connect-loop", "127.0.0.1", port, n)
-        took = time.time() - t0
-        check(r.line == "ok %d 0" % n, "%d allowed connects: %s" % (n, r))
+        events, took = kn_burst_in(c, sb, port, n)
         # Every allow is counted in the sandbox's meter, reported or not.
         counted = []
 
@@ -40,16 +62,8 @@ def kn_allowed_burst(c, name, n):
             counted[:] = [sb_stats(c, sb)["connections_allowed"] - before]
             return counted[0] >= n
         wait_until(metered, 5, 0.1)
-        seen = []
-
-        def settled():
-            now = len(kn_allow_events(c, sid, port))
-            done = seen and seen[-1] == now
-            seen.append(now)
-            return done
-        wait_until(settled, 5, 0.3)
     lst.close()
-    return seen[-1], counted[0], took
+    return events, counted[0], took
 
 
 @test
@@ -112,32 +126,6 @@ def kernel_bpf_link_is_probed(c):
     with c.sandbox([]) as sb:
         links = os.listdir(os.path.join(c.bpffs, "links", str(sandbox_id(c, sb))))
         check(len(links) >= 8, "links of the sandbox: %r" % links)
-
-
-def kn_link_prog_id(c, sid, prog="egr_connect4"):
-    path = os.path.join(c.bpffs, "links", str(sid), prog)
-    r = run(["bpftool", "-j", "link", "show", "pinned", path])
-    check(r.returncode == 0, "bpftool link show pinned %s: %s" % (path, r.stderr.strip()))
-    return json.loads(r.stdout)["prog_id"]
-
-
-def kn_burst_in(c, sb, port, n):
-    """n allowed connects from sb; (allow events seen, seconds)."""
-    sid = sandbox_id(c, sb)
-    before = len(kn_allow_events(c, sid, port))
-    t0 = time.time()
-    r = c.probe(sb.cg, "connect-loop", "127.0.0.1", port, n)
-    took = time.time() - t0
-    check(r.line == "ok %d 0" % n, "%d allowed connects: %s" % (n, r))
-    seen = []
-
-    def settled():
-        now = len(kn_allow_events(c, sid, port)) - before
-        done = seen and seen[-1] == now
-        seen.append(now)
-        return done
-    wait_until(settled, 5, 0.3)
-    return seen[-1], took
 
 
 @test

@@ -19,21 +19,9 @@ from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__in
 
 def run2_request(c, req):
     """One request on egressd's control socket; its reply (a dict)."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(CTL_TIMEOUT_S)
-    try:
-        s.connect(c.sock)
-        s.sendall((json.dumps(req) + "\n").encode())
-        buf = b""
-        while not buf.endswith(b"\n"):
-            d = s.recv(65536)
-            if not d:
-                break
-            buf += d
-    finally:
-        s.close()
-    check(buf.strip(), "egressd answered %r with nothing" % req.get("op"))
-    return json.loads(buf)
+    reply = ctl_request(c.sock, req)
+    check(reply, "egressd answered %r with nothing" % req.get("op"))
+    return reply
 
 
 def run2_walks(c):

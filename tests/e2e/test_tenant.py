@@ -33,21 +33,9 @@ def tn_status_rtt(c):
     """One `status` round trip on the control socket, from outside every
     sandbox, as egressctl does it: connect, request, whole reply. Seconds."""
     t0 = time.monotonic()
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(5)
-    try:
-        s.connect(c.sock)
-        s.sendall(b'{"op":"status"}\n')
-        buf = b""
-        while not buf.endswith(b"\n"):
-            d = s.recv(65536)
-            if not d:
-                break
-            buf += d
-    finally:
-        s.close()
+    reply = ctl_request(c.sock, {"op": "status"}, timeout=5)
     dt = time.monotonic() - t0
-    check(json.loads(buf or b"{}").get("ok") is True, "status answered %r" % buf[:200])
+    check(reply.get("ok") is True, "status answered %r" % str(reply)[:200])
     return dt
 
 

@@ -4,6 +4,7 @@ servers, netprobe) and Sandbox (a cgroup with a policy attached)."""
 
 import json
 import os
+import socket
 import subprocess
 import time
 
@@ -11,10 +12,30 @@ from .core import (CLEANUP, CTL_TIMEOUT_S, DAEMON_READY_S, PROBE_TIMEOUT_S, RUN_
                    cgroup_remove_tree, check, log, run, wait_until)
 from .servers import (NetNs, TcpServer, UdpServer, free_tcp_port, join_cgroup_fn, tcp_udp_pair)
 
-__all__ = ["Daemon", "ProbeResult", "Ctx", "Sandbox"]
+__all__ = ["Daemon", "ProbeResult", "Ctx", "Sandbox", "ctl_request"]
 
 
 # --- egressd and egressctl ------------------------------------------------------------
+
+
+def ctl_request(sock, req, timeout=CTL_TIMEOUT_S):
+    """One request (a dict) on egressd's control socket, as egressctl sends
+    it: connect, one line, the whole reply line. The reply as a dict ({}
+    when egressd closed without one)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(sock)
+        s.sendall((json.dumps(req) + "\n").encode())
+        buf = b""
+        while not buf.endswith(b"\n"):
+            d = s.recv(65536)
+            if not d:
+                break
+            buf += d
+    finally:
+        s.close()
+    return json.loads(buf) if buf.strip() else {}
 
 
 class Daemon:

@@ -473,7 +473,9 @@ static bool refresh_prog(struct egr_bpf *b, uint32_t sandbox_id, size_t p, int l
 			 "it has", sandbox_id, b->prog_names[p]);
 		return false;
 	}
-	if (info.prog_id == pinfo.id)
+	/* Up to date, or defunct (its cgroup released: nothing runs it, the
+	 * reclaim drops it). */
+	if (info.prog_id == pinfo.id || info.cgroup.cgroup_id == 0)
 		return false;
 	old_fd = bpf_prog_get_fd_by_id(info.prog_id);
 	if (old_fd < 0) {
@@ -483,7 +485,7 @@ static bool refresh_prog(struct egr_bpf *b, uint32_t sandbox_id, size_t p, int l
 	}
 	LIBBPF_OPTS(bpf_link_update_opts, opts, .flags = BPF_F_REPLACE, .old_prog_fd = old_fd);
 	moved = bpf_link_update(link_fd, new_fd, &opts) == 0;
-	if (!moved)
+	if (!moved && errno != ENOLINK) /* ENOLINK: released meanwhile */
 		log_error("sandbox %u: link %s: moving it to this egressd's program failed: %m; "
 			  "the earlier egressd's program %u keeps enforcing", sandbox_id,
 			  b->prog_names[p], info.prog_id);

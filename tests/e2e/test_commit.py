@@ -5,7 +5,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -19,22 +18,10 @@ CM_KILL_AFTER = 3  # kill -9 egressd once this many were acknowledged
 def cm_request(sock, req, timeout=30):
     """One request on the control socket; the parsed reply, or None when
     the connection ended without one (egressd was killed)."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
     try:
-        s.connect(sock)
-        s.sendall((json.dumps(req) + "\n").encode())
-        buf = b""
-        while not buf.endswith(b"\n"):
-            d = s.recv(65536)
-            if not d:
-                return None
-            buf += d
-        return json.loads(buf)
-    except OSError:
+        return ctl_request(sock, req, timeout=timeout) or None
+    except (OSError, ValueError):  # refused, reset, or a reply cut short
         return None
-    finally:
-        s.close()
 
 
 def cm_attach_records(c, cg):

@@ -131,6 +131,12 @@ def attachfast_kill_mid_batch_acked_confined(c):
             cgroup_remove_tree(cg)
 
 
+def af_fd(rest):
+    """The fd argument of a traced call ("85) = 0", "85 <detached ...>"), or None."""
+    m = re.match(r"(\d+)", rest)
+    return int(m.group(1)) if m else None
+
+
 def af_trace_order(path, sbdir_fd):
     """Check, over an strace of egressd, that no attach reply left while a
     state file renamed before it was not fdatasynced or its directory not
@@ -156,14 +162,13 @@ def af_trace_order(path, sbdir_fd):
                 unsynced.update(tmp_fds)  # the file just renamed is open on one of them
                 tmp_fds.clear()
             elif name in ("fdatasync", "fsync"):
-                fd = int(rest.split(")", 1)[0].split(",")[0])
+                fd = af_fd(rest)
                 if fd == sbdir_fd:
                     dir_dirty = False
                     dir_syncs += 1
                 unsynced.discard(fd)
             elif name == "close":
-                fd = int(rest.split(")", 1)[0])
-                tmp_fds.pop(fd, None)
+                tmp_fds.pop(af_fd(rest), None)
             elif name == "sendto" and '{\\"ok\\":true,\\"sandbox\\"' in rest[:40]:
                 replies += 1
                 if unsynced or dir_dirty:

@@ -104,8 +104,9 @@ static int conn_commit_done(struct conn *c, int err)
 	int st = egr_commit_status(c->ctl->commit, c->ticket);
 
 	if (st < 0) {
-		json_t *e = egr_server_error(EGR_ERR_INTERNAL, "the request's audit record could not "
-							 "be made durable; it is not acknowledged");
+		json_t *e = egr_server_error(EGR_ERR_INTERNAL, "the request's audit record or state "
+							 "file could not be made durable; it is "
+							 "not acknowledged");
 
 		log_error("control: reply to pid %d withheld: %s", c->cred.pid,
 			  strerror(-(err ?: st)));

@@ -18,6 +18,7 @@
 
 #include "cgroup.h"
 #include "compile.h"
+#include "fileio.h"
 #include "log.h"
 #include "registry/registry_impl.h"
 
@@ -477,5 +478,14 @@ int egr_reg_init(struct egr_registry *r, struct egr_bpf *bpf, const char *state_
 	if (err)
 		return err;
 	egr_state_tenants_load(&r->st, &r->tenants, &r->ntenants);
-	return adopt_all(r);
+	err = adopt_all(r);
+	if (err)
+		return err;
+	/* From here on requests answer only after their state files' batch is
+	 * durable (statefile.c, "group commit"); adoption's own writes above
+	 * were durable one by one. */
+	if (egr_commitq_default() && (err = egr_state_set_commit(&r->st, egr_commitq_default())))
+		log_warn("state files: no group commit (%s); each write is synced on its own",
+			 strerror(-err));
+	return 0;
 }

@@ -22,6 +22,131 @@ static void state_path(const struct egr_statedir *st, uint32_t id, char *buf, si
 	snprintf(buf, len, "%s/sandboxes/%u.json", st->dir, id);
 }
 
+/* --- group commit of the sandbox files ----------------------------------------
+ *
+ * Why the files need not be durable before the links: what a restarted
+ * egressd reads after a crash of egressd alone is the page cache, which
+ * holds every file renamed into place before the crash, durable or not;
+ * what a crash of the kernel loses (the page cache) it loses with the
+ * links, pins and cgroups the file describes. So the order that crash
+ * repair needs, the file in place before the links exist, is the order of
+ * the rename; the fsyncs only have to come before the reply, which is what
+ * makes an acknowledged attach survive a power cut. (docs/operations.md,
+ * "The state directory".)
+ */
+#define STATE_PENDING_MAX 64 /* files held open for one batch; past it, sync them now */
+
+/* fdatasync every pending file, then one fsync of sandboxes/ for all their
+ * renames. The first error (or one an inline sync kept) is returned; the
+ * files stay as they are: a state file cannot be undone once its links
+ * exist, the reply says it is not acknowledged. */
+static int state_sync_pending(struct egr_statedir *st)
+{
+	int err = st->sync_err;
+
+	st->sync_err = 0;
+	for (size_t i = 0; i < st->npend; i++) {
+		if (fdatasync(st->pend[i].fd) < 0 && !err) {
+			err = -errno;
+			log_error("state: fdatasync of %s/sandboxes/%u.json: %s", st->dir,
+				  st->pend[i].id, strerror(-err));
+		}
+		close(st->pend[i].fd);
+	}
+	st->npend = 0;
+	if (st->dir_dirty) {
+		st->dir_dirty = false;
+		if (fsync(st->sbdir_fd) < 0 && !err) {
+			err = -errno;
+			log_error("state: fsync of %s/sandboxes: %s", st->dir, strerror(-err));
+		}
+	}
+	return err;
+}
+
+static int commit_sync(void *ctx)
+{
+	return state_sync_pending(ctx);
+}
+
+int egr_state_set_commit(struct egr_statedir *st, struct egr_commitq *q)
+{
+	char path[PATH_MAX];
+	int fd, err;
+
+	if (!st || !q || st->cm)
+		return -EINVAL;
+	snprintf(path, sizeof(path), "%s/sandboxes", st->dir);
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	err = egr_commit_join(q, commit_sync, NULL, st, &st->cm);
+	if (err) {
+		close(fd);
+		return err;
+	}
+	st->sbdir_fd = fd;
+	return 0;
+}
+
+static void pending_forget(struct egr_statedir *st, uint32_t id)
+{
+	for (size_t i = 0; i < st->npend; i++) {
+		if (st->pend[i].id != id)
+			continue;
+		close(st->pend[i].fd);
+		st->pend[i] = st->pend[--st->npend];
+		return;
+	}
+}
+
+/* Replace path (sandbox id's file) with buf now; its fdatasync and the
+ * directory's fsync at the queue's next flush. 0 or -errno (path untouched). */
+static int replace_deferred(struct egr_statedir *st, uint32_t id, const char *path,
+			    const char *buf, size_t len)
+{
+	char tmp[PATH_MAX];
+	int fd, err;
+
+	if (st->npend == STATE_PENDING_MAX) {
+		int e = state_sync_pending(st);
+
+		st->sync_err = st->sync_err ?: e; /* fails the batch these files are in */
+	}
+	if (st->npend == st->cap) {
+		size_t cap = st->cap ? st->cap * 2 : 8;
+		struct egr_state_pending *np = realloc(st->pend, cap * sizeof(*np));
+
+		if (!np)
+			return egr_replace_file(path, buf, len, 0600); /* durable at once */
+		st->pend = np;
+		st->cap = cap;
+	}
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	err = egr_write_all(fd, buf, len);
+	/* Start the write-back now: the flush's fdatasync then mostly waits,
+	 * and a journalling filesystem allocates the blocks of every file of
+	 * the batch in the transaction that the first sync commits. */
+	if (!err)
+		(void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+	if (!err && rename(tmp, path) < 0)
+		err = -errno;
+	if (err) {
+		close(fd);
+		unlink(tmp);
+		return err;
+	}
+	pending_forget(st, id); /* an older version in this batch: no longer linked */
+	st->pend[st->npend++] = (struct egr_state_pending){ .id = id, .fd = fd };
+	st->dir_dirty = true;
+	egr_commit_dirty(st->cm);
+	return 0;
+}
+
 
 /*
  * State files are authenticated: the file is the compact, key-sorted JSON
@@ -34,7 +159,7 @@ static void state_path(const struct egr_statedir *st, uint32_t id, char *buf, si
 #define MAC_SUFFIX_LEN (sizeof(MAC_MEMBER) - 1 + EGR_AUDIT_HASH_HEX + 2) /* ,"mac":"<hex>"} */
 #define STATE_MAX_BYTES (512u << 20)
 
-static int write_state_obj(const struct egr_statedir *st, uint32_t id, const json_t *o)
+static int write_state_obj(struct egr_statedir *st, uint32_t id, const json_t *o)
 {
 	char path[PATH_MAX], mac[EGR_AUDIT_HASH_HEX + 1];
 	char *body = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS), *buf;
@@ -52,7 +177,8 @@ static int write_state_obj(const struct egr_statedir *st, uint32_t id, const jso
 		memcpy(buf, body, len - 1); /* without the closing brace */
 		snprintf(buf + len - 1, MAC_SUFFIX_LEN + 3, "%s%s\"}\n", MAC_MEMBER, mac);
 		state_path(st, id, path, sizeof(path));
-		err = egr_replace_file(path, buf, strlen(buf), 0600);
+		err = st->cm ? replace_deferred(st, id, path, buf, strlen(buf))
+			     : egr_replace_file(path, buf, strlen(buf), 0600);
 		if (err)
 			log_error("write state %s: %s", path, strerror(-err));
 	}
@@ -158,8 +284,7 @@ out:
 	return o;
 }
 
-int egr_state_save_sb(const struct egr_statedir *st, const struct egr_sb *sb,
-		      const json_t *policy)
+int egr_state_save_sb(struct egr_statedir *st, const struct egr_sb *sb, const json_t *policy)
 {
 	json_t *o;
 	int err;
@@ -192,7 +317,7 @@ const char *egr_held_state_name(enum egr_held_state s)
 	return s == EGR_HELD_DETACHED ? "detached" : "tampered";
 }
 
-int egr_state_save_held(const struct egr_statedir *st, const struct egr_held *h)
+int egr_state_save_held(struct egr_statedir *st, const struct egr_held *h)
 {
 	json_t *o = json_pack("{s:I, s:s, s:o, s:I, s:I, s:I, s:s}", "id", (json_int_t)h->id,
 			      "state", egr_held_state_name(h->state), "cgroup",
@@ -208,13 +333,17 @@ int egr_state_save_held(const struct egr_statedir *st, const struct egr_held *h)
 	return err;
 }
 
-void egr_state_drop(const struct egr_statedir *st, uint32_t id)
+void egr_state_drop(struct egr_statedir *st, uint32_t id)
 {
 	char path[PATH_MAX];
 
 	state_path(st, id, path, sizeof(path));
 	if (unlink(path) < 0 && errno != ENOENT)
 		log_warn("remove %s: %m", path);
+	/* Gone: nothing of it to make durable. (A stale file a power cut brings
+	 * back names links the cut removed too: adoption drops it.) */
+	if (st->cm)
+		pending_forget(st, id);
 }
 
 /* Keep a file that failed its check, for whoever investigates. */
@@ -356,6 +485,7 @@ int egr_state_open(struct egr_statedir *st, const char *dir)
 	char path[PATH_MAX];
 
 	memset(st, 0, sizeof(*st));
+	st->sbdir_fd = -1;
 	if (snprintf(st->dir, sizeof(st->dir), "%s", dir) >= (int)sizeof(st->dir))
 		return -ENAMETOOLONG;
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
@@ -368,6 +498,18 @@ int egr_state_open(struct egr_statedir *st, const char *dir)
 
 void egr_state_close(struct egr_statedir *st)
 {
+	if (st->cm) {
+		if (state_sync_pending(st))
+			log_error("state: the last state files may not be durable");
+		egr_commit_leave(st->cm);
+		st->cm = NULL;
+	}
+	if (st->sbdir_fd >= 0)
+		close(st->sbdir_fd);
+	st->sbdir_fd = -1;
+	free(st->pend);
+	st->pend = NULL;
+	st->npend = st->cap = 0;
 	if (st->key)
 		egr_audit_free_key(st->key, st->keylen);
 	st->key = NULL;

@@ -12,6 +12,7 @@ import errno as errno_mod
 import json
 import os
 import socket
+import subprocess
 import threading
 
 from harness import *  # noqa: F401,F403 (Ctx, check, adv_run, ...: harness/__init__.py)
@@ -238,3 +239,37 @@ def runfast_tool_and_pid1_under_the_filter(c):
         check(got.get(who) == want, "%s under run: %s (want %s)" % (who, got.get(who), want))
     r = adv_run_probe(c, pol, "packet-socket")
     check(r.rc != 0 and r.errno == "EPERM", "AF_PACKET under run: %s" % r)
+
+
+@test
+def runfast_run_does_not_load_libcrypto(c):
+    """egressctl is not linked with libcrypto (user/egressctl/lazycrypto.c
+    loads it for the audit commands): a running `egressctl run` has no
+    libcrypto mapped. Twin: egressd, which links it, has (the check can see
+    it), and `egressctl audit verify` still verifies egressd's log (HMAC
+    through the same loading: tests/unit/test_lazycrypto.c)."""
+    pol = c.policy(["127.0.0.1:9"])
+    argv = [c.egressctl, "--socket", c.sock, "run", "--policy", pol, "--", "/bin/sleep", "1"]
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    CLEANUP.push("runfast run", lambda: p.poll() is None and p.kill())
+    children = "/proc/%d/task/%d/children" % (p.pid, p.pid)
+    try:
+        # Once pid 1 exists, egressctl is past its exec and its loading.
+        check(wait_until(lambda: open(children).read().strip() != "", 5),
+              "egressctl run started no pid 1")
+        with open("/proc/%d/maps" % p.pid) as f:
+            maps = f.read()
+    finally:
+        out, err = p.communicate(timeout=CTL_TIMEOUT_S)
+    check(p.returncode == 0, "run -- sleep 1: %d %r" % (p.returncode, err[-300:]))
+    check("libcrypto" not in maps, "egressctl run has libcrypto mapped")
+    check("libjansson" in maps, "the maps read are not egressctl's")
+    with open("/proc/%d/maps" % c.daemon.proc.pid) as f:
+        check("libcrypto" in f.read(), "twin: egressd has no libcrypto mapped")
+    r = audit_verify(c, os.path.join(c.state, "audit.log"))
+    check(r.returncode == 0 and r.stdout.startswith("ok:"),
+          "audit verify without a linked libcrypto: %d %r %r" %
+          (r.returncode, r.stdout, r.stderr[-300:]))
+
+

@@ -58,7 +58,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
 
 #include "cgroup.h"
 #include "confine.h"
@@ -303,7 +302,7 @@ static int confine_for(const json_t *policy, struct egr_confine *conf)
 	int err;
 
 	memset(conf, 0, sizeof(*conf));
-	err = egr_policy_from_json(policy, &pol, &perr);
+	err = egr_policy_check_json(policy, &pol, &perr);
 	if (err == -ENOMEM) {
 		fprintf(stderr, "egressctl: out of memory\n");
 		return CTL_EXIT_ERROR;
@@ -550,8 +549,6 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	rc = parse_run(c, argc, argv, &o);
 	if (rc >= 0)
 		return rc;
-	/* The policy's SHA-256 needs no OpenSSL configuration file. */
-	OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, NULL);
 	/* egressd answers where its state is while the policy is read and
 	 * checked. */
 	asked_req = json_pack("{s:s}", "op", "status");

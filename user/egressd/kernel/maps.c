@@ -217,20 +217,8 @@ int egr_bpf_del_sandbox(struct egr_bpf *b, uint32_t sandbox_id)
 {
 	if (bpf_map_delete_elem(b->fd_sandboxes, &sandbox_id) < 0 && errno != ENOENT)
 		return -errno;
-	/* No program makes a count without the entry (egr_sock_create). */
-	bpf_map_delete_elem(b->fd_sock_counts, &sandbox_id);
+	bpf_map_delete_elem(b->fd_sock_counts, &sandbox_id); /* sockcount.h */
 	return 0;
-}
-
-int egr_bpf_sock_count(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *n)
-{
-	*n = 0;
-	if (b->fd_sock_counts < 0)
-		return -EBADF;
-	if (bpf_map_lookup_elem(b->fd_sock_counts, &sandbox_id, n) == 0)
-		return 0;
-	/* No entry: egr_sock_create never let a socket through for it. */
-	return errno == ENOENT ? 0 : -errno;
 }
 
 static int del_rules_upto(struct egr_bpf *b, uint32_t policy_id, const struct egr_compiled *c,

@@ -17,6 +17,7 @@
 #include "dns/dnsproxy.h"
 #include "inspect.h"
 #include "dns/learned.h"
+#include "kernel/sockcount.h"
 #include "log.h"
 #include "registry/registry_impl.h"
 

@@ -58,7 +58,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 #include "cgroup.h"
 #include "confine.h"
 #include "ctl.h"

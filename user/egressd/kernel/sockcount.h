@@ -2,8 +2,9 @@
 /*
  * The inet sockets each sandbox made (egr_sock_counts, written by
  * cgroup/sock_create: bpf/egressd.bpf.c), for the detach's choice to skip
- * its socket walk (registry/detach.c; docs/security.md, row 5 of "Hostile
- * daemon"). egr_bpf_del_sandbox drops a sandbox's count with its entry.
+ * its socket walk (registry/detach.c; docs/security.md, row 5 of
+ * "Attacks on egressd's own state"). egr_bpf_del_sandbox drops a
+ * sandbox's count with its entry.
  */
 #ifndef EGR_KERNEL_SOCKCOUNT_H
 #define EGR_KERNEL_SOCKCOUNT_H

@@ -110,10 +110,10 @@ int reg_teardown(struct egr_registry *r, uint32_t id, uint32_t policy_id, const 
 /*
  * Can the sandbox own no TCP or UDP socket at all? Only when this process
  * made its cgroup with no process in it before the links (sb->fresh: no
- * socket predates egr_sock_create) and egr_sock_creates counted none. Any
+ * socket predates egr_sock_create) and egr_sock_create counted none. Any
  * doubt (adopted, the count unreadable) says no: walk. The argument, and
- * what else could own a socket of the cgroup: docs/security.md, the row
- * "Sockets outlive the sandbox".
+ * what else could own a socket of the cgroup: docs/security.md, row 5 of
+ * "Attacks on egressd's own state" (a socket handed out outlives detach).
  */
 static bool never_had_sockets(struct egr_registry *r, const struct egr_sb *sb)
 {

@@ -159,9 +159,21 @@ $(OUT)/egressd: $(D_OBJS) $(OUT)/libegr.a
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) $^ $(LIBS) -o $@
 
+# egressctl: libcrypto is loaded only when a command uses it
+# (user/egressctl/lazycrypto.c), not at every start; --as-needed keeps the
+# other libraries off it unless it calls them.
+CTL_LIBS := -Wl,--as-needed $(filter-out -lcrypto,$(LIBS))
 $(OUT)/egressctl: $(CTL_OBJS) $(OUT)/libegr.a
 	$(call msg,LD,$@)
-	$(Q)$(CC) $(LDFLAGS) $^ $(LIBS) -o $@
+	$(Q)$(CC) $(LDFLAGS) $^ $(CTL_LIBS) -o $@
+
+# lazycrypto.c's test links as egressctl does: no -lcrypto.
+$(OUT)/tests/test_lazycrypto: tests/unit/test_lazycrypto.c $(OUT)/user/egressctl/lazycrypto.o \
+			      $(OUT)/libegr.a $(TEST_HDRS)
+	$(call msg,CC,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $< $(OUT)/user/egressctl/lazycrypto.o $(OUT)/libegr.a $(LDFLAGS) \
+		$(CTL_LIBS) -lcmocka -o $@
 
 # Unit tests (tests/unit: no root, no daemon, no dnsmasq) and integration
 # tests (tests/integration: root, real BPF maps, a dnsmasq they start) link

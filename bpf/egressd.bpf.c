@@ -158,8 +158,46 @@ int egr_getpeername6(struct bpf_sock_addr *ctx)
 
 /* --- sock_create and setsockopt ------------------------------------------------ */
 
+/*
+ * Inet sockets a sandbox made (key: sandbox id; value: how many this hook
+ * let through). No entry: none. egressd's detach skips its sock_diag walk
+ * for a sandbox it made fresh and that has no entry here (docs/security.md,
+ * the detach row): the hook runs for every inet socket a task creates
+ * (inet_create and inet6_create; accept()ed sockets inherit a counted
+ * listener's cgroup), so an entry missing is no socket. An entry this hook
+ * cannot make refuses the socket. Deleted when the sandbox's entry goes.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, EGR_MAX_SANDBOXES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_sock_counts SEC(".maps");
+
+/* Count one more socket of the sandbox: 0, or -1 when it cannot be counted. */
+static __always_inline int egr_count_socket(__u32 sandbox_id)
+{
+	__u64 one = 1, *n = bpf_map_lookup_elem(&egr_sock_counts, &sandbox_id);
+
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return 0;
+	}
+	if (bpf_map_update_elem(&egr_sock_counts, &sandbox_id, &one, BPF_NOEXIST) == 0)
+		return 0;
+	/* Another CPU made it first (EEXIST), or the map is full. */
+	n = bpf_map_lookup_elem(&egr_sock_counts, &sandbox_id);
+	if (!n)
+		return -1;
+	__sync_fetch_and_add(n, 1);
+	return 0;
+}
+
 /* Inet sockets the sock_addr hooks do not (fully) see: raw, UDP-Lite, SCTP,
- * ping. Only a policy that names them gets them. */
+ * ping. Only a policy that names them gets them. Every socket let through is
+ * counted (egr_sock_counts); one that cannot be is refused. */
 SEC("cgroup/sock_create")
 int egr_sock_create(struct bpf_sock *sk)
 {
@@ -173,6 +211,8 @@ int egr_sock_create(struct bpf_sock *sk)
 	} else {
 		verdict = egr_sock_create_allows(sb->flags, family, type, proto);
 		verdict = egr_apply_mode(sb, verdict, 1, &audited);
+		if (verdict == EGR_ALLOW && egr_count_socket(sandbox_id))
+			verdict = EGR_DENY; /* fail closed: an uncounted socket */
 	}
 	egr_count(verdict == EGR_ALLOW ? EGR_CNT_SOCK_CREATE_ALLOW : EGR_CNT_SOCK_CREATE_DENY);
 	if (verdict != EGR_ALLOW || audited)

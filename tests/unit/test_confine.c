@@ -27,6 +27,8 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <linux/filter.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -345,6 +347,26 @@ static void test_family_names(void **state)
 
 /* --- the real thing, in a child ------------------------------------------------- */
 
+/* How the children install the filter: libseccomp's own load, or the
+ * exported program `egressctl run` builds once and installs in pid 1 and
+ * the command (egr_confine_seccomp_build + egr_confine_seccomp_install). */
+static bool use_exported;
+
+static int install_filter(const struct egr_confine *c)
+{
+	struct sock_fprog prog;
+	int err;
+
+	if (!use_exported)
+		return egr_confine_seccomp(c);
+	err = egr_confine_seccomp_build(c, &prog);
+	if (err)
+		return err;
+	err = egr_confine_seccomp_install(&prog);
+	egr_confine_seccomp_free(&prog);
+	return err;
+}
+
 static long io_uring_setup_once(void)
 {
 	struct io_uring_params p;
@@ -362,7 +384,7 @@ static void child_default_filter(void)
 	struct egr_confine c = { 0 };
 	int err, sv[2];
 
-	err = egr_confine_seccomp(&c);
+	err = install_filter(&c);
 	if (err)
 		child_fail("egr_confine_seccomp: %s", strerror(-err));
 	if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1)
@@ -439,7 +461,7 @@ static void child_process_calls_refused(void)
 	struct egr_confine c = { 0 };
 	int err;
 
-	err = egr_confine_seccomp(&c);
+	err = install_filter(&c);
 	if (err)
 		child_fail("egr_confine_seccomp: %s", strerror(-err));
 	expect_eperm(try_ptrace_seize(getppid()), "ptrace(PTRACE_SEIZE, parent)");
@@ -542,7 +564,7 @@ static void child_arg_rules(void)
 
 	if (pipe(pfd))
 		child_fail("pipe: %s", strerror(errno));
-	err = egr_confine_seccomp(&c);
+	err = install_filter(&c);
 	if (err)
 		child_fail("egr_confine_seccomp: %s", strerror(-err));
 	expect_eperm(try_ioctl(pfd[0], TIOCSTI), "ioctl(TIOCSTI)");
@@ -622,7 +644,7 @@ static void child_extra_family(void)
 	struct egr_confine c = { .extra_families = 1ULL << AF_NETLINK };
 	int err;
 
-	err = egr_confine_seccomp(&c);
+	err = install_filter(&c);
 	if (err)
 		child_fail("egr_confine_seccomp: %s", strerror(-err));
 	expect_socket_ok(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE, "AF_NETLINK (allowed)");
@@ -651,6 +673,89 @@ static void test_without_filter(void **state)
 	in_child(child_no_filter, "no filter");
 }
 
+/* The same checks, with the exported program installed directly. */
+static void test_exported_filter(void **state)
+{
+	use_exported = true;
+	in_child(child_default_filter, "exported: default filter");
+	in_child(child_extra_family, "exported: extra family");
+	in_child(child_process_calls_refused, "exported: process calls");
+	in_child(child_arg_rules, "exported: arg rules");
+	use_exported = false;
+}
+
+static void test_exported_program_stable(void **state)
+{
+	struct egr_confine none = { 0 }, netlink = { .extra_families = 1ULL << AF_NETLINK };
+	struct sock_fprog a, b, c;
+
+	assert_int_equal(egr_confine_seccomp_build(&none, &a), 0);
+	assert_int_equal(egr_confine_seccomp_build(&none, &b), 0);
+	assert_int_equal(egr_confine_seccomp_build(&netlink, &c), 0);
+	assert_true(a.len > 0 && a.len <= BPF_MAXINSNS);
+	assert_int_equal(a.len, b.len);
+	assert_memory_equal(a.filter, b.filter, a.len * sizeof(struct sock_filter));
+	/* The policy's families are in it: a different program. */
+	assert_true(c.len != a.len ||
+		    memcmp(a.filter, c.filter, a.len * sizeof(struct sock_filter)) != 0);
+	egr_confine_seccomp_free(&a);
+	egr_confine_seccomp_free(&b);
+	egr_confine_seccomp_free(&c);
+	assert_null(a.filter);
+	assert_int_equal(a.len, 0);
+	/* Fail closed: an empty program is refused, never "no filter". */
+	assert_int_equal(egr_confine_seccomp_install(&a), -EINVAL);
+}
+
+/* The exported program is the one libseccomp's own load installs: read
+ * back from a child that called egr_confine_seccomp (PTRACE_SECCOMP_GET_FILTER
+ * needs CAP_SYS_ADMIN: root; under CI=true a non-root run fails). */
+static void compare_installed(const struct egr_confine *c)
+{
+	struct sock_fprog want;
+	struct sock_filter *got;
+	int status;
+	long n;
+	pid_t pid;
+
+	if (geteuid() != 0) {
+		if (getenv("CI") && strcmp(getenv("CI"), "true") == 0)
+			fail_msg("reading an installed filter back needs root");
+		fprintf(stderr, "note: not root: the installed filter is not read back\n");
+		return;
+	}
+	assert_int_equal(egr_confine_seccomp_build(c, &want), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (ptrace(PTRACE_TRACEME, 0, NULL, NULL) < 0 || egr_confine_seccomp(c))
+			_exit(2);
+		raise(SIGSTOP);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSTOPPED(status));
+	n = ptrace(PTRACE_SECCOMP_GET_FILTER, pid, (void *)0, NULL);
+	assert_int_equal(n, want.len);
+	got = calloc((size_t)n, sizeof(*got));
+	assert_non_null(got);
+	assert_int_equal(ptrace(PTRACE_SECCOMP_GET_FILTER, pid, (void *)0, got), n);
+	assert_memory_equal(got, want.filter, (size_t)n * sizeof(*got));
+	free(got);
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	egr_confine_seccomp_free(&want);
+}
+
+static void test_exported_is_libseccomps(void **state)
+{
+	struct egr_confine none = { 0 }, extra = { .extra_families = 1ULL << AF_NETLINK |
+								   1ULL << AF_PACKET };
+
+	compare_installed(&none);
+	compare_installed(&extra);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -666,6 +771,9 @@ int main(void)
 		cmocka_unit_test(test_seccomp_process_calls),
 		cmocka_unit_test(test_arg_rules_unfiltered),
 		cmocka_unit_test(test_seccomp_arg_rules),
+		cmocka_unit_test(test_exported_filter),
+		cmocka_unit_test(test_exported_program_stable),
+		cmocka_unit_test(test_exported_is_libseccomps),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

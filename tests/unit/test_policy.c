@@ -200,6 +200,38 @@ static void test_sha256(void **state)
 	egr_policy_free(&pc);
 }
 
+/* egressctl's check: the same verdicts and fields, no hash. */
+static void test_check_json_no_hash(void **state)
+{
+	static const char good[] = "{\"tenant\":\"t\",\"network\":{\"default\":\"deny\","
+				   "\"outbound_allow\":[\"203.0.113.0/24:443\"],"
+				   "\"allow_sockets\":[\"netlink\"]}}";
+	static const char bad[] = "{\"tenant\":\"t\",\"network\":{\"default\":\"allow\"}}";
+	struct egr_policy full, checked;
+	struct egr_error e1, e2;
+	json_t *root;
+
+	root = json_loads(good, 0, NULL);
+	assert_non_null(root);
+	assert_int_equal(egr_policy_from_json(root, &full, &e1), 0);
+	assert_int_equal(egr_policy_check_json(root, &checked, &e2), 0);
+	assert_int_equal(strlen(full.sha256), 64);
+	assert_string_equal(checked.sha256, "");
+	assert_int_equal(checked.families, full.families);
+	assert_int_equal(checked.nallow, full.nallow);
+	assert_string_equal(checked.tenant, full.tenant);
+	egr_policy_free(&full);
+	egr_policy_free(&checked);
+	json_decref(root);
+	root = json_loads(bad, 0, NULL);
+	assert_non_null(root);
+	assert_int_equal(egr_policy_from_json(root, &full, &e1), -EINVAL);
+	assert_int_equal(egr_policy_check_json(root, &checked, &e2), -EINVAL);
+	assert_string_equal(e1.field, e2.field);
+	assert_string_equal(e1.message, e2.message);
+	json_decref(root);
+}
+
 static void test_optional_fields(void **state)
 {
 	struct egr_policy p;
@@ -1132,6 +1164,7 @@ int main(void)
 		cmocka_unit_test(test_dns_types),
 		cmocka_unit_test(test_dns_rebind_allow),
 		cmocka_unit_test(test_example),
+		cmocka_unit_test(test_check_json_no_hash),
 		cmocka_unit_test(test_sha256),
 		cmocka_unit_test(test_optional_fields),
 		cmocka_unit_test(test_allow_forms),

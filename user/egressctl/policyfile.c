@@ -96,7 +96,7 @@ int ctl_policy_load(const char *path, json_t **out)
 			err == -E2BIG ? "larger than the 64 MiB a request may carry" : strerror(-err));
 		return err == -E2BIG ? CTL_EXIT_INVALID : CTL_EXIT_USAGE;
 	}
-	err = egr_policy_parse(text, len, &pol, &perr);
+	err = egr_policy_check_text(text, len, &pol, &perr);
 	if (err == -ENOMEM) {
 		free(text);
 		fprintf(stderr, "egressctl: out of memory\n");
@@ -127,7 +127,7 @@ int ctl_policy_check(const json_t *policy)
 	struct egr_policy pol;
 	int err;
 
-	err = egr_policy_from_json(policy, &pol, &perr);
+	err = egr_policy_check_json(policy, &pol, &perr);
 	if (err == -ENOMEM) {
 		fprintf(stderr, "egressctl: out of memory\n");
 		return CTL_EXIT_ERROR;

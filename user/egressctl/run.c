@@ -58,8 +58,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-
 #include "cgroup.h"
 #include "confine.h"
 #include "ctl.h"
@@ -303,7 +301,7 @@ static int confine_for(const json_t *policy, struct egr_confine *conf)
 	int err;
 
 	memset(conf, 0, sizeof(*conf));
-	err = egr_policy_from_json(policy, &pol, &perr);
+	err = egr_policy_check_json(policy, &pol, &perr);
 	if (err == -ENOMEM) {
 		fprintf(stderr, "egressctl: out of memory\n");
 		return CTL_EXIT_ERROR;
@@ -353,9 +351,26 @@ static int prepare_policy(const struct run_opts *o, json_t **out)
 	return CTL_EXIT_OK;
 }
 
-static int request_cgroup(struct ctl *c, const char *op, const char *cg, json_t *policy,
-			  const char *status, char *code, size_t codelen)
+/* The seccomp filter pid 1 and the command install, built once while the
+ * attach is in flight (request_cgroup's in_flight). */
+struct filter_build {
+	const struct egr_confine *conf;
+	struct sock_fprog prog;
+	int err; /* 0 once built */
+};
+
+static void build_filter(struct filter_build *fb)
 {
+	if (fb->prog.len)
+		return; /* an attach tried again: built already */
+	fb->err = egr_confine_seccomp_build(fb->conf, &fb->prog);
+}
+
+static int request_cgroup(struct ctl *c, const char *op, const char *cg, json_t *policy,
+			  const char *status, char *code, size_t codelen,
+			  struct filter_build *in_flight)
+{
+	struct ctl_pending p;
 	json_t *req, *resp = NULL;
 	int rc;
 
@@ -375,8 +390,11 @@ static int request_cgroup(struct ctl *c, const char *op, const char *cg, json_t 
 		fprintf(stderr, "egressctl: out of memory\n");
 		return CTL_EXIT_ERROR;
 	}
-	rc = ctl_request(c, req, &resp, code, codelen);
+	ctl_request_send(c, req, &p);
 	json_decref(req);
+	if (in_flight)
+		build_filter(in_flight);
+	rc = ctl_request_finish(c, &p, &resp, code, codelen);
 	json_decref(resp);
 	return rc;
 }
@@ -518,6 +536,7 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	json_t *policy = NULL, *asked_req;
 	struct ctl_pending asked;
 	struct egr_confine conf;
+	struct filter_build filter = { .conf = &conf };
 	struct run_child child;
 	struct run_ids ids;
 	struct run_opts o;
@@ -529,8 +548,6 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	rc = parse_run(c, argc, argv, &o);
 	if (rc >= 0)
 		return rc;
-	/* The policy's SHA-256 needs no OpenSSL configuration file. */
-	OPENSSL_init_crypto(OPENSSL_INIT_NO_LOAD_CONFIG, NULL);
 	/* egressd answers where its state is while the policy is read and
 	 * checked. */
 	asked_req = json_pack("{s:s}", "op", "status");
@@ -576,7 +593,7 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 			rc = CTL_EXIT_RUN_FAILED;
 			goto out_parent;
 		}
-		rc = request_cgroup(c, "attach", cg, policy, NULL, code, sizeof(code));
+		rc = request_cgroup(c, "attach", cg, policy, NULL, code, sizeof(code), &filter);
 		if (rc == CTL_EXIT_OK || tries == 2 ||
 		    !(strcmp(code, "exists") == 0 ||
 		      (strcmp(code, "bad_cgroup") == 0 && access(parent, F_OK) < 0)))
@@ -588,7 +605,7 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 		if (rc == CTL_EXIT_ERROR && !code[0]) {
 			/* No answer: the attach may have happened. Undo it quietly. */
 			c->quiet = true;
-			request_cgroup(c, "detach", cg, NULL, NULL, NULL, 0);
+			request_cgroup(c, "detach", cg, NULL, NULL, NULL, 0, NULL);
 			c->quiet = false;
 		}
 		if (rc != CTL_EXIT_UNREACHABLE && rc != CTL_EXIT_INVALID)
@@ -598,6 +615,13 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 		goto out_rmdir;
 	}
 	attached = true;
+	if (filter.err) {
+		fprintf(stderr, "egressctl: cannot build the seccomp filter: %s; not starting %s\n",
+			strerror(-filter.err), o.cmd[0]);
+		rc = CTL_EXIT_RUN_FAILED;
+		status = -1;
+		goto cleanup;
+	}
 	/* Under its links now, and empty: the rest of its set-up. */
 	status = -1; /* a failure here: the command never started */
 	cgfd = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -647,7 +671,7 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	sigfillset(&block);
 	sigprocmask(SIG_BLOCK, &block, &old_mask);
 	child = (struct run_child){ .cmd = o.cmd, .leaffd = leaffd, .status_fd = spipe[1],
-				    .conf = &conf, .view = &view, .ns_id = ids.ns,
+				    .filter = &filter.prog, .view = &view, .ns_id = ids.ns,
 				    .host_id = ids.host };
 	pid = run_spawn(&child);
 	close(spipe[1]);
@@ -697,7 +721,7 @@ cleanup:
 		snprintf(end, sizeof(end), "killed:%d", WTERMSIG(status));
 	else
 		snprintf(end, sizeof(end), "exited:%d", WEXITSTATUS(status));
-	if (request_cgroup(c, "detach", cg, NULL, end, NULL, 0) == CTL_EXIT_OK)
+	if (request_cgroup(c, "detach", cg, NULL, end, NULL, 0, NULL) == CTL_EXIT_OK)
 		attached = false;
 	else
 		fprintf(stderr, "egressctl: warning: could not detach %s; it is empty and is "
@@ -741,6 +765,7 @@ out_close:
 	if (cgfd >= 0)
 		close(cgfd);
 	json_decref(policy);
+	egr_confine_seccomp_free(&filter.prog);
 	return rc;
 }
 

@@ -37,7 +37,9 @@ struct run_child {
 	char **cmd;
 	int leaffd;     /* the command's cgroup (S/cmd) */
 	int status_fd;  /* write end: pid 1 reports the command's wait status */
-	const struct egr_confine *conf;
+	/* The seccomp filter, built once by run.c; pid 1 and the command
+	 * install it (confine.h egr_confine_seccomp_install). */
+	const struct sock_fprog *filter;
 	const struct run_view *view;
 	/* The command's user namespace maps ns_id (its uid and gid inside) to
 	 * host_id (what the host sees: file owners, peer credentials). */

@@ -141,7 +141,7 @@ static void __attribute__((noreturn)) command_exec(const struct run_child *rc, i
 	err = egr_confine_drop_all_caps(in_userns ? NULL : &rc->host_id);
 	if (err)
 		die("cannot drop the command's capabilities: %s", strerror(-err));
-	err = egr_confine_seccomp(rc->conf);
+	err = egr_confine_seccomp_install(rc->filter);
 	if (err)
 		die("cannot install the seccomp filter: %s", strerror(-err));
 	execvp(rc->cmd[0], rc->cmd);
@@ -263,7 +263,7 @@ static void __attribute__((noreturn)) run_init(const struct run_child *rc, bool 
 	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	err = egr_caps_restrict(keep_kill, NULL, NULL);
 	if (!err)
-		err = egr_confine_seccomp(rc->conf);
+		err = egr_confine_seccomp_install(rc->filter);
 	if (err) {
 		kill(cmd, SIGKILL);
 		die("cannot confine the sandbox's pid 1: %s", strerror(-err));

@@ -100,6 +100,10 @@ int egr_reg_create_cgroup(const char *path, char *real, size_t len, bool *fresh,
 /* Attaches that walked the cgroup's sockets, and those that skipped the
  * walk for a fresh cgroup (status "attach"). */
 void egr_reg_attach_walks(const struct egr_registry *r, uint64_t *walked, uint64_t *skipped);
+/* Detaches that walked the sandbox's sockets, and those that skipped the
+ * walk: a sandbox attached fresh by this process whose cgroup/sock_create
+ * never let an inet socket through (status "detach"). */
+void egr_reg_detach_walks(const struct egr_registry *r, uint64_t *walked, uint64_t *skipped);
 /* Atomic switch to a new policy; then connected sockets whose peer it
  * refuses are destroyed (*closed counts them). */
 int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *policy,

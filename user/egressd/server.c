@@ -392,6 +392,10 @@ static json_t *do_status(struct egr_server *s, const json_t *req)
 		json_object_set_new(reply, "attach",
 				    json_pack("{s:I, s:I}", "socket_walks", (json_int_t)walked,
 					      "fresh_no_walk", (json_int_t)skipped));
+		egr_reg_detach_walks(s->reg, &walked, &skipped);
+		json_object_set_new(reply, "detach",
+				    json_pack("{s:I, s:I}", "socket_walks", (json_int_t)walked,
+					      "no_socket_no_walk", (json_int_t)skipped));
 		json_object_set_new(reply, "adopted_links_refreshed",
 				    json_integer((json_int_t)egr_bpf_links_refreshed(
 					    egr_reg_bpf(s->reg))));

@@ -3,9 +3,14 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <linux/securebits.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <seccomp.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -95,7 +100,10 @@ static bool family_allowed(const struct egr_confine *c, int af)
 	return af < CONFINE_AF_LIMIT && (c->extra_families & (1ull << af));
 }
 
-int egr_confine_seccomp(const struct egr_confine *c)
+/* The filter's rules in a new libseccomp context (*out): the one source of
+ * the rules for the installed program (egr_confine_seccomp_build) and for
+ * libseccomp's own load (egr_confine_seccomp). 0 or -errno. */
+static int filter_ctx(const struct egr_confine *c, scmp_filter_ctx *out)
 {
 	scmp_filter_ctx ctx;
 	int err = 0;
@@ -139,10 +147,96 @@ int egr_confine_seccomp(const struct egr_confine *c)
 	}
 	if (!err)
 		err = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 1);
-	if (!err)
-		err = seccomp_load(ctx);
+	if (err) {
+		seccomp_release(ctx);
+		return err;
+	}
+	*out = ctx;
+	return 0;
+}
+
+int egr_confine_seccomp(const struct egr_confine *c)
+{
+	scmp_filter_ctx ctx;
+	int err;
+
+	err = filter_ctx(c, &ctx);
+	if (err)
+		return err;
+	err = seccomp_load(ctx);
 	seccomp_release(ctx);
 	return err;
+}
+
+int egr_confine_seccomp_build(const struct egr_confine *c, struct sock_fprog *prog)
+{
+	scmp_filter_ctx ctx;
+	struct stat st;
+	ssize_t n;
+	void *buf = NULL;
+	int fd, err;
+
+	memset(prog, 0, sizeof(*prog));
+	err = filter_ctx(c, &ctx);
+	if (err)
+		return err;
+	/* libseccomp 2.5 exports only to a file descriptor. */
+	fd = memfd_create("egr-seccomp", MFD_CLOEXEC);
+	if (fd < 0) {
+		err = -errno;
+		goto out;
+	}
+	err = seccomp_export_bpf(ctx, fd);
+	if (err)
+		goto out;
+	if (fstat(fd, &st) < 0) {
+		err = -errno;
+		goto out;
+	}
+	if (st.st_size <= 0 || st.st_size % sizeof(struct sock_filter) ||
+	    st.st_size / sizeof(struct sock_filter) > BPF_MAXINSNS) {
+		err = -E2BIG;
+		goto out;
+	}
+	buf = malloc((size_t)st.st_size);
+	if (!buf) {
+		err = -ENOMEM;
+		goto out;
+	}
+	n = pread(fd, buf, (size_t)st.st_size, 0);
+	if (n != st.st_size) {
+		err = n < 0 ? -errno : -EIO;
+		goto out;
+	}
+	prog->filter = buf;
+	prog->len = (unsigned short)(st.st_size / sizeof(struct sock_filter));
+	buf = NULL;
+out:
+	free(buf);
+	if (fd >= 0)
+		close(fd);
+	seccomp_release(ctx);
+	return err;
+}
+
+void egr_confine_seccomp_free(struct sock_fprog *prog)
+{
+	free(prog->filter);
+	prog->filter = NULL;
+	prog->len = 0;
+}
+
+int egr_confine_seccomp_install(const struct sock_fprog *prog)
+{
+	/* Fail closed: an empty program is never "no filter". */
+	if (!prog->filter || !prog->len)
+		return -EINVAL;
+	/* What libseccomp's load does with SCMP_FLTATR_CTL_NNP and no flags. */
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		return -errno;
+	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, prog) < 0)
+		return -errno;
+	return 0;
 }
 
 int egr_caps_restrict(bool (*keep)(int cap, void *ctx), void *ctx, unsigned int *dropped)

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
+#include <linux/filter.h>
 
 struct egr_confine {
 	/* Bit n allows address family n besides AF_UNIX, AF_INET, AF_INET6. */
@@ -28,6 +29,19 @@ struct egr_confine {
  * Syscalls of other ABIs (x32, i386 on x86_64) are killed, so the 32-bit
  * socketcall() multiplexer cannot go around the filter. 0 or -errno. */
 int egr_confine_seccomp(const struct egr_confine *c);
+
+/* The same filter as a classic BPF program (libseccomp's export of the same
+ * rules), built once and installed by several processes without libseccomp:
+ * `egressctl run` builds it while its attach is in flight and pid 1 and the
+ * command install it. prog->filter is malloc'd (egr_confine_seccomp_free).
+ * 0 or -errno. */
+int egr_confine_seccomp_build(const struct egr_confine *c, struct sock_fprog *prog);
+void egr_confine_seccomp_free(struct sock_fprog *prog);
+
+/* Set no_new_privs and install prog in the calling thread
+ * (seccomp(SECCOMP_SET_MODE_FILTER)), as egr_confine_seccomp does.
+ * 0 or -errno; -EINVAL for an empty program. */
+int egr_confine_seccomp_install(const struct sock_fprog *prog);
 
 /* Drop the capabilities a sandbox could use to go around egressd (raw and
  * packet sockets, interface and routing changes, BPF, cgroup moves, ptrace

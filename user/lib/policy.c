@@ -167,7 +167,8 @@ static int policy_sha256(const json_t *root, char hex[65])
 	return 0;
 }
 
-int egr_policy_from_json(const json_t *root, struct egr_policy *out, struct egr_error *err)
+static int from_json(const json_t *root, struct egr_policy *out, struct egr_error *err,
+		     bool hash)
 {
 	static const char *const known[] = { "tenant", "execution_id", "principal", "tool",
 					     "version", "network", "limits", NULL };
@@ -229,7 +230,7 @@ int egr_policy_from_json(const json_t *root, struct egr_policy *out, struct egr_
 	p.nallow = av.n;
 	av.v = NULL;
 	av.n = 0;
-	ret = policy_sha256(root, p.sha256);
+	ret = hash ? policy_sha256(root, p.sha256) : 0;
 	if (ret)
 		goto fail;
 	memset(err, 0, sizeof(*err));
@@ -247,8 +248,18 @@ fail:
 	return ret;
 }
 
-int egr_policy_parse(const char *text, size_t len, struct egr_policy *out,
-		     struct egr_error *err)
+int egr_policy_from_json(const json_t *root, struct egr_policy *out, struct egr_error *err)
+{
+	return from_json(root, out, err, true);
+}
+
+int egr_policy_check_json(const json_t *root, struct egr_policy *out, struct egr_error *err)
+{
+	return from_json(root, out, err, false);
+}
+
+static int parse_text(const char *text, size_t len, struct egr_policy *out,
+		      struct egr_error *err, bool hash)
 {
 	struct egr_error scratch;
 	json_error_t jerr;
@@ -273,7 +284,19 @@ int egr_policy_parse(const char *text, size_t len, struct egr_policy *out,
 			jerr.text);
 		return -EINVAL;
 	}
-	ret = egr_policy_from_json(root, out, err);
+	ret = from_json(root, out, err, hash);
 	json_decref(root);
 	return ret;
+}
+
+int egr_policy_parse(const char *text, size_t len, struct egr_policy *out,
+		     struct egr_error *err)
+{
+	return parse_text(text, len, out, err, true);
+}
+
+int egr_policy_check_text(const char *text, size_t len, struct egr_policy *out,
+			  struct egr_error *err)
+{
+	return parse_text(text, len, out, err, false);
 }

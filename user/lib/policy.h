@@ -20,8 +20,14 @@
 /* Parse and validate; 0 or -EINVAL (bad policy, *err filled) / -ENOMEM.
  * On error *out is left zeroed and needs no egr_policy_free(). */
 int egr_policy_from_json(const json_t *root, struct egr_policy *out, struct egr_error *err);
+/* The same checks without the policy's SHA-256 (out->sha256 stays empty): for
+ * egressctl, which never uses it, so that checking a policy needs no
+ * libcrypto (egressd hashes what it is sent). */
+int egr_policy_check_json(const json_t *root, struct egr_policy *out, struct egr_error *err);
 int egr_policy_parse(const char *text, size_t len, struct egr_policy *out,
 		     struct egr_error *err);
+int egr_policy_check_text(const char *text, size_t len, struct egr_policy *out,
+			  struct egr_error *err);
 void egr_policy_free(struct egr_policy *p);
 
 #endif /* EGR_POLICY_H */

@@ -164,6 +164,7 @@ void egr_kern_maps_bind(struct egr_bpf *b)
 	b->fd_inspect_orig = bpf_map__fd(b->skel->maps.egr_inspect_orig);
 	b->fd_sb_cgroups = bpf_map__fd(b->skel->maps.egr_sandbox_cgroups);
 	b->fd_proc_home = bpf_map__fd(b->skel->maps.egr_proc_home);
+	b->fd_sock_counts = bpf_map__fd(b->skel->maps.egr_sock_counts);
 }
 
 /* The sizes of include/egressd.h, in force whatever the object says. */
@@ -177,7 +178,7 @@ static const struct {
 	{ "egr_quota_sb", EGR_MAX_SANDBOXES },	     { "egr_quota_tenant", EGR_MAX_SANDBOXES },
 	{ "egr_dests_n", EGR_MAX_SANDBOXES },	     { "egr_dns_clients_n", EGR_MAX_SANDBOXES },
 	{ "egr_deny_budget", EGR_MAX_SANDBOXES },     { "egr_sb_dests", EGR_MAX_DESTS },
-	{ "egr_dns_budget", EGR_MAX_SANDBOXES },
+	{ "egr_dns_budget", EGR_MAX_SANDBOXES },     { "egr_sock_counts", EGR_MAX_SANDBOXES },
 	{ "egr_proc_home", EGR_MAX_HOMED_PROCS },
 };
 

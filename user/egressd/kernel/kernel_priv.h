@@ -47,6 +47,7 @@ struct egr_bpf {
 	int fd_dns_budget; /* per-sandbox bound on the shared DNS listeners' queues */
 	int fd_dests_n; /* per-sandbox entries and drops of fd_dests */
 	int fd_deny_budget; /* per-sandbox deny-event budgets and losses */
+	int fd_sock_counts; /* inet sockets each sandbox made (detach's walk) */
 	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */
 	int migrated_from;   /* ABI version upgraded from at start, 0 = none */
 	struct egr_bpf_knobs knobs; /* what the programs were loaded with */

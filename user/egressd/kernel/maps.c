@@ -217,6 +217,7 @@ int egr_bpf_del_sandbox(struct egr_bpf *b, uint32_t sandbox_id)
 {
 	if (bpf_map_delete_elem(b->fd_sandboxes, &sandbox_id) < 0 && errno != ENOENT)
 		return -errno;
+	bpf_map_delete_elem(b->fd_sock_counts, &sandbox_id); /* sockcount.h */
 	return 0;
 }
 

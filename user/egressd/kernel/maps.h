@@ -33,6 +33,7 @@ struct egr_bpf;
 
 int egr_bpf_put_sandbox(struct egr_bpf *b, uint32_t sandbox_id, const struct egr_sandbox *sb);
 int egr_bpf_get_sandbox(struct egr_bpf *b, uint32_t sandbox_id, struct egr_sandbox *sb);
+/* Also drops the sandbox's socket count (sockcount.h). */
 int egr_bpf_del_sandbox(struct egr_bpf *b, uint32_t sandbox_id);
 /* Every sandbox id in egr_sandboxes. Caller frees *ids. */
 int egr_bpf_list_sandbox_ids(struct egr_bpf *b, uint32_t **ids, size_t *n);

@@ -43,6 +43,8 @@ static const struct {
 	{ "egr_inspect_orig", "version 1 inspected nothing" },
 	{ "egr_sandbox_cgroups", "rebuilt when the sandboxes are adopted" },
 	{ "egr_proc_home", "rebuilt when the sandboxes are adopted" },
+	{ "egr_sock_counts", "counts only what it sees from now on: a detach skips its socket "
+			     "walk only for a sandbox this egressd made fresh, never an adopted one" },
 };
 
 /* The programs version 1 attached to every sandbox: a sandbox that lacks one

@@ -191,6 +191,7 @@ named:
 		 * could have put a process in before the links: it has no
 		 * socket of its own to judge (egr_reg_create_cgroup). */
 		r->attach_fresh++;
+		sb->fresh = true; /* the detach may skip its walk too (detach.c) */
 	} else {
 		/* Sockets the cgroup already had were never judged (the
 		 * backstop trusts connected ones): judge them now. */

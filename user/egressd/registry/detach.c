@@ -17,6 +17,7 @@
 #include "dns/dnsproxy.h"
 #include "inspect.h"
 #include "dns/learned.h"
+#include "kernel/sockcount.h"
 #include "log.h"
 #include "registry/registry_impl.h"
 
@@ -107,6 +108,36 @@ int reg_teardown(struct egr_registry *r, uint32_t id, uint32_t policy_id, const 
 }
 
 /*
+ * Can the sandbox own no TCP or UDP socket at all? Only when this process
+ * made its cgroup with no process in it before the links (sb->fresh: no
+ * socket predates egr_sock_create) and egr_sock_create counted none. Any
+ * doubt (adopted, the count unreadable) says no: walk. The argument, and
+ * what else could own a socket of the cgroup: docs/security.md, row 5 of
+ * "Attacks on egressd's own state" (a socket handed out outlives detach).
+ */
+static bool never_had_sockets(struct egr_registry *r, const struct egr_sb *sb)
+{
+	uint64_t n = 0;
+	int err;
+
+	if (!sb->fresh)
+		return false;
+	err = egr_bpf_sock_count(r->bpf, sb->id, &n);
+	if (err) {
+		log_warn("sandbox %u: socket count: %s; walking its sockets", sb->id,
+			 strerror(-err));
+		return false;
+	}
+	return n == 0;
+}
+
+void egr_reg_detach_walks(const struct egr_registry *r, uint64_t *walked, uint64_t *skipped)
+{
+	*walked = r->detach_walked;
+	*skipped = r->detach_skipped;
+}
+
+/*
  * End the sandbox's policy but not its confinement: the state file says
  * "detached" first (a restart holds it under deny-all from there on), then
  * one map update switches the kernel entry to deny-all and every socket of
@@ -129,7 +160,13 @@ static int retire(struct egr_registry *r, const struct egr_sb *sb, const json_t 
 		return err;
 	}
 	reg_deny_all(r, sb->id, sb->tenant_id);
-	reg_destroy_sockets(sb->id, sb->cgroup, sb->cgroup_id, sb->netns);
+	/* After deny-all: a socket counted after this read was made under it. */
+	if (never_had_sockets(r, sb)) {
+		r->detach_skipped++;
+	} else {
+		r->detach_walked++;
+		reg_destroy_sockets(sb->id, sb->cgroup, sb->cgroup_id, sb->netns);
+	}
 	if (r->dns)
 		egr_dnsproxy_remove_sandbox(r->dns, sb->id);
 	if (r->learned)

@@ -42,6 +42,9 @@ struct egr_sb {
 	bool quarantined;         /* mirrors egr_sandbox.quarantined in the kernel */
 	time_t quarantined_at;    /* 0 when adopted quarantined (unknown) */
 	struct egr_launcher launcher; /* pid 0: not tied to a launcher */
+	/* Attached by this process into a cgroup it made with no process
+	 * before its links (attach "create"); never set when adopted. */
+	bool fresh;
 };
 
 /* A cgroup egressd holds under deny-all without a policy of its own

@@ -41,6 +41,7 @@ struct egr_registry {
 	struct egr_held *held;
 	size_t nheld, capheld;
 	uint64_t attach_walked, attach_fresh; /* egr_reg_attach_walks() */
+	uint64_t detach_walked, detach_skipped; /* egr_reg_detach_walks() */
 };
 
 /* An empty registry (no kernel, no state: egr_reg_init() fills those in);

@@ -131,6 +131,40 @@ static size_t udp_limit(const struct pending *q)
 	return cq.edns_udp_size;
 }
 
+/* The sandbox's policy changed while q was upstream: judge it again under
+ * the new one (a name or qtype it no longer allows gets REFUSED, with
+ * nothing learned; one it still allows takes the new ports). True: q is
+ * answered and freed. */
+static bool refused_by_new_policy(struct egr_dnsproxy *p, struct pending *q)
+{
+	struct sb *sb = q->sb;
+	struct egr_dnspolicy_match m;
+	struct tconn *conn = q->conn;
+	const char *why = NULL;
+	struct client cl;
+
+	if (q->pol_gen == sb->pol_gen || egr_dnspolicy_audit(sb->pol))
+		return false;
+	if (egr_dnspolicy_match(sb->pol, q->qname, &m) != 1)
+		why = "name not allowed (policy updated)";
+	else if (!egr_dnspolicy_qtype_allowed(sb->pol, q->qtype))
+		why = "qtype not allowed (policy updated)";
+	if (!why) {
+		q->ports = m.ports;
+		q->pol_gen = sb->pol_gen;
+		return false;
+	}
+	dnsp_pend_client(q, &cl);
+	dnsp_reply_rcode(sb, &cl, q->query, q->qlen, EGR_DNS_R_REFUSED);
+	sb->st.refused++;
+	dnsp_emit(sb, q->qname, q->qtype, q->transport, EGR_DNS_V_REFUSED, why, 0,
+		  EGR_DNS_R_REFUSED, NULL, 0);
+	dnsp_pend_free(p, q);
+	if (conn)
+		dnsp_conn_settle(conn);
+	return true;
+}
+
 /*
  * An upstream answer that matched q (id, question, source): strip rebinding
  * addresses, learn, then release it with the client's id restored.
@@ -148,6 +182,8 @@ void dnsp_pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt, s
 	size_t n = 0, olen = 0, nstripped = 0;
 	int err;
 
+	if (refused_by_new_policy(p, q))
+		return;
 	egr_exfil_note_rcode(sb->exfil, q->qname, r->rcode, egr_mono_ns());
 	dnsp_localaddr_refresh(sb);
 	/* Rebinding: what is learned and released is the answer without the

@@ -111,6 +111,7 @@ struct sb {
 	uint32_t id;
 	char *tenant;
 	struct egr_dnspolicy *pol;
+	uint64_t pol_gen;          /* bumped by each policy update */
 	struct egr_exfil *exfil;
 	struct lgroup *g;          /* the listeners it is reached on */
 	struct egr_localaddr *ns_la; /* its own network namespace's addresses, or NULL */
@@ -144,6 +145,7 @@ struct pending {
 	size_t qlen;
 	int32_t next_free;         /* free list of the table, -1 ends it */
 	struct egr_dns_ports ports;
+	uint64_t pol_gen;          /* sb->pol_gen it was matched under */
 	uint64_t deadline_ns;
 	uint64_t received_ns;      /* when the client's query arrived (latency) */
 	uint32_t up;               /* upstream index */

@@ -145,6 +145,7 @@ static int forward(struct egr_dnsproxy *p, struct sb *sb, const struct client *c
 	q->qclass = qq->qclass;
 	memcpy(q->qname, qq->qname, sizeof(q->qname));
 	q->ports = *ports;
+	q->pol_gen = sb->pol_gen;
 	q->received_ns = egr_mono_ns();
 	q->deadline_ns = q->received_ns + (uint64_t)p->cfg.timeout_ms * 1000000ULL;
 	q->up = p->cur_up;

@@ -435,6 +435,10 @@ int egr_dnsproxy_update_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id,
 	}
 	egr_dnspolicy_free(sb->pol);
 	sb->pol = pol;
+	/* Answers to queries already upstream are judged again
+	 * (dns_answer.c): nothing is released under the old policy once the
+	 * update has returned. */
+	sb->pol_gen++;
 	return 0;
 }
 

@@ -40,6 +40,8 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import Control, cgroup2_mount, must_ok, write_section, gnuplot_svg  # noqa: E402
@@ -282,12 +284,34 @@ class BenchDns:
         s["busy"] = self.last_machine_busy
         return s
 
+    def control_load(self, stop, done):
+        """--control-load: `stats` requests on the control socket at that
+        rate until stop is set (work for egressd's control loop while the
+        latency run queries the proxy)."""
+        gap, nxt = 1.0 / self.args.control_load, time.monotonic()
+        while not stop.is_set():
+            must_ok(self.ctl.call({"op": "stats"}, timeout=10), "stats")
+            done[0] += 1
+            nxt += gap
+            stop.wait(max(0.0, nxt - time.monotonic()))
+
     def latency(self, path):
         a = self.args
         server, port, _ = self.target(path)
         n = a.qps * a.seconds
-        out, _, _ = self.spawn(path, [sys.executable, "-c", LAT_CLIENT, server, str(port),
-                                      str(n), str(a.qps), str(NAMES)], a.seconds * 3 + 30)
+        stop, done, th = threading.Event(), [0], None
+        if a.control_load:
+            th = threading.Thread(target=self.control_load, args=(stop, done), daemon=True)
+            th.start()
+        try:
+            out, _, _ = self.spawn(path, [sys.executable, "-c", LAT_CLIENT, server, str(port),
+                                          str(n), str(a.qps), str(NAMES)], a.seconds * 3 + 30)
+        finally:
+            stop.set()
+            if th:
+                th.join(15)
+        if a.control_load:
+            log(f"{path}: {done[0]} control requests during the latency run")
         x = json.loads(out)
         if x["lost"] or x["bad"] or x["n"] != n:
             raise RuntimeError(f"latency run on {path}: {x}")
@@ -419,9 +443,13 @@ def main():
     ap.add_argument("--docs", default=os.path.join(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), "docs"), help="where benchmarks.md and the SVG go")
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
+    ap.add_argument("--control-load", type=int, default=0,
+                    help="`stats` requests per second on the control socket during the "
+                         "latency runs (0-1000; 0: none): control work next to the proxy's")
     args = ap.parse_args()
     if not (1 <= args.seconds <= 60 and 1 <= args.rounds <= 20 and 1 <= args.clients <= 64
-            and 1 <= args.outstanding <= 200 and 1 <= args.qps <= 100000):
+            and 1 <= args.outstanding <= 200 and 1 <= args.qps <= 100000
+            and 0 <= args.control_load <= 1000):
         ap.error("an option is out of range")
     if os.geteuid() != 0:
         print("bench-dns: needs root (BPF programs, cgroups)", file=sys.stderr)

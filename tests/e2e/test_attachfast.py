@@ -192,13 +192,7 @@ def attachfast_reply_after_state_sync_and_batch_shares(c):
         raise TestFailure("strace is missing (tools/install-deps installs it)")
     pid = c.daemon.proc.pid
     sbdir = os.path.realpath(os.path.join(c.state, "sandboxes"))
-    sbdir_fd = None
-    for fd in os.listdir("/proc/%d/fd" % pid):
-        try:
-            if os.readlink("/proc/%d/fd/%s" % (pid, fd)) == sbdir:
-                sbdir_fd = int(fd)
-        except OSError:
-            pass
+    sbdir_fd = fd_open_on(pid, sbdir)
     check(sbdir_fd is not None, "egressd holds no fd on %s (no group commit of the state "
           "files)" % sbdir)
     out_serial = os.path.join(c.work, "af-strace-serial-%d.txt" % pid)

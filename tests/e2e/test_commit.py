@@ -125,13 +125,7 @@ def commit_reply_follows_fsync(c):
         raise TestFailure("strace is missing (tools/install-deps installs it)")
     pid = c.daemon.proc.pid
     log_path = os.path.realpath(os.path.join(c.state, "audit.log"))
-    audit_fd = None
-    for fd in os.listdir("/proc/%d/fd" % pid):
-        try:
-            if os.readlink("/proc/%d/fd/%s" % (pid, fd)) == log_path:
-                audit_fd = int(fd)
-        except OSError:
-            pass
+    audit_fd = fd_open_on(pid, log_path)
     check(audit_fd is not None, "egressd has no fd open on %s" % log_path)
     out = os.path.join(c.work, "commit-strace-%d.txt" % pid)
     tr = subprocess.Popen([strace, "-f", "-qq", "-e", "trace=write,fsync,fdatasync,sendto",

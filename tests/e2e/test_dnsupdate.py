@@ -35,30 +35,13 @@ class TdSlowUpstream:
         self.th = threading.Thread(target=self.answer_late, daemon=True)
         self.th.start()
         self.proc = None
-        self.port = None
-        for _ in range(20):
-            port = free_udp_tcp_port("127.0.0.1")
-            argv = [DNSMASQ, "--conf-file=/dev/null", "--no-daemon", "--bind-interfaces",
-                    "--listen-address=127.0.0.1", "--port=%d" % port, "--no-resolv",
-                    "--no-hosts", "--no-negcache", "--cache-size=0", "--user=root",
-                    "--dns-forward-max=10000",
-                    "--pid-file=" + os.path.join(c.work, "dnsmasq-td.pid"),
-                    "--local-ttl=%d" % DNS_LONG_TTL,
-                    "--host-record=api.test,%s" % DNS_ZONE["api.test"],
-                    "--server=/slow.test/127.0.0.1#%d" % self.hole.getsockname()[1]]
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                         text=True)
-            self.port = port
-            if wait_until(lambda: self.proc.poll() is not None or
-                          dns_query("udp", "127.0.0.1", port, "api.test", "A",
-                                    timeout=0.5)[0] == "NOERROR", 5, 0.05) \
-                    and self.proc.poll() is None:
-                return
-            self.proc.kill()
-            self.proc.wait(5)
-        self.stop()
-        raise TestFailure("the slow dnsmasq did not start")
+        try:
+            self.proc, self.port = spawn_forwarding_dnsmasq(
+                c.work, "td", ["--cache-size=0", "--server=/slow.test/127.0.0.1#%d" %
+                               self.hole.getsockname()[1]])
+        except TestFailure:
+            self.stop()
+            raise
 
     def answer_late(self):
         due = []   # (time, peer, reply)

@@ -169,28 +169,14 @@ class TnBlackholeUpstream:
         self.hole = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.hole.bind(("127.0.0.1", 0))    # never read: never answers
         self.proc = None
-        self.port = None
-        for _ in range(20):
-            port = free_udp_tcp_port("127.0.0.1")
-            argv = [DNSMASQ, "--conf-file=/dev/null", "--no-daemon", "--bind-interfaces",
-                    "--listen-address=127.0.0.1", "--port=%d" % port, "--no-resolv",
-                    "--no-hosts", "--no-negcache", "--user=root", "--dns-forward-max=10000",
-                    "--pid-file=" + os.path.join(c.work, "dnsmasq-tn.pid"),
-                    "--local-ttl=%d" % DNS_LONG_TTL,
-                    "--host-record=api.test,%s" % DNS_ZONE["api.test"],
-                    "--local=/nx.test/",    # NXDOMAIN for every name below it
-                    "--server=/blackhole.test/127.0.0.1#%d" % self.hole.getsockname()[1]]
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                         text=True)
-            self.port = port
-            if wait_until(lambda: self.proc.poll() is not None or
-                          dns_query("udp", "127.0.0.1", port, "api.test", "A",
-                                    timeout=0.5)[0] == "NOERROR", 5, 0.05) \
-                    and self.proc.poll() is None:
-                return
+        try:
+            self.proc, self.port = spawn_forwarding_dnsmasq(
+                c.work, "tn", ["--local=/nx.test/",    # NXDOMAIN for every name below it
+                               "--server=/blackhole.test/127.0.0.1#%d" %
+                               self.hole.getsockname()[1]])
+        except TestFailure:
             self.stop()
-        raise TestFailure("the black-hole dnsmasq did not start")
+            raise
 
     def stop(self):
         if self.proc and self.proc.poll() is None:

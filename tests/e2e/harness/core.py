@@ -15,7 +15,7 @@ __all__ = ["SUITE_TIMEOUT_S", "DAEMON_READY_S", "PROBE_TIMEOUT_S", "CTL_TIMEOUT_
            "RUN_ID", "IF_TAG", "log", "prerequisite_missing", "find_cgroup2", "Cleanup",
            "CLEANUP", "on_signal", "on_alarm", "TestFailure", "check", "wait_until",
            "read_sysctl", "write_sysctl", "set_sysctl_for_run", "run", "must",
-           "cgroup_remove_tree"]
+           "cgroup_remove_tree", "fd_open_on"]
 
 
 SUITE_TIMEOUT_S = 1500         # hard stop for the whole run (a hung test, not a slow machine)
@@ -204,3 +204,15 @@ def cgroup_remove_tree(path):
                 time.sleep(0.05)
         else:
             raise RuntimeError("cannot remove cgroup %s: still busy" % d)
+
+
+def fd_open_on(pid, path):
+    """The number of an fd process pid holds open on path (a realpath), or
+    None."""
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            if os.readlink("/proc/%d/fd/%s" % (pid, fd)) == path:
+                return int(fd)
+        except OSError:
+            pass
+    return None

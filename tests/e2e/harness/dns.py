@@ -16,7 +16,7 @@ __all__ = ["DNSMASQ", "DNS_MIN_TTL", "DNS_SHORT_TTL", "DNS_LONG_TTL", "DNS_ZONE"
            "DNS_WILDCARD_ADDR", "DNS_ZONE6", "DNS_REBIND_LO", "Dnsmasq",
            "free_udp_tcp_port", "DNS_CLIENT", "dns_query", "run_in_sandbox",
            "need_dnsmasq", "start_dns_upstream", "NsSandbox", "dns_ok", "dns_refused",
-           "dns_not_upstream", "srv"]
+           "dns_not_upstream", "srv", "spawn_forwarding_dnsmasq"]
 
 
 # --- DNS filtering (docs/dns.md) ------------------------------------------------------
@@ -212,6 +212,32 @@ for _ in range(an):
 out("%s %s from %s:%d" % (RCODES.get(flags & 15, str(flags & 15)), ",".join(addrs) or "-",
                          src[0], src[1]))
 """
+
+
+def spawn_forwarding_dnsmasq(work, tag, extra):
+    """A second dnsmasq on 127.0.0.1 (a free port) that serves api.test
+    itself, with extra options (its forwarders: the harness's Dnsmasq cannot
+    be given one). (proc, port) once it answers api.test; TestFailure if it
+    never does. The caller stops proc."""
+    for _ in range(20):
+        port = free_udp_tcp_port("127.0.0.1")
+        argv = [DNSMASQ, "--conf-file=/dev/null", "--no-daemon", "--bind-interfaces",
+                "--listen-address=127.0.0.1", "--port=%d" % port, "--no-resolv",
+                "--no-hosts", "--no-negcache", "--user=root", "--dns-forward-max=10000",
+                "--pid-file=" + os.path.join(work, "dnsmasq-%s.pid" % tag),
+                "--local-ttl=%d" % DNS_LONG_TTL,
+                "--host-record=api.test,%s" % DNS_ZONE["api.test"]] + list(extra)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        if wait_until(lambda: proc.poll() is not None or
+                      dns_query("udp", "127.0.0.1", port, "api.test", "A",
+                                timeout=0.5)[0] == "NOERROR", 5, 0.05) \
+                and proc.poll() is None:
+            return proc, port
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(5)
+    raise TestFailure("the %s dnsmasq did not start" % tag)
 
 
 def dns_query(mode, server, port, name, qtype, timeout=2.0, cg=None, netns=None, resolv=None):

@@ -28,11 +28,18 @@ UPG_BUILD_S = 300           # building one earlier commit (cached afterwards)
 UPG_REFUSE_S = 15           # a refusing egressd exits within this
 
 
-def upg_commits():
+def upg_list(same_abi):
+    """tests/upgrade-from's commits of an earlier ABI version (same_abi
+    False) or of this one (lines tagged `same-abi`)."""
     with open(os.path.join(UPG_ROOT, "tests", "upgrade-from")) as f:
-        out = [ln.split()[0] for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
-    check(out, "tests/upgrade-from names no commit")
+        rows = [ln.split() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+    out = [r[0] for r in rows if ("same-abi" in r[1:]) == same_abi]
+    check(out, "tests/upgrade-from names no commit%s" % (" tagged same-abi" if same_abi else ""))
     return out
+
+
+def upg_commits():
+    return upg_list(False)
 
 
 def upg_build_previous(c, commit):
@@ -739,3 +746,73 @@ def upgrade_rolls_back_a_failed_switch(c):
         c.denied(cg, "tcp", "127.0.0.1", bad_srv.port)
         d.ctl_ok("detach", "--cgroup", cg)
     d.stop()
+
+
+@test
+def upgrade_same_abi_from_last_release(c):
+    """The last released egressd of this ABI version (tests/upgrade-from,
+    tagged same-abi) is stopped and this build started on its pins while a
+    sandboxed process keeps trying a denied and an allowed destination: the
+    attack is the switch itself, where programs of two builds meet. No
+    denied connect or datagram gets through at any point, the sandbox is
+    adopted with its id, every link moves to this build's programs, the maps
+    this build added are pinned, and its detach still walks the sockets
+    (an adopted sandbox is never taken as fresh). Twin: the allowed
+    destination is reached throughout, and a new attach works."""
+    for commit in upg_list(True):
+        old_build = upg_build_previous(c, commit)
+        d = UpgDaemon(c, "upgs%s" % commit[:7])
+        ok_srv, bad_srv = c.tcp("upgs-ok"), c.tcp("upgs-bad")
+        bad_udp = c.udp("upgs-bad")
+        bad_accepted, bad_received = bad_srv.accepted, bad_udp.received
+        d.start(old_build)
+        cg = upg_cgroup(c, "upgs-loop")
+        d.attach(cg, c.policy(["127.0.0.1:%d" % ok_srv.port]))
+        sid = d.listed()[os.path.realpath(cg)]["id"]
+        progs_before = pinned_link_progs(d.bpffs)
+        check(progs_before, "the old egressd pinned no link")
+        loop = upg_start_loop(c, cg, ok_srv.port, bad_srv.port, bad_udp.port)
+        try:
+            check(wait_until(lambda: ok_srv.accepted > 100, 10),
+                  "the loop's allowed connects do not arrive before the switch")
+            d.stop()
+            at_stop = ok_srv.accepted
+            check(wait_until(lambda: ok_srv.accepted > at_stop + 50, 10),
+                  "with no egressd running the allowed destination is not reached")
+            d.start(c.build)
+            at_start = ok_srv.accepted
+            check(wait_until(lambda: ok_srv.accepted > at_start + 100, 10),
+                  "the allowed destination is not reached after the switch")
+        finally:
+            res = upg_stop_loop(*loop)
+        check(res["bad_connected"] == 0 and bad_srv.accepted == bad_accepted,
+              "a denied connect got through across the switch: %r" % res)
+        check(bad_udp.received == bad_received, "%d datagrams reached the denied UDP port" %
+              (bad_udp.received - bad_received))
+        check(res["ok_failed"] == 0, "allowed connects failed across the switch: %r" % res)
+        after = d.listed()
+        check(after.get(os.path.realpath(cg), {}).get("id") == sid,
+              "the sandbox was not adopted with its id %d: %r" % (sid, after))
+        progs_after = pinned_link_progs(d.bpffs)
+        check(set(progs_after) == set(progs_before), "the pinned links changed: %r -> %r" %
+              (sorted(progs_before), sorted(progs_after)))
+        stale = [p for p in progs_after if progs_after[p] == progs_before[p]]
+        check(not stale, "links still run the old build's programs: %r" % stale[:3])
+        st = json.loads(d.ctl_ok("status", "--json").stdout)
+        check(st.get("adopted_links_refreshed", 0) >= len(progs_before),
+              "status counts %r refreshed links, %d pinned" %
+              (st.get("adopted_links_refreshed"), len(progs_before)))
+        check(os.path.exists(os.path.join(d.bpffs, "v%d" % UPG_ABI, "maps", "egr_sock_counts")),
+              "this build's egr_sock_counts is not pinned after the switch")
+        walks = st["detach"]["socket_walks"]
+        d.ctl_ok("detach", "--cgroup", cg)
+        st = json.loads(d.ctl_ok("status", "--json").stdout)
+        check(st["detach"]["socket_walks"] == walks + 1,
+              "the adopted sandbox's detach did not walk its sockets: %r" % st["detach"])
+        # Twin: a new sandbox under the new egressd allows and denies.
+        cg2 = upg_cgroup(c, "upgs-new")
+        d.attach(cg2, c.policy(["127.0.0.1:%d" % ok_srv.port]))
+        c.allowed(cg2, "tcp", "127.0.0.1", ok_srv.port)
+        c.denied(cg2, "tcp", "127.0.0.1", bad_srv.port)
+        d.ctl_ok("detach", "--cgroup", cg2)
+        d.stop()

@@ -85,6 +85,15 @@ typedef int (*egr_kmap_walk_fn)(void *ctx, const void *key, const void *value);
  * kernel/ (it takes an fd): maps.h has the typed walkers. */
 int egr_kmap_walk(int fd, unsigned flags, egr_kmap_walk_fn fn, void *ctx);
 
+/* Keys collected by a walk (deleted after it: a walk must not delete). */
+struct egr_key_list {
+	uint8_t *keys;
+	size_t key_size, n, cap;
+};
+
+/* Append a copy of key. 0 or -ENOMEM. */
+int egr_key_list_add(struct egr_key_list *l, const void *key);
+
 /* bpfstate.c (the top of kernel/: nothing below it calls it) */
 void egr_kern_maps_bind(struct egr_bpf *b);
 

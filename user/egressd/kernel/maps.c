@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-/* Typed operations on egressd's maps (maps.h): the only bpf_map_* calls of
- * user/ outside the upgrade (migrate.c). */
+/* Typed operations on egressd's maps (maps.h): with proxymaps.c (the
+ * proxies' maps) and sockcount.c, the only bpf_map_* calls of user/ outside
+ * the upgrade (migrate.c). */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -291,12 +292,7 @@ static bool is_live(uint32_t id, const uint32_t *live, size_t n)
 	return false;
 }
 
-struct key_list {
-	uint8_t *keys;
-	size_t key_size, n, cap;
-};
-
-static int key_list_add(struct key_list *l, const void *key)
+int egr_key_list_add(struct egr_key_list *l, const void *key)
 {
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 64;
@@ -312,7 +308,7 @@ static int key_list_add(struct key_list *l, const void *key)
 }
 
 struct gc_walk {
-	struct key_list dead;
+	struct egr_key_list dead;
 	const uint32_t *live;
 	size_t nlive;
 };
@@ -323,7 +319,7 @@ static int gc_one(void *ctx, const void *key, const void *value)
 	uint32_t pid;
 
 	memcpy(&pid, (const uint8_t *)key + offsetof(struct egr_lpm4_key, policy_id), sizeof(pid));
-	return is_live(pid, w->live, w->nlive) ? 0 : key_list_add(&w->dead, key);
+	return is_live(pid, w->live, w->nlive) ? 0 : egr_key_list_add(&w->dead, key);
 }
 
 /* Collect then delete: deleting while walking an LPM trie with
@@ -356,12 +352,12 @@ int egr_bpf_gc_rules(struct egr_bpf *b, const uint32_t *live, size_t n)
 
 static int add_id(void *ctx, const void *key, const void *value)
 {
-	return key_list_add(ctx, key);
+	return egr_key_list_add(ctx, key);
 }
 
 int egr_bpf_list_sandbox_ids(struct egr_bpf *b, uint32_t **ids, size_t *n)
 {
-	struct key_list l = { .key_size = sizeof(uint32_t) };
+	struct egr_key_list l = { .key_size = sizeof(uint32_t) };
 	int err = egr_kmap_walk(b->fd_sandboxes, 0, add_id, &l);
 
 	if (err) {
@@ -415,7 +411,7 @@ struct dests_walk {
 	uint32_t sandbox_id;
 	struct egr_dest *out;
 	size_t max, n;
-	struct key_list keys; /* every key of the sandbox (out may hold fewer) */
+	struct egr_key_list keys; /* every key of the sandbox (out may hold fewer) */
 };
 
 static int dest_one(void *ctx, const void *key, const void *value)
@@ -430,7 +426,7 @@ static int dest_one(void *ctx, const void *key, const void *value)
 		memcpy(&w->out[w->n].val, value, sizeof(w->out[w->n].val));
 		w->n++;
 	}
-	return key_list_add(&w->keys, key);
+	return egr_key_list_add(&w->keys, key);
 }
 
 int egr_bpf_sandbox_dests_count(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *entries,
@@ -657,7 +653,7 @@ uint64_t egr_bpf_rules_capacity(struct egr_bpf *b, int family)
 
 struct tenant_flagged {
 	uint32_t tenant_id;
-	struct key_list ids;
+	struct egr_key_list ids;
 };
 
 static int add_if_flagged(void *ctx, const void *key, const void *value)
@@ -667,7 +663,7 @@ static int add_if_flagged(void *ctx, const void *key, const void *value)
 
 	if (sb->tenant_id != t->tenant_id || !(sb->flags & EGR_SB_TENANT_NO_QUOTA))
 		return 0;
-	return key_list_add(&t->ids, key);
+	return egr_key_list_add(&t->ids, key);
 }
 
 /* Take EGR_SB_TENANT_NO_QUOTA off every entry of the tenant: its packets
@@ -800,83 +796,6 @@ int egr_bpf_kmap_usage(struct egr_bpf *b, enum egr_kmap_id m, uint64_t *entries,
 	}
 	*capacity = capacity_of(fd);
 	return egr_kmap_walk(fd, 0, count_one, entries);
-}
-
-/* --- the DNS proxy's and the inspection proxy's maps --------------------------- */
-
-int egr_bpf_dns_client_lookup(struct egr_bpf *b, const struct egr_dns_client_key *key,
-			      struct egr_dns_client_val *val)
-{
-	if (bpf_map_lookup_elem(b->fd_dns_clients, key, val) == 0)
-		return 1;
-	return errno == ENOENT ? 0 : -errno;
-}
-
-int egr_bpf_dns_budget_set(struct egr_bpf *b, uint32_t sandbox_id, uint32_t rate,
-			   uint32_t burst)
-{
-	struct egr_dns_budget v = { .tokens = burst, .rate = rate, .burst = burst };
-	struct timespec ts;
-
-	/* bpf_ktime_get_ns() is CLOCK_MONOTONIC. */
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	v.stamp_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	return bpf_map_update_elem(b->fd_dns_budget, &sandbox_id, &v, BPF_ANY) < 0 ? -errno : 0;
-}
-
-int egr_bpf_dns_budget_dropped(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *dropped)
-{
-	struct egr_dns_budget v;
-
-	if (bpf_map_lookup_elem(b->fd_dns_budget, &sandbox_id, &v) < 0)
-		return -errno;
-	*dropped = v.dropped;
-	return 0;
-}
-
-struct purge_walk {
-	uint32_t sandbox_id;
-	struct key_list keys;
-};
-
-static int purge_one(void *ctx, const void *key, const void *value)
-{
-	struct purge_walk *w = ctx;
-	const struct egr_dns_client_val *v = value;
-
-	return v->sandbox_id == w->sandbox_id ? key_list_add(&w->keys, key) : 0;
-}
-
-int egr_bpf_dns_clients_purge(struct egr_bpf *b, uint32_t sandbox_id, unsigned *purged)
-{
-	struct purge_walk w = { .sandbox_id = sandbox_id,
-				.keys = { .key_size = sizeof(struct egr_dns_client_key) } };
-	uint32_t count = 0;
-	int err;
-
-	*purged = 0;
-	/* The map's walk costs ~1 ms even when empty; none counted, none there. */
-	if (bpf_map_lookup_elem(b->fd_dns_clients_n, &sandbox_id, &count) < 0 && errno != ENOENT)
-		return -errno;
-	if (!count) {
-		bpf_map_delete_elem(b->fd_dns_clients_n, &sandbox_id);
-		bpf_map_delete_elem(b->fd_dns_budget, &sandbox_id);
-		return 0;
-	}
-	err = egr_kmap_walk(b->fd_dns_clients, 0, purge_one, &w);
-	for (size_t i = 0; i < w.keys.n; i++)
-		if (bpf_map_delete_elem(b->fd_dns_clients, w.keys.keys + i * w.keys.key_size) == 0)
-			(*purged)++;
-	free(w.keys.keys);
-	bpf_map_delete_elem(b->fd_dns_clients_n, &sandbox_id);
-	bpf_map_delete_elem(b->fd_dns_budget, &sandbox_id);
-	return err;
-}
-
-int egr_bpf_inspect_take(struct egr_bpf *b, const struct egr_inspect_key *key,
-			 struct egr_inspect_orig *out)
-{
-	return bpf_map_lookup_and_delete_elem(b->fd_inspect_orig, key, out) < 0 ? -errno : 0;
 }
 
 /* --- the escape guard's homes -------------------------------------------------- */

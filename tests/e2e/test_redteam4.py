@@ -229,3 +229,80 @@ def redteam4_audit_verify_without_libcrypto_fails(c):
     check(r.returncode != 0 and not r.stdout.startswith("ok"),
           "audit verify of a hand-edited log (record %d) said: %d %r" %
           (edited, r.returncode, r.stdout))
+
+
+# --- 4. state files on the commit queue -------------------------------------------------
+
+RT4_BURST = 6
+
+
+@test
+def redteam4_kill_mid_update_burst_keeps_acked_narrowing(c):
+    """The attack: egressd is SIGKILLed while a burst of updates (each
+    narrowing {a, b} to {a}), two updates of the same sandbox (both narrow:
+    the second renames over the first's pending file, pending_forget), and a
+    detach are on the commit queue, right after the first reply; meanwhile a
+    hand-truncated state file of another sandbox is planted. After the
+    restart every acknowledged update refuses b and allows a, an
+    acknowledged detach allows nothing, no sandbox reaches c (never
+    allowed), and the truncated one is held under deny-all. Twin: before
+    the burst every sandbox reached a and b; adopted untouched sandboxes
+    still reach a."""
+    a, b, cc = c.tcp("rt4-a"), c.tcp("rt4-b"), c.tcp("rt4-c")
+    wide = c.policy(["127.0.0.1:%d" % a.port, "127.0.0.1:%d" % b.port])
+    sbs = [Sandbox(c, wide, "rt4-upd") for _ in range(RT4_BURST)]
+    for sb in sbs:
+        CLEANUP.push("rt4 sandbox", sb.remove)
+        sb.__enter__()
+    for sb in sbs:
+        sb.allowed("tcp", "127.0.0.1", b.port)        # twin: b before the burst
+    upd, dbl, det, cut = sbs[:3], sbs[3], sbs[4], sbs[5]
+    cut_id = sandbox_id(c, cut)
+    narrow = [json.load(open(c.policy(["127.0.0.1:%d" % a.port]))) for _ in range(5)]
+    reqs = [(sb, {"op": "update", "cgroup": sb.cg, "policy": narrow[i]})
+            for i, sb in enumerate(upd)]
+    reqs += [(dbl, {"op": "update", "cgroup": dbl.cg, "policy": narrow[3]}),
+             (dbl, {"op": "update", "cgroup": dbl.cg, "policy": narrow[4]}),
+             (det, {"op": "detach", "cgroup": det.cg})]
+    acked, lock, first = [], threading.Lock(), threading.Event()
+
+    def send(i, req):
+        try:
+            r = ctl_request(c.sock, req, timeout=30)
+        except (OSError, ValueError):
+            r = None
+        if r and r.get("ok"):
+            with lock:
+                acked.append(i)
+            first.set()
+
+    threads = [threading.Thread(target=send, args=(i, q), daemon=True)
+               for i, (_, q) in enumerate(reqs)]
+    try:
+        for t in threads:
+            t.start()
+        # Planted while the batch is pending: a truncated file of `cut`.
+        with open(os.path.join(c.state, "sandboxes", "%d.json" % cut_id), "r+") as f:
+            f.truncate(17)
+        got = first.wait(30)
+        c.daemon.kill9()
+        for t in threads:
+            t.join(30)
+        with lock:
+            done = sorted(acked)
+        check(got and done, "nothing of the burst was acknowledged before the kill")
+        log("acknowledged before the kill: %r of %d" % (done, len(reqs)))
+    finally:
+        c.ensure_daemon()
+    for i, (sb, q) in enumerate(reqs):
+        sb.denied("tcp", "127.0.0.1", cc.port)
+        if q["op"] == "detach":
+            if i in done:
+                sb.denied("tcp", "127.0.0.1", a.port)
+            continue
+        if i in done:
+            sb.denied("tcp", "127.0.0.1", b.port)
+        sb.allowed("tcp", "127.0.0.1", a.port)
+    cut.denied("tcp", "127.0.0.1", cc.port)
+    cut.denied("tcp", "127.0.0.1", a.port)   # held: deny-all
+    det.attached = det.attached and (len(reqs) - 1) not in done

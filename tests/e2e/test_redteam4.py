@@ -306,3 +306,311 @@ def redteam4_kill_mid_update_burst_keeps_acked_narrowing(c):
     cut.denied("tcp", "127.0.0.1", cc.port)
     cut.denied("tcp", "127.0.0.1", a.port)   # held: deny-all
     det.attached = det.attached and (len(reqs) - 1) not in done
+
+
+# --- 5. DNS answers judged again after an update ----------------------------------------
+
+RT4_SLOW_S = 0.4
+RT4_SLOW_ADDR = "127.0.0.32"
+RT4_SLACK_S = 0.1
+NOERROR, REFUSED = 0, 5
+
+
+def rt4_answer(q):
+    """The reply to query q: A queries get RT4_SLOW_ADDR, others no record."""
+    end = q.index(b"\0", 12) + 5
+    qtype = struct.unpack(">H", q[end - 4:end - 2])[0]
+    if qtype == 1:
+        return (q[:2] + struct.pack(">HHHHH", 0x8180, 1, 1, 0, 0) + q[12:end] +
+                struct.pack(">HHHIH", 0xc00c, 1, 1, 0, 4) + socket.inet_aton(RT4_SLOW_ADDR))
+    return q[:2] + struct.pack(">HHHHH", 0x8180, 1, 0, 0, 0) + q[12:end]
+
+
+class Rt4SlowUpstream:
+    """egressd's upstream itself, on UDP and TCP: every answer RT4_SLOW_S late
+    (TCP: pipelined queries on one connection answered in turn)."""
+
+    def __init__(self):
+        for _ in range(20):
+            self.port = free_udp_tcp_port("127.0.0.1")
+            try:
+                self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                self.udp.bind(("127.0.0.1", self.port))
+                self.tcp = socket.socket()
+                self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                self.tcp.bind(("127.0.0.1", self.port))
+                self.tcp.listen(64)
+                break
+            except OSError:
+                self.udp.close()
+                continue
+        self.stop_ev = threading.Event()
+        self.due = []      # (time, send function)
+        self.lock = threading.Lock()
+        self.th = threading.Thread(target=self.loop, daemon=True)
+        self.th.start()
+
+    def later(self, fn):
+        with self.lock:
+            self.due.append((time.monotonic() + RT4_SLOW_S, fn))
+
+    def loop(self):
+        conns = {}
+        while not self.stop_ev.is_set():
+            r, _, _ = select.select([self.udp, self.tcp] + list(conns), [], [], 0.01)
+            for s in r:
+                try:
+                    if s is self.udp:
+                        q, peer = s.recvfrom(4096)
+                        if len(q) > 12:
+                            rep = rt4_answer(q)
+                            self.later(lambda rep=rep, peer=peer: self.udp.sendto(rep, peer))
+                    elif s is self.tcp:
+                        conn, _ = s.accept()
+                        conns[conn] = b""
+                    else:
+                        d = s.recv(65536)
+                        if not d:
+                            del conns[s]
+                            s.close()
+                            continue
+                        buf = conns[s] + d
+                        while len(buf) >= 2 and len(buf) >= 2 + struct.unpack(">H", buf[:2])[0]:
+                            n = struct.unpack(">H", buf[:2])[0]
+                            rep = rt4_answer(buf[2:2 + n])
+                            buf = buf[2 + n:]
+                            self.later(lambda rep=rep, s=s: s.sendall(
+                                struct.pack(">H", len(rep)) + rep))
+                        conns[s] = buf
+                except (OSError, ValueError):
+                    pass
+            now = time.monotonic()
+            with self.lock:
+                ready = [d for d in self.due if d[0] <= now]
+                self.due = [d for d in self.due if d[0] > now]
+            for _, fn in ready:
+                try:
+                    fn()
+                except OSError:
+                    pass
+        for s in conns:
+            s.close()
+
+    def stop(self):
+        self.stop_ev.set()
+        self.th.join(5)
+        self.udp.close()
+        self.tcp.close()
+
+
+def rt4_with_slow_upstream(c, fn):
+    need_dnsmasq(c)
+    up = Rt4SlowUpstream()
+    CLEANUP.push("rt4 slow upstream", up.stop)
+    saved = c.dns_args
+    c.dns_args = ["--dns-upstream", "127.0.0.1:%d" % up.port, "--dns-min-ttl", str(DNS_MIN_TTL)]
+    try:
+        restart_daemon(c, list(c.daemon.extra_args))
+        return fn()
+    finally:
+        c.dns_args = saved
+        restart_daemon(c, list(c.daemon.extra_args))
+
+
+def rt4_dns_policy(c, names, types=None):
+    net = dict(DNS_REBIND_LO, dns_allow=list(names))
+    if types is not None:
+        net["dns_types"] = list(types)
+    return c.policy([], extra_network=net)
+
+
+# A stream of queries (name:qtype, taken in turn) to 127.0.0.2:53 over UDP
+# or over one TCP connection (pipelined), one every INTERVAL s for DURATION
+# s, then MORE s of reading. Prints "start", then one JSON line per query.
+RT4_STREAM = r"""
+import json, random, select, socket, struct, sys, time
+mode, qs, interval, duration, more = (sys.argv[1], sys.argv[2].split(","), float(sys.argv[3]),
+                                      float(sys.argv[4]), float(sys.argv[5]))
+QT = {"A": 1, "AAAA": 28, "TXT": 16}
+if mode == "udp":
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+else:
+    s = socket.create_connection(("127.0.0.2", 53), timeout=2)
+s.setblocking(False)
+def query(qid, name, qt):
+    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+    for label in name.split("."):
+        q += bytes([len(label)]) + label.encode()
+    return q + b"\0" + struct.pack(">HH", QT[qt], 1)
+sent, i, buf, closed = {}, 0, b"", False
+print("start", flush=True)
+t0 = time.monotonic()
+nxt = t0
+def got(m):
+    if len(m) >= 12:
+        e = sent.get(struct.unpack(">H", m[:2])[0])
+        if e is not None and e["got"] is None:
+            e["got"] = time.monotonic()
+            e["rcode"] = struct.unpack(">H", m[2:4])[0] & 15
+while True:
+    now = time.monotonic()
+    if now - t0 >= duration + more:
+        break
+    if now - t0 < duration and now >= nxt:
+        qid = random.getrandbits(16)
+        while qid in sent:
+            qid = random.getrandbits(16)
+        name, qt = qs[i % len(qs)].split(":")
+        i += 1
+        q = query(qid, name, qt)
+        try:
+            if mode == "udp":
+                s.sendto(q, ("127.0.0.2", 53))
+            else:
+                s.setblocking(True)
+                s.sendall(struct.pack(">H", len(q)) + q)
+                s.setblocking(False)
+        except OSError:
+            pass
+        sent[qid] = {"name": name, "qtype": qt, "sent": now, "got": None, "rcode": None}
+        nxt += interval
+    r, _, _ = select.select([s], [], [], 0.002)
+    while r and not closed:
+        try:
+            m = s.recv(65536)
+        except BlockingIOError:
+            break
+        except OSError:
+            continue
+        if mode == "udp":
+            got(m)
+            continue
+        if not m:
+            closed = True
+            break
+        buf += m
+        while len(buf) >= 2 and len(buf) >= 2 + struct.unpack(">H", buf[:2])[0]:
+            n = struct.unpack(">H", buf[:2])[0]
+            got(buf[2:2 + n])
+            buf = buf[2 + n:]
+for e in sent.values():
+    print(json.dumps(e))
+print(json.dumps({"closed": closed}))
+"""
+
+
+def rt4_stream(c, cg, mode, qs, interval=0.02, duration=2.0, more=1.0):
+    p = subprocess.Popen([sys.executable, "-c", RT4_STREAM, mode, ",".join(qs), str(interval),
+                          str(duration), str(more)], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=join_cgroup_fn(cg))
+    CLEANUP.push("rt4 query stream", lambda: p.poll() is None and p.kill())
+    check(p.stdout.readline().strip() == "start", "the query stream did not start")
+    return p
+
+
+def rt4_stream_end(p):
+    out, err = p.communicate(timeout=30)
+    check(p.returncode == 0, "the query stream failed: %r" % err[-400:])
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return [r for r in rows if "name" in r], rows[-1].get("closed")
+
+
+def rt4_judge(qs, drop, keep, t0, t1, what, tcp_reset=False):
+    """drop: (name, qtype) the update refused; keep: the one it kept.
+    tcp_reset: the update's teardown resets the TCP connection to the proxy
+    (holes_redteam4.py): what was in flight may go unanswered, and the twin
+    is judged up to the update only."""
+    gone = [q for q in qs if (q["name"], q["qtype"]) == drop]
+    kept = [q for q in qs if (q["name"], q["qtype"]) == keep]
+    check(len(gone) > 20 and len(kept) > 20, "%s: the stream sent too little" % what)
+    check(any(q["rcode"] == NOERROR and q["got"] < t0 for q in gone if q["got"]),
+          "%s: %s never resolved before the update (proves nothing)" % (what, drop))
+    late = [q for q in gone if q["rcode"] == NOERROR and q["got"] > t1 + RT4_SLACK_S]
+    check(not late, "%s: %d NOERROR for %s after the update's reply, the last %.0f ms after: "
+          "%r" % (what, len(late), drop, (max(q["got"] for q in late) - t1) * 1000
+                  if late else 0, late[:2]))
+    inflight = [q for q in gone if q["sent"] < t0 and (q["got"] is None or
+                                                       q["got"] > t1 + RT4_SLACK_S)]
+    check(inflight, "%s: nothing of %s in flight at the update" % (what, drop))
+    ok_rcodes = (REFUSED, None) if tcp_reset else (REFUSED,)
+    check(all(q["rcode"] in ok_rcodes for q in inflight),
+          "%s: answers in flight at the update not REFUSED: %r" %
+          (what, [q for q in inflight if q["rcode"] not in ok_rcodes][:3]))
+    if tcp_reset:
+        kept = [q for q in kept if q["got"] is not None and q["got"] < t0]
+        check(kept, "%s: twin %s never answered before the update" % (what, keep))
+    bad = [q for q in kept if q["rcode"] != NOERROR]
+    check(not bad, "%s: twin %s failed %d times: %r" % (what, keep, len(bad), bad[:3]))
+
+
+@test
+def redteam4_dns_narrowed_in_flight_qtype_tcp_reattach(c):
+    """The attacks, queries kept in flight by a 400 ms upstream: (1) over
+    UDP, the update drops a qtype (A) rather than a name; (2) over one TCP
+    connection with pipelined queries, the update drops the name; (3) the
+    cgroup is detached and attached again with a policy without the name.
+    No NOERROR for what was dropped after the reply; what was in flight is
+    REFUSED (over TCP the update's teardown resets the connection, so they
+    may go unanswered: holes_redteam4.py; after the detach, never
+    answered); nothing refused is
+    learned (a connect to the answered address stays EPERM). Twins: the
+    kept name/qtype answers throughout; a widened policy (a name added)
+    resolves the new name."""
+    def body():
+        out = {}
+        with Sandbox(c, rt4_dns_policy(c, ["slow.test", "keep.test"], ["A", "AAAA"]),
+                     "rt4-dnsq") as sb:
+            p = rt4_stream(c, sb.cg, "udp", ["slow.test:A", "slow.test:AAAA"])
+            time.sleep(1.0)
+            t0 = time.monotonic()
+            sb.update(rt4_dns_policy(c, ["slow.test", "keep.test"], ["AAAA"]))
+            t1 = time.monotonic()
+            out["qtype"] = (rt4_stream_end(p)[0], t0, t1)
+            sb.denied("tcp", RT4_SLOW_ADDR, 443)
+            # Widened: a name added resolves at once.
+            sb.update(rt4_dns_policy(c, ["slow.test", "keep.test", "wide.test"], ["A"]))
+            dns_ok(c, sb, "wide.test", want=RT4_SLOW_ADDR)
+        with Sandbox(c, rt4_dns_policy(c, ["slow.test", "keep.test"]), "rt4-dnst") as sb:
+            p = rt4_stream(c, sb.cg, "tcp", ["slow.test:A", "keep.test:A"], interval=0.03)
+            time.sleep(1.0)
+            t0 = time.monotonic()
+            sb.update(rt4_dns_policy(c, ["keep.test"]))
+            t1 = time.monotonic()
+            qs, closed = rt4_stream_end(p)
+            out["tcp"] = (qs, t0, t1, closed)
+            # Twin over a new connection: the kept name, and the dropped one refused.
+            dns_ok(c, sb, "keep.test", mode="tcp", want=RT4_SLOW_ADDR)
+            dns_refused(c, sb, "slow.test", mode="tcp")
+        with Sandbox(c, rt4_dns_policy(c, ["slow.test", "keep.test"]), "rt4-dnsr") as sb:
+            p = rt4_stream(c, sb.cg, "udp", ["slow.test:A", "keep.test:A"])
+            time.sleep(1.0)
+            t0 = time.monotonic()
+            sb.detach()
+            t_det = time.monotonic()
+            sb.policy = rt4_dns_policy(c, ["keep.test"])
+            sb.attach()
+            t1 = time.monotonic()
+            out["reattach"] = (rt4_stream_end(p)[0], t0, t_det)
+            sb.denied("tcp", RT4_SLOW_ADDR, 443)
+            # The stream's socket died with the detach's walk; new ones ask
+            # under the new policy (the twin: the name kept resolves).
+            dns_ok(c, sb, "keep.test", want=RT4_SLOW_ADDR)
+            dns_refused(c, sb, "slow.test")
+        return out
+
+    out = rt4_with_slow_upstream(c, body)
+    qs, t0, t1 = out["qtype"]
+    rt4_judge(qs, ("slow.test", "A"), ("slow.test", "AAAA"), t0, t1, "UDP, qtype dropped")
+    qs, t0, t1, closed = out["tcp"]
+    log("TCP stream: connection ended during the stream: %s" % closed)
+    rt4_judge(qs, ("slow.test", "A"), ("keep.test", "A"), t0, t1, "TCP pipelined, name dropped",
+              tcp_reset=True)
+    qs, t0, t1 = out["reattach"]
+    gone = [q for q in qs if q["name"] == "slow.test"]
+    # t1 here: the detach's reply; nothing for slow.test may come after it.
+    late = [q for q in gone if q["rcode"] == NOERROR and q["got"] > t1 + RT4_SLACK_S]
+    check(any(q["rcode"] == NOERROR and q["got"] < t0 for q in gone if q["got"]),
+          "re-attach: slow.test never resolved before the detach (proves nothing)")
+    check(not late, "re-attach: %d NOERROR for slow.test after the detach's reply: %r" %
+          (len(late), late[:2]))

@@ -65,6 +65,52 @@ def holes_redteam4_update_resets_dns_tcp_connection(c):
            if lost else 0))
 
 
+RT4H_CONNECTED_UDP = r"""
+import errno, socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.connect(("127.0.0.2", 53))
+s.settimeout(2)
+def ask(qid):
+    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + b"\x03api\x04test\x00" + \
+        struct.pack(">HH", 1, 1)
+    try:
+        s.send(q)
+        m = s.recv(4096)
+        return "rcode%d" % (struct.unpack(">H", m[2:4])[0] & 15)
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno)) if e.errno else "timeout"
+print(ask(1), flush=True)
+sys.stdin.readline()
+print(ask(2), flush=True)
+"""
+
+
+@test
+def holes_redteam4_update_kills_connected_dns_udp_socket(c):
+    """The same teardown for a connected UDP resolver socket (glibc's stub
+    resolver connect()s its UDP socket to the nameserver): after any update
+    the socket the sandbox keeps is destroyed (its next send fails), though
+    the name stays allowed. Mechanism and fix as
+    holes_redteam4_update_resets_dns_tcp_connection (peer_allowed does not
+    know the sandbox's UDP listener either). Twin: a new socket resolves."""
+    need_dnsmasq(c)
+    import subprocess
+    with Sandbox(c, c.policy([], extra_network=dict(DNS_REBIND_LO, dns_allow=["api.test"])),
+                 "rt4h-udp") as sb:
+        p = subprocess.Popen([sys.executable, "-c", RT4H_CONNECTED_UDP], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=join_cgroup_fn(sb.cg))
+        CLEANUP.push("rt4h udp", lambda: p.poll() is None and p.kill())
+        first = p.stdout.readline().strip()
+        check(first == "rcode0", "the connected socket's first query: %r" % first)
+        sb.update(c.policy(["127.0.0.1:9"], extra_network=dict(DNS_REBIND_LO,
+                                                              dns_allow=["api.test"])))
+        out, _ = p.communicate("go\n", timeout=10)
+        dns_ok(c, sb, "api.test", want=DNS_ZONE["api.test"])
+        check(out.strip() == "rcode0", "the same connected socket after an update that keeps "
+              "api.test: %r (want rcode0)" % out.strip())
+
+
 if __name__ == "__main__":
     from harness.runner import main
     sys.exit(main("red team 4 holes (tests that fail until fixed)"))

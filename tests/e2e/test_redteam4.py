@@ -148,7 +148,12 @@ def err(fn):
         return "ok"
     except OSError as e:
         return errno.errorcode.get(e.errno, str(e.errno))
-print(err(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)),
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+params = ctypes.create_string_buffer(120)
+fd = libc.syscall(425, 1, params)  # io_uring_setup: IORING_OP_SOCKET would follow
+uring = "ok" if fd >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+print(uring, err(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)),
       err(lambda: socket.socket(43, socket.SOCK_STREAM, 0)),           # AF_SMC
       err(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 256)),  # IPPROTO_SMC
       err(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM, 0)))
@@ -162,22 +167,25 @@ def redteam4_run_filter_is_the_policys(c):
     filter: not the kernel's EAFNOSUPPORT), and AF_SMC, the one family whose
     kernel TCP socket the detach's count cannot see, is refused by the
     filter under every policy (this kernel has no SMC: the kernel alone
-    would say EAFNOSUPPORT). Twin: a policy naming "netlink" gets its
+    would say EAFNOSUPPORT); io_uring (whose IORING_OP_SOCKET seccomp would
+    not see) is refused under both. Twin: a policy naming "netlink" gets its
     AF_NETLINK socket in the same script, and plain TCP works under both."""
     narrow = c.policy(["127.0.0.1:9"])
     wide = c.policy(["127.0.0.1:9"], sockets=["netlink"])
     r = adv_run(c, narrow, RUN_PY, "-c", RT4_FAMILIES)
     check(r.returncode == 0, "run (narrow): %d %r" % (r.returncode, r.stderr[-300:]))
     got = r.stdout.split()
-    check(got == ["EPERM", "EPERM", got[2], "ok"] and got[2] != "ok",
-          "a policy without netlink: netlink, AF_SMC, IPPROTO_SMC, TCP = %r "
-          "(want EPERM EPERM <refused> ok)" % got)
+    check(len(got) == 5 and got[:3] == ["EPERM", "EPERM", "EPERM"] and got[3] != "ok" and
+          got[4] == "ok",
+          "a policy without netlink: io_uring_setup, netlink, AF_SMC, IPPROTO_SMC, TCP = %r "
+          "(want EPERM EPERM EPERM <refused> ok)" % got)
     r = adv_run(c, wide, RUN_PY, "-c", RT4_FAMILIES)
     check(r.returncode == 0, "run (wide): %d %r" % (r.returncode, r.stderr[-300:]))
     got = r.stdout.split()
-    check(got[0] == "ok" and got[1] == "EPERM" and got[3] == "ok",
-          "twin: a policy naming netlink: netlink, AF_SMC, IPPROTO_SMC, TCP = %r "
-          "(want ok EPERM * ok)" % got)
+    check(len(got) == 5 and got[0] == "EPERM" and got[1] == "ok" and got[2] == "EPERM" and
+          got[4] == "ok",
+          "twin: a policy naming netlink: io_uring_setup, netlink, AF_SMC, IPPROTO_SMC, TCP = "
+          "%r (want EPERM ok EPERM * ok)" % got)
 
 
 # --- 3. egressctl audit verify without a linked libcrypto -------------------------------

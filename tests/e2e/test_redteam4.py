@@ -319,18 +319,22 @@ def redteam4_kill_mid_update_burst_keeps_acked_narrowing(c):
 # --- 5. DNS answers judged again after an update ----------------------------------------
 
 RT4_SLOW_S = 0.4
-RT4_SLOW_ADDR = "127.0.0.32"
+RT4_SLOW_ADDR = "127.0.0.32"   # slow.test's (and wide.test's) address
+RT4_KEEP_ADDR = "127.0.0.33"   # keep.test's
 RT4_SLACK_S = 0.1
 NOERROR, REFUSED = 0, 5
 
 
 def rt4_answer(q):
-    """The reply to query q: A queries get RT4_SLOW_ADDR, others no record."""
+    """The reply to query q: A queries get RT4_KEEP_ADDR for keep.test and
+    RT4_SLOW_ADDR for any other name (TTL 60 s: learned for the whole test),
+    other types no record."""
     end = q.index(b"\0", 12) + 5
     qtype = struct.unpack(">H", q[end - 4:end - 2])[0]
+    addr = RT4_KEEP_ADDR if b"\x04keep\x04test\x00" in q[12:end] else RT4_SLOW_ADDR
     if qtype == 1:
         return (q[:2] + struct.pack(">HHHHH", 0x8180, 1, 1, 0, 0) + q[12:end] +
-                struct.pack(">HHHIH", 0xc00c, 1, 1, 0, 4) + socket.inet_aton(RT4_SLOW_ADDR))
+                struct.pack(">HHHIH", 0xc00c, 1, 1, 60, 4) + socket.inet_aton(addr))
     return q[:2] + struct.pack(">HHHHH", 0x8180, 1, 0, 0, 0) + q[12:end]
 
 
@@ -425,11 +429,13 @@ def rt4_with_slow_upstream(c, fn):
         restart_daemon(c, list(c.daemon.extra_args))
 
 
-def rt4_dns_policy(c, names, types=None):
+def rt4_dns_policy(c, names, types=None, hosts=()):
+    """names to resolve; hosts: "name:port" outbound entries (their answers
+    are learned with that port)."""
     net = dict(DNS_REBIND_LO, dns_allow=list(names))
     if types is not None:
         net["dns_types"] = list(types)
-    return c.policy([], extra_network=net)
+    return c.policy(list(hosts), extra_network=net)
 
 
 # A stream of queries (name:qtype, taken in turn) to 127.0.0.2:53 over UDP
@@ -562,9 +568,13 @@ def redteam4_dns_narrowed_in_flight_qtype_tcp_reattach(c):
     REFUSED (over TCP the update's teardown resets the connection, so they
     may go unanswered: holes_redteam4.py; after the detach, never
     answered); nothing refused is
-    learned (a connect to the answered address stays EPERM). Twins: the
-    kept name/qtype answers throughout; a widened policy (a name added)
-    resolves the new name."""
+    learned (over TCP and after the re-attach, a connect to the dropped
+    name's address, reachable before, is EPERM). Twins: the kept name/qtype
+    answers throughout and its address is reachable; a widened policy (a
+    name added) resolves the new name."""
+    slow_srv = c.tcp("rt4-slow", host=RT4_SLOW_ADDR)
+    keep_srv = c.tcp("rt4-keep", host=RT4_KEEP_ADDR)
+
     def body():
         out = {}
         with Sandbox(c, rt4_dns_policy(c, ["slow.test", "keep.test"], ["A", "AAAA"]),
@@ -575,35 +585,42 @@ def redteam4_dns_narrowed_in_flight_qtype_tcp_reattach(c):
             sb.update(rt4_dns_policy(c, ["slow.test", "keep.test"], ["AAAA"]))
             t1 = time.monotonic()
             out["qtype"] = (rt4_stream_end(p)[0], t0, t1)
-            sb.denied("tcp", RT4_SLOW_ADDR, 443)
             # Widened: a name added resolves at once.
             sb.update(rt4_dns_policy(c, ["slow.test", "keep.test", "wide.test"], ["A"]))
             dns_ok(c, sb, "wide.test", want=RT4_SLOW_ADDR)
-        with Sandbox(c, rt4_dns_policy(c, ["slow.test", "keep.test"]), "rt4-dnst") as sb:
+        hosts = ["slow.test:%d" % slow_srv.port, "keep.test:%d" % keep_srv.port]
+        with Sandbox(c, rt4_dns_policy(c, [], hosts=hosts), "rt4-dnst") as sb:
             p = rt4_stream(c, sb.cg, "tcp", ["slow.test:A", "keep.test:A"], interval=0.03)
             time.sleep(1.0)
+            # Twin: what the answers taught the kernel before the update.
+            sb.allowed("tcp", RT4_SLOW_ADDR, slow_srv.port)
             t0 = time.monotonic()
-            sb.update(rt4_dns_policy(c, ["keep.test"]))
+            sb.update(rt4_dns_policy(c, [], hosts=hosts[1:]))
             t1 = time.monotonic()
             qs, closed = rt4_stream_end(p)
             out["tcp"] = (qs, t0, t1, closed)
+            # The answers in flight taught nothing: the dropped name's address
+            # stays refused; the kept one's is reachable.
+            sb.denied("tcp", RT4_SLOW_ADDR, slow_srv.port)
+            sb.allowed("tcp", RT4_KEEP_ADDR, keep_srv.port)
             # Twin over a new connection: the kept name, and the dropped one refused.
-            dns_ok(c, sb, "keep.test", mode="tcp", want=RT4_SLOW_ADDR)
+            dns_ok(c, sb, "keep.test", mode="tcp", want=RT4_KEEP_ADDR)
             dns_refused(c, sb, "slow.test", mode="tcp")
-        with Sandbox(c, rt4_dns_policy(c, ["slow.test", "keep.test"]), "rt4-dnsr") as sb:
+        with Sandbox(c, rt4_dns_policy(c, [], hosts=hosts), "rt4-dnsr") as sb:
             p = rt4_stream(c, sb.cg, "udp", ["slow.test:A", "keep.test:A"])
             time.sleep(1.0)
+            sb.allowed("tcp", RT4_SLOW_ADDR, slow_srv.port)   # twin: learned before
             t0 = time.monotonic()
             sb.detach()
             t_det = time.monotonic()
-            sb.policy = rt4_dns_policy(c, ["keep.test"])
+            sb.policy = rt4_dns_policy(c, [], hosts=hosts[1:])
             sb.attach()
             t1 = time.monotonic()
             out["reattach"] = (rt4_stream_end(p)[0], t0, t_det)
-            sb.denied("tcp", RT4_SLOW_ADDR, 443)
+            sb.denied("tcp", RT4_SLOW_ADDR, slow_srv.port)
             # The stream's socket died with the detach's walk; new ones ask
             # under the new policy (the twin: the name kept resolves).
-            dns_ok(c, sb, "keep.test", want=RT4_SLOW_ADDR)
+            dns_ok(c, sb, "keep.test", want=RT4_KEEP_ADDR)
             dns_refused(c, sb, "slow.test")
         return out
 

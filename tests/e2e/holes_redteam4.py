@@ -13,7 +13,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import *  # noqa: E402,F401,F403
-from test_redteam4 import (NOERROR, RT4_SLOW_ADDR, rt4_dns_policy, rt4_stream,  # noqa: E402
+from test_redteam4 import (NOERROR, RT4_KEEP_ADDR, rt4_dns_policy, rt4_stream,  # noqa: E402
                            rt4_stream_end, rt4_with_slow_upstream)
 
 
@@ -51,7 +51,7 @@ def holes_redteam4_update_resets_dns_tcp_connection(c):
                 DNS_REBIND_LO, dns_allow=["keep.test"])))
             t1 = time.monotonic()
             qs, ended = rt4_stream_end(p)
-            dns_ok(c, sb, "keep.test", mode="tcp", want=RT4_SLOW_ADDR)  # a new connection
+            dns_ok(c, sb, "keep.test", mode="tcp", want=RT4_KEEP_ADDR)  # a new connection
         return qs, t0, t1, ended
 
     qs, t0, t1, ended = rt4_with_slow_upstream(c, body)

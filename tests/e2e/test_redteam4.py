@@ -140,6 +140,79 @@ def redteam4_mptcp_socket_counted(c):
     rt4_handed_out_dies(c, cg, catch, peer, "an MPTCP socket")
 
 
+# Inherits an outside listener (fd argv[2]), accepts one connection on it and
+# hands the accepted socket back out.
+RT4_ACCEPT_OUTSIDE = r"""
+import socket, sys
+lis = socket.socket(fileno=int(sys.argv[2]))
+lis.settimeout(5)
+conn, _ = lis.accept()
+u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+u.connect("\0" + sys.argv[1])
+socket.send_fds(u, [b"fd"], [conn.fileno()])
+print("sent", flush=True)
+"""
+
+
+def rt4_accept_outside(c, cg):
+    """A process in cg accepts, on a listener made outside, a connection from
+    the test and hands the accepted socket out; (accepted fd, our end)."""
+    lis = socket.socket()
+    lis.bind(("127.0.0.1", 0))
+    lis.listen(4)
+    CLEANUP.push("rt4 outside listener", lis.close)
+    catch = FdCatcher()
+    p = subprocess.Popen([sys.executable, "-c", RT4_ACCEPT_OUTSIDE, catch.name,
+                          str(lis.fileno())], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, pass_fds=[lis.fileno()],
+                         preexec_fn=join_cgroup_fn(cg))
+    CLEANUP.push("rt4 acceptor", lambda: p.poll() is None and p.kill())
+    peer = socket.create_connection(lis.getsockname(), timeout=2)
+    CLEANUP.push("rt4 peer", peer.close)
+    out, err = p.communicate(timeout=PROBE_TIMEOUT_S)
+    catch.t.join(PROBE_TIMEOUT_S)
+    check("sent" in out and len(catch.fds) == 1,
+          "accept in the sandbox on an outside listener: %r %r" % (out, err[-300:]))
+    return catch.fds[0], peer
+
+
+@test
+def redteam4_accept_on_outside_listener_skip_equals_walk(c):
+    """The attack: a listener made outside is handed into a fresh sandbox,
+    which accepts on it (the accepted socket is not counted) and hands the
+    connection out, hoping the skipped walk leaves alive what a walk would
+    have ended. An accepted socket takes the listener's cgroup (outside): no
+    count, no walk, and it is no socket of the sandbox either way. The twin
+    proves the skip lost nothing: the same in a sandbox attached without
+    create (the detach walks) leaves the same connection alive, and in both
+    the connection carries data after the detach, as any outside socket.
+    A socket handed into a sandbox is the outside's, under its creator's
+    policy (docs/security.md, "a socket created outside and passed in")."""
+    pol = c.policy(["127.0.0.1:9"])
+    parent = c.mkcgroup("rt4-acc")
+    CLEANUP.push("rt4 parent", cgroup_remove_tree, parent)
+    fresh = rt4_create(c, parent, "fresh", pol)
+    plain = Sandbox(c, pol, "rt4-acc-plain")
+    CLEANUP.push("rt4 plain", plain.remove)
+    plain.__enter__()
+    for cg, want in ((fresh, (0, 1)), (plain.cg, (1, 0))):
+        fd, peer = rt4_accept_outside(c, cg)
+        walked0, skipped0 = rf_detach_walks(c)
+        c.ctl_ok("detach", "--cgroup", cg)
+        walked1, skipped1 = rf_detach_walks(c)
+        check((walked1 - walked0, skipped1 - skipped0) == want,
+              "%s: detach walks +%d, skips +%d (want %r)" %
+              (cg, walked1 - walked0, skipped1 - skipped0, want))
+        acc = socket.socket(fileno=os.dup(fd))
+        try:
+            acc.settimeout(2)
+            acc.sendall(b"ping")
+            check(peer.recv(4) == b"ping", "%s: the accepted connection carries nothing" % cg)
+        finally:
+            acc.close()
+    plain.attached = False
+
+
 RT4_FAMILIES = r"""
 import errno, socket
 def err(fn):

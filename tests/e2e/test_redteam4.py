@@ -10,6 +10,7 @@
 import json
 import os
 import select
+import shutil
 import socket
 import struct
 import subprocess
@@ -387,6 +388,82 @@ def redteam4_kill_mid_update_burst_keeps_acked_narrowing(c):
     cut.denied("tcp", "127.0.0.1", cc.port)
     cut.denied("tcp", "127.0.0.1", a.port)   # held: deny-all
     det.attached = det.attached and (len(reqs) - 1) not in done
+
+
+
+def rt4_tracer_pid(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("TracerPid:"):
+                return int(line.split()[1])
+    return 0
+
+
+@test
+def redteam4_kill_between_rename_and_sync_of_update(c):
+    """The worst moment, made certain: egressd's fdatasync is held 3 s
+    (strace inject delay_enter) while an update narrowing {a, b} to {a} has
+    its state file renamed into place and its reply not sent; then SIGKILL.
+    No reply may have said ok (the reply follows the sync); after the
+    restart the sandbox is adopted, not held, under the policy its file
+    names (old or new, the kernel agreeing): if the new one, b is refused;
+    never a peer neither policy allowed. Twin: a, and b before the update."""
+    strace = shutil.which("strace")
+    check(strace, "strace is missing (tools/install-deps installs it)")
+    a, b, cc = c.tcp("rt4-sa"), c.tcp("rt4-sb"), c.tcp("rt4-sc")
+    wide = c.policy(["127.0.0.1:%d" % a.port, "127.0.0.1:%d" % b.port])
+    narrow = json.load(open(c.policy(["127.0.0.1:%d" % a.port])))
+    sb = Sandbox(c, wide, "rt4-sync")
+    CLEANUP.push("rt4 sandbox", sb.remove)
+    sb.__enter__()
+    sb.allowed("tcp", "127.0.0.1", b.port)
+    path = os.path.join(c.state, "sandboxes", "%d.json" % sandbox_id(c, sb))
+    before = open(path).read()
+    pid = c.daemon.proc.pid
+    tr = subprocess.Popen([strace, "-qq", "-f", "-e", "trace=fdatasync,fsync", "-e",
+                           "inject=fdatasync,fsync:delay_enter=3000000", "-o", "/dev/null",
+                           "-p", str(pid)], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    CLEANUP.push("rt4 strace", lambda: tr.poll() is None and (tr.kill(), tr.wait(5)))
+    reply = {}
+    try:
+        check(wait_until(lambda: rt4_tracer_pid(pid) == tr.pid, 10),
+              "strace did not attach to egressd")
+
+        def send():
+            try:
+                reply["r"] = ctl_request(c.sock, {"op": "update", "cgroup": sb.cg,
+                                                  "policy": narrow}, timeout=30)
+            except (OSError, ValueError) as e:
+                reply["e"] = e
+
+        t = threading.Thread(target=send, daemon=True)
+        t.start()
+        renamed = wait_until(lambda: open(path).read() != before, 5, 0.005)
+        early = dict(reply)
+        c.daemon.kill9()
+        t.join(30)
+    finally:
+        if tr.poll() is None:
+            tr.kill()
+        tr.wait(10)
+        c.ensure_daemon()
+    check(renamed, "the update's state file was never renamed into place")
+    check(not (early.get("r") or {}).get("ok"),
+          "the update was acknowledged while its state file was not synced: %r" % early)
+    with open(path) as f:
+        on_disk = json.loads(f.read())
+    new = json.dumps(on_disk).find(narrow["execution_id"]) >= 0
+    log("after the kill the state file names the %s policy" % ("new" if new else "old"))
+    listed = c.find_sandbox(sb.cg)
+    check(listed is not None and listed.get("state", "attached") not in ("held", "tampered"),
+          "the sandbox is not adopted after the kill: %r" % listed)
+    sb.denied("tcp", "127.0.0.1", cc.port)
+    sb.allowed("tcp", "127.0.0.1", a.port)
+    if new:
+        sb.denied("tcp", "127.0.0.1", b.port)
+    else:
+        sb.allowed("tcp", "127.0.0.1", b.port)
 
 
 # --- 5. DNS answers judged again after an update ----------------------------------------

@@ -141,6 +141,71 @@ def redteam4_mptcp_socket_counted(c):
     rt4_handed_out_dies(c, cg, catch, peer, "an MPTCP socket")
 
 
+# A TCP socket made by io_uring's IORING_OP_SOCKET (raw syscalls, no
+# liburing), connected to argv[2] and handed out to the catcher argv[1].
+RT4_SMUGGLE_URING = r"""
+import ctypes, errno, mmap, socket, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+params = ctypes.create_string_buffer(120)
+fd = libc.syscall(425, 4, params)  # io_uring_setup
+if fd < 0:
+    print("setup", errno.errorcode.get(ctypes.get_errno(), "?"), flush=True)
+    sys.exit(0)
+p = params.raw
+sq_entries, cq_entries = struct.unpack_from("<2I", p, 0)
+_, sq_tail, sq_mask, _, _, _, sq_array = struct.unpack_from("<7I", p, 40)
+cq_head, _, cq_mask, _, _, cq_cqes = struct.unpack_from("<6I", p, 80)
+size = max(sq_array + sq_entries * 4, cq_cqes + cq_entries * 16)
+prot = mmap.PROT_READ | mmap.PROT_WRITE
+ring = mmap.mmap(fd, size, mmap.MAP_SHARED, prot, offset=0)
+sqes = mmap.mmap(fd, sq_entries * 64, mmap.MAP_SHARED, prot, offset=0x10000000)
+sqe = struct.pack("<BBHiQQII", 45, 0, 0, socket.AF_INET, socket.SOCK_STREAM, 0, 0, 0)  # SOCKET
+sqe += struct.pack("<Q", 7)
+sqes[0:64] = sqe + b"\0" * (64 - len(sqe))
+tail = struct.unpack_from("<I", ring, sq_tail)[0]
+struct.pack_into("<I", ring, sq_array + 4 * (tail & sq_mask), 0)
+struct.pack_into("<I", ring, sq_tail, tail + 1)
+if libc.syscall(426, fd, 1, 1, 1, None, 0) < 0:  # io_uring_enter, GETEVENTS
+    print("enter", errno.errorcode.get(ctypes.get_errno(), "?"), flush=True)
+    sys.exit(0)
+head = struct.unpack_from("<I", ring, cq_head)[0]
+_, res, _ = struct.unpack_from("<QiI", ring, cq_cqes + 16 * (head & cq_mask))
+if res < 0:
+    print("socket", errno.errorcode.get(-res, str(-res)), flush=True)
+    sys.exit(0)
+est = socket.socket(fileno=res)
+est.settimeout(2)
+est.connect(("127.0.0.1", int(sys.argv[2])))
+u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+u.connect("\0" + sys.argv[1])
+socket.send_fds(u, [b"fd"], [est.fileno()])
+print("sent", flush=True)
+"""
+
+
+@test
+def redteam4_io_uring_socket_counted(c):
+    """The attack, for a client other than `run` (whose filter refuses
+    io_uring): a TCP socket made by io_uring's IORING_OP_SOCKET in a fresh
+    sandbox, connected and handed out, hoping the io_uring path skips
+    cgroup/sock_create and so the count. It goes through inet_create like
+    socket(2): counted, the detach walks, the socket is reset. Twin: the
+    same socket connected to the allowed peer before the detach."""
+    peer = rf_tcp_listener()
+    pol = c.policy(["127.0.0.1:%d" % peer])
+    parent = c.mkcgroup("rt4-uring")
+    CLEANUP.push("rt4 parent", cgroup_remove_tree, parent)
+    cg = rt4_create(c, parent, "sb", pol)
+    catch = FdCatcher()
+    r = rt4_smuggle(cg, RT4_SMUGGLE_URING, catch.name, peer)
+    catch.t.join(PROBE_TIMEOUT_S)
+    check(r.returncode == 0 and "sent" in r.stdout,
+          "io_uring socket in the sandbox: %r %r" % (r.stdout, r.stderr[-300:]))
+    check(len(catch.fds) == 1, "no descriptor received: %r" % catch.err)
+    rt4_handed_out_dies(c, cg, catch, peer, "an io_uring socket")
+
+
 # Inherits an outside listener (fd argv[2]), accepts one connection on it and
 # hands the accepted socket back out.
 RT4_ACCEPT_OUTSIDE = r"""

@@ -25,12 +25,35 @@ from test_runfast import FdCatcher, RF_SMUGGLE_TCP, rf_detach_walks, rf_errno, r
 
 # --- 1. the detach's skipped socket walk ------------------------------------------------
 
+class Rt4Parent:
+    """A cgroup the test's sandboxes are made under; at the end of the test
+    (the harness's CLEANUP runs only at the end of the run) every sandbox
+    below it is detached and the tree removed."""
+
+    def __init__(self, c, name):
+        self.c = c
+        self.path = c.mkcgroup(name)
+
+    def __enter__(self):
+        return self.path
+
+    def __exit__(self, *exc):
+        try:
+            if self.c.daemon.alive():
+                for sb in self.c.list_json():
+                    cg = sb.get("cgroup") or ""
+                    if cg.startswith(self.path + "/"):
+                        self.c.ctl("detach", "--cgroup", cg)
+        finally:
+            cgroup_remove_tree(self.path)
+        return False
+
+
 def rt4_create(c, parent, name, pol):
     """attach "create" of parent/name (egressd makes it: fresh); its path."""
     cg = os.path.join(parent, name)
     rep = run2_request(c, run2_attach_req(cg, pol))
     check(rep.get("ok") is True, "attach create %s: %r" % (cg, rep))
-    CLEANUP.push("rt4 detach", lambda: c.ctl("detach", "--cgroup", cg))
     return cg
 
 
@@ -92,31 +115,30 @@ def redteam4_child_cgroup_socket_counted_for_the_sandbox(c):
     socket gets no walk."""
     peer = rf_tcp_listener()
     pol = c.policy(["127.0.0.1:%d" % peer])
-    parent = c.mkcgroup("rt4-nest")
-    CLEANUP.push("rt4 parent", cgroup_remove_tree, parent)
-    cg = rt4_create(c, parent, "sb", pol)
-    quiet = rt4_create(c, parent, "quiet", pol)
-    child = os.path.join(cg, "child")
-    os.mkdir(child)
-    catch = FdCatcher()
-    r = rt4_smuggle(child, RF_SMUGGLE_TCP, catch.name, peer)
-    catch.t.join(PROBE_TIMEOUT_S)
-    check(r.returncode == 0 and "sent" in r.stdout,
-          "the child could not hand out its socket: %r %r" % (r.stdout, r.stderr[-300:]))
-    check(len(catch.fds) == 1, "no descriptor received: %r" % catch.err)
-    twin = socket.socket(fileno=os.dup(catch.fds[0]))
-    try:
-        check(twin.send(b"before") == 6, "twin: the handed-out socket cannot send before")
-    finally:
-        twin.close()
-    c.denied(child, "tcp", "127.0.0.1", 9)
-    rt4_handed_out_dies(c, cg, catch, peer, "a child cgroup's socket")
-    walked0, skipped0 = rf_detach_walks(c)
-    c.ctl_ok("detach", "--cgroup", quiet)
-    walked1, skipped1 = rf_detach_walks(c)
-    check((walked1 - walked0, skipped1 - skipped0) == (0, 1),
-          "twin: a fresh sandbox without a socket walks +%d, skips +%d (want 0, +1)" %
-          (walked1 - walked0, skipped1 - skipped0))
+    with Rt4Parent(c, "rt4-nest") as parent:
+        cg = rt4_create(c, parent, "sb", pol)
+        quiet = rt4_create(c, parent, "quiet", pol)
+        child = os.path.join(cg, "child")
+        os.mkdir(child)
+        catch = FdCatcher()
+        r = rt4_smuggle(child, RF_SMUGGLE_TCP, catch.name, peer)
+        catch.t.join(PROBE_TIMEOUT_S)
+        check(r.returncode == 0 and "sent" in r.stdout,
+              "the child could not hand out its socket: %r %r" % (r.stdout, r.stderr[-300:]))
+        check(len(catch.fds) == 1, "no descriptor received: %r" % catch.err)
+        twin = socket.socket(fileno=os.dup(catch.fds[0]))
+        try:
+            check(twin.send(b"before") == 6, "twin: the handed-out socket cannot send before")
+        finally:
+            twin.close()
+        c.denied(child, "tcp", "127.0.0.1", 9)
+        rt4_handed_out_dies(c, cg, catch, peer, "a child cgroup's socket")
+        walked0, skipped0 = rf_detach_walks(c)
+        c.ctl_ok("detach", "--cgroup", quiet)
+        walked1, skipped1 = rf_detach_walks(c)
+        check((walked1 - walked0, skipped1 - skipped0) == (0, 1),
+              "twin: a fresh sandbox without a socket walks +%d, skips +%d (want 0, +1)" %
+              (walked1 - walked0, skipped1 - skipped0))
 
 
 @test
@@ -128,17 +150,16 @@ def redteam4_mptcp_socket_counted(c):
     the peer (it handed out a connected socket; the policy names "mptcp")."""
     peer = rf_tcp_listener()
     pol = c.policy(["127.0.0.1:%d" % peer], sockets=["mptcp"])
-    parent = c.mkcgroup("rt4-mptcp")
-    CLEANUP.push("rt4 parent", cgroup_remove_tree, parent)
-    cg = rt4_create(c, parent, "sb", pol)
-    catch = FdCatcher()
-    r = rt4_smuggle(cg, RT4_SMUGGLE_MPTCP, catch.name, peer)
-    catch.t.join(PROBE_TIMEOUT_S)
-    check(r.returncode == 0 and "sent" in r.stdout,
-          "MPTCP in the sandbox: %r %r (the host has MPTCP enabled: %s)" %
-          (r.stdout, r.stderr[-300:], c.mptcp_errno))
-    check(len(catch.fds) == 1, "no descriptor received: %r" % catch.err)
-    rt4_handed_out_dies(c, cg, catch, peer, "an MPTCP socket")
+    with Rt4Parent(c, "rt4-mptcp") as parent:
+        cg = rt4_create(c, parent, "sb", pol)
+        catch = FdCatcher()
+        r = rt4_smuggle(cg, RT4_SMUGGLE_MPTCP, catch.name, peer)
+        catch.t.join(PROBE_TIMEOUT_S)
+        check(r.returncode == 0 and "sent" in r.stdout,
+              "MPTCP in the sandbox: %r %r (the host has MPTCP enabled: %s)" %
+              (r.stdout, r.stderr[-300:], c.mptcp_errno))
+        check(len(catch.fds) == 1, "no descriptor received: %r" % catch.err)
+        rt4_handed_out_dies(c, cg, catch, peer, "an MPTCP socket")
 
 
 # A TCP socket made by io_uring's IORING_OP_SOCKET (raw syscalls, no
@@ -194,16 +215,15 @@ def redteam4_io_uring_socket_counted(c):
     same socket connected to the allowed peer before the detach."""
     peer = rf_tcp_listener()
     pol = c.policy(["127.0.0.1:%d" % peer])
-    parent = c.mkcgroup("rt4-uring")
-    CLEANUP.push("rt4 parent", cgroup_remove_tree, parent)
-    cg = rt4_create(c, parent, "sb", pol)
-    catch = FdCatcher()
-    r = rt4_smuggle(cg, RT4_SMUGGLE_URING, catch.name, peer)
-    catch.t.join(PROBE_TIMEOUT_S)
-    check(r.returncode == 0 and "sent" in r.stdout,
-          "io_uring socket in the sandbox: %r %r" % (r.stdout, r.stderr[-300:]))
-    check(len(catch.fds) == 1, "no descriptor received: %r" % catch.err)
-    rt4_handed_out_dies(c, cg, catch, peer, "an io_uring socket")
+    with Rt4Parent(c, "rt4-uring") as parent:
+        cg = rt4_create(c, parent, "sb", pol)
+        catch = FdCatcher()
+        r = rt4_smuggle(cg, RT4_SMUGGLE_URING, catch.name, peer)
+        catch.t.join(PROBE_TIMEOUT_S)
+        check(r.returncode == 0 and "sent" in r.stdout,
+              "io_uring socket in the sandbox: %r %r" % (r.stdout, r.stderr[-300:]))
+        check(len(catch.fds) == 1, "no descriptor received: %r" % catch.err)
+        rt4_handed_out_dies(c, cg, catch, peer, "an io_uring socket")
 
 
 # Inherits an outside listener (fd argv[2]), accepts one connection on it and
@@ -255,28 +275,26 @@ def redteam4_accept_on_outside_listener_skip_equals_walk(c):
     A socket handed into a sandbox is the outside's, under its creator's
     policy (docs/security.md, "a socket created outside and passed in")."""
     pol = c.policy(["127.0.0.1:9"])
-    parent = c.mkcgroup("rt4-acc")
-    CLEANUP.push("rt4 parent", cgroup_remove_tree, parent)
-    fresh = rt4_create(c, parent, "fresh", pol)
-    plain = Sandbox(c, pol, "rt4-acc-plain")
-    CLEANUP.push("rt4 plain", plain.remove)
-    plain.__enter__()
-    for cg, want in ((fresh, (0, 1)), (plain.cg, (1, 0))):
-        fd, peer = rt4_accept_outside(c, cg)
-        walked0, skipped0 = rf_detach_walks(c)
-        c.ctl_ok("detach", "--cgroup", cg)
-        walked1, skipped1 = rf_detach_walks(c)
-        check((walked1 - walked0, skipped1 - skipped0) == want,
-              "%s: detach walks +%d, skips +%d (want %r)" %
-              (cg, walked1 - walked0, skipped1 - skipped0, want))
-        acc = socket.socket(fileno=os.dup(fd))
-        try:
-            acc.settimeout(2)
-            acc.sendall(b"ping")
-            check(peer.recv(4) == b"ping", "%s: the accepted connection carries nothing" % cg)
-        finally:
-            acc.close()
-    plain.attached = False
+    with Rt4Parent(c, "rt4-acc") as parent:
+        fresh = rt4_create(c, parent, "fresh", pol)
+        plain = Sandbox(c, pol, "plain", parent=parent)
+        plain.__enter__()
+        for cg, want in ((fresh, (0, 1)), (plain.cg, (1, 0))):
+            fd, peer = rt4_accept_outside(c, cg)
+            walked0, skipped0 = rf_detach_walks(c)
+            c.ctl_ok("detach", "--cgroup", cg)
+            walked1, skipped1 = rf_detach_walks(c)
+            check((walked1 - walked0, skipped1 - skipped0) == want,
+                  "%s: detach walks +%d, skips +%d (want %r)" %
+                  (cg, walked1 - walked0, skipped1 - skipped0, want))
+            acc = socket.socket(fileno=os.dup(fd))
+            try:
+                acc.settimeout(2)
+                acc.sendall(b"ping")
+                check(peer.recv(4) == b"ping", "%s: the accepted connection carries nothing" % cg)
+            finally:
+                acc.close()
+        plain.attached = False
 
 
 RT4_FAMILIES = r"""
@@ -397,9 +415,13 @@ def redteam4_kill_mid_update_burst_keeps_acked_narrowing(c):
     still reach a."""
     a, b, cc = c.tcp("rt4-a"), c.tcp("rt4-b"), c.tcp("rt4-c")
     wide = c.policy(["127.0.0.1:%d" % a.port, "127.0.0.1:%d" % b.port])
-    sbs = [Sandbox(c, wide, "rt4-upd") for _ in range(RT4_BURST)]
+    with Rt4Parent(c, "rt4-burst") as parent:
+        rt4_burst_body(c, parent, a, b, cc, wide)
+
+
+def rt4_burst_body(c, parent, a, b, cc, wide):
+    sbs = [Sandbox(c, wide, "upd", parent=parent) for _ in range(RT4_BURST)]
     for sb in sbs:
-        CLEANUP.push("rt4 sandbox", sb.remove)
         sb.__enter__()
     for sb in sbs:
         sb.allowed("tcp", "127.0.0.1", b.port)        # twin: b before the burst
@@ -452,7 +474,6 @@ def redteam4_kill_mid_update_burst_keeps_acked_narrowing(c):
         sb.allowed("tcp", "127.0.0.1", a.port)
     cut.denied("tcp", "127.0.0.1", cc.port)
     cut.denied("tcp", "127.0.0.1", a.port)   # held: deny-all
-    det.attached = det.attached and (len(reqs) - 1) not in done
 
 
 
@@ -478,8 +499,12 @@ def redteam4_kill_between_rename_and_sync_of_update(c):
     a, b, cc = c.tcp("rt4-sa"), c.tcp("rt4-sb"), c.tcp("rt4-sc")
     wide = c.policy(["127.0.0.1:%d" % a.port, "127.0.0.1:%d" % b.port])
     narrow = json.load(open(c.policy(["127.0.0.1:%d" % a.port])))
-    sb = Sandbox(c, wide, "rt4-sync")
-    CLEANUP.push("rt4 sandbox", sb.remove)
+    with Rt4Parent(c, "rt4-sync") as parent:
+        rt4_sync_body(c, parent, strace, a, b, cc, wide, narrow)
+
+
+def rt4_sync_body(c, parent, strace, a, b, cc, wide, narrow):
+    sb = Sandbox(c, wide, "sb", parent=parent)
     sb.__enter__()
     sb.allowed("tcp", "127.0.0.1", b.port)
     path = os.path.join(c.state, "sandboxes", "%d.json" % sandbox_id(c, sb))
@@ -633,7 +658,6 @@ class Rt4SlowUpstream:
 def rt4_with_slow_upstream(c, fn):
     need_dnsmasq(c)
     up = Rt4SlowUpstream()
-    CLEANUP.push("rt4 slow upstream", up.stop)
     saved = c.dns_args
     c.dns_args = ["--dns-upstream", "127.0.0.1:%d" % up.port, "--dns-min-ttl", str(DNS_MIN_TTL)]
     try:
@@ -641,7 +665,10 @@ def rt4_with_slow_upstream(c, fn):
         return fn()
     finally:
         c.dns_args = saved
-        restart_daemon(c, list(c.daemon.extra_args))
+        try:
+            restart_daemon(c, list(c.daemon.extra_args))
+        finally:
+            up.stop()
 
 
 def rt4_dns_policy(c, names, types=None, hosts=()):

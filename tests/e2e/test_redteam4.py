@@ -405,7 +405,8 @@ RT4_BURST = 6
 def redteam4_kill_mid_update_burst_keeps_acked_narrowing(c):
     """The attack: egressd is SIGKILLed while a burst of updates (each
     narrowing {a, b} to {a}), two updates of the same sandbox (both narrow:
-    the second renames over the first's pending file, pending_forget), and a
+    in one batch the second renames over the first's pending file,
+    pending_forget), and a
     detach are on the commit queue, right after the first reply; meanwhile a
     hand-truncated state file of another sandbox is planted. After the
     restart every acknowledged update refuses b and allows a, an
@@ -474,7 +475,6 @@ def rt4_burst_body(c, parent, a, b, cc, wide):
         sb.allowed("tcp", "127.0.0.1", a.port)
     cut.denied("tcp", "127.0.0.1", cc.port)
     cut.denied("tcp", "127.0.0.1", a.port)   # held: deny-all
-
 
 
 def rt4_tracer_pid(pid):

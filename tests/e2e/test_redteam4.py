@@ -325,7 +325,8 @@ def redteam4_run_filter_is_the_policys(c):
     kernel TCP socket the detach's count cannot see, is refused by the
     filter under every policy (this kernel has no SMC: the kernel alone
     would say EAFNOSUPPORT); io_uring (whose IORING_OP_SOCKET seccomp would
-    not see) is refused under both. Twin: a policy naming "netlink" gets its
+    not see) is refused under both; the OCI profile (`seccomp-profile`, for
+    other clients of "create") refuses AF_SMC as well. Twin: a policy naming "netlink" gets its
     AF_NETLINK socket in the same script, and plain TCP works under both."""
     narrow = c.policy(["127.0.0.1:9"])
     wide = c.policy(["127.0.0.1:9"], sockets=["netlink"])
@@ -343,6 +344,11 @@ def redteam4_run_filter_is_the_policys(c):
           got[4] == "ok",
           "twin: a policy naming netlink: io_uring_setup, netlink, AF_SMC, IPPROTO_SMC, TCP = "
           "%r (want EPERM ok EPERM * ok)" % got)
+    # The OCI profile, for clients other than run that ask "create", refuses AF_SMC too.
+    prof = json.loads(c.ctl_ok("seccomp-profile", "--policy", wide).stdout)
+    check(any("socket" in r.get("names", []) and r.get("action") == "SCMP_ACT_ERRNO" and
+              {"index": 0, "value": 43, "op": "SCMP_CMP_EQ"} in (r.get("args") or [])
+              for r in prof.get("syscalls", [])), "the OCI profile does not refuse AF_SMC")
 
 
 # --- 3. egressctl audit verify without a linked libcrypto -------------------------------

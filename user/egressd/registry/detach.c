@@ -159,9 +159,10 @@ static int retire(struct egr_registry *r, const struct egr_sb *sb, const json_t 
 			 strerror(-err));
 		return err;
 	}
-	reg_deny_all(r, sb->id, sb->tenant_id);
-	/* After deny-all: a socket counted after this read was made under it. */
-	if (never_had_sockets(r, sb)) {
+	/* After deny-all: a socket counted after this read was made under it.
+	 * A failed deny-all entry removed the sandbox's entry, and its count
+	 * with it (egr_bpf_del_sandbox): walk. */
+	if (!reg_deny_all(r, sb->id, sb->tenant_id) && never_had_sockets(r, sb)) {
 		r->detach_skipped++;
 	} else {
 		r->detach_walked++;

@@ -234,8 +234,27 @@ struct peer_judge {
 	const struct egr_compiled *c;
 	struct egr_learned *learned;
 	uint32_t sandbox_id;
-	uint16_t inspect_port4, inspect_port6; /* its proxy re-judges those itself */
+	uint16_t inspect_port4, inspect_port6; /* its proxies re-judge those themselves */
+	uint16_t dns_port4, dns_port6;
 };
+
+/* A socket of the sandbox connected to one of its own proxies on loopback
+ * (where the hooks sent it): the inspecting proxy knows the real destination
+ * and closes it if the new policy refuses it (egr_inspect_update_sandbox);
+ * the DNS proxy judges every query, and every answer to one asked under an
+ * older policy, under the new one (dns_answer.c). */
+static bool to_own_proxy(const struct peer_judge *j, bool v6, const uint8_t *daddr,
+			 uint16_t dport, int protocol)
+{
+	static const uint8_t lo4[4] = { 127, 0, 0, 1 }, lo6[16] = { [15] = 1 };
+
+	if (!dport || (v6 ? memcmp(daddr, lo6, 16) : memcmp(daddr, lo4, 4)))
+		return false;
+	if (protocol == IPPROTO_TCP && dport == (v6 ? j->inspect_port6 : j->inspect_port4))
+		return true;
+	return (protocol == IPPROTO_TCP || protocol == IPPROTO_UDP) &&
+	       dport == (v6 ? j->dns_port6 : j->dns_port4);
+}
 
 /* Would the new policy let a connected socket keep its peer: a static
  * rule, or an address its DNS policy still resolves? */
@@ -246,14 +265,8 @@ static bool peer_allowed(void *ctx, int family, const uint8_t *daddr, uint16_t d
 	const uint8_t *a = daddr;
 	uint32_t w[4], v4;
 	int expired, v6 = family == AF_INET6;
-	static const uint8_t lo4[4] = { 127, 0, 0, 1 }, lo6[16] = { [15] = 1 };
 
-	/* A connection to the sandbox's inspecting proxy: the proxy knows its
-	 * real destination and closes it if the new policy refuses it
-	 * (egr_inspect_update_sandbox). */
-	if (protocol == IPPROTO_TCP && dport &&
-	    ((!v6 && dport == j->inspect_port4 && !memcmp(daddr, lo4, 4)) ||
-	     (v6 && dport == j->inspect_port6 && !memcmp(daddr, lo6, 16))))
+	if (to_own_proxy(j, v6, daddr, dport, protocol))
 		return true;
 	if (v6) {
 		memcpy(w, daddr, sizeof(w));
@@ -276,7 +289,9 @@ void reg_close_refused(struct egr_registry *r, const struct egr_sb *sb,
 {
 	struct peer_judge j = { .c = c, .learned = r->learned, .sandbox_id = sb->id,
 				.inspect_port4 = sb->inspect_port4,
-				.inspect_port6 = sb->inspect_port6 };
+				.inspect_port6 = sb->inspect_port6,
+				.dns_port4 = sb->dns_port4,
+				.dns_port6 = sb->dns_port6 };
 	uint64_t *ids = NULL;
 	size_t n = 0;
 	int err;

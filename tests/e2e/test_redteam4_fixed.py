@@ -1,47 +1,33 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-# Red team 4's holes: tests that FAIL on the code they were written against
-# (b85cd69). run.py does not load this file (it loads test_*.py); run it on
-# its own, as root, like run.py:
-#   python3 tests/e2e/holes_redteam4.py --build build -k holes_redteam4 -v
-# Each docstring says the mechanism and a suggested fix. Once fixed, move
-# the test into test_redteam4.py.
+# Red team 4's holes, fixed: a policy update used to destroy the sandbox's
+# connections to its own DNS proxy (peer_allowed knew no rule for the
+# proxy's loopback listener), losing every answer in flight for names the
+# new policy still allows. registry/services.c `to_own_proxy` now keeps
+# them, as it kept the inspecting proxy's: the proxy judges every query,
+# and every answer to one asked under an older policy, under the new one.
+#
+# Run by run.py (harness.runner).
 
 import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from harness import *  # noqa: E402,F401,F403
+from harness import *  # noqa: F401,F403
 from test_redteam4 import (NOERROR, RT4_KEEP_ADDR, rt4_dns_policy, rt4_stream,  # noqa: E402
                            rt4_stream_end, rt4_with_slow_upstream)
 
 
 @test
-def holes_redteam4_update_resets_dns_tcp_connection(c):
-    """Not a bypass, a defect of the same claim ("a name still allowed takes
-    the new policy's ports", dns.md): any policy update of a sandbox resets
-    its DNS-over-TCP connections to the proxy, and every answer in flight
-    on them (for names the new policy still allows) is lost.
-
-    Reproduction: a sandbox allowing keep.test pipelines A queries for it on
-    one TCP connection to 127.0.0.2:53 (a 400 ms upstream); an update that
-    changes nothing for DNS (one more outbound rule) is applied; the
-    connection is reset at once and the queries on it are never answered.
-
-    Mechanism: egr_reg_update -> reg_close_refused (registry/services.c)
-    walks the sandbox's connected TCP sockets with
-    egr_sockdiag_destroy_refused and peer_allowed. A DNS connection's peer
-    is the proxy's TCP listener (127.0.0.1:<port> or [::1]:<port>, where
-    egr_connect4/6 redirected 127.0.0.2:53), which is no rule of the policy
-    and no learned address, so it is destroyed. peer_allowed already spares
-    the inspecting proxy's port in the same way.
-
-    Suggested fix: in peer_allowed, keep a TCP connection whose peer is the
-    sandbox's own DNS listener (the proxy re-judges each query under the
-    new policy, refused_by_new_policy), e.g. pass the sandbox's TCP
-    listener ports (egr_dnsproxy) into struct peer_judge as the inspect
-    ports are."""
+def redteam4_update_keeps_dns_tcp_connection(c):
+    """A sandbox allowing keep.test pipelines A queries for it on one TCP
+    connection to 127.0.0.2:53 (a 400 ms upstream) while an update that
+    changes nothing for DNS (one more outbound rule) is applied: the
+    connection must survive and every query on it be answered (it was reset
+    at once before the fix, 46 of 67 queries lost). A new connection
+    resolves after the update too. The update's refusals still apply to
+    what the new policy drops: test_redteam4's
+    redteam4_dns_narrowed_in_flight_qtype_tcp_reattach and
+    test_dnsupdate's dnsupdate_races_queries_in_flight."""
     def body():
         with Sandbox(c, rt4_dns_policy(c, ["keep.test"]), "rt4h-tcp") as sb:
             p = rt4_stream(c, sb.cg, "tcp", ["keep.test:A"], interval=0.03)
@@ -86,13 +72,11 @@ print(ask(2), flush=True)
 
 
 @test
-def holes_redteam4_update_kills_connected_dns_udp_socket(c):
-    """The same teardown for a connected UDP resolver socket (glibc's stub
-    resolver connect()s its UDP socket to the nameserver): after any update
-    the socket the sandbox keeps is destroyed (its next send fails), though
-    the name stays allowed. Mechanism and fix as
-    holes_redteam4_update_resets_dns_tcp_connection (peer_allowed does not
-    know the sandbox's UDP listener either). Twin: a new socket resolves."""
+def redteam4_update_keeps_connected_dns_udp_socket(c):
+    """A connected UDP resolver socket (glibc's stub resolver connect()s
+    its UDP socket to the nameserver) must still send and get answers after
+    an update that keeps its name (its next send failed with EDESTADDRREQ
+    before the fix). Twin: a new socket resolves."""
     need_dnsmasq(c)
     import subprocess
     with Sandbox(c, c.policy([], extra_network=dict(DNS_REBIND_LO, dns_allow=["api.test"])),
@@ -109,8 +93,3 @@ def holes_redteam4_update_kills_connected_dns_udp_socket(c):
         dns_ok(c, sb, "api.test", want=DNS_ZONE["api.test"])
         check(out.strip() == "rcode0", "the same connected socket after an update that keeps "
               "api.test: %r (want rcode0)" % out.strip())
-
-
-if __name__ == "__main__":
-    from harness.runner import main
-    sys.exit(main("red team 4 holes (tests that fail until fixed)"))

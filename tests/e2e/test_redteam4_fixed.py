@@ -8,12 +8,12 @@
 #
 # Run by run.py (harness.runner).
 
-import os
+import subprocess
 import sys
 import time
 
 from harness import *  # noqa: F401,F403
-from test_redteam4 import (NOERROR, RT4_KEEP_ADDR, rt4_dns_policy, rt4_stream,  # noqa: E402
+from test_redteam4 import (NOERROR, RT4_KEEP_ADDR, rt4_dns_policy, rt4_stream,
                            rt4_stream_end, rt4_with_slow_upstream)
 
 
@@ -78,7 +78,6 @@ def redteam4_update_keeps_connected_dns_udp_socket(c):
     an update that keeps its name (its next send failed with EDESTADDRREQ
     before the fix). Twin: a new socket resolves."""
     need_dnsmasq(c)
-    import subprocess
     with Sandbox(c, c.policy([], extra_network=dict(DNS_REBIND_LO, dns_allow=["api.test"])),
                  "rt4h-udp") as sb:
         p = subprocess.Popen([sys.executable, "-c", RT4H_CONNECTED_UDP], stdin=subprocess.PIPE,

@@ -344,13 +344,29 @@ def tenant_dns_fairness(c):
                     sb.remove()
         return alone, flood, vst, nst, m, nid, vid
 
-    alone_runs, flood_runs, vst, nst, m, nid, vid = tn_with_upstream(c, up.port, [], body)
-
     def median_round(runs):
         return dict(sorted(runs, key=lambda r: r["p99"])[1],
                     fail=sum(r["fail"] for r in runs),
                     rcodes=" ".join(r["rcodes"] for r in runs))
-    alone, flood = median_round(alone_runs), median_round(flood_runs)
+
+    # 3x the alone p99, with that p99 taken as at least TN_P99_FLOOR_MS: on two
+    # cores the four flooders' own processes take CPU from the victim and from
+    # egressd whatever egressd shares, and a sub-millisecond p99 then moves by
+    # scheduler quanta (0.17 -> 0.55 ms seen with the fairness in place; the
+    # unfair proxy gave 5.2 ms and 90 SERVFAILs).
+    def measure():
+        alone_runs, flood_runs, *rest = tn_with_upstream(c, up.port, [], body)
+        alone, flood = median_round(alone_runs), median_round(flood_runs)
+        return (alone, flood, 3 * max(alone["p99"], TN_P99_FLOOR_MS)) + tuple(rest)
+
+    alone, flood, bound, vst, nst, m, nid, vid = measure()
+    if flood["p99"] > bound and flood["fail"] == 0:
+        # A burst of the machine's other work between the alone and the
+        # flood rounds (seen under ASan with another suite running): one more
+        # pass, which must hold. The unfair proxy fails both, and SERVFAILs.
+        log("victim p99 %.3f ms alone, %.3f under the flood (> %.3f): measuring again" %
+            (alone["p99"], flood["p99"], bound))
+        alone, flood, bound, vst, nst, m, nid, vid = measure()
     want = 'egressd_dns_shed_total{tenant="tn-noisy",sandbox="%d",reason="rate"} %d' % (
         nid, nst[0]["shed_rate"])
     check(want in m, "/metrics lacks %r" % want)
@@ -370,12 +386,6 @@ def tenant_dns_fairness(c):
           "(%s)" % (flood["fail"], flood["rcodes"]))
     check(vst["shed_rate"] == 0 and vst["shed_inflight"] == 0 and vst["evicted"] == 0,
           "the victim was shed for its neighbours: %r" % vst)
-    # 3x the alone p99, with that p99 taken as at least TN_P99_FLOOR_MS: on two
-    # cores the four flooders' own processes take CPU from the victim and from
-    # egressd whatever egressd shares, and a sub-millisecond p99 then moves by
-    # scheduler quanta (0.17 -> 0.55 ms seen with the fairness in place; the
-    # unfair proxy gave 5.2 ms and 90 SERVFAILs).
-    bound = 3 * max(alone["p99"], TN_P99_FLOOR_MS)
     check(flood["p99"] <= bound,
           "the victim's p99 went from %.3f ms alone to %.3f ms under the flood (> %.3f)" %
           (alone["p99"], flood["p99"], bound))

@@ -226,6 +226,9 @@ static int load(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	}
 	if ((err = maps_dir(dir, b->maps, sizeof(b->maps))))
 		return err;
+	/* Before anything attaches (an upgrade's new links among them). */
+	if ((err = egr_kern_hold_open(b)))
+		return err;
 	if ((err = egr_kern_mkdir(dir, 0700))) {
 		log_error("create %s: %s", dir, strerror(-err));
 		return err;
@@ -329,9 +332,11 @@ int egr_bpf_open(struct egr_bpf **out, const char *dir, const struct egr_bpf_kno
 	if (!b)
 		return -ENOMEM;
 	b->pin_watch_fd = -1;
+	b->hold_fd = -1;
 	b->knobs = knobs ? *knobs : defaults;
 	err = load(b, dir, feat);
 	if (err) {
+		egr_kern_links_release(b); /* whatever an early return left */
 		free(b);
 		return err;
 	}
@@ -365,6 +370,7 @@ int egr_bpf_open_private(struct egr_bpf **out, uint32_t max_entries)
 	if (!b)
 		return -ENOMEM;
 	b->pin_watch_fd = -1;
+	b->hold_fd = -1;
 	b->knobs = (struct egr_bpf_knobs)EGR_BPF_KNOBS_DEFAULT;
 	libbpf_set_print(libbpf_log);
 	b->skel = egressd_bpf__open();

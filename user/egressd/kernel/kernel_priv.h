@@ -25,14 +25,17 @@
 struct egressd_bpf;
 struct bpf_program;
 
-/* One sandbox's links. egressd holds its own fd of every link, so a removed
- * pin never detaches anything while it runs, and the pin can be made again
- * from the fd (egr_bpf_check_pins). fd[i] is the link of cgroup program i
- * (egr_bpf.prog_names), -1 when it has none. */
+/* One sandbox's links. egressd holds its own reference of every link, so a
+ * removed pin never detaches anything while it runs, and the pin can be
+ * made again from it (egr_bpf_check_pins). The references are pins in a
+ * bpffs instance mounted nowhere (egr_bpf.hold_fd, links.c), not open
+ * files: 13 fds per sandbox would cap egressd at ~1,500 sandboxes under a
+ * 20,000-file limit. link_id[i] is the kernel id of the link of cgroup
+ * program i (egr_bpf.prog_names), 0 when egressd holds none. */
 struct egr_link_set {
 	uint32_t sandbox_id;
 	int wd; /* inotify watch of links/<id>; -1: none */
-	int fd[EGR_MAX_CGROUP_PROGS];
+	uint32_t link_id[EGR_MAX_CGROUP_PROGS];
 };
 
 struct egr_bpf {
@@ -57,6 +60,10 @@ struct egr_bpf {
 	struct egr_link_set *links;
 	size_t nlinks, caplinks;
 	int pin_watch_fd; /* inotify on the pin directories; -1: none */
+	/* The detached bpffs instance (fsmount, attached to no mount point)
+	 * holding egressd's own reference of each link as <id>/<program>;
+	 * closing it drops them all. -1: none (a maps-only handle). */
+	int hold_fd;
 	int links_wd;     /* its watch of links/ (0 before egr_kern_watch_dirs) */
 	uint64_t refreshed_links; /* adopted links moved to our programs */
 	/* The destination keys the last audit walk found (maps.c), for the
@@ -104,7 +111,10 @@ bool egr_kern_is_cgroup_prog(const struct bpf_program *prog);
 /* mkdir that is fine with an existing directory: 0 or -errno. */
 int egr_kern_mkdir(const char *path, mode_t mode);
 void egr_kern_watch_dirs(struct egr_bpf *b);
-/* Close every link fd egressd holds (the pins stay) and forget them. */
+/* Drop every link reference egressd holds (the pins stay) and forget them. */
+/* Make the bpffs instance that holds egressd's own link references
+ * (links.c); 0 or -errno. */
+int egr_kern_hold_open(struct egr_bpf *b);
 void egr_kern_links_release(struct egr_bpf *b);
 /* maps.c: free what the maps' operations cache in b. */
 void egr_kern_maps_release(struct egr_bpf *b);

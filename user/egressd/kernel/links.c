@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-/* The per-sandbox links (attach, adopt, detach) and every pin egressd holds
- * an fd of: checked, watched and made again when removed (links.h). */
+/* The per-sandbox links (attach, adopt, detach), egressd's own reference of
+ * each, and every pin: checked, watched and made again when removed
+ * (links.h). */
 #include <dirent.h>
 #include <stddef.h>
 #include <errno.h>
@@ -11,7 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mount.h>
+#include <linux/mount.h>
+#include <sys/syscall.h>
 #include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -35,6 +37,134 @@ int egr_kern_mkdir(const char *path, mode_t mode)
 	if (mkdir(path, mode) < 0 && errno != EEXIST)
 		return -errno;
 	return 0;
+}
+
+/*
+ * egressd's own reference of each link. A pin in the shared bpffs is not
+ * enough: unlinking it would release the link and detach the sandbox's
+ * programs at once. The reference must also not be an open file, or 13 of
+ * them per sandbox run into egressd's file limit (20,000 here: ~1,500
+ * sandboxes). So the references are pins too, in a bpffs instance of
+ * egressd's own made with fsmount and attached to no mount point: no path
+ * leads there but /proc/<egressd>/fd/<hold_fd>, and when egressd exits
+ * (or dies) the instance goes with its last fd and drops every reference,
+ * as closing the fds did; the shared pins keep the links attached.
+ * SCM_RIGHTS in a socket queue would hold them too, but its in-flight
+ * count is charged to uid 0 and would make other root processes' fd
+ * passing fail (ETOOMANYREFS).
+ */
+int egr_kern_hold_open(struct egr_bpf *b)
+{
+	int fs, mnt, err;
+
+	fs = (int)syscall(SYS_fsopen, "bpf", FSOPEN_CLOEXEC);
+	if (fs < 0) {
+		err = -errno;
+		log_error("create egressd's own bpffs instance (fsopen): %s", strerror(-err));
+		return err;
+	}
+	if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "mode", "0700", NULL, 0) < 0 ||
+	    syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0) {
+		err = -errno;
+		close(fs);
+		log_error("create egressd's own bpffs instance (fsconfig): %s", strerror(-err));
+		return err;
+	}
+	mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
+			   MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+	err = mnt < 0 ? -errno : 0;
+	close(fs);
+	if (err) {
+		log_error("create egressd's own bpffs instance (fsmount): %s", strerror(-err));
+		return err;
+	}
+	b->hold_fd = mnt;
+	return 0;
+}
+
+/* hold/<id>/<program>, as a path bpf(2) resolves (through /proc/self/fd). */
+static int hold_path(const struct egr_bpf *b, uint32_t sandbox_id, size_t p, char *buf,
+		     size_t len)
+{
+	if (b->hold_fd < 0)
+		return -EBADF;
+	if (snprintf(buf, len, "/proc/self/fd/%d/%u/%s", b->hold_fd, sandbox_id,
+		     b->prog_names[p]) >= (int)len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* The kernel's id of the link (or other bpf object) behind fd; 0 on error. */
+static __u32 link_id_of_fd(int fd)
+{
+	struct bpf_link_info info;
+	__u32 len = sizeof(info);
+
+	memset(&info, 0, sizeof(info));
+	if (bpf_obj_get_info_by_fd(fd, &info, &len) < 0)
+		return 0;
+	return info.id;
+}
+
+/* Take egressd's own reference of link fd, program p of the sandbox. */
+static int hold_link(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int fd)
+{
+	char dir[16], path[PATH_MAX];
+	__u32 id = link_id_of_fd(fd);
+	int err;
+
+	if (!id)
+		return errno ? -errno : -EINVAL;
+	snprintf(dir, sizeof(dir), "%u", ls->sandbox_id);
+	if (mkdirat(b->hold_fd, dir, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	if ((err = hold_path(b, ls->sandbox_id, p, path, sizeof(path))))
+		return err;
+	if (bpf_obj_pin(fd, path) < 0)
+		return -errno;
+	ls->link_id[p] = id;
+	return 0;
+}
+
+/* An fd of the held link of program p (the caller closes it), or -errno. */
+static int held_fd(const struct egr_bpf *b, const struct egr_link_set *ls, size_t p)
+{
+	char path[PATH_MAX];
+	int err, fd;
+
+	if (!ls->link_id[p])
+		return -ENOENT;
+	if ((err = hold_path(b, ls->sandbox_id, p, path, sizeof(path))))
+		return err;
+	fd = bpf_obj_get(path);
+	return fd < 0 ? -errno : fd;
+}
+
+/* Drop egressd's reference of program p's link (after its detach, or when
+ * it never was one of ours). */
+static void unhold(struct egr_bpf *b, struct egr_link_set *ls, size_t p)
+{
+	char name[PATH_MAX];
+
+	if (!ls->link_id[p])
+		return;
+	snprintf(name, sizeof(name), "%u/%s", ls->sandbox_id, b->prog_names[p]);
+	if (unlinkat(b->hold_fd, name, 0) < 0 && errno != ENOENT)
+		log_warn("drop egressd's reference of link %s of sandbox %u: %m",
+			 b->prog_names[p], ls->sandbox_id);
+	ls->link_id[p] = 0;
+}
+
+static void unhold_all(struct egr_bpf *b, struct egr_link_set *ls)
+{
+	char dir[16];
+
+	for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
+		unhold(b, ls, p);
+	snprintf(dir, sizeof(dir), "%u", ls->sandbox_id);
+	if (b->hold_fd >= 0 && unlinkat(b->hold_fd, dir, AT_REMOVEDIR) < 0 && errno != ENOENT)
+		log_warn("remove egressd's reference directory of sandbox %u: %m",
+			 ls->sandbox_id);
 }
 
 /* The watch descriptor of dir; -1 when there is none. */
@@ -154,7 +284,7 @@ static int prog_index(const struct egr_bpf *b, const char *name)
 }
 
 /* An upgrade adds the link of a program new since the old version
- * (migrate.h): attached like any other, its fd kept in the sandbox's set. */
+ * (migrate.h): attached like any other, egressd's reference held. */
 int egr_kern_mig_attach(void *ctx, uint32_t sandbox_id, uint64_t cgroup_id, const char *prog)
 {
 	struct egr_bpf *b = ctx;
@@ -187,12 +317,17 @@ void egr_kern_mig_detach(void *ctx, uint32_t sandbox_id, const char *prog)
 	int p = prog_index(b, prog);
 	char dir[PATH_MAX], path[PATH_MAX];
 
-	if (!ls || p < 0 || ls->fd[p] < 0)
+	int fd;
+
+	if (!ls || p < 0 || !ls->link_id[p])
 		return;
-	if (bpf_link_detach(ls->fd[p]) < 0 && errno != ENOLINK)
-		log_error("upgrade rollback: detach %s of sandbox %u: %m", prog, sandbox_id);
-	close(ls->fd[p]);
-	ls->fd[p] = -1;
+	fd = held_fd(b, ls, (size_t)p);
+	if (fd < 0 || (bpf_link_detach(fd) < 0 && errno != ENOLINK))
+		log_error("upgrade rollback: detach %s of sandbox %u: %s", prog, sandbox_id,
+			  strerror(fd < 0 ? -fd : errno));
+	if (fd >= 0)
+		close(fd);
+	unhold(b, ls, (size_t)p);
 	if (!links_dir(b, sandbox_id, dir, sizeof(dir))) {
 		snprintf(path, sizeof(path), "%s/%s", dir, prog);
 		if (unlink(path) < 0 && errno != ENOENT)
@@ -219,14 +354,13 @@ static struct egr_link_set *link_set(struct egr_bpf *b, uint32_t sandbox_id, boo
 		b->caplinks = cap;
 	}
 	ls = &b->links[b->nlinks++];
+	memset(ls, 0, sizeof(*ls));
 	ls->sandbox_id = sandbox_id;
 	ls->wd = -1;
-	for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
-		ls->fd[p] = -1;
 	return ls;
 }
 
-/* Close our fds of the sandbox's links (detach: after BPF_LINK_DETACH). */
+/* Drop our references of the sandbox's links (detach: after BPF_LINK_DETACH). */
 static void link_set_drop(struct egr_bpf *b, uint32_t sandbox_id)
 {
 	for (size_t i = 0; i < b->nlinks; i++) {
@@ -235,9 +369,7 @@ static void link_set_drop(struct egr_bpf *b, uint32_t sandbox_id)
 		/* Its pins go next: not a removal the guard should check for. */
 		if (b->links[i].wd >= 0 && b->pin_watch_fd >= 0)
 			inotify_rm_watch(b->pin_watch_fd, b->links[i].wd);
-		for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
-			if (b->links[i].fd[p] >= 0)
-				close(b->links[i].fd[p]);
+		unhold_all(b, &b->links[i]);
 		b->links[i] = b->links[--b->nlinks];
 		return;
 	}
@@ -264,7 +396,7 @@ static int ensure_links_dir(struct egr_bpf *b, const char *dir)
 	return err;
 }
 
-/* Attach program p to cg_fd, pin the link and keep its fd. */
+/* Attach program p to cg_fd, pin the link and hold our reference. */
 static int attach_one(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int cg_fd,
 		      const char *dir, const char *cgroup_path)
 {
@@ -272,7 +404,7 @@ static int attach_one(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int 
 								     b->prog_names[p]);
 	char path[PATH_MAX];
 	struct bpf_link *link;
-	int err, fd;
+	int err;
 
 	if (!prog)
 		return -ENOENT;
@@ -286,17 +418,18 @@ static int attach_one(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int 
 		return err;
 	}
 	snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
-	fd = fcntl(bpf_link__fd(link), F_DUPFD_CLOEXEC, 3);
-	err = fd < 0 ? -errno : bpf_obj_pin(fd, path) < 0 ? -errno : 0;
+	err = bpf_obj_pin(bpf_link__fd(link), path) < 0 ? -errno : 0;
 	if (err) {
 		log_error("pin link %s: %s", path, strerror(-err));
-		bpf_link__detach(link);
-		if (fd >= 0)
-			close(fd);
-	} else {
-		ls->fd[p] = fd; /* our own reference: a removed pin detaches nothing */
+	} else if ((err = hold_link(b, ls, p, bpf_link__fd(link)))) {
+		/* our own reference: a removed pin detaches nothing */
+		log_error("hold link %s: %s", path, strerror(-err));
+		if (unlink(path) < 0 && errno != ENOENT)
+			log_warn("unlink %s: %m", path);
 	}
-	bpf_link__destroy(link);
+	if (err)
+		bpf_link__detach(link);
+	bpf_link__destroy(link); /* closes libbpf's fd only: the pins hold the link */
 	return err;
 }
 
@@ -320,7 +453,7 @@ static int attach_programs(struct egr_bpf *b, uint32_t sandbox_id, const char *c
 	if (!err)
 		ls->wd = watch(b, dir);
 	for (size_t p = 0; !err && p < b->nprogs; p++) {
-		if (only_missing && ls->fd[p] >= 0)
+		if (only_missing && ls->link_id[p])
 			continue;
 		err = attach_one(b, ls, p, cg_fd, dir, cgroup_path);
 	}
@@ -356,14 +489,24 @@ int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id)
 	 * through them. ENOLINK: the cgroup was released, the link with it. */
 	struct egr_link_set *ls = link_set(b, sandbox_id, false);
 
-	for (size_t p = 0; ls && p < EGR_MAX_CGROUP_PROGS; p++)
-		if (ls->fd[p] >= 0 && bpf_link_detach(ls->fd[p]) < 0 && errno != ENOLINK) {
-			ret = -errno;
-			log_warn("detach link %s of sandbox %u: %s", b->prog_names[p], sandbox_id,
-				 strerror(-ret));
+	for (size_t p = 0; ls && p < EGR_MAX_CGROUP_PROGS; p++) {
+		int fd;
+
+		if (!ls->link_id[p])
+			continue;
+		err = fd = held_fd(b, ls, p);
+		if (fd >= 0) {
+			err = bpf_link_detach(fd) < 0 && errno != ENOLINK ? -errno : 0;
+			close(fd);
 		}
+		if (err) {
+			ret = err;
+			log_warn("detach link %s of sandbox %u: %s", b->prog_names[p], sandbox_id,
+				 strerror(-err));
+		}
+	}
 	if (ret)
-		return ret; /* keep the fds: still enforced, retry possible */
+		return ret; /* keep the references: still enforced, retry possible */
 	link_set_drop(b, sandbox_id);
 	d = opendir(dir);
 	if (!d)
@@ -510,7 +653,7 @@ int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
 	for (size_t p = 0; p < b->nprogs; p++) {
 		int fd;
 
-		if (ls->fd[p] >= 0)
+		if (ls->link_id[p])
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
 		fd = bpf_obj_get(path);
@@ -537,9 +680,19 @@ int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
 			split = true;
 		if (!first_cg)
 			first_cg = cg;
-		ls->fd[p] = fd;
+		int herr = hold_link(b, ls, p, fd);
+
+		if (herr) {
+			/* Still attached through its pin, but a removed pin would
+			 * detach it: not adopted, so the caller holds the sandbox. */
+			log_error("hold link %s: %s", path, strerror(-herr));
+			close(fd);
+			err = herr;
+			continue;
+		}
 		if (refresh_prog(b, sandbox_id, p, fd))
 			moved++;
+		close(fd);
 	}
 	ls->wd = watch(b, dir);
 	b->refreshed_links += moved;
@@ -560,12 +713,18 @@ int egr_bpf_links_cgroup_id(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *cg
 	for (size_t p = 0; ls && p < EGR_MAX_CGROUP_PROGS; p++) {
 		struct bpf_link_info info;
 		__u32 len = sizeof(info);
+		int fd, err;
 
-		if (ls->fd[p] < 0)
+		if (!ls->link_id[p])
 			continue;
+		fd = held_fd(b, ls, p);
+		if (fd < 0)
+			return fd;
 		memset(&info, 0, sizeof(info));
-		if (bpf_obj_get_info_by_fd(ls->fd[p], &info, &len) < 0)
-			return -errno;
+		err = bpf_obj_get_info_by_fd(fd, &info, &len) < 0 ? -errno : 0;
+		close(fd);
+		if (err)
+			return err;
 		*cgroup_id = info.cgroup.cgroup_id;
 		return 0;
 	}
@@ -577,31 +736,21 @@ static int repin(int fd, const char *path)
 	return bpf_obj_pin(fd, path) < 0 ? -errno : 0;
 }
 
-/* The kernel's id of the link (or other bpf object) behind fd; 0 on error. */
-static __u32 link_id_of_fd(int fd)
-{
-	struct bpf_link_info info;
-	__u32 len = sizeof(info);
-
-	memset(&info, 0, sizeof(info));
-	if (bpf_obj_get_info_by_fd(fd, &info, &len) < 0)
-		return 0;
-	return info.id;
-}
-
-/* Does the pin at path name the link held as fd? Existence is not enough:
+/* Does the pin at path name the link of id want? Existence is not enough:
  * rename(2) of one link pin over another (no bpf() needed) leaves every
- * name in place while the overwritten link lives on only through our fd. */
-static bool pin_names_link(const char *path, int fd)
+ * name in place while the overwritten link lives on only through our
+ * reference. errno ENOENT (false) when there is no pin at path. */
+static bool pin_names_link(const char *path, __u32 want)
 {
-	__u32 want = link_id_of_fd(fd), got;
+	__u32 got;
 	int pfd = bpf_obj_get(path);
 
 	if (pfd < 0)
 		return false;
 	got = link_id_of_fd(pfd);
 	close(pfd);
-	return want && got == want;
+	errno = 0;
+	return got == want;
 }
 
 /* The directories from <dir> down to the one holding pin, made again
@@ -652,14 +801,16 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 		if (links_dir(b, ls->sandbox_id, dir, sizeof(dir)))
 			continue;
 		for (size_t p = 0; p < b->nprogs; p++) {
-			if (ls->fd[p] < 0)
+			if (!ls->link_id[p])
 				continue;
 			enum egr_pin_kind kind = EGR_PIN_LINK;
+			int fd;
 
 			snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
-			if (access(path, F_OK) == 0) {
-				if (pin_names_link(path, ls->fd[p]))
-					continue;
+			/* One bpf() call when all is well: the pin names our link. */
+			if (pin_names_link(path, ls->link_id[p]))
+				continue;
+			if (errno != ENOENT) {
 				/* Something else sits at the name: ours goes there. */
 				kind = EGR_PIN_LINK_REPLACED;
 				if (unlink(path) < 0 && errno != ENOENT) {
@@ -668,13 +819,13 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 					report(ctx, kind, ls->sandbox_id, path, err);
 					continue;
 				}
-			} else if (errno != ENOENT) {
-				continue;
 			}
 			missing++;
 			err = ensure_links_dir(b, dir);
-			if (!err)
-				err = repin(ls->fd[p], path);
+			if (!err && (err = fd = held_fd(b, ls, p)) >= 0) {
+				err = repin(fd, path);
+				close(fd);
+			}
 			report(ctx, kind, ls->sandbox_id, path, err);
 		}
 	}
@@ -727,10 +878,11 @@ int egr_bpf_pinned_sandboxes(struct egr_bpf *b, uint32_t **ids, size_t *n)
 
 void egr_kern_links_release(struct egr_bpf *b)
 {
-	for (size_t i = 0; i < b->nlinks; i++)
-		for (size_t p = 0; p < EGR_MAX_CGROUP_PROGS; p++)
-			if (b->links[i].fd[p] >= 0)
-				close(b->links[i].fd[p]);
+	/* The instance goes with its fd, and every reference in it: the links
+	 * stay attached through their shared pins. */
+	if (b->hold_fd >= 0)
+		close(b->hold_fd);
+	b->hold_fd = -1;
 	free(b->links);
 	b->links = NULL;
 	b->nlinks = b->caplinks = 0;

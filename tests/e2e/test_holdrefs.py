@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+# egressd's own reference of each sandbox link is a pin in a bpffs instance
+# mounted nowhere, not an open file (docs/security.md row "bpffs pins",
+# docs/architecture.md "Links and pins"). Run by run.py (harness.runner).
+# The attack removes a sandbox's shared pins while egressd cannot put them
+# back (stopped): only egressd's references keep the links, so the sandbox
+# must stay confined; the twin is the allowed connect the same way.
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
+
+
+def hr_files(pid):
+    """egressd's open files: BPF links and the total."""
+    links = total = 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        total += 1
+        links += target == "anon_inode:bpf_link"
+    return {"bpf_link": links, "total": total}
+
+
+def hr_link_ids(c, sid):
+    """{program: link id} of the sandbox's shared pins (bpftool)."""
+    d = os.path.join(c.bpffs, "links", str(sid))
+    ids = {}
+    for name in sorted(os.listdir(d)):
+        r = run(["bpftool", "-j", "link", "show", "pinned", os.path.join(d, name)])
+        check(r.returncode == 0, "bpftool link show pinned %s: %s" % (name, r.stderr.strip()))
+        ids[name] = json.loads(r.stdout)["id"]
+    return ids
+
+
+def hr_bpf_mounts(pid):
+    with open("/proc/%d/mountinfo" % pid) as f:
+        return [ln for ln in f if " - bpf " in ln]
+
+
+@test
+def links_held_without_a_file_per_link(c):
+    pid = c.daemon.proc.pid
+    a = c.tcp("held")
+    before = hr_files(pid)
+    n = 24
+    with contextlib.ExitStack() as stack:
+        sbs = [stack.enter_context(c.sandbox(["127.0.0.1:%d" % a.port], name="held%d" % i))
+               for i in range(n)]
+        after = hr_files(pid)
+        pins = len(os.listdir(os.path.join(c.bpffs, "links", str(sandbox_id(c, sbs[0])))))
+        check(pins >= 6, "sandbox has %d link pins" % pins)
+        # 13 link files per sandbox capped egressd at ~1,500 sandboxes.
+        check(after["bpf_link"] == before["bpf_link"],
+              "egressd holds %d more BPF link files with %d sandboxes" %
+              (after["bpf_link"] - before["bpf_link"], n))
+        check(after["total"] - before["total"] <= 4,
+              "egressd holds %d more files with %d sandboxes: %r -> %r" %
+              (after["total"] - before["total"], n, before, after))
+        # Mounted nowhere: egressd's mount table has no bpffs the host lacks.
+        check(len(hr_bpf_mounts(pid)) == len(hr_bpf_mounts(os.getpid())),
+              "egressd's mount table shows another bpffs: %r" % hr_bpf_mounts(pid))
+        sbs[-1].allowed("tcp", "127.0.0.1", a.port)
+
+
+@test
+def shared_pins_removed_while_egressd_stopped_still_confine(c):
+    a, b = c.tcp("own"), c.tcp("other")
+    pid = c.daemon.proc.pid
+    with c.sandbox(["127.0.0.1:%d" % a.port], name="holdA") as sa:
+        sid = sandbox_id(c, sa)
+        ids = hr_link_ids(c, sid)
+        check(len(ids) >= 6, "link pins: %r" % ids)
+        links_dir = os.path.join(c.bpffs, "links", str(sid))
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            # uid 0 in the sandbox removes every shared pin of its sandbox;
+            # egressd cannot pin them again while it is stopped.
+            r = subprocess.run(["rm", "-rf", links_dir], stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                               preexec_fn=join_cgroup_fn(sa.cg))
+            check(r.returncode == 0 and not os.path.exists(links_dir),
+                  "rm -rf %s as root in the sandbox: %s" % (links_dir, r.stderr.strip()))
+            # Only egressd's own references hold the links now.
+            sa.denied("tcp", "127.0.0.1", b.port)
+            sa.allowed("tcp", "127.0.0.1", a.port)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        check(wait_until(lambda: os.path.isdir(links_dir) and
+                         len(os.listdir(links_dir)) == len(ids), 5),
+              "pins not restored within 5 s")
+        check(hr_link_ids(c, sid) == ids,
+              "the restored pins are not the same links: %r -> %r" % (ids, hr_link_ids(c, sid)))
+        check(wait_until(lambda: obs_alerts(c, "pin_removed", sid), 5),
+              "no pin_removed alert for sandbox %d" % sid)
+        sa.denied("tcp", "127.0.0.1", b.port)
+        sa.allowed("tcp", "127.0.0.1", a.port)

@@ -63,6 +63,51 @@ static void test_lookup_by_id_and_cgroup_id(void **state)
 	assert_null(egr_reg_find(r, "/sys/fs/cgroup/t/7/child", 0));
 	assert_true(egr_reg_confines(r, "/sys/fs/cgroup/t/7/child"));
 	assert_false(egr_reg_confines(r, "/sys/fs/cgroup/t/70000"));
+	/* Every path through growth: the path table is rehashed with the others. */
+	for (uint32_t id = 1; id <= n; id++) {
+		char path[64];
+
+		snprintf(path, sizeof(path), "/sys/fs/cgroup/t/%u", id);
+		assert_ptr_equal(egr_reg_find(r, path, 0), egr_reg_by_id(r, id));
+	}
+	/* Confined: the cgroup and what lies below it at a '/'; not its parent,
+	 * nor a sibling whose name starts with its name. */
+	assert_true(egr_reg_confines(r, "/sys/fs/cgroup/t/7"));
+	assert_true(egr_reg_confines(r, "/sys/fs/cgroup/t/7/a/b/c"));
+	assert_false(egr_reg_confines(r, "/sys/fs/cgroup/t"));
+	assert_false(egr_reg_confines(r, "/sys/fs/cgroup/t/7x"));
+	assert_false(egr_reg_confines(r, "/sys/fs/cgroup/t/"));
+	assert_false(egr_reg_confines(r, ""));
+	/* Removed: neither found by path nor confining. */
+	{
+		struct egr_sb *sb = egr_reg_by_id(r, 7);
+
+		egr_reg_remove(r, sb);
+		egr_sb_free(sb);
+	}
+	assert_null(egr_reg_find(r, "/sys/fs/cgroup/t/7", 0));
+	assert_false(egr_reg_confines(r, "/sys/fs/cgroup/t/7/child"));
+	assert_ptr_equal(egr_reg_find(r, "/sys/fs/cgroup/t/8", 0), egr_reg_by_id(r, 8));
+	egr_reg_free(r);
+}
+
+static void test_tenant_quota_count(void **state)
+{
+	struct egr_registry *r = egr_reg_alloc();
+	struct egr_sb *a = mk(1, 10), *b = mk(2, 20);
+
+	/* What reg_quota_sync_tenant skips its scan by: set before the add
+	 * counts at the add, and the remove uncounts it. */
+	a->tenant_quota_bytes = 1000;
+	assert_int_equal(egr_reg_add(r, a), 0);
+	assert_int_equal(egr_reg_add(r, b), 0);
+	assert_int_equal(r->tenant_quota_sbs, 1);
+	egr_reg_remove(r, a);
+	assert_int_equal(r->tenant_quota_sbs, 0);
+	egr_sb_free(a);
+	egr_reg_remove(r, b);
+	assert_int_equal(r->tenant_quota_sbs, 0);
+	egr_sb_free(b);
 	egr_reg_free(r);
 }
 
@@ -220,6 +265,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_lookup_by_id_and_cgroup_id),
+		cmocka_unit_test(test_tenant_quota_count),
 		cmocka_unit_test(test_duplicate_id_refused),
 		cmocka_unit_test(test_remove_keeps_others_found),
 		cmocka_unit_test(test_iteration_sees_each_once),

@@ -89,7 +89,8 @@ int reg_quota_sync_tenant(struct egr_registry *r, uint32_t tid, const struct egr
 
 	struct egr_reg_iter it = { 0 };
 
-	for (const struct egr_sb *o; !src && (o = egr_reg_next(r, &it));) {
+	/* No scan when no sandbox sets one: attach is not O(sandboxes). */
+	for (const struct egr_sb *o; !src && r->tenant_quota_sbs && (o = egr_reg_next(r, &it));) {
 
 		if (o == prefer || o->tenant_id != tid || !o->tenant_quota_bytes)
 			continue;
@@ -111,6 +112,13 @@ void reg_quota_apply(struct egr_registry *r, struct egr_sb *sb, const struct egr
 	int err;
 
 	sb->quota_bytes = p->quota_bytes;
+	if (egr_reg_by_id(r, sb->id) == sb && !sb->tenant_quota_bytes != !p->tenant_quota_bytes) {
+		/* In the set: its count follows (egr_reg_add counts the others). */
+		if (p->tenant_quota_bytes)
+			r->tenant_quota_sbs++;
+		else
+			r->tenant_quota_sbs--;
+	}
 	sb->tenant_quota_bytes = p->tenant_quota_bytes;
 	sb->quota_window_ns = p->quota_window_s * 1000000000ULL;
 	if (sb->quota_bytes)

@@ -16,7 +16,7 @@
 struct egr_sbnode {
 	struct egr_sb *sb;
 	size_t pos; /* its index in set.v */
-	struct egr_sbnode *next_id, *next_cg;
+	struct egr_sbnode *next_id, *next_cg, *next_path;
 };
 
 static size_t hash_id(uint32_t id, size_t nb)
@@ -32,20 +32,33 @@ static size_t hash_cg(uint64_t cg, size_t nb)
 	return (size_t)(cg & (nb - 1));
 }
 
+/* FNV-1a of the first len bytes of a cgroup path. */
+static size_t hash_path(const char *path, size_t len, size_t nb)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)path[i]) * 0x100000001b3ULL;
+	return (size_t)(h & (nb - 1));
+}
+
 static void link_node(struct egr_sbset *s, struct egr_sbnode *n)
 {
 	size_t i = hash_id(n->sb->id, s->nbuckets), c = hash_cg(n->sb->cgroup_id, s->nbuckets);
+	size_t p = hash_path(n->sb->cgroup, strlen(n->sb->cgroup), s->nbuckets);
 
 	n->next_id = s->by_id[i];
 	s->by_id[i] = n;
 	n->next_cg = s->by_cg[c];
 	s->by_cg[c] = n;
+	n->next_path = s->by_path[p];
+	s->by_path[p] = n;
 }
 
 /* Keep the tables at least as wide as the set: chains stay short. */
 static int rehash(struct egr_sbset *s, size_t want)
 {
-	struct egr_sbnode **bi, **bc;
+	struct egr_sbnode **bi, **bc, **bp;
 	size_t nb = s->nbuckets ? s->nbuckets : 16;
 
 	while (nb < want)
@@ -54,15 +67,19 @@ static int rehash(struct egr_sbset *s, size_t want)
 		return 0;
 	bi = calloc(nb, sizeof(*bi));
 	bc = calloc(nb, sizeof(*bc));
-	if (!bi || !bc) {
+	bp = calloc(nb, sizeof(*bp));
+	if (!bi || !bc || !bp) {
 		free(bi);
 		free(bc);
+		free(bp);
 		return -ENOMEM;
 	}
 	free(s->by_id);
 	free(s->by_cg);
+	free(s->by_path);
 	s->by_id = bi;
 	s->by_cg = bc;
+	s->by_path = bp;
 	s->nbuckets = nb;
 	for (size_t k = 0; k < s->n; k++)
 		link_node(s, s->v[k]);
@@ -110,6 +127,8 @@ int egr_reg_add(struct egr_registry *r, struct egr_sb *sb)
 	n->pos = s->n;
 	s->v[s->n++] = n;
 	link_node(s, n);
+	if (sb->tenant_quota_bytes)
+		r->tenant_quota_sbs++;
 	return 0;
 }
 
@@ -125,6 +144,12 @@ static void unlink_node(struct egr_sbset *s, struct egr_sbnode *n)
 	for (p = &s->by_cg[hash_cg(n->sb->cgroup_id, s->nbuckets)]; *p; p = &(*p)->next_cg)
 		if (*p == n) {
 			*p = n->next_cg;
+			break;
+		}
+	for (p = &s->by_path[hash_path(n->sb->cgroup, strlen(n->sb->cgroup), s->nbuckets)]; *p;
+	     p = &(*p)->next_path)
+		if (*p == n) {
+			*p = n->next_path;
 			break;
 		}
 }
@@ -146,6 +171,8 @@ void egr_reg_remove(struct egr_registry *r, struct egr_sb *sb)
 
 	if (!n)
 		return;
+	if (sb->tenant_quota_bytes)
+		r->tenant_quota_sbs--;
 	unlink_node(s, n);
 	/* The last one fills the gap (egr_reg_next knows). */
 	s->v[n->pos] = s->v[--s->n];
@@ -173,19 +200,25 @@ struct egr_sb *egr_reg_by_cgroup_id(const struct egr_registry *r, uint64_t cgrou
 	return NULL;
 }
 
+/* The sandbox whose cgroup is the first len bytes of path. */
+static struct egr_sb *by_path(const struct egr_sbset *s, const char *path, size_t len)
+{
+	for (struct egr_sbnode *n = s->by_path[hash_path(path, len, s->nbuckets)]; n;
+	     n = n->next_path)
+		if (strncmp(n->sb->cgroup, path, len) == 0 && n->sb->cgroup[len] == '\0')
+			return n->sb;
+	return NULL;
+}
+
 struct egr_sb *egr_reg_find(struct egr_registry *r, const char *cgroup, uint32_t id)
 {
 	char real[PATH_MAX];
 
 	if (!cgroup)
 		return egr_reg_by_id(r, id);
-	/* Paths only come with control requests: a scan is fine. */
 	if (!realpath(cgroup, real))
 		snprintf(real, sizeof(real), "%s", cgroup);
-	for (size_t i = 0; i < r->set.n; i++)
-		if (strcmp(r->set.v[i]->sb->cgroup, real) == 0)
-			return r->set.v[i]->sb;
-	return NULL;
+	return by_path(&r->set, real, strlen(real));
 }
 
 size_t egr_reg_count(const struct egr_registry *r)
@@ -358,8 +391,12 @@ static bool path_within(const char *cgroup, const char *path)
 
 bool egr_reg_confines(struct egr_registry *r, const char *path)
 {
-	for (size_t i = 0; i < r->set.n; i++)
-		if (path_within(r->set.v[i]->sb->cgroup, path))
+	size_t len = strlen(path);
+
+	/* path itself and each of its ancestors (every control request asks:
+	 * a lookup per level, not a scan of the sandboxes). */
+	for (size_t i = 1; i <= len; i++)
+		if ((i == len || path[i] == '/') && by_path(&r->set, path, i))
 			return true;
 	for (size_t i = 0; i < r->nheld; i++)
 		if (r->held[i].cgroup && path_within(r->held[i].cgroup, path))
@@ -400,6 +437,7 @@ void egr_reg_free(struct egr_registry *r)
 	free(r->set.v);
 	free(r->set.by_id);
 	free(r->set.by_cg);
+	free(r->set.by_path);
 	for (size_t i = 0; i < r->ntenants; i++)
 		free(r->tenants[i]);
 	free(r->tenants);

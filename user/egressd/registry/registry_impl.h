@@ -15,12 +15,12 @@ struct egr_inspect;
 struct egr_learned;
 struct egr_sbnode;
 
-/* The sandboxes: a dense array (iteration) and two chained hash tables
- * over the same nodes (by sandbox id, by cgroup id). */
+/* The sandboxes: a dense array (iteration) and three chained hash tables
+ * over the same nodes (by sandbox id, by cgroup id, by cgroup path). */
 struct egr_sbset {
 	struct egr_sbnode **v;
 	size_t n, cap;
-	struct egr_sbnode **by_id, **by_cg;
+	struct egr_sbnode **by_id, **by_cg, **by_path;
 	size_t nbuckets; /* a power of two, >= n */
 };
 
@@ -34,6 +34,7 @@ struct egr_registry {
 	struct egr_statedir st;       /* <state-dir>: state files, tenants, key */
 	char self_cgroup[4096];       /* egressd's own cgroup: never sandboxed */
 	struct egr_sbset set;
+	size_t tenant_quota_sbs; /* of set, those whose policy sets a tenant quota */
 	uint32_t next_sandbox_id;
 	uint32_t next_policy_id;
 	char **tenants; /* tenant id = index + 1 */

@@ -101,3 +101,43 @@ def shared_pins_removed_while_egressd_stopped_still_confine(c):
               "no pin_removed alert for sandbox %d" % sid)
         sa.denied("tcp", "127.0.0.1", b.port)
         sa.allowed("tcp", "127.0.0.1", a.port)
+
+
+def hr_problems(c):
+    r = c.ctl("status", "--json")
+    return json.loads(r.stdout).get("problems", []) if r.stdout.strip() else None
+
+
+@test
+def unrestorable_pin_is_a_health_problem_until_restored(c):
+    # A directory planted where a link pin was (while egressd is stopped, so
+    # the guard cannot win the race) cannot be pinned over: health names the
+    # sandbox, from the guard's last check, until the name is free again.
+    a, b = c.tcp("plant"), c.tcp("plant-other")
+    pid = c.daemon.proc.pid
+    with c.sandbox(["127.0.0.1:%d" % a.port], name="plant") as sa:
+        sid = sandbox_id(c, sa)
+        ldir = os.path.join(c.bpffs, "links", str(sid))
+        victim = os.path.join(ldir, sorted(os.listdir(ldir))[0])
+        want = "pins: sandbox %d: not all of its links are pinned" % sid
+        # Twin: healthy before, with the same probe.
+        check(want not in (hr_problems(c) or []), "reported before the attack")
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            os.unlink(victim)
+            os.mkdir(victim)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        try:
+            check(wait_until(lambda: want in (hr_problems(c) or []), 15, 0.2),
+                  "an unrestorable pin is not a health problem: %r" % hr_problems(c))
+            # Still enforced through egressd's reference.
+            sa.denied("tcp", "127.0.0.1", b.port)
+            sa.allowed("tcp", "127.0.0.1", a.port)
+        finally:
+            os.rmdir(victim)
+        check(wait_until(lambda: os.path.exists(victim) and
+                         want not in (hr_problems(c) or []), 15, 0.2),
+              "pin not restored or still reported once the name is free: %r" %
+              hr_problems(c))
+        sa.allowed("tcp", "127.0.0.1", a.port)

@@ -36,6 +36,9 @@ struct egr_link_set {
 	uint32_t sandbox_id;
 	int wd; /* inotify watch of links/<id>; -1: none */
 	uint32_t link_id[EGR_MAX_CGROUP_PROGS];
+	uint32_t unpinned; /* bit i: the last pin check could not pin program i's again */
+	size_t pos;                 /* its index in egr_bpf.links */
+	struct egr_link_set *hnext; /* its chain in egr_bpf.links_by_id */
 };
 
 struct egr_bpf {
@@ -57,8 +60,10 @@ struct egr_bpf {
 	/* The cgroup programs loaded on this host, in attach order. */
 	const char *prog_names[EGR_MAX_CGROUP_PROGS];
 	size_t nprogs;
-	struct egr_link_set *links;
+	struct egr_link_set **links;       /* dense: every sandbox egressd holds links of */
 	size_t nlinks, caplinks;
+	struct egr_link_set **links_by_id; /* chained by sandbox id, link_buckets wide */
+	size_t link_buckets;
 	int pin_watch_fd; /* inotify on the pin directories; -1: none */
 	/* The detached bpffs instance (fsmount, attached to no mount point)
 	 * holding egressd's own reference of each link as <id>/<program>;

@@ -210,8 +210,8 @@ void egr_kern_watch_dirs(struct egr_bpf *b)
 	snprintf(path, sizeof(path), "%s/links", b->dir);
 	b->links_wd = watch(b, path);
 	for (size_t i = 0; i < b->nlinks; i++) {
-		snprintf(path, sizeof(path), "%s/links/%u", b->dir, b->links[i].sandbox_id);
-		b->links[i].wd = watch(b, path);
+		snprintf(path, sizeof(path), "%s/links/%u", b->dir, b->links[i]->sandbox_id);
+		b->links[i]->wd = watch(b, path);
 	}
 }
 
@@ -335,44 +335,92 @@ void egr_kern_mig_detach(void *ctx, uint32_t sandbox_id, const char *prog)
 	}
 }
 
+static size_t link_bucket(uint32_t sandbox_id, size_t nbuckets)
+{
+	return (size_t)((sandbox_id * 2654435761u) & (nbuckets - 1));
+}
+
+/* The id table at least as wide as the sets: health asks of every sandbox,
+ * a scan each would be O(sandboxes^2). */
+static int link_rehash(struct egr_bpf *b, size_t want)
+{
+	size_t nb = b->link_buckets ? b->link_buckets : 16;
+	struct egr_link_set **t;
+
+	while (nb < want)
+		nb *= 2;
+	if (nb == b->link_buckets)
+		return 0;
+	t = calloc(nb, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	free(b->links_by_id);
+	b->links_by_id = t;
+	b->link_buckets = nb;
+	for (size_t i = 0; i < b->nlinks; i++) {
+		struct egr_link_set *ls = b->links[i];
+		size_t k = link_bucket(ls->sandbox_id, nb);
+
+		ls->hnext = t[k];
+		t[k] = ls;
+	}
+	return 0;
+}
+
 static struct egr_link_set *link_set(struct egr_bpf *b, uint32_t sandbox_id, bool create)
 {
 	struct egr_link_set *ls;
+	size_t k;
 
-	for (size_t i = 0; i < b->nlinks; i++)
-		if (b->links[i].sandbox_id == sandbox_id)
-			return &b->links[i];
+	if (b->link_buckets)
+		for (ls = b->links_by_id[link_bucket(sandbox_id, b->link_buckets)]; ls;
+		     ls = ls->hnext)
+			if (ls->sandbox_id == sandbox_id)
+				return ls;
 	if (!create)
 		return NULL;
 	if (b->nlinks == b->caplinks) {
 		size_t cap = b->caplinks ? b->caplinks * 2 : 16;
-		struct egr_link_set *n = realloc(b->links, cap * sizeof(*n));
+		struct egr_link_set **n = realloc(b->links, cap * sizeof(*n));
 
 		if (!n)
 			return NULL;
 		b->links = n;
 		b->caplinks = cap;
 	}
-	ls = &b->links[b->nlinks++];
-	memset(ls, 0, sizeof(*ls));
+	if (link_rehash(b, b->nlinks + 1) || !(ls = calloc(1, sizeof(*ls))))
+		return NULL;
 	ls->sandbox_id = sandbox_id;
 	ls->wd = -1;
+	ls->pos = b->nlinks;
+	b->links[b->nlinks++] = ls;
+	k = link_bucket(sandbox_id, b->link_buckets);
+	ls->hnext = b->links_by_id[k];
+	b->links_by_id[k] = ls;
 	return ls;
 }
 
 /* Drop our references of the sandbox's links (detach: after BPF_LINK_DETACH). */
 static void link_set_drop(struct egr_bpf *b, uint32_t sandbox_id)
 {
-	for (size_t i = 0; i < b->nlinks; i++) {
-		if (b->links[i].sandbox_id != sandbox_id)
-			continue;
-		/* Its pins go next: not a removal the guard should check for. */
-		if (b->links[i].wd >= 0 && b->pin_watch_fd >= 0)
-			inotify_rm_watch(b->pin_watch_fd, b->links[i].wd);
-		unhold_all(b, &b->links[i]);
-		b->links[i] = b->links[--b->nlinks];
+	struct egr_link_set *ls = link_set(b, sandbox_id, false);
+
+	if (!ls)
 		return;
-	}
+	/* Its pins go next: not a removal the guard should check for. */
+	if (ls->wd >= 0 && b->pin_watch_fd >= 0)
+		inotify_rm_watch(b->pin_watch_fd, ls->wd);
+	unhold_all(b, ls);
+	for (struct egr_link_set **pp = &b->links_by_id[link_bucket(sandbox_id, b->link_buckets)];
+	     *pp; pp = &(*pp)->hnext)
+		if (*pp == ls) {
+			*pp = ls->hnext;
+			break;
+		}
+	/* The last one fills the gap. */
+	b->links[ls->pos] = b->links[--b->nlinks];
+	b->links[ls->pos]->pos = ls->pos;
+	free(ls);
 }
 
 static int links_dir(struct egr_bpf *b, uint32_t sandbox_id, char *buf, size_t len)
@@ -547,8 +595,15 @@ int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id)
 
 bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id)
 {
+	const struct egr_link_set *ls = link_set(b, sandbox_id, false);
 	char dir[PATH_MAX], path[PATH_MAX];
 
+	if (ls) {
+		for (size_t p = 0; p < b->nprogs; p++)
+			if (!ls->link_id[p])
+				return false;
+		return ls->unpinned == 0;
+	}
 	if (links_dir(b, sandbox_id, dir, sizeof(dir)))
 		return false;
 	for (size_t p = 0; p < b->nprogs; p++) {
@@ -796,7 +851,7 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 		report(ctx, EGR_PIN_MAP, 0, pin, err);
 	}
 	for (size_t i = 0; i < b->nlinks; i++) {
-		struct egr_link_set *ls = &b->links[i];
+		struct egr_link_set *ls = b->links[i];
 
 		if (links_dir(b, ls->sandbox_id, dir, sizeof(dir)))
 			continue;
@@ -808,14 +863,17 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 
 			snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
 			/* One bpf() call when all is well: the pin names our link. */
-			if (pin_names_link(path, ls->link_id[p]))
+			if (pin_names_link(path, ls->link_id[p])) {
+				ls->unpinned &= ~(1u << p);
 				continue;
+			}
 			if (errno != ENOENT) {
 				/* Something else sits at the name: ours goes there. */
 				kind = EGR_PIN_LINK_REPLACED;
 				if (unlink(path) < 0 && errno != ENOENT) {
 					err = -errno;
 					missing++;
+					ls->unpinned |= 1u << p;
 					report(ctx, kind, ls->sandbox_id, path, err);
 					continue;
 				}
@@ -826,6 +884,10 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 				err = repin(fd, path);
 				close(fd);
 			}
+			if (err)
+				ls->unpinned |= 1u << p;
+			else
+				ls->unpinned &= ~(1u << p);
 			report(ctx, kind, ls->sandbox_id, path, err);
 		}
 	}
@@ -883,9 +945,13 @@ void egr_kern_links_release(struct egr_bpf *b)
 	if (b->hold_fd >= 0)
 		close(b->hold_fd);
 	b->hold_fd = -1;
+	for (size_t i = 0; i < b->nlinks; i++)
+		free(b->links[i]);
 	free(b->links);
+	free(b->links_by_id);
 	b->links = NULL;
-	b->nlinks = b->caplinks = 0;
+	b->links_by_id = NULL;
+	b->nlinks = b->caplinks = b->link_buckets = 0;
 }
 
 /* Programs attached per sandbox cgroup (a global tracing program is not). */

@@ -26,9 +26,12 @@ int egr_bpf_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_pa
 int egr_bpf_attach_missing(struct egr_bpf *b, uint32_t sandbox_id, const char *cgroup_path);
 /* Detach, unpin and close the links of sandbox_id (idempotent). */
 int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id);
-/* Are all of the sandbox's links pinned? */
+/* Are all of the sandbox's links pinned? For a sandbox egressd holds the
+ * links of: as the last egr_bpf_check_pins found them (it runs on every
+ * removal inotify reports and every 10 s), so health asks in O(1), not 13
+ * path lookups per sandbox; otherwise: the pins on disk. */
 bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id);
-/* Open the sandbox's pinned links and keep their fds (adoption). Each must
+/* Open the sandbox's pinned links and hold egressd's reference (adoption). Each must
  * be a cgroup link of the program its pin is named after (attach type and
  * program name): one that is not has its pin removed and counts as missing.
  * 0 when every program has one, -ENOENT when some are missing (those found

@@ -39,6 +39,16 @@ def hr_link_ids(c, sid):
     return ids
 
 
+@contextlib.contextmanager
+def hr_stopped(pid):
+    """egressd stopped for the block: its guard cannot put pins back."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def hr_bpf_mounts(pid):
     with open("/proc/%d/mountinfo" % pid) as f:
         return [ln for ln in f if " - bpf " in ln]
@@ -60,7 +70,9 @@ def links_held_without_a_file_per_link(c):
         check(after["bpf_link"] == before["bpf_link"],
               "egressd holds %d more BPF link files with %d sandboxes" %
               (after["bpf_link"] - before["bpf_link"], n))
-        check(after["total"] - before["total"] <= 4,
+        # At most the DNS listeners of the namespace (4, made for the first
+        # sandbox there) and a control connection in flight: nothing per sandbox.
+        check(after["total"] - before["total"] <= 8,
               "egressd holds %d more files with %d sandboxes: %r -> %r" %
               (after["total"] - before["total"], n, before, after))
         # Mounted nowhere: egressd's mount table has no bpffs the host lacks.
@@ -78,8 +90,7 @@ def shared_pins_removed_while_egressd_stopped_still_confine(c):
         ids = hr_link_ids(c, sid)
         check(len(ids) >= 6, "link pins: %r" % ids)
         links_dir = os.path.join(c.bpffs, "links", str(sid))
-        os.kill(pid, signal.SIGSTOP)
-        try:
+        with hr_stopped(pid):
             # uid 0 in the sandbox removes every shared pin of its sandbox;
             # egressd cannot pin them again while it is stopped.
             r = subprocess.run(["rm", "-rf", links_dir], stdin=subprocess.DEVNULL,
@@ -90,8 +101,6 @@ def shared_pins_removed_while_egressd_stopped_still_confine(c):
             # Only egressd's own references hold the links now.
             sa.denied("tcp", "127.0.0.1", b.port)
             sa.allowed("tcp", "127.0.0.1", a.port)
-        finally:
-            os.kill(pid, signal.SIGCONT)
         check(wait_until(lambda: os.path.isdir(links_dir) and
                          len(os.listdir(links_dir)) == len(ids), 5),
               "pins not restored within 5 s")
@@ -122,12 +131,9 @@ def unrestorable_pin_is_a_health_problem_until_restored(c):
         want = "pins: sandbox %d: not all of its links are pinned" % sid
         # Twin: healthy before, with the same probe.
         check(want not in (hr_problems(c) or []), "reported before the attack")
-        os.kill(pid, signal.SIGSTOP)
-        try:
+        with hr_stopped(pid):
             os.unlink(victim)
             os.mkdir(victim)
-        finally:
-            os.kill(pid, signal.SIGCONT)
         try:
             check(wait_until(lambda: want in (hr_problems(c) or []), 15, 0.2),
                   "an unrestorable pin is not a health problem: %r" % hr_problems(c))

@@ -161,11 +161,14 @@ def connected_udp_cmsg(c):
         # and the next send with a control message is judged against the
         # rules of now, not waved through as connected.
         argv = [c.netprobe, "udp-connect-cmsg", "127.0.0.1", str(u.port), "3"]
+        # Counted before the probe starts: read after, its first datagram
+        # may already be in, and the wait below would take the second one
+        # (3 s later) for the first, racing the rule change against it.
+        first = u.received
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True,
                              preexec_fn=join_cgroup_fn(sb.cg))
         CLEANUP.push("netprobe", lambda: p.poll() is None and p.kill())
-        first = u.received
         check(u.wait_for(first + 1, 8), "the first send of the connected socket never arrived")
         hk_put_rule(c, sb, "127.0.0.1", [(u.port, u.port, 0x2)], expires_ns=1)
         out, err = p.communicate(timeout=PROBE_TIMEOUT_S)

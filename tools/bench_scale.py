@@ -42,6 +42,7 @@ import bench_common as common  # noqa: E402  (egressd, dnsmasq, cgroups: the e2e
 
 PID = os.getpid()
 TAG = f"egrscale-{PID}"
+IDLE_SECONDS = 20  # egressd's idle CPU is measured over this long
 BARE_CGROUPS = 2000  # the cgroup's own kernel memory, measured without egressd
 DNSMASQ = common.DNSMASQ
 
@@ -285,6 +286,7 @@ class Scale:
         slab1 = slab_bytes()
         hwm = B.rss_kib(pid, "VmHWM")
         fdn = open_files(pid)
+        idle = self.idle_cpu(pid)
         lst, sts = [], []
         for _ in range(5):
             t0 = time.perf_counter()
@@ -308,7 +310,20 @@ class Scale:
                 "slab_delta": {k: slab1.get(k, 0) - slab0.get(k, 0)
                                for k in set(slab0) | set(slab1)},
                 "maps_b": sum(map_delta.values()), "map_delta": map_delta,
-                "rss_total": rss1, "hwm": hwm, "fd0": fd0, "fdn": fdn}
+                "rss_total": rss1, "hwm": hwm, "fd0": fd0, "fdn": fdn, "idle": idle}
+
+    @staticmethod
+    def idle_cpu(pid, seconds=IDLE_SECONDS):
+        """egressd's share of a CPU while nothing is asked of it (its timers:
+        pin checks, cgroup checks, the DNS tick)."""
+        def cpu():
+            with open(f"/proc/{pid}/stat") as f:
+                v = f.read().rsplit(")", 1)[1].split()
+            return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+        time.sleep(2)  # the last attach's aftermath
+        c0, t0 = cpu(), time.monotonic()
+        time.sleep(seconds)
+        return 100 * (cpu() - c0) / (time.monotonic() - t0)
 
     # -- events
 
@@ -452,6 +467,8 @@ class Scale:
           f"| {pct(sc['list'], 50):.1f} ms | — | {max(sc['list']):.1f} ms (max) | — | — |")
         w(f"| `status` with {n:,} attached (5 calls) | {pct(sc['status'], 50):.1f} ms | — "
           f"| {max(sc['status']):.1f} ms (max) | — | — |")
+        w(f"| egressd idle with {n:,} attached (% of a CPU over {IDLE_SECONDS} s) "
+          f"| {sc['idle']:.2f} % | — | — | — | — |")
         w("")
         per_rss = sc["rss_kib"] / n
         per_kern = sc["kern_kib"] / n

@@ -147,3 +147,34 @@ def unrestorable_pin_is_a_health_problem_until_restored(c):
               "pin not restored or still reported once the name is free: %r" %
               hr_problems(c))
         sa.allowed("tcp", "127.0.0.1", a.port)
+
+
+@test
+def pin_swapped_for_a_symlink_is_pinned_again(c):
+    # The pin moved aside and a symlink left at its name (bpf_obj_get would
+    # follow it to the same link, so a check by link id alone passes): the
+    # guard replaces the symlink with a real pin of egressd's link. Twin: an
+    # untouched pin of the same sandbox keeps its inode.
+    a, b = c.tcp("symlink"), c.tcp("symlink-other")
+    pid = c.daemon.proc.pid
+    with c.sandbox(["127.0.0.1:%d" % a.port], name="symlink") as sa:
+        sid = sandbox_id(c, sa)
+        ids = hr_link_ids(c, sid)
+        ldir = os.path.join(c.bpffs, "links", str(sid))
+        names = sorted(os.listdir(ldir))
+        victim, twin = os.path.join(ldir, names[0]), os.path.join(ldir, names[1])
+        twin_ino = os.lstat(twin).st_ino
+        aside = os.path.join(c.bpffs, "aside-%d" % sid)
+        with hr_stopped(pid):
+            os.rename(victim, aside)
+            os.symlink(aside, victim)
+        try:
+            check(wait_until(lambda: os.path.exists(victim) and not os.path.islink(victim), 5),
+                  "the symlink at %s was not replaced by a pin" % victim)
+            check(hr_link_ids(c, sid) == ids, "the pins name other links: %r -> %r" %
+                  (ids, hr_link_ids(c, sid)))
+            check(os.lstat(twin).st_ino == twin_ino, "the untouched pin was pinned again")
+            sa.denied("tcp", "127.0.0.1", b.port)
+            sa.allowed("tcp", "127.0.0.1", a.port)
+        finally:
+            os.unlink(aside)

@@ -42,7 +42,8 @@ int egr_lifetime_peer_launcher(int cfd, const struct ucred *peer, long long pid,
 			       const char **why);
 /* Watch sb's launcher through pidfd (taken, closed on error too). 0 or -errno. */
 int egr_lifetime_tie(struct egr_lifetime *lt, const struct egr_sb *sb, int pidfd);
-/* One check now (also what the timer does). */
+/* A check of every sandbox now. The timer does the same each second, of
+ * every sandbox up to 1,000 and of a fifth of them beyond (lifetime.c). */
 void egr_lifetime_check(struct egr_lifetime *lt);
 
 #endif /* EGR_LIFETIME_H */

@@ -180,6 +180,7 @@ struct egr_dnsproxy {
 	int self_netns;
 	struct egr_localaddr *host_la; /* egressd's network namespace's addresses */
 	struct sb *sbs;
+	uint32_t tcp_conns;        /* of every sandbox: the tick walks them only when some */
 	struct sb **by_sb;         /* SB_HASH buckets */
 	struct lgroup *groups;
 	struct pending *pend;

@@ -222,6 +222,7 @@ void dnsp_conn_close(struct tconn *c)
 			break;
 		}
 	sb->nconns--;
+	p->tcp_conns--;
 	free(c->rbuf);
 	free(c->wbuf);
 	free(c);

@@ -131,5 +131,6 @@ void dnsp_on_tcp_listener(struct egr_loop *loop, int fd, uint32_t events, void *
 		c->next = sb->conns;
 		sb->conns = c;
 		sb->nconns++;
+		p->tcp_conns++;
 	}
 }

@@ -65,7 +65,9 @@ static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 		log_warn("dns: upstream timed out, switching to %s",
 			 dnsp_sa_str(&p->cfg.upstreams[p->cur_up], b, sizeof(b)));
 	}
-	for (struct sb *sb = p->sbs; sb; sb = sb->next) {
+	/* Every 100 ms: with 10,000 sandboxes and no TCP connection, the walk
+	 * alone was ~2 % of a CPU. */
+	for (struct sb *sb = p->tcp_conns ? p->sbs : NULL; sb; sb = sb->next) {
 		struct tconn *c = sb->conns, *next;
 
 		for (; c; c = next) {

@@ -37,6 +37,10 @@ struct egr_link_set {
 	int wd; /* inotify watch of links/<id>; -1: none */
 	uint32_t link_id[EGR_MAX_CGROUP_PROGS];
 	uint32_t unpinned; /* bit i: the last pin check could not pin program i's again */
+	/* The inode of each shared pin as egressd made or verified it: a pin
+	 * check stats it (one syscall, no file) and asks the kernel for the
+	 * link id only when the inode differs (a removal or a rename over). */
+	uint64_t pin_ino[EGR_MAX_CGROUP_PROGS];
 	size_t pos;                 /* its index in egr_bpf.links */
 	struct egr_link_set *hnext; /* its chain in egr_bpf.links_by_id */
 };

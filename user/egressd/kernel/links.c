@@ -140,6 +140,15 @@ static int held_fd(const struct egr_bpf *b, const struct egr_link_set *ls, size_
 	return fd < 0 ? -errno : fd;
 }
 
+/* Note the inode of the shared pin at path (0: unknown, the next check
+ * asks the kernel). */
+static void note_pin(struct egr_link_set *ls, size_t p, const char *path)
+{
+	struct stat st;
+
+	ls->pin_ino[p] = lstat(path, &st) == 0 && !S_ISLNK(st.st_mode) ? (uint64_t)st.st_ino : 0;
+}
+
 /* Drop egressd's reference of program p's link (after its detach, or when
  * it never was one of ours). */
 static void unhold(struct egr_bpf *b, struct egr_link_set *ls, size_t p)
@@ -153,6 +162,7 @@ static void unhold(struct egr_bpf *b, struct egr_link_set *ls, size_t p)
 		log_warn("drop egressd's reference of link %s of sandbox %u: %m",
 			 b->prog_names[p], ls->sandbox_id);
 	ls->link_id[p] = 0;
+	ls->pin_ino[p] = 0;
 }
 
 static void unhold_all(struct egr_bpf *b, struct egr_link_set *ls)
@@ -474,6 +484,8 @@ static int attach_one(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int 
 		log_error("hold link %s: %s", path, strerror(-err));
 		if (unlink(path) < 0 && errno != ENOENT)
 			log_warn("unlink %s: %m", path);
+	} else {
+		note_pin(ls, p, path);
 	}
 	if (err)
 		bpf_link__detach(link);
@@ -745,6 +757,7 @@ int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
 			err = herr;
 			continue;
 		}
+		note_pin(ls, p, path);
 		if (refresh_prog(b, sandbox_id, p, fd))
 			moved++;
 		close(fd);
@@ -855,6 +868,10 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 
 		if (links_dir(b, ls->sandbox_id, dir, sizeof(dir)))
 			continue;
+		/* The pins' names relative to their directory: one path walk
+		 * per sandbox, not one per pin. */
+		int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+
 		for (size_t p = 0; p < b->nprogs; p++) {
 			if (!ls->link_id[p])
 				continue;
@@ -862,12 +879,27 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 			int fd;
 
 			snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
-			/* One bpf() call when all is well: the pin names our link. */
-			if (pin_names_link(path, ls->link_id[p])) {
+			/* One stat when all is well: the inode egressd pinned is
+			 * still there (removing or renaming over it changes it). */
+			struct stat st;
+
+			if (ls->pin_ino[p] && dfd >= 0 &&
+			    fstatat(dfd, b->prog_names[p], &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    (uint64_t)st.st_ino == ls->pin_ino[p]) {
 				ls->unpinned &= ~(1u << p);
 				continue;
 			}
-			if (errno != ENOENT) {
+			/* Otherwise the kernel says whose link the pin names; a
+			 * symlink there (bpf_obj_get would follow it) holds
+			 * nothing and is replaced. */
+			bool symlink = lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
+
+			if (!symlink && pin_names_link(path, ls->link_id[p])) {
+				note_pin(ls, p, path);
+				ls->unpinned &= ~(1u << p);
+				continue;
+			}
+			if (symlink || errno != ENOENT) {
 				/* Something else sits at the name: ours goes there. */
 				kind = EGR_PIN_LINK_REPLACED;
 				if (unlink(path) < 0 && errno != ENOENT) {
@@ -884,12 +916,16 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 				err = repin(fd, path);
 				close(fd);
 			}
-			if (err)
+			if (err) {
 				ls->unpinned |= 1u << p;
-			else
+			} else {
 				ls->unpinned &= ~(1u << p);
+				note_pin(ls, p, path);
+			}
 			report(ctx, kind, ls->sandbox_id, path, err);
 		}
+		if (dfd >= 0)
+			close(dfd);
 	}
 	egr_kern_watch_dirs(b); /* directories made again need their watch again */
 	return missing;

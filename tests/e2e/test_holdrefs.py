@@ -28,9 +28,13 @@ def hr_files(pid):
     return {"bpf_link": links, "total": total}
 
 
+def hr_links_dir(c, sid):
+    return os.path.join(c.bpffs, "links", str(sid))
+
+
 def hr_link_ids(c, sid):
     """{program: link id} of the sandbox's shared pins (bpftool)."""
-    d = os.path.join(c.bpffs, "links", str(sid))
+    d = hr_links_dir(c, sid)
     ids = {}
     for name in sorted(os.listdir(d)):
         r = run(["bpftool", "-j", "link", "show", "pinned", os.path.join(d, name)])
@@ -64,7 +68,7 @@ def links_held_without_a_file_per_link(c):
         sbs = [stack.enter_context(c.sandbox(["127.0.0.1:%d" % a.port], name="held%d" % i))
                for i in range(n)]
         after = hr_files(pid)
-        pins = len(os.listdir(os.path.join(c.bpffs, "links", str(sandbox_id(c, sbs[0])))))
+        pins = len(os.listdir(hr_links_dir(c, sandbox_id(c, sbs[0]))))
         check(pins >= 6, "sandbox has %d link pins" % pins)
         # 13 link files per sandbox capped egressd at ~1,500 sandboxes.
         check(after["bpf_link"] == before["bpf_link"],
@@ -89,7 +93,7 @@ def shared_pins_removed_while_egressd_stopped_still_confine(c):
         sid = sandbox_id(c, sa)
         ids = hr_link_ids(c, sid)
         check(len(ids) >= 6, "link pins: %r" % ids)
-        links_dir = os.path.join(c.bpffs, "links", str(sid))
+        links_dir = hr_links_dir(c, sid)
         with hr_stopped(pid):
             # uid 0 in the sandbox removes every shared pin of its sandbox;
             # egressd cannot pin them again while it is stopped.
@@ -126,7 +130,7 @@ def unrestorable_pin_is_a_health_problem_until_restored(c):
     pid = c.daemon.proc.pid
     with c.sandbox(["127.0.0.1:%d" % a.port], name="plant") as sa:
         sid = sandbox_id(c, sa)
-        ldir = os.path.join(c.bpffs, "links", str(sid))
+        ldir = hr_links_dir(c, sid)
         victim = os.path.join(ldir, sorted(os.listdir(ldir))[0])
         want = "pins: sandbox %d: not all of its links are pinned" % sid
         # Twin: healthy before, with the same probe.
@@ -160,7 +164,7 @@ def pin_swapped_for_a_symlink_is_pinned_again(c):
     with c.sandbox(["127.0.0.1:%d" % a.port], name="symlink") as sa:
         sid = sandbox_id(c, sa)
         ids = hr_link_ids(c, sid)
-        ldir = os.path.join(c.bpffs, "links", str(sid))
+        ldir = hr_links_dir(c, sid)
         names = sorted(os.listdir(ldir))
         victim, twin = os.path.join(ldir, names[0]), os.path.join(ldir, names[1])
         twin_ino = os.lstat(twin).st_ino

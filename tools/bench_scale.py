@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -296,6 +297,21 @@ class Scale:
             B.must_ok(self.ctl.call({"op": "status"}, timeout=120), "status")
             sts.append((time.perf_counter() - t0) * 1e3)
         listed = len(r.get("sandboxes", []))
+        # What a list costs everyone else: egressd's loop (control, DNS
+        # proxy) serves nobody while it builds a reply. A whole list against
+        # egressctl's paged one, with status asked back to back meanwhile.
+        ctl_list = [os.path.join(self.build, "egressctl"), "--socket", self.sock,
+                    "list", "--json"]
+        stall = {"whole": self.stall_during(
+                     lambda: B.must_ok(self.ctl.call({"op": "list"}, timeout=120), "list")),
+                 "paged": self.stall_during(
+                     lambda: subprocess.run(ctl_list, stdout=subprocess.DEVNULL, check=True,
+                                            timeout=120))}
+        pg = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            B.must_ok(self.ctl.call({"op": "list", "limit": 500}, timeout=120), "list page")
+            pg.append((time.perf_counter() - t0) * 1e3)
         for cg in cgs:
             t0 = time.perf_counter()
             B.must_ok(self.ctl.call({"op": "detach", "cgroup": cg}, timeout=60), "detach")
@@ -306,11 +322,36 @@ class Scale:
         kern = (mem1["Slab"] + mem1.get("Percpu", 0)) - (mem0["Slab"] + mem0.get("Percpu", 0))
         map_delta = {k: maps1.get(k, 0) - maps0.get(k, 0) for k in set(maps0) | set(maps1)}
         return {"n": n, "att": att, "det": det, "list": lst, "status": sts, "listed": listed,
+                "page": pg, "stall": stall,
                 "rss_kib": rss1 - rss0, "kern_kib": kern, "bare_kib": bare_kib, "bare": bare,
                 "slab_delta": {k: slab1.get(k, 0) - slab0.get(k, 0)
                                for k in set(slab0) | set(slab1)},
                 "maps_b": sum(map_delta.values()), "map_delta": map_delta,
                 "rss_total": rss1, "hwm": hwm, "fd0": fd0, "fdn": fdn, "idle": idle}
+
+    def stall_during(self, fn):
+        """(seconds fn took, the longest a status request waited meanwhile
+        in ms, how many were answered): status asked back to back in a
+        thread while fn runs."""
+        done, waits = threading.Event(), []
+
+        def ask():
+            while not done.is_set():
+                t0 = time.perf_counter()
+                B.must_ok(self.ctl.call({"op": "status"}, timeout=120), "status")
+                waits.append((time.perf_counter() - t0) * 1e3)
+
+        t = threading.Thread(target=ask)
+        t.start()
+        try:
+            time.sleep(0.2)  # the asker under way
+            t0 = time.perf_counter()
+            fn()
+            took = time.perf_counter() - t0
+        finally:
+            done.set()
+            t.join(timeout=130)
+        return took, max(waits, default=0.0), len(waits)
 
     @staticmethod
     def idle_cpu(pid, seconds=IDLE_SECONDS):
@@ -465,6 +506,14 @@ class Scale:
             w(f"| **{a.sandboxes:,} sandboxes** | — | — | — | all attached | **no**: {why} |")
         w(f"| `list` with {n:,} attached ({sc['listed']:,} listed, 5 calls) "
           f"| {pct(sc['list'], 50):.1f} ms | — | {max(sc['list']):.1f} ms (max) | — | — |")
+        w(f"| `list` page of 500 with {n:,} attached (5 calls) | {pct(sc['page'], 50):.1f} ms "
+          f"| — | {max(sc['page']):.1f} ms (max) | — | — |")
+        for key, what in (("whole", "one whole `list`"),
+                          ("paged", "`egressctl list --json` (pages of 500)")):
+            took, worst, asked = sc["stall"][key]
+            w(f"| {what} with {n:,} attached: its time; the longest a `status` asked "
+              f"meanwhile waited ({asked} asked) | {took * 1e3:.0f} ms | — | {worst:.1f} ms "
+              f"(max) | — | — |")
         w(f"| `status` with {n:,} attached (5 calls) | {pct(sc['status'], 50):.1f} ms | — "
           f"| {max(sc['status']):.1f} ms (max) | — | — |")
         w(f"| egressd idle with {n:,} attached (% of a CPU over {IDLE_SECONDS} s) "

@@ -75,3 +75,56 @@ def registry_many_sandboxes_found_after_removals(c):
         held_ids = sorted(h.get("id") for h in held if h.get("state") == "detached")
         for _, _, sid in gone:
             check(sid in held_ids, "detached sandbox %d is not held: %r" % (sid, held))
+
+
+def rg_list(c, **page):
+    return ctl_request(c.sock, dict({"op": "list"}, **page), timeout=30)
+
+
+@test
+def registry_list_pages_in_id_order(c):
+    """A list asked a page at a time (`after`, `limit`) shows every sandbox
+    once, in id order, with `next` until the last page and `held` on the
+    first only; egressctl's paged list equals one whole list."""
+    a = c.tcp("rg-page")
+    with contextlib.ExitStack() as stack:
+        sbs = [stack.enter_context(c.sandbox(["127.0.0.1:%d" % a.port], name="rgp%d" % i))
+               for i in range(5)]
+        sbs[1].detach()  # one held cgroup, and a gap in the ids
+        whole = rg_list(c)
+        check(whole.get("ok") and "next" not in whole, "whole list: %r" % whole)
+        ids = [s["id"] for s in whole["sandboxes"]]
+        check(ids == sorted(ids) and len(ids) >= 4, "whole list not in id order: %r" % ids)
+        pages, after, seen = [], None, []
+        for _ in range(len(ids) + 2):  # bounded: each page must advance
+            r = rg_list(c, limit=2, **({} if after is None else {"after": after}))
+            check(r.get("ok"), "list page after %r: %r" % (after, r))
+            check(("held" in r) == (after is None),
+                  "held on page after %r: %r" % (after, "held" in r))
+            pages.append([s["id"] for s in r["sandboxes"]])
+            seen += pages[-1]
+            if "next" not in r:
+                break
+            check(r["next"] == pages[-1][-1], "next %r is not the page's last id %r" %
+                  (r["next"], pages[-1]))
+            after = r["next"]
+        check(seen == ids, "pages %r do not make the whole list %r" % (pages, ids))
+        check(all(len(p) == 2 for p in pages[:-1]) and 1 <= len(pages[-1]) <= 2,
+              "page sizes: %r" % pages)
+        held = [h.get("cgroup") for h in rg_list(c, limit=1)["held"]]
+        check(sbs[1].cg in held, "%s is not on the first page's held list: %r" %
+              (sbs[1].cg, held))
+        # egressctl pages too: one sandbox a request lists the same.
+        for args in (("--page", "1"), ()):
+            listed = [s["id"] for s in json.loads(c.ctl_ok("list", "--json", *args).stdout)]
+            check(listed == ids, "egressctl list %s: %r, expected %r" % (args, listed, ids))
+        # Bad pages are refused by name, nothing half-listed.
+        for req, field in (({"limit": 0}, "limit"), ({"limit": "2"}, "limit"),
+                           ({"after": -1}, "after"), ({"after": 1 << 33}, "after")):
+            r = rg_list(c, **req)
+            check(not r.get("ok") and r.get("code") == "bad_request" and
+                  r.get("field") == field, "list %r: %r" % (req, r))
+        r = c.ctl("list", "--page", "0")
+        check(r.returncode == 2 and "--page" in r.stderr, "list --page 0: exit %d %r" %
+              (r.returncode, r.stderr))
+

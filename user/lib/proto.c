@@ -202,7 +202,7 @@ out:
 static const struct egr_op_desc ops[EGR_OP_COUNT] = {
 	[EGR_OP_PING] = { "ping", EGR_OP_PING, 0, { NULL } },
 	[EGR_OP_STATUS] = { "status", EGR_OP_STATUS, 0, { NULL } },
-	[EGR_OP_LIST] = { "list", EGR_OP_LIST, 0, { NULL } },
+	[EGR_OP_LIST] = { "list", EGR_OP_LIST, 0, { "after", "limit", NULL } },
 	[EGR_OP_ATTACH] = { "attach", EGR_OP_ATTACH, 0,
 			    { "cgroup", "policy", "netns", "launcher_pid", "create", NULL } },
 	[EGR_OP_UPDATE] = { "update", EGR_OP_UPDATE, 0, { "cgroup", "id", "policy", NULL } },

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#include <stdlib.h>
 #include <time.h>
 
 #include "control/sandbox_ops.h"
@@ -91,28 +92,62 @@ json_t *egr_held_json(const struct egr_held *h)
 			 "deny-all until the cgroup is released", "since", buf, "reason", h->reason);
 }
 
-json_t *egr_sandbox_list_reply(struct egr_registry *r)
+static int by_id(const void *a, const void *b)
 {
-	json_t *arr = json_array(), *held = json_array();
-	struct egr_reg_iter it = { 0 };
+	uint32_t x = (*(const struct egr_sb *const *)a)->id;
+	uint32_t y = (*(const struct egr_sb *const *)b)->id;
 
-	if (!arr || !held) {
-		json_decref(arr);
-		json_decref(held);
+	return x < y ? -1 : x > y;
+}
+
+json_t *egr_sandbox_list_reply(struct egr_registry *r, const struct egr_list_page *pg)
+{
+	json_t *arr = json_array(), *reply;
+	struct egr_reg_iter it = { 0 };
+	struct egr_sb **sel = NULL;
+	size_t n = 0, shown;
+
+	if (!arr)
 		return NULL;
+	if (egr_reg_count(r)) {
+		sel = malloc(egr_reg_count(r) * sizeof(*sel));
+		if (!sel) {
+			json_decref(arr);
+			return NULL;
+		}
 	}
-	for (struct egr_sb *sb; (sb = egr_reg_next(r, &it));) {
-		json_t *o = egr_sb_json(sb);
+	for (struct egr_sb *sb; (sb = egr_reg_next(r, &it));)
+		if (sb->id > pg->after)
+			sel[n++] = sb;
+	/* Id order, so that "after" is a cursor: a sandbox attached between
+	 * pages has a higher id than any listed (new ids only grow; a held
+	 * cgroup attached again keeps its id, and was on the first page's
+	 * held list). */
+	if (n > 1)
+		qsort(sel, n, sizeof(*sel), by_id);
+	shown = pg->limit && pg->limit < n ? pg->limit : n;
+	for (size_t i = 0; i < shown; i++) {
+		json_t *o = egr_sb_json(sel[i]);
 		json_t *dns = json_object_get(o, "dns");
 
 		/* What the proxy served and shed for it (docs/dns.md). */
 		if (json_is_object(dns))
 			json_object_set_new(dns, "proxy",
-					    egr_dnsfair_json(egr_reg_dns(r), sb->id) ?: json_null());
+					    egr_dnsfair_json(egr_reg_dns(r), sel[i]->id) ?: json_null());
 		json_array_append_new(arr, o);
 	}
-	for (size_t i = 0; i < egr_reg_held_total(r); i++)
-		json_array_append_new(held, egr_held_json(egr_reg_held_at(r, i)));
-	/* Held cgroups are not sandboxes with a policy: their own list. */
-	return json_pack("{s:b, s:o, s:o}", "ok", 1, "sandboxes", arr, "held", held);
+	reply = json_pack("{s:b, s:o}", "ok", 1, "sandboxes", arr);
+	if (reply && shown < n)
+		json_object_set_new(reply, "next", json_integer((json_int_t)sel[shown - 1]->id));
+	/* Held cgroups are not sandboxes with a policy: their own list, given
+	 * with the first page. */
+	if (reply && !pg->paged) {
+		json_t *held = json_array();
+
+		for (size_t i = 0; held && i < egr_reg_held_total(r); i++)
+			json_array_append_new(held, egr_held_json(egr_reg_held_at(r, i)));
+		json_object_set_new(reply, "held", held ? held : json_null());
+	}
+	free(sel);
+	return reply;
 }

@@ -232,6 +232,85 @@ static void test_foreach(void **state)
 	egr_reg_free(r);
 }
 
+/* The lifetime checks' sweep (a share of the set each second). */
+#define SWEEP_N 2500
+#define SWEEP_SHARE 500
+
+static void test_sweep_visits_all_a_share_at_a_time(void **state)
+{
+	struct egr_registry *r = egr_reg_alloc();
+	static unsigned seen[SWEEP_N + 1];
+	uint32_t ids[SWEEP_N];
+	size_t cursor = 7;
+
+	assert_int_equal(egr_reg_sweep(r, &cursor, SWEEP_SHARE, ids), 0);
+	assert_int_equal(cursor, 0);
+	for (uint32_t id = 1; id <= SWEEP_N; id++)
+		assert_int_equal(egr_reg_add(r, mk(id, cg_of(id))), 0);
+	memset(seen, 0, sizeof(seen));
+	for (int turn = 0; turn < SWEEP_N / SWEEP_SHARE; turn++) {
+		assert_int_equal(egr_reg_sweep(r, &cursor, SWEEP_SHARE, ids), SWEEP_SHARE);
+		for (size_t i = 0; i < SWEEP_SHARE; i++)
+			seen[ids[i]]++;
+	}
+	for (uint32_t id = 1; id <= SWEEP_N; id++)
+		assert_int_equal(seen[id], 1);
+	/* Round again from the start; a share above the count is all once. */
+	assert_int_equal(egr_reg_sweep(r, &cursor, 1, ids), 1);
+	assert_int_equal(ids[0], 1);
+	assert_int_equal(egr_reg_sweep(r, &cursor, SWEEP_N + 10, ids), SWEEP_N);
+	memset(seen, 0, sizeof(seen));
+	for (size_t i = 0; i < SWEEP_N; i++)
+		seen[ids[i]]++;
+	for (uint32_t id = 1; id <= SWEEP_N; id++)
+		assert_int_equal(seen[id], 1);
+	egr_reg_free(r);
+}
+
+/* Removals between shares (a detach moves the last one into its gap):
+ * after them, every sandbox left is visited within a round and a share. */
+static void test_sweep_after_removals_leaves_none_out(void **state)
+{
+	struct egr_registry *r = egr_reg_alloc();
+	static int last[SWEEP_N + 1];
+	uint32_t ids[SWEEP_SHARE];
+	size_t cursor = 0, left;
+	int turns;
+
+	for (uint32_t id = 1; id <= SWEEP_N; id++)
+		assert_int_equal(egr_reg_add(r, mk(id, cg_of(id))), 0);
+	assert_int_equal(egr_reg_sweep(r, &cursor, SWEEP_SHARE, ids), SWEEP_SHARE);
+	assert_int_equal(egr_reg_sweep(r, &cursor, SWEEP_SHARE, ids), SWEEP_SHARE);
+	/* Behind the cursor and ahead of it, and the last ones (which move). */
+	for (uint32_t id = 1; id <= SWEEP_N; id++) {
+		struct egr_sb *sb = egr_reg_by_id(r, id);
+
+		if (id % 7 == 0 || id > SWEEP_N - 50) {
+			egr_reg_remove(r, sb);
+			egr_sb_free(sb);
+		}
+	}
+	left = egr_reg_count(r);
+	turns = (int)((left + SWEEP_SHARE - 1) / SWEEP_SHARE) + 1;
+	memset(last, -1, sizeof(last));
+	for (int turn = 0; turn < 3 * turns; turn++) {
+		size_t k = egr_reg_sweep(r, &cursor, SWEEP_SHARE, ids);
+
+		assert_int_equal(k, SWEEP_SHARE);
+		for (size_t i = 0; i < k; i++) {
+			assert_non_null(egr_reg_by_id(r, ids[i])); /* never a removed one */
+			last[ids[i]] = turn;
+		}
+		if (turn < turns - 1)
+			continue;
+		/* Every one left was seen in the last `turns` shares. */
+		for (uint32_t id = 1; id <= SWEEP_N; id++)
+			if (egr_reg_by_id(r, id))
+				assert_true(last[id] > turn - turns);
+	}
+	egr_reg_free(r);
+}
+
 static void test_tenants_and_held(void **state)
 {
 	struct egr_registry *r = egr_reg_alloc();
@@ -271,6 +350,8 @@ int main(void)
 		cmocka_unit_test(test_iteration_sees_each_once),
 		cmocka_unit_test(test_remove_current_while_iterating),
 		cmocka_unit_test(test_foreach),
+		cmocka_unit_test(test_sweep_visits_all_a_share_at_a_time),
+		cmocka_unit_test(test_sweep_after_removals_leaves_none_out),
 		cmocka_unit_test(test_tenants_and_held),
 	};
 

@@ -399,8 +399,7 @@ static void tie_or_end(struct egr_lifetime *lt, struct egr_sb *sb)
 
 static void check(struct egr_lifetime *lt, bool all)
 {
-	size_t n = egr_reg_count(lt->reg), k = 0, pos = 0, share = n;
-	struct egr_reg_iter it = { 0 };
+	size_t n = egr_reg_count(lt->reg), k = 0, share = n;
 	uint32_t *ids;
 
 	if (!all && n > LIFETIME_CHECK_ALL_UPTO) {
@@ -408,8 +407,6 @@ static void check(struct egr_lifetime *lt, bool all)
 		if (share < LIFETIME_CHECK_ALL_UPTO)
 			share = LIFETIME_CHECK_ALL_UPTO;
 	}
-	if (lt->cursor >= n)
-		lt->cursor = 0;
 
 	/* Ties of sandboxes detached since. */
 	for (size_t i = 0; i < lt->nties;) {
@@ -418,13 +415,10 @@ static void check(struct egr_lifetime *lt, bool all)
 		else
 			i++;
 	}
-	/* Detaching changes the registry: by id. */
-	/* This tick's share: positions cursor .. cursor + share - 1, wrapping. */
+	/* This tick's share, by id: detaching changes the registry. */
 	ids = n ? calloc(share, sizeof(*ids)) : NULL;
-	for (const struct egr_sb *sb; ids && k < share && (sb = egr_reg_next(lt->reg, &it)); pos++)
-		if ((pos + n - lt->cursor) % n < share)
-			ids[k++] = sb->id;
-	lt->cursor = n ? (lt->cursor + share) % n : 0;
+	if (ids)
+		k = egr_reg_sweep(lt->reg, &lt->cursor, share, ids);
 	for (size_t i = 0; ids && i < k; i++) {
 		struct egr_sb *sb = egr_reg_find(lt->reg, NULL, ids[i]);
 		uint64_t now = 0;

@@ -252,6 +252,23 @@ int egr_reg_foreach(struct egr_registry *r, int (*fn)(struct egr_sb *sb, void *c
 	return 0;
 }
 
+size_t egr_reg_sweep(const struct egr_registry *r, size_t *cursor, size_t max, uint32_t *ids)
+{
+	const struct egr_sbset *s = &r->set;
+	size_t k = max < s->n ? max : s->n;
+
+	if (!s->n) {
+		*cursor = 0;
+		return 0;
+	}
+	if (*cursor >= s->n)
+		*cursor = 0;
+	for (size_t i = 0; i < k; i++)
+		ids[i] = s->v[(*cursor + i) % s->n]->sb->id;
+	*cursor = (*cursor + k) % s->n;
+	return k;
+}
+
 void egr_sb_free(struct egr_sb *sb)
 {
 	if (!sb)

@@ -43,6 +43,13 @@ struct egr_reg_iter {
 struct egr_sb *egr_reg_next(const struct egr_registry *r, struct egr_reg_iter *it);
 /* The same as a callback; a non-zero return stops it and is returned. */
 int egr_reg_foreach(struct egr_registry *r, int (*fn)(struct egr_sb *sb, void *ctx), void *ctx);
+/*
+ * A sweep through the set a share at a time: the ids of the next up to max
+ * sandboxes from *cursor on, wrapping, and *cursor moved past them; ids has
+ * room for max. Returns how many. A removal moves the last sandbox into the
+ * gap, so one may be visited twice or a sweep late, none left out.
+ */
+size_t egr_reg_sweep(const struct egr_registry *r, size_t *cursor, size_t max, uint32_t *ids);
 
 /* Tenant ids are 1..egr_reg_tenant_count(); a name, or NULL. */
 size_t egr_reg_tenant_count(const struct egr_registry *r);

@@ -543,6 +543,13 @@ def hostile_run_cannot_reach_egressd(c):
     check(os.listdir(c.bpffs) and os.path.exists(c.sock) and os.listdir(c.state),
           "twin: egressd's bpffs dir, socket or state dir is empty outside: the test proves "
           "nothing")
+    # What run hides comes from ping (status costs egressd a visit of every
+    # sandbox): the same paths as status's.
+    ping, st = ctl_request(c.sock, {"op": "ping"}), ctl_request(c.sock, {"op": "status"})
+    check(ping.get("state_dir") and ping.get("bpffs_dir") and
+          (ping.get("state_dir"), ping.get("bpffs_dir")) ==
+          (st.get("state_dir"), st.get("bpffs_dir")),
+          "ping says %r, status %r" % (ping, {k: st.get(k) for k in ("state_dir", "bpffs_dir")}))
     pol = c.policy(["127.0.0.1:%d" % c.tcp("a").port])
     sysfile = hr_sysfs_writable_file()
     if sysfile:  # twin: root outside may open it for writing (nothing is written)

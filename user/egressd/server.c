@@ -506,11 +506,14 @@ static json_t *do_stats(struct egr_server *s, const json_t *req)
 	return body;
 }
 
+/* {"op":"ping"}: alive, and where its state is (what `egressctl run` hides
+ * from the command), in O(1): status does far more. */
 static json_t *do_ping(struct egr_server *s, const json_t *req)
 {
-	(void)s;
 	(void)req;
-	return json_pack("{s:b, s:s}", "ok", 1, "version", EGRESSD_VERSION);
+	return json_pack("{s:b, s:s, s:s, s:s}", "ok", 1, "version", EGRESSD_VERSION,
+			 "state_dir", egr_reg_state_dir(s->reg), "bpffs_dir",
+			 egr_bpf_dir(egr_reg_bpf(s->reg)));
 }
 
 typedef json_t *op_handler(struct egr_server *s, const json_t *req);

@@ -8,6 +8,7 @@
 
 import contextlib
 import json
+import os
 
 from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
 
@@ -128,3 +129,63 @@ def registry_list_pages_in_id_order(c):
         check(r.returncode == 2 and "--page" in r.stderr, "list --page 0: exit %d %r" %
               (r.returncode, r.stderr))
 
+
+
+def rg_fake_list(c, name, answer):
+    return FakeControl(os.path.join(c.work, "fake-%s.sock" % name), answer)
+
+
+def rg_pages(ids):
+    """A fake egressd that pages ids as egressd does."""
+    def answer(req):
+        after, limit = req.get("after", 0), req.get("limit") or len(ids)
+        rest = [i for i in ids if i > after]
+        r = {"ok": True, "sandboxes": [{"id": i} for i in rest[:limit]]}
+        if len(rest) > limit:
+            r["next"] = rest[limit - 1]
+        if not after:
+            r["held"] = []
+        return r
+    return answer
+
+
+@test
+def registry_list_pager_against_other_egressds(c):
+    """egressctl list against egressds that answer otherwise: one from
+    before pages (it refuses limit) is asked for the whole list; pages that
+    do not follow (next not advancing, an empty page with next, ids going
+    back) are an error, never an endless loop or a wrong list. Twin: a
+    pager like egressd's gives every id once."""
+    def old(req):
+        if "limit" in req:
+            return {"ok": False, "code": "bad_request", "field": "limit",
+                    "error": "unknown field \"limit\""}
+        return {"ok": True, "sandboxes": [{"id": 3}, {"id": 1}, {"id": 2}], "held": []}
+
+    cases = [
+        ("paged", rg_pages([1, 2, 5, 9, 10]), 0, [1, 2, 5, 9, 10], 3),
+        ("old", old, 0, [3, 1, 2], 2),
+        ("stuck", lambda req: {"ok": True, "sandboxes": [{"id": 1}], "next": 1}, 1, None, 2),
+        ("empty", lambda req: {"ok": True, "sandboxes": [], "next": 5}, 1, None, 1),
+        ("back", lambda req: {"ok": True, "sandboxes": [{"id": 4}, {"id": 2}], "next": 2}, 1,
+         None, 1),
+    ]
+    for name, answer, want_rc, want_ids, want_reqs in cases:
+        fake = rg_fake_list(c, name, answer)
+        try:
+            r = run([c.egressctl, "--socket", fake.path, "list", "--json", "--page", "2"],
+                    timeout=30)
+        finally:
+            fake.close()
+        if want_rc == 0:
+            ids = [s["id"] for s in json.loads(r.stdout)] if r.returncode == 0 else None
+            check(r.returncode == 0 and ids == want_ids, "%s: exit %d, ids %r, expected %r: %r" %
+                  (name, r.returncode, ids, want_ids, r.stderr))
+        else:
+            # --json: the error as JSON on stdout, and no list.
+            out = json.loads(r.stdout) if r.stdout.strip() else None
+            check(r.returncode != 0 and "does not follow" in r.stderr and
+                  isinstance(out, dict) and out.get("ok") is False,
+                  "%s: exit %d %r %r" % (name, r.returncode, r.stdout[:200], r.stderr))
+        check(len(fake.requests) == want_reqs, "%s: %d requests, expected %d: %r" %
+              (name, len(fake.requests), want_reqs, fake.requests[:5]))

@@ -240,7 +240,7 @@ static void test_sweep_visits_all_a_share_at_a_time(void **state)
 {
 	struct egr_registry *r = egr_reg_alloc();
 	static unsigned seen[SWEEP_N + 1];
-	uint32_t ids[SWEEP_N];
+	uint32_t ids[SWEEP_N + 10];
 	size_t cursor = 7;
 
 	assert_int_equal(egr_reg_sweep(r, &cursor, SWEEP_SHARE, ids), 0);
@@ -264,6 +264,17 @@ static void test_sweep_visits_all_a_share_at_a_time(void **state)
 		seen[ids[i]]++;
 	for (uint32_t id = 1; id <= SWEEP_N; id++)
 		assert_int_equal(seen[id], 1);
+	/* A cursor past the end (the set shrank since) starts over. */
+	cursor = SWEEP_N - 1;
+	for (uint32_t id = SWEEP_N; id > SWEEP_N - 100; id--) {
+		struct egr_sb *sb = egr_reg_by_id(r, id);
+
+		egr_reg_remove(r, sb);
+		egr_sb_free(sb);
+	}
+	assert_int_equal(egr_reg_sweep(r, &cursor, 3, ids), 3);
+	assert_int_equal(ids[0], 1);
+	assert_int_equal(cursor, 3);
 	egr_reg_free(r);
 }
 

@@ -358,7 +358,7 @@ static json_t *do_release(struct egr_server *s, const json_t *req)
 static json_t *do_list(struct egr_server *s, const json_t *req)
 {
 	json_t *after = json_object_get(req, "after"), *limit = json_object_get(req, "limit");
-	struct egr_list_page pg = { .paged = after != NULL };
+	struct egr_list_page pg = { 0 };
 
 	if (after && (!json_is_integer(after) || json_integer_value(after) < 0 ||
 		      json_integer_value(after) > UINT32_MAX))
@@ -366,6 +366,7 @@ static json_t *do_list(struct egr_server *s, const json_t *req)
 	if (limit && (!json_is_integer(limit) || json_integer_value(limit) < 1))
 		return error_reply(EGR_ERR_BAD_REQUEST, "limit", "limit must be a positive integer");
 	pg.after = (uint32_t)json_integer_value(after);
+	pg.paged = pg.after > 0; /* after 0 is the first page */
 	pg.limit = (size_t)json_integer_value(limit);
 	return egr_sandbox_list_reply(s->reg, &pg);
 }

@@ -2,6 +2,7 @@
 """Servers that run outside every sandbox: loopback TCP/UDP servers and a
 network namespace joined to the host by a veth pair."""
 
+import json
 import os
 import socket
 import subprocess
@@ -11,7 +12,7 @@ import threading
 from .core import CLEANUP, IF_TAG, PID, RUN_ID, must, run, wait_until
 
 __all__ = ["join_cgroup_fn", "TcpServer", "UdpServer", "tcp_udp_pair", "NETNS_SERVER", "NetNs",
-           "free_tcp_port"]
+           "free_tcp_port", "FakeControl"]
 
 
 # --- servers (in this process, outside every sandbox) -------------------------------
@@ -114,6 +115,56 @@ class UdpServer:
         self.stop = True
         self.thread.join(2)
         self.sock.close()
+
+
+class FakeControl:
+    """A control socket that is not egressd: what egressctl does with an
+    egressd that answers otherwise (an older one, a broken one). answer(req)
+    gives the reply (a dict) to each request; `requests` records them. At
+    most max_requests are answered, so a client that loops cannot hang the
+    test."""
+
+    def __init__(self, path, answer, max_requests=1000):
+        self.path, self.answer, self.requests = path, answer, []
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.max_requests = max_requests
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+        CLEANUP.push("fake control socket %s" % path, self.close)
+
+    def _serve(self):
+        while not self.stop.is_set() and len(self.requests) < self.max_requests:
+            try:
+                conn, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            with conn:
+                conn.settimeout(5)
+                buf = b""
+                try:
+                    while not buf.endswith(b"\n"):
+                        d = conn.recv(65536)
+                        if not d:
+                            break
+                        buf += d
+                    req = json.loads(buf)
+                    self.requests.append(req)
+                    conn.sendall((json.dumps(self.answer(req)) + "\n").encode())
+                except (OSError, ValueError):
+                    pass
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(timeout=5)
+        self.sock.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
 
 
 def tcp_udp_pair(host, tries=20):

@@ -134,20 +134,36 @@ json_t *egr_sandbox_list_reply(struct egr_registry *r, const struct egr_list_pag
 		if (json_is_object(dns))
 			json_object_set_new(dns, "proxy",
 					    egr_dnsfair_json(egr_reg_dns(r), sel[i]->id) ?: json_null());
-		json_array_append_new(arr, o);
+		/* A sandbox left out silently would be a short list. */
+		if (!o || json_array_append_new(arr, o)) {
+			json_decref(arr);
+			free(sel);
+			return NULL;
+		}
 	}
 	reply = json_pack("{s:b, s:o}", "ok", 1, "sandboxes", arr);
-	if (reply && shown < n)
-		json_object_set_new(reply, "next", json_integer((json_int_t)sel[shown - 1]->id));
+	/* Without its next a page would read as the last: out of memory is
+	 * no reply at all (the caller answers "internal"). */
+	if (reply && shown < n &&
+	    json_object_set_new(reply, "next", json_integer((json_int_t)sel[shown - 1]->id)))
+		goto fail;
 	/* Held cgroups are not sandboxes with a policy: their own list, given
 	 * with the first page. */
 	if (reply && !pg->paged) {
 		json_t *held = json_array();
 
 		for (size_t i = 0; held && i < egr_reg_held_total(r); i++)
-			json_array_append_new(held, egr_held_json(egr_reg_held_at(r, i)));
-		json_object_set_new(reply, "held", held ? held : json_null());
+			if (json_array_append_new(held, egr_held_json(egr_reg_held_at(r, i)))) {
+				json_decref(held);
+				held = NULL;
+			}
+		if (json_object_set_new(reply, "held", held))
+			goto fail;
 	}
 	free(sel);
 	return reply;
+fail:
+	json_decref(reply);
+	free(sel);
+	return NULL;
 }

@@ -17,7 +17,7 @@
 json_t *egr_sb_json(const struct egr_sb *sb);
 json_t *egr_held_json(const struct egr_held *h);
 /* One page of a list: the sandboxes with an id above after, at most limit
- * of them (0: all); paged is true for a page after the first. */
+ * of them (0: all); paged is true for a page after the first (after > 0). */
 struct egr_list_page {
 	uint32_t after;
 	size_t limit;

@@ -610,6 +610,59 @@ def hostile_run_cannot_reach_egressd(c):
           "--hide /: %d %r %r" % (r.returncode, r.stdout, r.stderr))
 
 
+# Prints the mount points covering each path given (its own mount
+# namespace's /proc/self/mountinfo): what run hid there, if anything.
+HR_COVERED = r"""
+import sys
+mounts = [l.split()[4] for l in open("/proc/self/mountinfo")]
+for p in sys.argv[1:]:
+    cover = [m for m in mounts if m not in ("/", "/tmp") and (p == m or p.startswith(m + "/"))]
+    print(p, ",".join(cover) or "-")
+"""
+
+
+@test
+def hostile_run_hides_what_ping_names(c):
+    # The state dir is hidden because egressd's ping names it, not because it
+    # sits beside the socket: through a hard link of the socket in another
+    # directory, the state dir is still covered in the command's mount
+    # namespace (the work dir's mode alone would keep uid 0 under run out,
+    # so this looks at what run mounted). Twin: a directory nobody named
+    # stays as it is. And an egressd whose ping names no state dir gets no
+    # command started at all.
+    alias = tempfile.mkdtemp(prefix=RUN_ID + ".sock-alias.", dir=os.path.dirname(c.work))
+    CLEANUP.push("socket alias dir", shutil.rmtree, alias, True)
+    link = os.path.join(alias, "egressd.sock")
+    os.link(c.sock, link)  # the same socket; realpath keeps it in alias/
+    plain = tempfile.mkdtemp(prefix=RUN_ID + ".plain.", dir=os.path.dirname(c.work))
+    CLEANUP.push("plain dir", shutil.rmtree, plain, True)
+    state = os.path.realpath(c.state)
+    pol = c.policy(["127.0.0.1:%d" % c.tcp("a").port])
+    r = subprocess.run([c.egressctl, "--socket", link, "run", "--policy", pol, "--", HR_PY,
+                        "-c", HR_COVERED, state, alias, plain], stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=CTL_TIMEOUT_S)
+    cover = dict(ln.split() for ln in r.stdout.splitlines() if len(ln.split()) == 2)
+    check(r.returncode == 0 and cover.get(state, "-") != "-",
+          "the state dir %s is not covered under run via %s: %d %r %r" %
+          (state, link, r.returncode, r.stdout, r.stderr))
+    check(cover.get(alias, "-") != "-", "the socket's directory is not covered: %r" % cover)
+    check(cover.get(plain) == "-", "twin: an unnamed directory is covered: %r" % cover)
+    marker = os.path.join(alias, "started")
+    fake = FakeControl(os.path.join(alias, "fake.sock"),
+                       lambda req: {"ok": True, "version": "0.0.1"})
+    try:
+        r = subprocess.run([c.egressctl, "--socket", fake.path, "run", "--policy", pol, "--",
+                            "/bin/sh", "-c", "echo > %s" % marker], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=CTL_TIMEOUT_S)
+    finally:
+        fake.close()
+    check(r.returncode == 125 and "ping does not say where its state is" in r.stderr and
+          not os.path.exists(marker), "a ping without paths: exit %d %r, started: %s" %
+          (r.returncode, r.stderr, os.path.exists(marker)))
+    check([q.get("op") for q in fake.requests] == ["ping"],
+          "requests to the fake egressd: %r" % fake.requests)
+
+
 # Forks up to argv[1] children that wait (bounded) and counts refusals.
 HR_FORKS = r"""
 import os, sys, time

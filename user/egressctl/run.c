@@ -412,10 +412,15 @@ static bool shared_dir(const char *dir)
 	return false;
 }
 
+static bool abs_path(const json_t *v)
+{
+	return json_is_string(v) && json_string_value(v)[0] == '/';
+}
+
 /*
  * What the command must not see: egressd's bpffs and state directories (it
- * says where they are: the answer to the status request asked, sent
- * earlier), its socket's directory, the default run and state directories
+ * says where they are: the answer to the ping asked, sent earlier), its
+ * socket's directory, the default run and state directories
  * and --hide paths. An exit status.
  */
 static int view_prepare(struct ctl *c, const struct run_opts *o, struct run_view *v,
@@ -439,8 +444,8 @@ static int view_prepare(struct ctl *c, const struct run_opts *o, struct run_view
 	if (!getcwd(v->cwd, sizeof(v->cwd)))
 		v->cwd[0] = '\0';
 	rc = ctl_request_finish(c, asked, &resp, NULL, 0);
-	if (!rc && (!json_is_string(json_object_get(resp, "state_dir")) ||
-		    !json_is_string(json_object_get(resp, "bpffs_dir")))) {
+	if (!rc && (!abs_path(json_object_get(resp, "state_dir")) ||
+		    !abs_path(json_object_get(resp, "bpffs_dir")))) {
 		/* Nothing to hide is no reason to hide nothing. */
 		fprintf(stderr, "egressctl: run: egressd's ping does not say where its state is "
 				"(an egressd older than this egressctl?)\n");

@@ -535,7 +535,9 @@ def rt4_sync_body(c, parent, strace, a, b, cc, wide, narrow):
 
         t = threading.Thread(target=send, daemon=True)
         t.start()
-        renamed = wait_until(lambda: open(path).read() != before, 5, 0.005)
+        # Every sync egressd makes is held 3 s, and the update may wait
+        # behind a billing export's or the audit log's (one a second here).
+        renamed = wait_until(lambda: open(path).read() != before, 20, 0.005)
         early = dict(reply)
         c.daemon.kill9()
         t.join(30)

@@ -97,76 +97,6 @@ def td_policy(c, names):
     return c.policy([], extra_network=dict(DNS_REBIND_LO, dns_allow=list(names)))
 
 
-# A stream of queries through 127.0.0.2:53 (the sandbox's proxy), one every
-# INTERVAL seconds for DURATION seconds, names taken in turn, several in
-# flight; then READ_MORE seconds of reading only. Prints "start" and then,
-# at the end, one JSON line per query: name, sent, got (CLOCK_MONOTONIC,
-# comparable with the test's time.monotonic()), rcode (null: no answer).
-TD_STREAM = r"""
-import json, random, select, socket, struct, sys, time
-names, interval, duration, more = (sys.argv[1].split(","), float(sys.argv[2]),
-                                   float(sys.argv[3]), float(sys.argv[4]))
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setblocking(False)
-def query(qid, name):
-    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
-    for label in name.split("."):
-        q += bytes([len(label)]) + label.encode()
-    return q + b"\0" + struct.pack(">HH", 1, 1)
-sent, i = {}, 0
-print("start", flush=True)
-t0 = time.monotonic()
-nxt = t0
-while True:
-    now = time.monotonic()
-    if now - t0 >= duration + more:
-        break
-    if now - t0 < duration and now >= nxt:
-        qid = random.getrandbits(16)
-        while qid in sent:
-            qid = random.getrandbits(16)
-        name = names[i % len(names)]
-        i += 1
-        try:
-            s.sendto(query(qid, name), ("127.0.0.2", 53))
-        except OSError:
-            pass
-        sent[qid] = {"name": name, "sent": now, "got": None, "rcode": None}
-        nxt += interval
-    r, _, _ = select.select([s], [], [], 0.002)
-    while r:
-        try:
-            m = s.recv(4096)
-        except BlockingIOError:
-            break
-        except OSError:
-            continue
-        if len(m) >= 12:
-            e = sent.get(struct.unpack(">H", m[:2])[0])
-            if e is not None and e["got"] is None:
-                e["got"] = time.monotonic()
-                e["rcode"] = struct.unpack(">H", m[2:4])[0] & 15
-for e in sent.values():
-    print(json.dumps(e))
-"""
-
-
-def td_stream_start(c, cg, names, interval, duration, more):
-    p = subprocess.Popen([sys.executable, "-c", TD_STREAM, ",".join(names), str(interval),
-                          str(duration), str(more)], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=join_cgroup_fn(cg))
-    CLEANUP.push("query stream", lambda: p.poll() is None and p.kill())
-    check(p.stdout.readline().strip() == "start", "the query stream did not start")
-    return p
-
-
-def td_stream_end(p, timeout):
-    out, err = p.communicate(timeout=timeout)
-    check(p.returncode == 0, "the query stream failed: %r" % err[-400:])
-    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-
-
 NOERROR, REFUSED = 0, 5
 
 
@@ -182,12 +112,12 @@ def dnsupdate_races_queries_in_flight(c):
     def body(up):
         with Sandbox(c, td_policy(c, ["api.test", "slow.test"]), "td-update") as sb:
             dns_ok(c, sb, "slow.test", want=TD_SLOW_ADDR)
-            p = td_stream_start(c, sb.cg, ["slow.test", "api.test"], 0.01, 2.0, 1.0)
+            p = dns_stream_start(sb.cg, "udp", ["slow.test:A", "api.test:A"], 0.01, 2.0, 1.0)
             time.sleep(1.0)
             t0 = time.monotonic()
             sb.update(td_policy(c, ["api.test"]))
             t1 = time.monotonic()
-            qs = td_stream_end(p, 30)
+            qs = dns_stream_end(p)[0]
             st = c.find_sandbox(sb.cg)
         return qs, t0, t1, st
 
@@ -241,12 +171,12 @@ def dnsupdate_detach_with_queries_in_flight(c):
     def body(up):
         sb = Sandbox(c, td_policy(c, ["api.test", "slow.test"]), "td-detach")
         with sb:
-            p = td_stream_start(c, sb.cg, ["slow.test", "api.test"], 0.005, 1.5, 1.0)
+            p = dns_stream_start(sb.cg, "udp", ["slow.test:A", "api.test:A"], 0.005, 1.5, 1.0)
             time.sleep(1.0)
             t0 = time.monotonic()
             sb.detach()
             t1 = time.monotonic()
-            qs = td_stream_end(p, 30)
+            qs = dns_stream_end(p)[0]
         check(c.daemon.alive(), "egressd died after the detach with queries in flight")
         r = c.ctl("status")
         check(r.returncode in (0, 5), "status after the detach: exit %d %s" %

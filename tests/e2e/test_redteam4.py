@@ -688,98 +688,6 @@ def rt4_dns_policy(c, names, types=None, hosts=()):
     return c.policy(list(hosts), extra_network=net)
 
 
-# A stream of queries (name:qtype, taken in turn) to 127.0.0.2:53 over UDP
-# or over one TCP connection (pipelined), one every INTERVAL s for DURATION
-# s, then MORE s of reading. Prints "start", then one JSON line per query.
-RT4_STREAM = r"""
-import json, random, select, socket, struct, sys, time
-mode, qs, interval, duration, more = (sys.argv[1], sys.argv[2].split(","), float(sys.argv[3]),
-                                      float(sys.argv[4]), float(sys.argv[5]))
-QT = {"A": 1, "AAAA": 28, "TXT": 16}
-if mode == "udp":
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-else:
-    s = socket.create_connection(("127.0.0.2", 53), timeout=2)
-s.setblocking(False)
-def query(qid, name, qt):
-    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
-    for label in name.split("."):
-        q += bytes([len(label)]) + label.encode()
-    return q + b"\0" + struct.pack(">HH", QT[qt], 1)
-sent, i, buf, closed = {}, 0, b"", False
-print("start", flush=True)
-t0 = time.monotonic()
-nxt = t0
-def got(m):
-    if len(m) >= 12:
-        e = sent.get(struct.unpack(">H", m[:2])[0])
-        if e is not None and e["got"] is None:
-            e["got"] = time.monotonic()
-            e["rcode"] = struct.unpack(">H", m[2:4])[0] & 15
-while True:
-    now = time.monotonic()
-    if now - t0 >= duration + more:
-        break
-    if now - t0 < duration and now >= nxt:
-        qid = random.getrandbits(16)
-        while qid in sent:
-            qid = random.getrandbits(16)
-        name, qt = qs[i % len(qs)].split(":")
-        i += 1
-        q = query(qid, name, qt)
-        try:
-            if mode == "udp":
-                s.sendto(q, ("127.0.0.2", 53))
-            else:
-                s.setblocking(True)
-                s.sendall(struct.pack(">H", len(q)) + q)
-                s.setblocking(False)
-        except OSError:
-            pass
-        sent[qid] = {"name": name, "qtype": qt, "sent": now, "got": None, "rcode": None}
-        nxt += interval
-    r, _, _ = select.select([s], [], [], 0.002)
-    while r and not closed:
-        try:
-            m = s.recv(65536)
-        except BlockingIOError:
-            break
-        except OSError:
-            continue
-        if mode == "udp":
-            got(m)
-            continue
-        if not m:
-            closed = True
-            break
-        buf += m
-        while len(buf) >= 2 and len(buf) >= 2 + struct.unpack(">H", buf[:2])[0]:
-            n = struct.unpack(">H", buf[:2])[0]
-            got(buf[2:2 + n])
-            buf = buf[2 + n:]
-for e in sent.values():
-    print(json.dumps(e))
-print(json.dumps({"closed": closed}))
-"""
-
-
-def rt4_stream(c, cg, mode, qs, interval=0.02, duration=2.0, more=1.0):
-    p = subprocess.Popen([sys.executable, "-c", RT4_STREAM, mode, ",".join(qs), str(interval),
-                          str(duration), str(more)], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=join_cgroup_fn(cg))
-    CLEANUP.push("rt4 query stream", lambda: p.poll() is None and p.kill())
-    check(p.stdout.readline().strip() == "start", "the query stream did not start")
-    return p
-
-
-def rt4_stream_end(p):
-    out, err = p.communicate(timeout=30)
-    check(p.returncode == 0, "the query stream failed: %r" % err[-400:])
-    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    return [r for r in rows if "name" in r], rows[-1].get("closed")
-
-
 def rt4_judge(qs, drop, keep, t0, t1, what):
     """drop: (name, qtype) the update refused; keep: the one it kept. Over
     TCP too the connection to the proxy survives the update
@@ -822,25 +730,25 @@ def redteam4_dns_narrowed_in_flight_qtype_tcp_reattach(c):
         out = {}
         with Sandbox(c, rt4_dns_policy(c, ["slow.test", "keep.test"], ["A", "AAAA"]),
                      "rt4-dnsq") as sb:
-            p = rt4_stream(c, sb.cg, "udp", ["slow.test:A", "slow.test:AAAA"])
+            p = dns_stream_start(sb.cg, "udp", ["slow.test:A", "slow.test:AAAA"])
             time.sleep(1.0)
             t0 = time.monotonic()
             sb.update(rt4_dns_policy(c, ["slow.test", "keep.test"], ["AAAA"]))
             t1 = time.monotonic()
-            out["qtype"] = (rt4_stream_end(p)[0], t0, t1)
+            out["qtype"] = (dns_stream_end(p)[0], t0, t1)
             # Widened: a name added resolves at once.
             sb.update(rt4_dns_policy(c, ["slow.test", "keep.test", "wide.test"], ["A"]))
             dns_ok(c, sb, "wide.test", want=RT4_SLOW_ADDR)
         hosts = ["slow.test:%d" % slow_srv.port, "keep.test:%d" % keep_srv.port]
         with Sandbox(c, rt4_dns_policy(c, [], hosts=hosts), "rt4-dnst") as sb:
-            p = rt4_stream(c, sb.cg, "tcp", ["slow.test:A", "keep.test:A"], interval=0.03)
+            p = dns_stream_start(sb.cg, "tcp", ["slow.test:A", "keep.test:A"], interval=0.03)
             time.sleep(1.0)
             # Twin: what the answers taught the kernel before the update.
             sb.allowed("tcp", RT4_SLOW_ADDR, slow_srv.port)
             t0 = time.monotonic()
             sb.update(rt4_dns_policy(c, [], hosts=hosts[1:]))
             t1 = time.monotonic()
-            qs, closed = rt4_stream_end(p)
+            qs, closed = dns_stream_end(p)
             out["tcp"] = (qs, t0, t1, closed)
             # The answers in flight taught nothing: the dropped name's address
             # stays refused; the kept one's is reachable.
@@ -850,7 +758,7 @@ def redteam4_dns_narrowed_in_flight_qtype_tcp_reattach(c):
             dns_ok(c, sb, "keep.test", mode="tcp", want=RT4_KEEP_ADDR)
             dns_refused(c, sb, "slow.test", mode="tcp")
         with Sandbox(c, rt4_dns_policy(c, [], hosts=hosts), "rt4-dnsr") as sb:
-            p = rt4_stream(c, sb.cg, "udp", ["slow.test:A", "keep.test:A"])
+            p = dns_stream_start(sb.cg, "udp", ["slow.test:A", "keep.test:A"])
             time.sleep(1.0)
             sb.allowed("tcp", RT4_SLOW_ADDR, slow_srv.port)   # twin: learned before
             t0 = time.monotonic()
@@ -859,7 +767,7 @@ def redteam4_dns_narrowed_in_flight_qtype_tcp_reattach(c):
             sb.policy = rt4_dns_policy(c, [], hosts=hosts[1:])
             sb.attach()
             t1 = time.monotonic()
-            out["reattach"] = (rt4_stream_end(p)[0], t0, t_det)
+            out["reattach"] = (dns_stream_end(p)[0], t0, t_det)
             sb.denied("tcp", RT4_SLOW_ADDR, slow_srv.port)
             # The stream's socket died with the detach's walk; new ones ask
             # under the new policy (the twin: the name kept resolves).

@@ -13,8 +13,7 @@ import sys
 import time
 
 from harness import *  # noqa: F401,F403
-from test_redteam4 import (NOERROR, RT4_KEEP_ADDR, rt4_dns_policy, rt4_stream,
-                           rt4_stream_end, rt4_with_slow_upstream)
+from test_redteam4 import NOERROR, RT4_KEEP_ADDR, rt4_dns_policy, rt4_with_slow_upstream
 
 
 @test
@@ -30,13 +29,13 @@ def redteam4_update_keeps_dns_tcp_connection(c):
     test_dnsupdate's dnsupdate_races_queries_in_flight."""
     def body():
         with Sandbox(c, rt4_dns_policy(c, ["keep.test"]), "rt4h-tcp") as sb:
-            p = rt4_stream(c, sb.cg, "tcp", ["keep.test:A"], interval=0.03)
+            p = dns_stream_start(sb.cg, "tcp", ["keep.test:A"], interval=0.03)
             time.sleep(1.0)
             t0 = time.monotonic()
             sb.update(c.policy(["127.0.0.1:9"], extra_network=dict(
                 DNS_REBIND_LO, dns_allow=["keep.test"])))
             t1 = time.monotonic()
-            qs, ended = rt4_stream_end(p)
+            qs, ended = dns_stream_end(p)
             dns_ok(c, sb, "keep.test", mode="tcp", want=RT4_KEEP_ADDR)  # a new connection
         return qs, t0, t1, ended
 

@@ -2,6 +2,7 @@
 """DNS filtering helpers (docs/dns.md): the dnsmasq upstream, a DNS client
 run inside a sandbox, sandboxes in a network namespace."""
 
+import json
 import os
 import signal
 import socket
@@ -16,7 +17,8 @@ __all__ = ["DNSMASQ", "DNS_MIN_TTL", "DNS_SHORT_TTL", "DNS_LONG_TTL", "DNS_ZONE"
            "DNS_WILDCARD_ADDR", "DNS_ZONE6", "DNS_REBIND_LO", "Dnsmasq",
            "free_udp_tcp_port", "DNS_CLIENT", "dns_query", "run_in_sandbox",
            "need_dnsmasq", "start_dns_upstream", "NsSandbox", "dns_ok", "dns_refused",
-           "dns_not_upstream", "srv", "spawn_forwarding_dnsmasq"]
+           "dns_not_upstream", "srv", "spawn_forwarding_dnsmasq", "dns_stream_start",
+           "dns_stream_end"]
 
 
 # --- DNS filtering (docs/dns.md) ------------------------------------------------------
@@ -384,3 +386,103 @@ def dns_not_upstream(c, marker, names):
 def srv(c, key, name):
     """A TcpServer on the address name resolves to in the test zone."""
     return c.tcp(key, (DNS_ZONE.get(name) or DNS_ZONE6.get(name)))
+
+
+# --- a stream of queries from inside a sandbox -------------------------------------------
+#
+# Queries (name:qtype, taken in turn) to 127.0.0.2:53 (the sandbox's proxy)
+# over UDP or over one TCP connection (pipelined), one every INTERVAL s for
+# DURATION s, several in flight, then MORE s of reading only. Prints
+# "start", then at the end one JSON line per query: name, qtype, sent, got
+# (CLOCK_MONOTONIC, comparable with the test's time.monotonic()), rcode
+# (null: no answer); last {"closed": the TCP connection was closed}.
+DNS_STREAM = r"""
+import json, random, select, socket, struct, sys, time
+mode, qs, interval, duration, more = (sys.argv[1], sys.argv[2].split(","), float(sys.argv[3]),
+                                      float(sys.argv[4]), float(sys.argv[5]))
+QT = {"A": 1, "AAAA": 28, "TXT": 16}
+if mode == "udp":
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+else:
+    s = socket.create_connection(("127.0.0.2", 53), timeout=2)
+s.setblocking(False)
+def query(qid, name, qt):
+    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+    for label in name.split("."):
+        q += bytes([len(label)]) + label.encode()
+    return q + b"\0" + struct.pack(">HH", QT[qt], 1)
+sent, i, buf, closed = {}, 0, b"", False
+print("start", flush=True)
+t0 = time.monotonic()
+nxt = t0
+def got(m):
+    if len(m) >= 12:
+        e = sent.get(struct.unpack(">H", m[:2])[0])
+        if e is not None and e["got"] is None:
+            e["got"] = time.monotonic()
+            e["rcode"] = struct.unpack(">H", m[2:4])[0] & 15
+while True:
+    now = time.monotonic()
+    if now - t0 >= duration + more:
+        break
+    if now - t0 < duration and now >= nxt:
+        qid = random.getrandbits(16)
+        while qid in sent:
+            qid = random.getrandbits(16)
+        name, qt = qs[i % len(qs)].split(":")
+        i += 1
+        q = query(qid, name, qt)
+        try:
+            if mode == "udp":
+                s.sendto(q, ("127.0.0.2", 53))
+            else:
+                s.setblocking(True)
+                s.sendall(struct.pack(">H", len(q)) + q)
+                s.setblocking(False)
+        except OSError:
+            pass
+        sent[qid] = {"name": name, "qtype": qt, "sent": now, "got": None, "rcode": None}
+        nxt += interval
+    r, _, _ = select.select([s], [], [], 0.002)
+    while r and not closed:
+        try:
+            m = s.recv(65536)
+        except BlockingIOError:
+            break
+        except OSError:
+            continue
+        if mode == "udp":
+            got(m)
+            continue
+        if not m:
+            closed = True
+            break
+        buf += m
+        while len(buf) >= 2 and len(buf) >= 2 + struct.unpack(">H", buf[:2])[0]:
+            n = struct.unpack(">H", buf[:2])[0]
+            got(buf[2:2 + n])
+            buf = buf[2 + n:]
+for e in sent.values():
+    print(json.dumps(e))
+print(json.dumps({"closed": closed}))
+"""
+
+
+def dns_stream_start(cg, mode, qs, interval=0.02, duration=2.0, more=1.0):
+    """The stream, started in cgroup cg; mode "udp" or "tcp", qs
+    ["name:A", ...]. Returns once it has started."""
+    p = subprocess.Popen([sys.executable, "-c", DNS_STREAM, mode, ",".join(qs), str(interval),
+                          str(duration), str(more)], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=join_cgroup_fn(cg))
+    CLEANUP.push("dns query stream", lambda: p.poll() is None and p.kill())
+    check(p.stdout.readline().strip() == "start", "the query stream did not start")
+    return p
+
+
+def dns_stream_end(p, timeout=30):
+    """(the queries, was the TCP connection closed) once the stream ends."""
+    out, err = p.communicate(timeout=timeout)
+    check(p.returncode == 0, "the query stream failed: %r" % err[-400:])
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return [r for r in rows if "name" in r], bool(rows and rows[-1].get("closed"))

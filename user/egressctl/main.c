@@ -148,6 +148,17 @@ static int common_opt(struct ctl *c, const char *cmd, const char *help, int opt)
  * ('c' cgroup, 'i' id, 'p' policy, 'j' json, 'n' netns). Returns -1 to go on, else the
  * exit status to end with (INT_MAX for 0 after --help).
  */
+/* arg as an integer from 1 to max; 0 when it is not one. */
+static unsigned long positive(const char *arg, unsigned long max)
+{
+	unsigned long v;
+	char *end;
+
+	errno = 0;
+	v = strtoul(arg, &end, 10);
+	return errno || end == arg || *end || arg[0] == '-' || v > max ? 0 : v;
+}
+
 static int parse_cmd(struct ctl *c, const char *cmd, const char *help, const char *want,
 		     int argc, char **argv, struct cmd_args *a)
 {
@@ -168,8 +179,6 @@ static int parse_cmd(struct ctl *c, const char *cmd, const char *help, const cha
 	memset(a, 0, sizeof(*a));
 	optind = 0; /* a new argv: reinitialise getopt */
 	while ((opt = getopt_long(argc, argv, "", opts, &li)) != -1) {
-		char *end;
-
 		rc = common_opt(c, cmd, help, opt);
 		if (rc > 0)
 			return rc;
@@ -209,20 +218,14 @@ static int parse_cmd(struct ctl *c, const char *cmd, const char *help, const cha
 		case OPT_ID:
 			if (!strchr(want, 'i'))
 				goto unexpected;
-			errno = 0;
-			a->id = strtoul(optarg, &end, 10);
-			if (errno || end == optarg || *end || optarg[0] == '-' || a->id == 0 ||
-			    a->id > UINT32_MAX)
+			if (!(a->id = positive(optarg, UINT32_MAX)))
 				return ctl_usage_error(cmd, "--id: expected a sandbox id (a positive "
 						       "integer), got '%s'", optarg);
 			break;
 		case OPT_PAGE:
 			if (!strchr(want, 'P'))
 				goto unexpected;
-			errno = 0;
-			a->page = strtoul(optarg, &end, 10);
-			if (errno || end == optarg || *end || optarg[0] == '-' || a->page == 0 ||
-			    a->page > 1000000)
+			if (!(a->page = positive(optarg, 1000000)))
 				return ctl_usage_error(cmd, "--page: expected a number of sandboxes "
 						       "(1 to 1000000), got '%s'", optarg);
 			break;

@@ -75,6 +75,10 @@ struct egr_bpf {
 	int hold_fd;
 	int links_wd;     /* its watch of links/ (0 before egr_kern_watch_dirs) */
 	uint64_t refreshed_links; /* adopted links moved to our programs */
+	/* Changes with every change egr_bpf_links_complete can see for a
+	 * held sandbox: a link held or dropped, a set made or dropped, a pin
+	 * found missing or restored (set_unpinned). */
+	uint64_t links_gen;
 	/* The destination keys the last audit walk found (maps.c), for the
 	 * removal at detach: then it needs no second walk. */
 	struct {

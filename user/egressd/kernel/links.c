@@ -123,6 +123,7 @@ static int hold_link(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int f
 	if (bpf_obj_pin(fd, path) < 0)
 		return -errno;
 	ls->link_id[p] = id;
+	b->links_gen++;
 	return 0;
 }
 
@@ -149,6 +150,19 @@ static void note_pin(struct egr_link_set *ls, size_t p, const char *path)
 	ls->pin_ino[p] = lstat(path, &st) == 0 && !S_ISLNK(st.st_mode) ? (uint64_t)st.st_ino : 0;
 }
 
+/* Note whether program p's shared pin is missing (health reads it). */
+static void set_unpinned(struct egr_bpf *b, struct egr_link_set *ls, size_t p, bool missing)
+{
+	uint32_t was = ls->unpinned;
+
+	if (missing)
+		ls->unpinned |= 1u << p;
+	else
+		ls->unpinned &= ~(1u << p);
+	if (ls->unpinned != was)
+		b->links_gen++;
+}
+
 /* Drop egressd's reference of program p's link (after its detach, or when
  * it never was one of ours). */
 static void unhold(struct egr_bpf *b, struct egr_link_set *ls, size_t p)
@@ -163,6 +177,7 @@ static void unhold(struct egr_bpf *b, struct egr_link_set *ls, size_t p)
 			 b->prog_names[p], ls->sandbox_id);
 	ls->link_id[p] = 0;
 	ls->pin_ino[p] = 0;
+	b->links_gen++;
 }
 
 static void unhold_all(struct egr_bpf *b, struct egr_link_set *ls)
@@ -403,6 +418,7 @@ static struct egr_link_set *link_set(struct egr_bpf *b, uint32_t sandbox_id, boo
 	ls->sandbox_id = sandbox_id;
 	ls->wd = -1;
 	ls->pos = b->nlinks;
+	b->links_gen++;
 	b->links[b->nlinks++] = ls;
 	k = link_bucket(sandbox_id, b->link_buckets);
 	ls->hnext = b->links_by_id[k];
@@ -421,6 +437,7 @@ static void link_set_drop(struct egr_bpf *b, uint32_t sandbox_id)
 	if (ls->wd >= 0 && b->pin_watch_fd >= 0)
 		inotify_rm_watch(b->pin_watch_fd, ls->wd);
 	unhold_all(b, ls);
+	b->links_gen++;
 	for (struct egr_link_set **pp = &b->links_by_id[link_bucket(sandbox_id, b->link_buckets)];
 	     *pp; pp = &(*pp)->hnext)
 		if (*pp == ls) {
@@ -603,6 +620,16 @@ int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id)
 		log_warn("rmdir %s: %s", dir, strerror(-ret));
 	}
 	return ret;
+}
+
+uint64_t egr_bpf_links_gen(const struct egr_bpf *b)
+{
+	return b->links_gen;
+}
+
+bool egr_bpf_links_held(struct egr_bpf *b, uint32_t sandbox_id)
+{
+	return link_set(b, sandbox_id, false) != NULL;
 }
 
 bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id)
@@ -886,7 +913,7 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 			if (ls->pin_ino[p] && dfd >= 0 &&
 			    fstatat(dfd, b->prog_names[p], &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 			    (uint64_t)st.st_ino == ls->pin_ino[p]) {
-				ls->unpinned &= ~(1u << p);
+				set_unpinned(b, ls, p, false);
 				continue;
 			}
 			/* Otherwise the kernel says whose link the pin names; a
@@ -896,7 +923,7 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 
 			if (!symlink && pin_names_link(path, ls->link_id[p])) {
 				note_pin(ls, p, path);
-				ls->unpinned &= ~(1u << p);
+				set_unpinned(b, ls, p, false);
 				continue;
 			}
 			if (symlink || errno != ENOENT) {
@@ -905,7 +932,7 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 				if (unlink(path) < 0 && errno != ENOENT) {
 					err = -errno;
 					missing++;
-					ls->unpinned |= 1u << p;
+					set_unpinned(b, ls, p, true);
 					report(ctx, kind, ls->sandbox_id, path, err);
 					continue;
 				}
@@ -917,9 +944,9 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 				close(fd);
 			}
 			if (err) {
-				ls->unpinned |= 1u << p;
+				set_unpinned(b, ls, p, true);
 			} else {
-				ls->unpinned &= ~(1u << p);
+				set_unpinned(b, ls, p, false);
 				note_pin(ls, p, path);
 			}
 			report(ctx, kind, ls->sandbox_id, path, err);

@@ -31,6 +31,13 @@ int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id);
  * removal inotify reports and every 10 s), so health asks in O(1), not 13
  * path lookups per sandbox; otherwise: the pins on disk. */
 bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id);
+/* Does egressd hold the sandbox's links (egr_bpf_links_complete then
+ * answers from memory)? */
+bool egr_bpf_links_held(struct egr_bpf *b, uint32_t sandbox_id);
+/* Changes whenever egr_bpf_links_complete's answer for a held sandbox can:
+ * while it and the registry's egr_reg_gen stand, an earlier answer for
+ * every sandbox still holds. */
+uint64_t egr_bpf_links_gen(const struct egr_bpf *b);
 /* Open the sandbox's pinned links and hold egressd's reference (adoption). Each must
  * be a cgroup link of the program its pin is named after (attach type and
  * program name): one that is not has its pin removed and counts as missing.

@@ -28,6 +28,11 @@ struct egr_health {
 	const struct egr_billing *billing; /* NULL: no export */
 	uint64_t lost_seen;           /* kernel events-lost counter, last look */
 	uint64_t lost_rise_ns;        /* CLOCK_MONOTONIC when it last rose (0: never) */
+	/* Every sandbox's links were pinned at these generations of the
+	 * links (egr_bpf_links_gen) and of the registry: while both stand,
+	 * the verdict holds without asking each sandbox again. */
+	bool pins_all_ok;
+	uint64_t pins_links_gen, pins_reg_gen;
 };
 
 /* Start counting event loss from now (what an earlier egressd lost is not

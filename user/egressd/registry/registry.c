@@ -129,6 +129,7 @@ int egr_reg_add(struct egr_registry *r, struct egr_sb *sb)
 	link_node(s, n);
 	if (sb->tenant_quota_bytes)
 		r->tenant_quota_sbs++;
+	r->gen++;
 	return 0;
 }
 
@@ -173,6 +174,7 @@ void egr_reg_remove(struct egr_registry *r, struct egr_sb *sb)
 		return;
 	if (sb->tenant_quota_bytes)
 		r->tenant_quota_sbs--;
+	r->gen++;
 	unlink_node(s, n);
 	/* The last one fills the gap (egr_reg_next knows). */
 	s->v[n->pos] = s->v[--s->n];
@@ -224,6 +226,11 @@ struct egr_sb *egr_reg_find(struct egr_registry *r, const char *cgroup, uint32_t
 size_t egr_reg_count(const struct egr_registry *r)
 {
 	return r->set.n;
+}
+
+uint64_t egr_reg_gen(const struct egr_registry *r)
+{
+	return r->gen;
 }
 
 struct egr_sb *egr_reg_next(const struct egr_registry *r, struct egr_reg_iter *it)

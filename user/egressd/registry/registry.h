@@ -28,6 +28,8 @@ struct egr_sb *egr_reg_by_cgroup_id(const struct egr_registry *r, uint64_t cgrou
 /* By cgroup path (compared after realpath) or, path NULL, by id. */
 struct egr_sb *egr_reg_find(struct egr_registry *r, const char *cgroup, uint32_t id);
 size_t egr_reg_count(const struct egr_registry *r);
+/* Changes with every sandbox added or removed. */
+uint64_t egr_reg_gen(const struct egr_registry *r);
 
 /*
  * Iteration, in the order sandboxes were added (a removal moves the last

@@ -36,6 +36,7 @@ struct egr_registry {
 	struct egr_sbset set;
 	size_t tenant_quota_sbs; /* of set, those whose policy sets a tenant quota */
 	uint32_t next_sandbox_id;
+	uint64_t gen; /* changes with every add and remove (egr_reg_gen) */
 	uint32_t next_policy_id;
 	char **tenants; /* tenant id = index + 1 */
 	size_t ntenants;

@@ -58,6 +58,16 @@ def hr_bpf_mounts(pid):
         return [ln for ln in f if " - bpf " in ln]
 
 
+@contextlib.contextmanager
+def hr_pinned_sandbox(c, name):
+    """A sandbox allowed one server and not another: (sandbox, its id, its
+    link ids, its links directory, allowed server, denied server)."""
+    a, b = c.tcp(name), c.tcp(name + "-other")
+    with c.sandbox(["127.0.0.1:%d" % a.port], name=name) as sa:
+        sid = sandbox_id(c, sa)
+        yield sa, sid, hr_link_ids(c, sid), hr_links_dir(c, sid), a, b
+
+
 @test
 def links_held_without_a_file_per_link(c):
     pid = c.daemon.proc.pid
@@ -87,13 +97,9 @@ def links_held_without_a_file_per_link(c):
 
 @test
 def shared_pins_removed_while_egressd_stopped_still_confine(c):
-    a, b = c.tcp("own"), c.tcp("other")
     pid = c.daemon.proc.pid
-    with c.sandbox(["127.0.0.1:%d" % a.port], name="holdA") as sa:
-        sid = sandbox_id(c, sa)
-        ids = hr_link_ids(c, sid)
+    with hr_pinned_sandbox(c, "holdA") as (sa, sid, ids, links_dir, a, b):
         check(len(ids) >= 6, "link pins: %r" % ids)
-        links_dir = hr_links_dir(c, sid)
         with hr_stopped(pid):
             # uid 0 in the sandbox removes every shared pin of its sandbox;
             # egressd cannot pin them again while it is stopped.
@@ -126,11 +132,8 @@ def unrestorable_pin_is_a_health_problem_until_restored(c):
     # A directory planted where a link pin was (while egressd is stopped, so
     # the guard cannot win the race) cannot be pinned over: health names the
     # sandbox, from the guard's last check, until the name is free again.
-    a, b = c.tcp("plant"), c.tcp("plant-other")
     pid = c.daemon.proc.pid
-    with c.sandbox(["127.0.0.1:%d" % a.port], name="plant") as sa:
-        sid = sandbox_id(c, sa)
-        ldir = hr_links_dir(c, sid)
+    with hr_pinned_sandbox(c, "plant") as (sa, sid, _ids, ldir, a, b):
         victim = os.path.join(ldir, sorted(os.listdir(ldir))[0])
         want = "pins: sandbox %d: not all of its links are pinned" % sid
         # Twin: healthy before, with the same probe.
@@ -159,12 +162,8 @@ def pin_swapped_for_a_symlink_is_pinned_again(c):
     # follow it to the same link, so a check by link id alone passes): the
     # guard replaces the symlink with a real pin of egressd's link. Twin: an
     # untouched pin of the same sandbox keeps its inode.
-    a, b = c.tcp("symlink"), c.tcp("symlink-other")
     pid = c.daemon.proc.pid
-    with c.sandbox(["127.0.0.1:%d" % a.port], name="symlink") as sa:
-        sid = sandbox_id(c, sa)
-        ids = hr_link_ids(c, sid)
-        ldir = hr_links_dir(c, sid)
+    with hr_pinned_sandbox(c, "symlink") as (sa, sid, ids, ldir, a, b):
         names = sorted(os.listdir(ldir))
         victim, twin = os.path.join(ldir, names[0]), os.path.join(ldir, names[1])
         twin_ino = os.lstat(twin).st_ino

@@ -5,7 +5,8 @@
  * tests of kernel/ do, to check what the handle holds).
  *
  * Who owns what: bpfstate.c loads the object and probes the features,
- * links.c owns the per-sandbox links and every pin, maps.c is the only
+ * links.c owns the per-sandbox links and every pin (links_adopt.c adopts
+ * an earlier egressd's), maps.c is the only
  * code that reads or writes a map (migrate.c converts an older version's
  * pinned maps before any of them is in use). bpfstate.c is the top layer:
  * this header includes only what lies below it (links.h, bpf_knobs.h),
@@ -118,6 +119,22 @@ int egr_key_list_add(struct egr_key_list *l, const void *key);
 void egr_kern_maps_bind(struct egr_bpf *b);
 
 /* links.c */
+/* links/<id> of a sandbox in buf: 0 or -ENAMETOOLONG. */
+int egr_kern_links_dir(struct egr_bpf *b, uint32_t sandbox_id, char *buf, size_t len);
+/* The link set of a sandbox; with create, a new empty one when there is
+ * none (NULL: out of memory). */
+struct egr_link_set *egr_kern_link_set(struct egr_bpf *b, uint32_t sandbox_id, bool create);
+/* Take egressd's own reference of link fd, program p of the sandbox. */
+int egr_kern_hold_link(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int fd);
+/* Note the inode of program p's shared pin at path (the pin check's stat). */
+void egr_kern_note_pin(struct egr_link_set *ls, size_t p, const char *path);
+/* The inotify watch descriptor of dir; -1 when there is none. */
+int egr_kern_watch(struct egr_bpf *b, const char *dir);
+/* links_adopt.c: 0 when both programs use the same cgroup storage map (or
+ * neither uses one), -ESTALE when they differ, or -errno. A link keeps its
+ * attachment's storage across bpf_link_update, whatever the new program
+ * names: the upgrade and the adoption move a link only when this is 0. */
+int egr_kern_same_storage(int old_prog_fd, int new_prog_fd);
 /* A program attached per sandbox cgroup (a global tracing program is not);
  * the load and the upgrade count the same ones. */
 bool egr_kern_is_cgroup_prog(const struct bpf_program *prog);

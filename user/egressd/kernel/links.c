@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* The per-sandbox links (attach, adopt, detach), egressd's own reference of
  * each, and every pin: checked, watched and made again when removed
- * (links.h). */
+ * (links.h). Adoption of pinned links is links_adopt.c. */
 #include <dirent.h>
 #include <stddef.h>
 #include <errno.h>
@@ -107,7 +107,7 @@ static __u32 link_id_of_fd(int fd)
 }
 
 /* Take egressd's own reference of link fd, program p of the sandbox. */
-static int hold_link(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int fd)
+int egr_kern_hold_link(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int fd)
 {
 	char dir[16], path[PATH_MAX];
 	__u32 id = link_id_of_fd(fd);
@@ -143,7 +143,7 @@ static int held_fd(const struct egr_bpf *b, const struct egr_link_set *ls, size_
 
 /* Note the inode of the shared pin at path (0: unknown, the next check
  * asks the kernel). */
-static void note_pin(struct egr_link_set *ls, size_t p, const char *path)
+void egr_kern_note_pin(struct egr_link_set *ls, size_t p, const char *path)
 {
 	struct stat st;
 
@@ -193,7 +193,7 @@ static void unhold_all(struct egr_bpf *b, struct egr_link_set *ls)
 }
 
 /* The watch descriptor of dir; -1 when there is none. */
-static int watch(struct egr_bpf *b, const char *dir)
+int egr_kern_watch(struct egr_bpf *b, const char *dir)
 {
 	int wd;
 
@@ -215,7 +215,7 @@ void egr_kern_watch_dirs(struct egr_bpf *b)
 
 	if (b->pin_watch_fd < 0)
 		return;
-	watch(b, b->dir);
+	egr_kern_watch(b, b->dir);
 	bpf_object__for_each_map(map, b->skel->obj)
 	{
 		const char *pin = bpf_map__pin_path(map);
@@ -226,17 +226,17 @@ void egr_kern_watch_dirs(struct egr_bpf *b)
 		slash = strrchr(path, '/');
 		if (slash)
 			*slash = '\0';
-		watch(b, path); /* the same directory for every map: one watch */
+		egr_kern_watch(b, path); /* the same directory for every map: one watch */
 		if (slash && (slash = strrchr(path, '/')) && (size_t)(slash - path) > strlen(b->dir)) {
 			*slash = '\0';
-			watch(b, path); /* its parent (a versioned layout) */
+			egr_kern_watch(b, path); /* its parent (a versioned layout) */
 		}
 	}
 	snprintf(path, sizeof(path), "%s/links", b->dir);
-	b->links_wd = watch(b, path);
+	b->links_wd = egr_kern_watch(b, path);
 	for (size_t i = 0; i < b->nlinks; i++) {
 		snprintf(path, sizeof(path), "%s/links/%u", b->dir, b->links[i]->sandbox_id);
-		b->links[i]->wd = watch(b, path);
+		b->links[i]->wd = egr_kern_watch(b, path);
 	}
 }
 
@@ -244,8 +244,6 @@ int egr_bpf_pin_watch_fd(const struct egr_bpf *b)
 {
 	return b->pin_watch_fd;
 }
-
-static struct egr_link_set *link_set(struct egr_bpf *b, uint32_t sandbox_id, bool create);
 
 /*
  * Does this event concern a pin egressd relies on? Not when it is about a
@@ -265,7 +263,7 @@ static bool pin_event_matters(struct egr_bpf *b, const struct inotify_event *ev)
 	if (ev->wd >= 0 && ev->wd == b->links_wd && ev->len) {
 		id = strtoul(ev->name, &end, 10);
 		if (*end == '\0' && end != ev->name && id <= UINT32_MAX)
-			return link_set(b, (uint32_t)id, false) != NULL;
+			return egr_kern_link_set(b, (uint32_t)id, false) != NULL;
 		return true;
 	}
 	/* Any other watch is a map directory's or that of a sandbox whose
@@ -297,7 +295,6 @@ bool egr_bpf_pin_events(struct egr_bpf *b)
 
 static int attach_one(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int cg_fd,
 		      const char *dir, const char *cgroup_path);
-static int links_dir(struct egr_bpf *b, uint32_t sandbox_id, char *buf, size_t len);
 static int ensure_links_dir(struct egr_bpf *b, const char *dir);
 
 static int prog_index(const struct egr_bpf *b, const char *name)
@@ -322,9 +319,10 @@ int egr_kern_mig_attach(void *ctx, uint32_t sandbox_id, uint64_t cgroup_id, cons
 	err = egr_cgroup_path_by_id(cgroup_id, cg, sizeof(cg));
 	if (err)
 		return err == -ESTALE ? -ENOENT : err;
-	if ((err = links_dir(b, sandbox_id, dir, sizeof(dir))) || (err = ensure_links_dir(b, dir)))
+	if ((err = egr_kern_links_dir(b, sandbox_id, dir, sizeof(dir))) ||
+	    (err = ensure_links_dir(b, dir)))
 		return err;
-	ls = link_set(b, sandbox_id, true);
+	ls = egr_kern_link_set(b, sandbox_id, true);
 	if (!ls)
 		return -ENOMEM;
 	cg_fd = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -338,7 +336,7 @@ int egr_kern_mig_attach(void *ctx, uint32_t sandbox_id, uint64_t cgroup_id, cons
 void egr_kern_mig_detach(void *ctx, uint32_t sandbox_id, const char *prog)
 {
 	struct egr_bpf *b = ctx;
-	struct egr_link_set *ls = link_set(b, sandbox_id, false);
+	struct egr_link_set *ls = egr_kern_link_set(b, sandbox_id, false);
 	int p = prog_index(b, prog);
 	char dir[PATH_MAX], path[PATH_MAX];
 
@@ -353,7 +351,7 @@ void egr_kern_mig_detach(void *ctx, uint32_t sandbox_id, const char *prog)
 	if (fd >= 0)
 		close(fd);
 	unhold(b, ls, (size_t)p);
-	if (!links_dir(b, sandbox_id, dir, sizeof(dir))) {
+	if (!egr_kern_links_dir(b, sandbox_id, dir, sizeof(dir))) {
 		snprintf(path, sizeof(path), "%s/%s", dir, prog);
 		if (unlink(path) < 0 && errno != ENOENT)
 			log_warn("upgrade rollback: unpin %s: %m", path);
@@ -392,7 +390,7 @@ static int link_rehash(struct egr_bpf *b, size_t want)
 	return 0;
 }
 
-static struct egr_link_set *link_set(struct egr_bpf *b, uint32_t sandbox_id, bool create)
+struct egr_link_set *egr_kern_link_set(struct egr_bpf *b, uint32_t sandbox_id, bool create)
 {
 	struct egr_link_set *ls;
 	size_t k;
@@ -429,7 +427,7 @@ static struct egr_link_set *link_set(struct egr_bpf *b, uint32_t sandbox_id, boo
 /* Drop our references of the sandbox's links (detach: after BPF_LINK_DETACH). */
 static void link_set_drop(struct egr_bpf *b, uint32_t sandbox_id)
 {
-	struct egr_link_set *ls = link_set(b, sandbox_id, false);
+	struct egr_link_set *ls = egr_kern_link_set(b, sandbox_id, false);
 
 	if (!ls)
 		return;
@@ -450,7 +448,7 @@ static void link_set_drop(struct egr_bpf *b, uint32_t sandbox_id)
 	free(ls);
 }
 
-static int links_dir(struct egr_bpf *b, uint32_t sandbox_id, char *buf, size_t len)
+int egr_kern_links_dir(struct egr_bpf *b, uint32_t sandbox_id, char *buf, size_t len)
 {
 	if (snprintf(buf, len, "%s/links/%u", b->dir, sandbox_id) >= (int)len)
 		return -ENAMETOOLONG;
@@ -496,13 +494,13 @@ static int attach_one(struct egr_bpf *b, struct egr_link_set *ls, size_t p, int 
 	err = bpf_obj_pin(bpf_link__fd(link), path) < 0 ? -errno : 0;
 	if (err) {
 		log_error("pin link %s: %s", path, strerror(-err));
-	} else if ((err = hold_link(b, ls, p, bpf_link__fd(link)))) {
+	} else if ((err = egr_kern_hold_link(b, ls, p, bpf_link__fd(link)))) {
 		/* our own reference: a removed pin detaches nothing */
 		log_error("hold link %s: %s", path, strerror(-err));
 		if (unlink(path) < 0 && errno != ENOENT)
 			log_warn("unlink %s: %m", path);
 	} else {
-		note_pin(ls, p, path);
+		egr_kern_note_pin(ls, p, path);
 	}
 	if (err)
 		bpf_link__detach(link);
@@ -517,10 +515,10 @@ static int attach_programs(struct egr_bpf *b, uint32_t sandbox_id, const char *c
 	struct egr_link_set *ls;
 	int cg_fd, err;
 
-	err = links_dir(b, sandbox_id, dir, sizeof(dir));
+	err = egr_kern_links_dir(b, sandbox_id, dir, sizeof(dir));
 	if (err)
 		return err;
-	ls = link_set(b, sandbox_id, true);
+	ls = egr_kern_link_set(b, sandbox_id, true);
 	if (!ls)
 		return -ENOMEM;
 	cg_fd = open(cgroup_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -528,7 +526,7 @@ static int attach_programs(struct egr_bpf *b, uint32_t sandbox_id, const char *c
 		return -errno;
 	err = ensure_links_dir(b, dir);
 	if (!err)
-		ls->wd = watch(b, dir);
+		ls->wd = egr_kern_watch(b, dir);
 	for (size_t p = 0; !err && p < b->nprogs; p++) {
 		if (only_missing && ls->link_id[p])
 			continue;
@@ -559,12 +557,12 @@ int egr_bpf_detach(struct egr_bpf *b, uint32_t sandbox_id)
 	int err, ret = 0;
 	DIR *d;
 
-	err = links_dir(b, sandbox_id, dir, sizeof(dir));
+	err = egr_kern_links_dir(b, sandbox_id, dir, sizeof(dir));
 	if (err)
 		return err;
 	/* Our own references first: a link whose pin is gone is still attached
 	 * through them. ENOLINK: the cgroup was released, the link with it. */
-	struct egr_link_set *ls = link_set(b, sandbox_id, false);
+	struct egr_link_set *ls = egr_kern_link_set(b, sandbox_id, false);
 
 	for (size_t p = 0; ls && p < EGR_MAX_CGROUP_PROGS; p++) {
 		int fd;
@@ -629,12 +627,12 @@ uint64_t egr_bpf_links_gen(const struct egr_bpf *b)
 
 bool egr_bpf_links_held(struct egr_bpf *b, uint32_t sandbox_id)
 {
-	return link_set(b, sandbox_id, false) != NULL;
+	return egr_kern_link_set(b, sandbox_id, false) != NULL;
 }
 
 bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id)
 {
-	const struct egr_link_set *ls = link_set(b, sandbox_id, false);
+	const struct egr_link_set *ls = egr_kern_link_set(b, sandbox_id, false);
 	char dir[PATH_MAX], path[PATH_MAX];
 
 	if (ls) {
@@ -643,7 +641,7 @@ bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id)
 				return false;
 		return ls->unpinned == 0;
 	}
-	if (links_dir(b, sandbox_id, dir, sizeof(dir)))
+	if (egr_kern_links_dir(b, sandbox_id, dir, sizeof(dir)))
 		return false;
 	for (size_t p = 0; p < b->nprogs; p++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
@@ -653,157 +651,9 @@ bool egr_bpf_links_complete(struct egr_bpf *b, uint32_t sandbox_id)
 	return true;
 }
 
-/* Is fd the cgroup link of program p (link type, attach type, program
- * name)? A hostile tool can rename one pin over another while egressd is
- * down: the name alone proves nothing. *cg: the link's cgroup id. */
-static bool link_is_prog(struct egr_bpf *b, size_t p, int fd, __u64 *cg)
-{
-	struct bpf_program *prog = bpf_object__find_program_by_name(b->skel->obj,
-								     b->prog_names[p]);
-	struct bpf_link_info info;
-	struct bpf_prog_info pinfo;
-	__u32 len = sizeof(info), plen = sizeof(pinfo);
-	bool ok;
-	int pfd;
-
-	memset(&info, 0, sizeof(info));
-	memset(&pinfo, 0, sizeof(pinfo));
-	if (!prog || bpf_obj_get_info_by_fd(fd, &info, &len) < 0 ||
-	    info.type != BPF_LINK_TYPE_CGROUP ||
-	    info.cgroup.attach_type != bpf_program__expected_attach_type(prog))
-		return false;
-	pfd = bpf_prog_get_fd_by_id(info.prog_id);
-	if (pfd < 0)
-		return false;
-	/* The kernel keeps BPF_OBJ_NAME_LEN - 1 characters of the name. */
-	ok = bpf_obj_get_info_by_fd(pfd, &pinfo, &plen) == 0 &&
-	     strncmp(pinfo.name, b->prog_names[p], sizeof(pinfo.name) - 1) == 0;
-	close(pfd);
-	*cg = info.cgroup.cgroup_id;
-	return ok;
-}
-
-/*
- * The adopted link runs the program an earlier egressd of this ABI version
- * loaded: its code, its rodata knobs (--events-allow-rate), its fixes or
- * bugs. Move it to this egressd's program of the same name, in place
- * (BPF_F_REPLACE: a link that changed under us fails instead), as an
- * upgrade does (migrate.c step 4): the pinned maps, the cgroup storage
- * among them, are the same ones, so nothing of the attachment changes but
- * the code. On failure the old program keeps enforcing, and we say so.
- */
-static bool refresh_prog(struct egr_bpf *b, uint32_t sandbox_id, size_t p, int link_fd)
-{
-	struct bpf_program *prog = bpf_object__find_program_by_name(b->skel->obj,
-								     b->prog_names[p]);
-	struct bpf_link_info info;
-	struct bpf_prog_info pinfo;
-	__u32 len = sizeof(info), plen = sizeof(pinfo);
-	int new_fd = prog ? bpf_program__fd(prog) : -1, old_fd;
-	bool moved;
-
-	memset(&info, 0, sizeof(info));
-	memset(&pinfo, 0, sizeof(pinfo));
-	if (new_fd < 0 || bpf_obj_get_info_by_fd(link_fd, &info, &len) < 0 ||
-	    bpf_obj_get_info_by_fd(new_fd, &pinfo, &plen) < 0) {
-		log_warn("sandbox %u: link %s: cannot tell its program: %m; it keeps the one "
-			 "it has", sandbox_id, b->prog_names[p]);
-		return false;
-	}
-	/* Up to date, or defunct (its cgroup released: nothing runs it, the
-	 * reclaim drops it). */
-	if (info.prog_id == pinfo.id || info.cgroup.cgroup_id == 0)
-		return false;
-	old_fd = bpf_prog_get_fd_by_id(info.prog_id);
-	if (old_fd < 0) {
-		log_warn("sandbox %u: link %s: program %u: %m; it keeps it", sandbox_id,
-			 b->prog_names[p], info.prog_id);
-		return false;
-	}
-	LIBBPF_OPTS(bpf_link_update_opts, opts, .flags = BPF_F_REPLACE, .old_prog_fd = old_fd);
-	moved = bpf_link_update(link_fd, new_fd, &opts) == 0;
-	if (!moved && errno != ENOLINK) /* ENOLINK: released meanwhile */
-		log_error("sandbox %u: link %s: moving it to this egressd's program failed: %m; "
-			  "the earlier egressd's program %u keeps enforcing", sandbox_id,
-			  b->prog_names[p], info.prog_id);
-	close(old_fd);
-	return moved;
-}
-
-int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
-{
-	size_t moved = 0;
-	bool split = false;
-	__u64 first_cg = 0;
-	char dir[PATH_MAX], path[PATH_MAX];
-	struct egr_link_set *ls;
-	int err = 0;
-
-	if ((err = links_dir(b, sandbox_id, dir, sizeof(dir))))
-		return err;
-	ls = link_set(b, sandbox_id, true);
-	if (!ls)
-		return -ENOMEM;
-	for (size_t p = 0; p < b->nprogs; p++) {
-		int fd;
-
-		if (ls->link_id[p])
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, b->prog_names[p]);
-		fd = bpf_obj_get(path);
-		if (fd < 0) {
-			if (errno != ENOENT)
-				log_warn("open pinned link %s: %m", path);
-			err = -ENOENT;
-			continue;
-		}
-		__u64 cg = 0;
-
-		if (!link_is_prog(b, p, fd, &cg)) {
-			/* Not this program's link: as if its pin were removed (the
-			 * caller attaches the program again and holds the sandbox). */
-			log_error("pinned link %s is not the link of program %s; removing the pin",
-				  path, b->prog_names[p]);
-			close(fd);
-			if (unlink(path) < 0 && errno != ENOENT)
-				log_warn("unlink %s: %m", path);
-			err = -ENOENT;
-			continue;
-		}
-		if (first_cg && cg && cg != first_cg)
-			split = true;
-		if (!first_cg)
-			first_cg = cg;
-		int herr = hold_link(b, ls, p, fd);
-
-		if (herr) {
-			/* Still attached through its pin, but a removed pin would
-			 * detach it: not adopted, so the caller holds the sandbox. */
-			log_error("hold link %s: %s", path, strerror(-herr));
-			close(fd);
-			err = herr;
-			continue;
-		}
-		note_pin(ls, p, path);
-		if (refresh_prog(b, sandbox_id, p, fd))
-			moved++;
-		close(fd);
-	}
-	ls->wd = watch(b, dir);
-	b->refreshed_links += moved;
-	if (moved)
-		log_debug("sandbox %u: %zu adopted link(s) moved to this egressd's programs",
-			  sandbox_id, moved);
-	if (split) {
-		log_error("links of sandbox %u are attached to different cgroups", sandbox_id);
-		return -EXDEV;
-	}
-	return err;
-}
-
 int egr_bpf_links_cgroup_id(struct egr_bpf *b, uint32_t sandbox_id, uint64_t *cgroup_id)
 {
-	struct egr_link_set *ls = link_set(b, sandbox_id, false);
+	struct egr_link_set *ls = egr_kern_link_set(b, sandbox_id, false);
 
 	for (size_t p = 0; ls && p < EGR_MAX_CGROUP_PROGS; p++) {
 		struct bpf_link_info info;
@@ -893,7 +743,7 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 	for (size_t i = 0; i < b->nlinks; i++) {
 		struct egr_link_set *ls = b->links[i];
 
-		if (links_dir(b, ls->sandbox_id, dir, sizeof(dir)))
+		if (egr_kern_links_dir(b, ls->sandbox_id, dir, sizeof(dir)))
 			continue;
 		/* The pins' names relative to their directory: one path walk
 		 * per sandbox, not one per pin. */
@@ -922,7 +772,7 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 			bool symlink = lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
 
 			if (!symlink && pin_names_link(path, ls->link_id[p])) {
-				note_pin(ls, p, path);
+				egr_kern_note_pin(ls, p, path);
 				set_unpinned(b, ls, p, false);
 				continue;
 			}
@@ -947,7 +797,7 @@ int egr_bpf_check_pins(struct egr_bpf *b, egr_pin_fn report, void *ctx)
 				set_unpinned(b, ls, p, true);
 			} else {
 				set_unpinned(b, ls, p, false);
-				note_pin(ls, p, path);
+				egr_kern_note_pin(ls, p, path);
 			}
 			report(ctx, kind, ls->sandbox_id, path, err);
 		}

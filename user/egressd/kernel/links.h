@@ -43,7 +43,8 @@ uint64_t egr_bpf_links_gen(const struct egr_bpf *b);
  * program name): one that is not has its pin removed and counts as missing.
  * 0 when every program has one, -ENOENT when some are missing (those found
  * are kept), -EXDEV when they are attached to different cgroups (kept),
- * another -errno on error. */
+ * -ESTALE when a link runs with another cgroup storage than this egressd's
+ * programs (kept on its old program), another -errno on error. */
 int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id);
 /* The cgroup id the sandbox's links are attached to, from the kernel
  * (bpf_link_get_info_by_fd): 0 once the cgroup was released and the links

@@ -335,6 +335,13 @@ static int plan_switch(struct egr_mig *m, struct bpf_object *obj)
 			return -EPROTO;
 		}
 		l->new_prog_fd = bpf_program__fd(prog);
+		/* Never rely on the kernel refusing a program of another cgroup
+		 * storage on a link: some kernels accept it (kernel_priv.h). */
+		if (egr_kern_same_storage(l->old_prog_fd, l->new_prog_fd)) {
+			log_error("upgrade: the new %s does not use the cgroup storage link %s "
+				  "runs with: refusing before any link moves", l->prog, l->path);
+			return -EPROTO;
+		}
 	}
 	for (size_t i = 0; i < m->nlinks;) {
 		size_t end = i;

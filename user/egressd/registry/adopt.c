@@ -154,6 +154,12 @@ static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st,
 			   "its pinned links are attached to different cgroups");
 		goto out;
 	}
+	if (err == -ESTALE) {
+		quarantine(r, id, "state_tampered",
+			   "its links run with another cgroup storage than the pinned "
+			   "egr_cg_storage");
+		goto out;
+	}
 	if (err == -ENOENT) {
 		/* The storage is named once the attach completed: then pins went
 		 * while no egressd held the links. Otherwise a crash mid-attach:

@@ -312,15 +312,20 @@ int egr_task_fork(struct bpf_raw_tracepoint_args *ctx)
 	return 0;
 }
 
-/* TP_PROTO(struct task_struct *p, bool group_dead): the home goes with the
- * process's last thread, before its pid can be reused. */
+/* The home goes with the process's last thread, before its pid can be
+ * reused. TP_PROTO(struct task_struct *p) up to 6.x, (p, bool group_dead)
+ * on newer kernels: a raw tracepoint program that reads an argument the
+ * tracepoint does not have is refused at attach (EINVAL on Debian 12's 6.1
+ * and 6.12), so only args[0] is read, and whether the group is dead comes
+ * from the task: do_exit() decrements signal->live before this tracepoint
+ * on every kernel we support. */
 SEC("raw_tracepoint/sched_process_exit")
 int egr_task_exit(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct task_struct *p = (struct task_struct *)ctx->args[0];
 	__u32 tgid;
 
-	if (!ctx->args[1])
+	if (BPF_CORE_READ(p, signal, live.counter) != 0)
 		return 0;
 	tgid = BPF_CORE_READ(p, tgid);
 	bpf_map_delete_elem(&egr_proc_home, &tgid);

@@ -6,6 +6,7 @@
 
 import os
 import signal
+import sys
 import subprocess
 import time
 
@@ -144,3 +145,40 @@ def redteam2_outer_sandbox_moves_child_out_via_nested(c):
 
 RT2_NOCAPS = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"]
 
+
+
+def rt2_homes(c):
+    """The tgids egr_proc_home has a home for (the guard's pinned map)."""
+    path = os.path.join(c.bpffs, "v2", "maps", "egr_proc_home")
+    r = run(["bpftool", "-j", "map", "dump", "pinned", path])
+    check(r.returncode == 0, "bpftool map dump %s: %s" % (path, (r.stderr + r.stdout).strip()))
+    import json
+    import struct
+    return {struct.unpack("=I", bytes(int(x, 16) for x in e["key"]))[0]
+            for e in json.loads(r.stdout)}
+
+
+@test
+def escape_guard_home_goes_with_the_last_thread(c):
+    """egr_task_exit reads only the tracepoint's first argument (the second,
+    group_dead, is not there on 6.1 and 6.12, and reading it made the attach
+    fail there): the home of a process goes when its last thread exits,
+    not when one of its threads does (twin), so a reused pid inherits no
+    sandbox and a living process keeps its own."""
+    hk_need_guard(c)
+    with c.sandbox(["127.0.0.9:1"], name="rt2-home") as sb:
+        script = ("import threading, time, sys\n"
+                  "t = threading.Thread(target=lambda: None); t.start(); t.join()\n"
+                  "print('joined', flush=True); sys.stdin.readline()\n")
+        p = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True,
+                             preexec_fn=join_cgroup_fn(sb.cg))
+        CLEANUP.push("rt2 home proc", lambda: p.poll() is None and p.kill())
+        check(p.stdout.readline().strip() == "joined", "the threaded process did not start")
+        check(p.pid in rt2_homes(c), "a process in a sandbox has no home, or lost it when one "
+              "of its threads exited")
+        p.stdin.write("\n")
+        p.stdin.flush()
+        p.wait(PROBE_TIMEOUT_S)
+        check(wait_until(lambda: p.pid not in rt2_homes(c), 5, 0.05),
+              "the home of an exited process stayed in egr_proc_home")

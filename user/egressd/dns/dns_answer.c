@@ -250,7 +250,8 @@ void dnsp_pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt, s
 				learned[i].family = addrs[i].family;
 				memcpy(learned[i].addr, addrs[i].addr, sizeof(learned[i].addr));
 				learned[i].ttl_s = ttl;
-				learned[i].expires_ns = now + (uint64_t)ttl * 1000000000ULL;
+				learned[i].expires_ns =
+					now + ((uint64_t)ttl + p->cfg.ttl_grace_s) * 1000000000ULL;
 				learned[i].ports = q->ports;
 				learned[i].qname = q->qname;
 			}

@@ -119,6 +119,16 @@ def lg_start(sb, *args):
     return p
 
 
+def lg_start_run(c, pol, *args):
+    """The same client under `egressctl run` (a python its host uid can run)."""
+    p = subprocess.Popen([c.egressctl, "--socket", c.sock, "run", "--policy", pol, "--",
+                          "/usr/bin/python3", "-c", LG_CLIENT] + [str(a) for a in args],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    CLEANUP.push("learned-grace run", lambda: p.poll() is None and p.kill())
+    return p
+
+
 def lg_end(p, what):
     out, err = p.communicate(timeout=LG_RUN_S + 30)
     log("%s: %s %s" % (what, out.strip(), err.strip()[-300:]))
@@ -129,11 +139,12 @@ def lg_end(p, what):
 
 @test
 def learned_cached_and_pooled_clients_never_see_eperm(c):
-    """Two clients that keep an address past its TTL: a JVM-like one that
+    """Clients that keep an address past its TTL: a JVM-like one that
     re-resolves only when its 4 s cache runs out, and a pool that resolves
     once and holds a connection while it opens others for 12 s. Before:
     the entry lived max(TTL, --dns-min-ttl) only, and both got EPERM once
-    it passed. Now: 0 EPERM for both.
+    it passed. Now: 0 EPERM for both, and for the JVM-like one under
+    `egressctl run`.
     Twins, at the same time in other sandboxes: an address of the same
     policy that the sandbox never resolved is denied, and an address whose
     TTL and grace ran out with no socket connected is denied again."""
@@ -150,13 +161,18 @@ def learned_cached_and_pooled_clients_never_see_eperm(c):
         with Sandbox(c, pol, "lg-jvm") as jvm, Sandbox(c, pol, "lg-pool") as pool, \
                 Sandbox(c, pol, "lg-once") as once:
             pj = lg_start(jvm, "jvm", "short.test", s.port, LG_CACHE_S, LG_PERIOD_S, LG_RUN_S)
+            # The JVM-like client under `egressctl run` too (its own sandbox).
+            pr = lg_start_run(c, pol, "jvm", "short.test", s.port, LG_CACHE_S, LG_PERIOD_S,
+                              LG_RUN_S)
             pp = lg_start(pool, "pool", "short.test", s.port, LG_PERIOD_S, LG_RUN_S)
             # Past TTL 2 / min-ttl 3, grace 2 and the 1 s sweep: expired.
             wait = LG_MIN_TTL + LG_GRACE + 2.0
             po = lg_start(once, "once", "short.test", s.port, wait)
             never = lg_end(lg_start(once, "addr", "short.test", a.port, api_ip), "never resolved")
-            rj, rp, ro = (lg_end(pj, "jvm-like"), lg_end(pp, "pool"),
-                          lg_end(po, "grace ran out"))
+            never_run = lg_end(lg_start_run(c, pol, "addr", "short.test", a.port, api_ip),
+                               "never resolved, under run")
+            rj, rp, ro, rr = (lg_end(pj, "jvm-like"), lg_end(pp, "pool"),
+                              lg_end(po, "grace ran out"), lg_end(pr, "jvm-like under run"))
         n = int(LG_RUN_S / LG_PERIOD_S)
         check(rj["eperm"] == 0 and not rj["other"] and rj["ok"] >= n * 0.8 and
               rj["resolves"] >= 3, "the JVM-like client: %r (want %d+ connects, 0 EPERM, "
@@ -164,7 +180,11 @@ def learned_cached_and_pooled_clients_never_see_eperm(c):
         check(rp["eperm"] == 0 and not rp["other"] and rp["ok"] >= n * 0.8 and
               rp["resolves"] == 1, "the pool, resolved once, holding a connection: %r (want "
               "%d+ connects, 0 EPERM)" % (rp, n * 0.8))
+        check(rr["eperm"] == 0 and not rr["other"] and rr["ok"] >= n * 0.8,
+              "the JVM-like client under run: %r" % rr)
         check(never["last"] == "EPERM", "an address the sandbox never resolved: %r" % never)
+        check(never_run["last"] == "EPERM", "under run, an address never resolved: %r" %
+              never_run)
         check(ro["ok"] == 1 and ro["last"] == "EPERM", "an address whose grace ran out with "
               "nothing connected: %r (want ok, then EPERM)" % ro)
     finally:

@@ -225,13 +225,8 @@ static int follow(const struct ctl *c, json_t *req, bool json)
 		return CTL_EXIT_USAGE;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	fd = follow_connect(c, req);
-	if (fd < 0) {
-		fprintf(stderr, "egressctl: cannot reach egressd at %s: %s\n", c->socket,
-			strerror(-fd));
-		ctl_note_error("unreachable", NULL, "cannot reach egressd at %s: %s", c->socket,
-			       strerror(-fd));
-		return CTL_EXIT_UNREACHABLE;
-	}
+	if (fd < 0)
+		return ctl_connect_failed(c, fd);
 	for (;;) {
 		enum follow_end end = follow_stream(fd, json, &in_gap, gap_start);
 

@@ -77,8 +77,10 @@ int run_home_make(const struct egr_run_user *host, char *dir, size_t len);
 /* Remove it (nothing when dir is ""). 0 or -errno (printed). */
 int run_home_remove(const char *dir);
 /* Remove what the range's ids own at the top of /tmp and /var/tmp (the
- * world-writable places a command writes without TMPDIR), so the next run
- * on the range finds nothing of this one there. */
+ * world-writable places a command writes without TMPDIR) and of
+ * RUN_HOME_DIR (a killed run's private directory), so the next run on the
+ * range finds nothing of an earlier one there: at the end of a run and when
+ * a run takes the range. */
 void run_range_sweep(const struct run_range *r);
 
 /* The child being waited for; signal handlers forward to it (run.c). In

@@ -111,6 +111,9 @@ int run_range_take(struct run_range *r)
 			r->lockfd = fd;
 			r->base = (uint32_t)base;
 			r->count = RUN_ID_COUNT;
+			/* A run killed with the slot (SIGKILL: no clean-up) may have
+			 * left files its ids own: they would be ours now. */
+			run_range_sweep(r);
 			return 0;
 		}
 		err = -errno;
@@ -194,7 +197,7 @@ int run_home_remove(const char *dir)
 
 void run_range_sweep(const struct run_range *r)
 {
-	static const char *const dirs[] = { "/tmp", "/var/tmp" };
+	static const char *const dirs[] = { "/tmp", "/var/tmp", RUN_HOME_DIR };
 	char path[PATH_MAX];
 
 	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {

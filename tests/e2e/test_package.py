@@ -1,0 +1,126 @@
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+# A clean package and CLI (issue 27, item 5): lintian on `make deb`, the
+# exit codes and hints of egressctl, `egressctl version`, URL-shaped
+# destinations, and `egressctl cleanup` after an uninstall. (The install
+# tree, the hooks and policy directory under the configured prefix, the unit
+# and the bash completion of every command and option are checked by
+# tests/install/check-install: ops_make_install_tree_and_man_pages.)
+
+import json
+import os
+import subprocess
+
+from harness import *  # noqa: F401,F403
+
+from test_ops import OPS_REPO, OpsDaemon
+
+
+@test
+def package_deb_lintian_clean(c):
+    """make deb's package and its -dbgsym: no lintian error or warning
+    (before: unstripped binaries, uncompressed man pages, no copyright, no
+    changelog, a localhost maintainer, a file:// homepage)."""
+    out = os.path.join(c.work, "deb")
+    r = run(["make", "--no-print-directory", "-s", "deb", "OUT=" + out], timeout=600,
+            cwd=OPS_REPO)
+    check(r.returncode == 0, "make deb: %d %s" % (r.returncode, (r.stdout + r.stderr)[-800:]))
+    debs = sorted(f for f in os.listdir(out) if f.endswith(".deb"))
+    check(len(debs) == 2 and debs[1].startswith("egressd_") and
+          debs[0].startswith("egressd-dbgsym_"), "make deb made %r" % debs)
+    r = run(["tools/check-deb", "--lint-only", os.path.join(out, debs[1])], timeout=300,
+            cwd=OPS_REPO)
+    log(r.stdout.strip())
+    check(r.returncode == 0, "lintian: %d %s" % (r.returncode, (r.stdout + r.stderr)[-1500:]))
+    # The binaries are stripped, and their debug symbols are where gdb looks.
+    r = run(["sh", "-c", "dpkg-deb -c %s; dpkg-deb -c %s" % (os.path.join(out, debs[1]),
+                                                            os.path.join(out, debs[0]))])
+    check("./usr/share/man/man8/egressd.8.gz" in r.stdout and
+          "./usr/share/doc/egressd/copyright" in r.stdout and
+          "/usr/lib/debug/.build-id/" in r.stdout, "package contents: %r" % r.stdout[-800:])
+
+
+@test
+def cli_exit_codes_say_down_or_denied(c):
+    """Exit 3 only when nothing serves the socket; a user the socket's
+    permissions refuse gets 6 and a hint (before: 3, "is egressd
+    running?", while it was). Twin: root is answered."""
+    missing = os.path.join(c.work, "no-such.sock")
+    r = run([c.egressctl, "--socket", missing, "status"])
+    check(r.returncode == 3 and "is egressd running" in r.stderr,
+          "status on a missing socket: %d %r" % (r.returncode, r.stderr))
+    r = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", c.egressctl,
+             "--socket", c.sock, "status"])
+    check(r.returncode == 6 and "Permission denied" in r.stderr and "group" in r.stderr,
+          "status as uid 65534: %d %r (want 6 with a hint)" % (r.returncode, r.stderr))
+    r = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", c.egressctl,
+             "--socket", c.sock, "list", "--json"])
+    check(r.returncode == 6 and json.loads(r.stdout).get("code") == "permission_denied",
+          "list --json as uid 65534: %d %r" % (r.returncode, r.stdout))
+    check(c.ctl("status").returncode in (0, 5), "twin: root is not answered")
+
+
+@test
+def cli_version_and_url_destination(c):
+    """`egressctl version` names both versions; a URL given as a
+    destination is refused naming the entry meant (before: `bad port
+    "//example.com"`). Twin: that entry is accepted."""
+    r = c.ctl("version")
+    check(r.returncode == 0 and r.stdout.startswith("egressctl ") and
+          "\negressd " in r.stdout, "egressctl version: %d %r" % (r.returncode, r.stdout))
+    r = run([c.egressctl, "--socket", os.path.join(c.work, "none.sock"), "version"])
+    check(r.returncode == 0 and "not reachable" in r.stdout, "version, egressd down: %r" %
+          r.stdout)
+    cg = c.mkcgroup("url")
+    try:
+        r = c.ctl("attach", "--cgroup", cg, "--policy",
+                  c.policy(["https://api.example.com/v1/x"]))
+        check(r.returncode == 4 and "is a URL, not a destination" in r.stderr and
+              '"api.example.com:443"' in r.stderr, "a URL destination: %d %r" %
+              (r.returncode, r.stderr))
+        r = c.ctl("attach", "--cgroup", cg, "--policy", c.policy(["api.example.com:443"]))
+        check(r.returncode == 0, "twin: the entry it suggests: %d %r" % (r.returncode, r.stderr))
+        c.ctl("detach", "--cgroup", cg)
+    finally:
+        cgroup_remove_tree(cg)
+
+
+@test
+def cli_cleanup_after_uninstall(c):
+    """egressctl cleanup refuses while an egressd serves (on the socket; or,
+    socket gone, holding its pinned maps), then removes its pins, state and
+    hooks, keeping the audit log. Twins: --dry-run removes nothing; the
+    hooks and audit log of the test's own layout are the ones touched."""
+    d = OpsDaemon(c, "cleanup").start()
+    hooks = os.path.join(d.dir, "hooks.d")
+    os.makedirs(hooks)
+    for h in ("10-egressd-create.json", "90-egressd-poststop.json", "99-other.json"):
+        with open(os.path.join(hooks, h), "w") as f:
+            f.write("{}\n")
+    cg = c.mkcgroup("cleanup")
+    try:
+        r = d.ctl("attach", "--cgroup", cg, "--policy", c.policy([]))
+        check(r.returncode == 0, "attach: %r" % r.stderr)
+        args = [c.egressctl, "--socket", d.sock, "cleanup", "--bpffs-dir", d.bpffs,
+                "--state-dir", d.state, "--hooks-dir", hooks, "--keep-run-dirs"]
+        r = run(args)
+        check(r.returncode == 1 and "answers" in r.stderr and os.path.isdir(d.bpffs),
+              "cleanup with egressd serving: %d %r" % (r.returncode, r.stderr))
+        os.rename(d.sock, d.sock + ".moved")   # it still runs, unreachable by its socket
+        r = run(args)
+        check(r.returncode == 1 and "stop it first" in r.stderr and os.path.isdir(d.bpffs),
+              "cleanup with egressd holding its maps: %d %r" % (r.returncode, r.stderr))
+        d.terminate()   # as systemd stops it: the pins stay
+        r = run(args + ["--dry-run"])
+        check(r.returncode == 0 and "would remove %s" % d.bpffs in r.stdout and
+              os.path.isdir(d.bpffs), "cleanup --dry-run: %d %r" % (r.returncode, r.stdout[-300:]))
+        r = run(args)
+        log(r.stdout.strip())
+        check(r.returncode == 0 and not os.path.exists(d.bpffs) and
+              "sandbox link pin(s)" in r.stdout, "cleanup: %d %r %r" %
+              (r.returncode, r.stdout, r.stderr))
+        left = sorted(os.listdir(d.state)) if os.path.isdir(d.state) else []
+        check(left == ["audit.log", "audit.state"], "state left after cleanup: %r" % left)
+        check(sorted(os.listdir(hooks)) == ["99-other.json"], "hooks left: %r" %
+              os.listdir(hooks))
+    finally:
+        cgroup_remove_tree(cg)

@@ -124,3 +124,44 @@ def cli_cleanup_after_uninstall(c):
               os.listdir(hooks))
     finally:
         cgroup_remove_tree(cg)
+
+
+@test
+def metrics_one_label_set_per_family(c):
+    """Every metric family of /metrics has one label set (before: the
+    allowed rows of connections_total, datagrams_total and dns_queries_total
+    had no reason label, the others had one), with series of every kind
+    present: a sandbox that connected allowed and denied, sent a denied
+    datagram and resolved an allowed and a refused name. promtool check
+    metrics passes on the same text."""
+    import shutil as _sh
+    need_dnsmasq(c)
+    t = c.tcp("mls-ok")
+    with c.sandbox(["127.0.0.1:%d" % t.port], name="mls", tenant="mls-" + RAND,
+                   extra_network=dict(DNS_REBIND_LO, dns_allow=["api.test"])) as sb:
+        sb.allowed("tcp", "127.0.0.1", t.port)
+        sb.denied("tcp", "127.0.0.1", c.tcp("mls-no").port)
+        sb.denied("udp-sendto", "127.0.0.1", c.udp("mls-no-u").port)
+        dns_ok(c, sb, "api.test")
+        dns_refused(c, sb, "denied.test")
+        code, _, text = scrape(c)
+    check(code == 200, "GET /metrics: %d" % code)
+    samples, types = parse_exposition(text)
+    fams = {}
+    for (name, labels), _ in samples.items():
+        base = name
+        for suf in ("_bucket", "_sum", "_count"):
+            if name.endswith(suf) and name[:-len(suf)] in types:
+                base = name[:-len(suf)]
+        keys = frozenset(k for k, _ in labels if not (name.endswith("_bucket") and k == "le"))
+        fams.setdefault(base, set()).add(keys)
+    mixed = {f: sorted(sorted(k) for k in v) for f, v in fams.items() if len(v) > 1}
+    check(not mixed, "families with more than one label set: %r" % mixed)
+    for f in ("egressd_connections_total", "egressd_sandbox_dns_queries_total",
+              "egressd_datagrams_total"):
+        check(f in fams, "no %s in /metrics" % f)
+    promtool = _sh.which("promtool")
+    check(promtool, "no promtool (the prometheus package; tools/install-deps)")
+    r = subprocess.run([promtool, "check", "metrics"], input=text, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=30)
+    check(r.returncode == 0, "promtool check metrics: %s" % (r.stdout + r.stderr)[:800])

@@ -165,3 +165,38 @@ def metrics_one_label_set_per_family(c):
     r = subprocess.run([promtool, "check", "metrics"], input=text, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=30)
     check(r.returncode == 0, "promtool check metrics: %s" % (r.stdout + r.stderr)[:800])
+
+
+@test
+def events_text_shows_host_and_stripped(c):
+    """The text form of `egressctl events` shows what an operator needs: an
+    inspect event's host and destination, a DNS event's rcode and the
+    addresses a rebinding rewrite stripped (before: neither host nor
+    stripped addresses, only in --json). Twin: --json carries the same."""
+    from test_inspect import INS_ADDR, ins_get_servers, ins_policy, ins_resolve, ins_run, CURL
+    need_dnsmasq(c)
+    tls, _ = ins_get_servers(c)
+    with Sandbox(c, ins_policy(c, [tls.port]), "evtext-ins") as sb:
+        ins_resolve(c, sb)
+        ins_run(sb, [CURL, "-sS", "-k", "--max-time", "5", "--resolve",
+                     "evil.test:%d:%s" % (tls.port, INS_ADDR), "https://evil.test:%d/" % tls.port])
+        sid = str(sandbox_id(c, sb))
+        ok = wait_until(lambda: "host=evil.test dst=%s:%d" % (INS_ADDR, tls.port) in
+                        c.ctl("events", "--sandbox", sid).stdout, 3)
+        check(ok, "no inspect line with host= and dst=: %r" %
+              c.ctl("events", "--sandbox", sid).stdout[-600:])
+    # No dns_rebind_allow: the zone's loopback answer is stripped.
+    with c.sandbox([], extra_network={"dns_allow": ["api.test"]}, name="evtext-dns") as sb:
+        dns_query("udp", "127.0.0.2", 53, "api.test", "A", cg=sb.cg)
+        dns_refused(c, sb, "denied.test")
+        sid = str(sandbox_id(c, sb))
+
+        def lines():
+            return c.ctl("events", "--sandbox", sid).stdout
+        ok = wait_until(lambda: "stripped=%s(loopback)" % INS_ADDR in lines() and
+                        "rcode=NXDOMAIN" in lines(), 3)
+        check(ok, "no DNS lines with stripped= and rcode=: %r" % lines()[-800:])
+        js = [json.loads(l) for l in c.ctl("events", "--sandbox", sid, "--json").stdout.split("\n")
+              if l.strip()]
+        check(any(any(a.get("addr") == INS_ADDR for a in e.get("stripped", [])) for e in js),
+              "twin: --json has no stripped address")

@@ -9,6 +9,7 @@
 import json
 import os
 import subprocess
+import time
 
 from harness import *  # noqa: F401,F403
 
@@ -200,3 +201,40 @@ def events_text_shows_host_and_stripped(c):
               if l.strip()]
         check(any(any(a.get("addr") == INS_ADDR for a in e.get("stripped", [])) for e in js),
               "twin: --json has no stripped address")
+
+
+@test
+def detach_after_netns_gone_logs_no_error(c):
+    """A container's network namespace is gone by the time its sandbox is
+    detached (every bridge-network container exit): one info line, no
+    error (before: two error lines per exit). Twin: a detach whose
+    namespace still exists says nothing of it."""
+    name = "%s-gone" % RUN_ID
+    must(["ip", "netns", "add", name])
+    CLEANUP.push("netns " + name, lambda: run(["ip", "netns", "del", name]))
+    must(["ip", "-n", name, "link", "set", "lo", "up"])
+    path = "/run/netns/" + name
+    for gone in (False, True):
+        sb = NsSandbox(c, c.policy([]), path, name="gone" if gone else "kept")
+        try:
+            sb.attach()
+            with open(c.daemon_log, "rb") as f:
+                f.seek(0, 2)
+                start = f.tell()
+            if gone:
+                must(["ip", "netns", "del", name])
+            r = c.ctl("detach", "--cgroup", sb.cg)
+            check(r.returncode == 0, "detach: %r" % r.stderr)
+            sb.attached = False
+            time.sleep(0.2)
+            with open(c.daemon_log, "rb") as f:
+                f.seek(start)
+                text = f.read().decode(errors="replace")
+            errors = [l for l in text.splitlines() if " error " in l]
+            check(not errors, "detach logged errors: %r" % errors)
+            check(("is gone already" in text) == gone,
+                  "netns %s: the info line %s: %r" % ("gone" if gone else "kept",
+                                                      "missing" if gone else "logged",
+                                                      text[-600:]))
+        finally:
+            sb.remove()

@@ -118,7 +118,9 @@ static void keep_in_netns(struct keep_scan *k, struct egr_sb **sbs, size_t n)
 	err = egr_sockdiag_connected(fd, cgids, k->n, on_peer, k);
 out:
 	/* Fail closed: what was not kept expires as its TTL says. */
-	if (err)
+	if (err == -ENOENT && netns)
+		log_debug("learned addresses in use in %s: gone; they expire as due", netns);
+	else if (err)
 		log_warn("learned addresses in use%s%s: %s; they expire as due",
 			 netns ? " in " : "", netns ? netns : "", strerror(-err));
 	if (fd >= 0)

@@ -245,6 +245,7 @@ install: all install-oci-hooks
 	$(INSTALL) -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8 \
 		$(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(BASHCOMPDIR) \
 		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/egressd
+	$(INSTALL) -d -m 0755 $(DESTDIR)$(POLICYDIR)
 	$(INSTALL) -m 0755 $(OUT)/egressd $(DESTDIR)$(SBINDIR)/egressd
 	$(INSTALL) -m 0755 $(OUT)/egressctl $(DESTDIR)$(BINDIR)/egressctl
 	$(INSTALL) -m 0644 $(MAN_PAGES) $(DESTDIR)$(MANDIR)/man8/
@@ -325,14 +326,18 @@ PODMAN           ?= podman
 image:
 	$(PODMAN) build --network host $(IMAGE_BUILD_ARGS) -t $(IMAGE) -f Containerfile .
 
-# The OCI hooks.d files (docs/containers.md), pointed at BINDIR's egressctl;
-# part of `make install`. HOOKSDIR is where Podman and CRI-O look, whatever
-# the PREFIX.
-HOOKSDIR ?= /usr/share/containers/oci/hooks.d
+# The OCI hooks.d files (docs/containers.md), pointed at BINDIR's egressctl
+# and POLICYDIR; part of `make install`. HOOKSDIR is under DATADIR like
+# everything else: for PREFIX=/usr it is /usr/share/containers/oci/hooks.d,
+# where Podman and CRI-O look; another PREFIX's needs HOOKSDIR=
+# /etc/containers/oci/hooks.d or the runtime's hooks_dir setting.
+HOOKSDIR  ?= $(DATADIR)/containers/oci/hooks.d
+POLICYDIR ?= $(SYSCONFDIR)/egressd/policies
 install-oci-hooks:
 	install -d $(DESTDIR)$(HOOKSDIR)
 	for f in dist/oci/*.json; do \
-		sed 's|"/usr/local/bin/egressctl"|"$(BINDIR)/egressctl"|' $$f > $(DESTDIR)$(HOOKSDIR)/$$(basename $$f).tmp && \
+		sed -e 's|"/usr/local/bin/egressctl"|"$(BINDIR)/egressctl"|' \
+		    -e 's|"/etc/egressd/policies"|"$(POLICYDIR)"|' $$f > $(DESTDIR)$(HOOKSDIR)/$$(basename $$f).tmp && \
 		chmod 0644 $(DESTDIR)$(HOOKSDIR)/$$(basename $$f).tmp && \
 		mv $(DESTDIR)$(HOOKSDIR)/$$(basename $$f).tmp $(DESTDIR)$(HOOKSDIR)/$$(basename $$f) || exit 1; \
 	done

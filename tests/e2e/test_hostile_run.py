@@ -22,7 +22,19 @@ from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__in
 
 NOBODY = 65534
 # uid 0 under run is this host uid (its own user namespace maps 0 to it).
-RUN_ROOT_HOST_UID = NOBODY
+RUN_ROOT_HOST_UID = NOBODY     # uid 0 under run --map-root-to 65534:65534
+# Without --user or --map-root-to, uid 0 under run is the first id of a host
+# range of its own (user/egressctl/runids.c): 65536 ids from a multiple of
+# 65536 in [0x70000000, 0x7FFE0000).
+RUN_RANGE_LO, RUN_RANGE_HI = 0x70000000, 0x7FFE0000
+# The capabilities uid 0 keeps there (over its own ids only): CHOWN,
+# DAC_OVERRIDE, FOWNER, SETGID, SETUID.
+RUN_NS_CAPS = 0xcb
+
+
+def run_range_root(uid):
+    """Is uid the host id of uid 0 in a run's own range?"""
+    return RUN_RANGE_LO <= uid < RUN_RANGE_HI and uid % 65536 == 0
 # A python that uid 65534 can run (sys.executable may live under /root).
 HR_PY = RUN_PY
 
@@ -315,7 +327,9 @@ def hr_host_pid_of(parent, uid, timeout=10, cmd="python"):
                         if cmd.encode() not in f.read().split(b"\0")[0]:
                             continue
                     for line in open("/proc/%s/status" % p):
-                        if line.startswith("Uid:") and int(line.split()[1]) == uid:
+                        if line.startswith("Uid:") and (
+                                uid(int(line.split()[1])) if callable(uid) else
+                                int(line.split()[1]) == uid):
                             found.append(int(p))
                             return True
                 except (OSError, ValueError):
@@ -409,16 +423,19 @@ class timeval(ctypes.Structure):
 now = time.time()  # setting the clock to what it reads: no harm if it worked
 tv = timeval(int(now), int((now % 1) * 1e6))
 out("settimeofday", sys_err(libc.settimeofday(ctypes.byref(tv), None)))
-out("setuid", err_of(lambda: os.setuid(1000)))
-out("setgid", err_of(lambda: os.setgid(1000)))
-# The scratch dir is host root's: giving it to itself (uid 0 here) needs
-# CAP_CHOWN; 1000 has no mapping in its user namespace (EINVAL).
+# The scratch dir is host root's, an id its user namespace does not map:
+# CAP_CHOWN there is over its own ids only.
 out("chown", err_of(lambda: os.chown(scratch, 0, 0)))
 out("raw_socket", err_of(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, 1).close()))
 # The sandbox's pid 1 is root's and not dumpable: not a way around any of it.
 out("init_environ", err_of(lambda: open("/proc/1/environ").read()))
 out("init_mem", err_of(lambda: open("/proc/1/mem", "rb").close()))
 out("allowed", connect(ok_port))
+# Last: ids of its own range (the drop apt makes), then no capability.
+out("setgid", err_of(lambda: os.setgid(1000)))
+out("setuid", err_of(lambda: os.setuid(1000)))
+out("CapEff_after", [l.split()[1] for l in open("/proc/self/status")
+                     if l.startswith("CapEff:")][0])
 """
 
 # The same steps as root outside run (no clock change there).
@@ -436,7 +453,9 @@ print("ok", eff)
 
 @test
 def hostile_run_root_has_no_capabilities(c):
-    # Row 9: uid 0 under run keeps no capability.
+    # Row 9: uid 0 under run keeps no capability over anything of the host:
+    # in its own range (the default) only CHOWN, DAC_OVERRIDE, FOWNER,
+    # SETGID and SETUID, which act on its own ids alone; with --user none.
     a = c.tcp("a")
     pol = c.policy(["127.0.0.1:%d" % a.port])
     scratch = tempfile.mkdtemp(prefix=RUN_ID + ".caps.", dir="/var/tmp")
@@ -452,15 +471,22 @@ def hostile_run_root_has_no_capabilities(c):
     f = hr_findings(r, "capability script under run")
     check(f.get("uid") == hr_root_uid(c), "the script did not run as uid %s: %r" %
           (hr_root_uid(c), f))
+    ns = run_has_userns(c)
     for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
-        check(f.get(k) is not None and int(f[k], 16) == 0, "%s is %r under run" % (k, f.get(k)))
+        want = RUN_NS_CAPS if ns and k in ("CapPrm", "CapEff", "CapBnd") else 0
+        check(f.get(k) is not None and int(f[k], 16) == want, "%s is %r under run (want %x)" %
+              (k, f.get(k), want))
     check(f.get("NoNewPrivs") == "1", "NoNewPrivs is %r" % f.get("NoNewPrivs"))
     check(f.get("Seccomp") == "2", "no seccomp filter: Seccomp %r" % f.get("Seccomp"))
     for k in ("mknod", "settimeofday", "chown", "raw_socket"):
         check(f.get(k) == "EPERM", "%s as uid 0 under run: %r (expected EPERM)" % (k, f.get(k)))
-    # Uid 1000 does not exist in its user namespace: EINVAL before EPERM.
+    # Uid 1000 is one of its own range's: the change works (host id base +
+    # 1000) and takes every capability with it.
     for k in ("setuid", "setgid"):
-        check(f.get(k) in ("EPERM", "EINVAL"), "%s(1000) as uid 0 under run: %r" % (k, f.get(k)))
+        check(f.get(k) == ("ok" if ns else "EPERM"), "%s(1000) as uid 0 under run: %r" %
+              (k, f.get(k)))
+    check(not ns or int(f.get("CapEff_after", "1"), 16) == 0,
+          "capabilities left after the change to uid 1000: %r" % f.get("CapEff_after"))
     check(f.get("init_environ") == "EACCES" and f.get("init_mem") == "EACCES",
           "the sandbox's pid 1 is reachable: %r" % f)
     check(not os.path.exists(os.path.join(scratch, "hr-null")), "a device node was made")
@@ -560,7 +586,7 @@ def hostile_run_cannot_reach_egressd(c):
     check(not blockdev or os.path.exists(blockdev), "%s vanished" % blockdev)
     cwd = tempfile.mkdtemp(prefix=RUN_ID + ".cwd.", dir="/var/tmp")
     CLEANUP.push("cwd dir", shutil.rmtree, cwd, True)
-    os.chown(cwd, RUN_ROOT_HOST_UID, RUN_ROOT_HOST_UID)   # a directory given to the sandbox
+    os.chmod(cwd, 0o1777)   # a directory given to the sandbox (its host uid is the run's own)
     r = hr_run(c, pol, [HR_PY, "-c", HR_LOOK, c.bpffs, c.sock, c.state, c.cg_mount,
                         c.cg_root, sysfile, blockdev], cwd=cwd)
     f = hr_findings(r, "look-around script under run")
@@ -593,8 +619,10 @@ def hostile_run_cannot_reach_egressd(c):
     with open(os.path.join(cwd, "own-file")) as fp:
         check(fp.read() == "mine", "the file written in the cwd is not on the host")
     st = os.stat(os.path.join(cwd, "own-file"))
-    check(st.st_uid == RUN_ROOT_HOST_UID, "the file uid 0 wrote under run is host uid %d's, "
-          "expected %d's" % (st.st_uid, RUN_ROOT_HOST_UID))
+    check(run_range_root(st.st_uid) or (not run_has_userns(c) and
+                                        st.st_uid == RUN_ROOT_HOST_UID),
+          "the file uid 0 wrote under run is host uid %d's, expected the first of a range "
+          "of the run's own" % st.st_uid)
     # Started from inside egressd's work directory (hidden): the old
     # directory under the cover must not stay reachable as ".".
     r = hr_run(c, pol, [HR_PY, "-c", HR_CWD], cwd=c.work)
@@ -797,7 +825,7 @@ def hostile_run_dies_with_egressctl(c):
                 if os.path.realpath(sb.get("cgroup", "")).startswith(parent + "/")]
     try:
         check(p.stdout.readline().startswith("ready"), "the command did not start")
-        victim = hr_host_pid_of(parent, RUN_ROOT_HOST_UID)
+        victim = hr_host_pid_of(parent, run_range_root)
         check(victim is not None, "no process of the command under %s" % parent)
         check(os.path.exists("/proc/%d" % victim), "twin: the command is not running")
         check(len(mine()) == 1, "twin: the running command's sandbox is not attached")

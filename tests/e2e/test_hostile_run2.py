@@ -20,7 +20,7 @@ import time
 
 from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
 from test_hostile_run import (HR_PY, NOBODY, hr_findings, hr_no_leftovers, hr_parent, hr_root_uid,
-                              hr_run, run_has_userns)
+                              hr_run, run_has_userns, run_range_root)
 
 
 RT1_PRELUDE = r"""
@@ -416,8 +416,8 @@ RT1_IDENTITY = RT1_PRELUDE + r"""
 import socket
 secret, public, abstract = sys.argv[1], sys.argv[2], sys.argv[3]
 out("uid", "%d:%d" % (os.getuid(), os.getgid()))
-out("uid_map", open("/proc/self/uid_map").read().split() == ["0", "65534", "1"])
-out("gid_map", open("/proc/self/gid_map").read().split() == ["0", "65534", "1"])
+out("uid_map", " ".join(open("/proc/self/uid_map").read().split()))
+out("gid_map", " ".join(open("/proc/self/gid_map").read().split()))
 out("secret", err_of(lambda: open(secret).read()))
 out("public", err_of(lambda: open(public).read()))
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -461,7 +461,7 @@ def rt1_peer_uids(name, n):
 @test
 def hostile_run2_root_is_nobody_to_the_host(c):
     # F2 beyond file writes: uid 0 under run reads no root-only file (like
-    # /etc/shadow) and is uid 65534 to a unix socket peer (a root-only host
+    # /etc/shadow) and is its range's first id to a unix socket peer (a root-only host
     # agent that trusts SO_PEERCRED uid 0). Twins: a 0644 file of the same
     # directory is readable, and a root process outside is uid 0 to the peer.
     d = tempfile.mkdtemp(prefix="rt1-id-")
@@ -484,20 +484,22 @@ def hostile_run2_root_is_nobody_to_the_host(c):
     r = hr_run(c, pol, [HR_PY, "-c", RT1_IDENTITY, secret, public, name])
     t.join(PROBE_TIMEOUT_S)
     f = hr_findings(r, "identity script under run")
+    um = (f.get("uid_map") or "").split()
+    base = int(um[1]) if len(um) == 3 else -1
     if run_has_userns(c):
-        check(f.get("uid") == "0:0" and f.get("uid_map") == "True" and
-              f.get("gid_map") == "True",
-              "uid 0 under run is not 0:0 mapped to host 65534: %r" % f)
+        check(f.get("uid") == "0:0" and um[0::2] == ["0", "65536"] and run_range_root(base)
+              and f.get("gid_map") == f.get("uid_map"),
+              "uid 0 under run is not 0:0 of a host range of its own: %r" % f)
     else:
-        check(f.get("uid") == "%d:%d" % (NOBODY, NOBODY),
-              "without a user namespace uid 0 under run is not host 65534: %r" % f)
+        check(run_range_root(int(f.get("uid", "0:0").split(":")[0])),
+              "without a user namespace uid 0 under run is not its range's first id: %r" % f)
     check(f.get("secret") == "EACCES", "uid 0 under run read a root-only 0600 file: %r" % f)
     check(f.get("public") == "ok", "twin: a 0644 file was not readable under run: %r" % f)
     check(len(got) == 2 and got[0] == "0:0",
           "twin: root outside run is not uid 0 to the peer: %r" % got)
-    check(got[1] == "%d:%d" % (NOBODY, NOBODY),
+    check(len(got) > 1 and got[1] == "%d:%d" % (base, base),
           "uid 0 under run is %s to a unix socket peer, expected %d:%d" %
-          (got[1] if len(got) > 1 else "nothing", NOBODY, NOBODY))
+          (got[1] if len(got) > 1 else "nothing", base, base))
 
 
 RT1_MAP_ROOT = r"""
@@ -512,21 +514,26 @@ with open(os.path.join(sys.argv[1], "made-as-root"), "w") as f:
 @test
 def hostile_run2_map_root_to(c):
     # --map-root-to: the host identity of uid 0 inside is the operator's
-    # choice (one uid per tenant, so uid-0 sandboxes do not share 65534's
-    # files); never host root. Twin: the default is 65534.
+    # choice (one uid per tenant); never host root. Twin: the default is a
+    # host range of the run's own.
     d = tempfile.mkdtemp(prefix="rt1-map-")
     CLEANUP.push("rt1 map", shutil.rmtree, d, True)
     os.chmod(d, 0o777)
     pol = c.policy(["127.0.0.1:1"])
     uid = 40000 + random.randrange(20000)
     for opts, want in ((["--map-root-to", "%d:%d" % (uid, uid + 1)], (uid, uid + 1)),
-                       ([], (NOBODY, NOBODY))):
+                       ([], None)):
         made = os.path.join(d, "made-as-root")
         if os.path.exists(made):
             os.unlink(made)
         r = hr_run(c, pol, [HR_PY, "-c", RT1_MAP_ROOT, d], opts)
         f = hr_findings(r, "map-root script %r" % opts)
-        if run_has_userns(c):
+        if want is None:
+            um = (f.get("uid_map") or "").split()
+            check(len(um) == 3 and um[0::2] == ["0", "65536"] and run_range_root(int(um[1])),
+                  "default: uid 0 not mapped to a range of its own: %r" % f)
+            want = (int(um[1]), int(um[1]))
+        elif run_has_userns(c):
             check(f.get("uid") == "0:0" and f.get("uid_map") == "0 %d 1" % want[0],
                   "%r: not uid 0 mapped to %d: %r" % (opts, want[0], f))
         else:

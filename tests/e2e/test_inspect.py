@@ -234,13 +234,16 @@ INS_SEND = ("import socket,sys\n"
             "    s=socket.create_connection((sys.argv[1],int(sys.argv[2])),timeout=5)\n"
             "    s.sendall(bytes.fromhex(sys.argv[3]))\n"
             "    d=s.recv(100)\n"
-            "    print('eof' if not d else 'data')\n"
+            "    print('eof' if not d else 'alert' if d == bytes.fromhex('15030300020231') "
+            "else 'data')\n"
             "except (ConnectionResetError, BrokenPipeError):\n"
             "    print('reset')\n"
             "except socket.timeout:\n"
             "    print('timeout')\n"
             "except OSError as e:\n"
             "    print('error-' + type(e).__name__)\n")
+# A refused TLS hello gets a fatal access_denied alert ('alert' above).
+INS_REFUSED = (["reset"], ["eof"], ["alert"])
 
 
 @test
@@ -266,7 +269,7 @@ def inspect_ech_and_unknown_protocols_refused(c):
         before = raw.accepted
         words = in_sandbox(sb.cg, INS_SEND, INS_ADDR, raw.port,
                            ins_client_hello("api.test", ech=True).hex())
-        check(words in (["reset"], ["eof"]), "a hello with ECH was not refused: %r" % words)
+        check(words in INS_REFUSED, "a hello with ECH was not refused: %r" % words)
         ins_events(c, sid, {"verdict": "deny", "reason": "ech", "name": "api.test"})
         # A protocol the proxy cannot read.
         words = in_sandbox(sb.cg, INS_SEND, INS_ADDR, raw.port, b"SSH-2.0-x\r\n".hex())
@@ -296,7 +299,9 @@ def inspect_http_host_must_match(c):
         check(n == before + 1, "the server saw %d requests, expected 1" % (n - before))
         rc, out = ins_run(sb, [CURL, "-sS", "--max-time", "8", "-H", "Host: evil.test",
                                "http://%s:%d/x" % (INS_ADDR, web.port)])
-        check(rc != 0 and "inspected-ok" not in out, "Host: evil.test got through: %r" % out)
+        # Refused with a 403 that says why (curl exits 0 without -f).
+        check("inspected-ok" not in out and "egressd policy refused evil.test" in out,
+              "Host: evil.test got through, or no 403: %r" % out)
         ins_events(c, sid, {"verdict": "deny", "name": "evil.test",
                             "reason": "name_not_allowed", "proto": "http"})
         check(web.requests == n, "the refused request reached the server")
@@ -340,7 +345,7 @@ def inspect_listener_serves_only_redirected(c):
         # for it, so it is not served.
         before = raw.accepted
         words = in_sandbox(None, INS_SEND, "127.0.0.1", port, ins_client_hello("api.test").hex())
-        check(words in (["reset"], ["eof"]), "a connection the kernel did not redirect was "
+        check(words in INS_REFUSED, "a connection the kernel did not redirect was "
               "served: %r" % words)
         ins_events(c, sid, {"verdict": "deny", "reason": "no_origin"})
         # The sandbox itself cannot dial its listener (not in its allowlist,
@@ -526,7 +531,7 @@ def inspect_ipv6(c):
         check(words == ["data"] and srv6.accepted > before, "IPv6 hello naming api6.test "
               "through the proxy: %r" % words)
         words = in_sandbox(sb.cg, INS_SEND, a6, srv6.port, ins_client_hello("evil.test").hex())
-        check(words in (["reset"], ["eof"]), "IPv6 hello naming evil.test: %r" % words)
+        check(words in INS_REFUSED, "IPv6 hello naming evil.test: %r" % words)
         ins_events(c, sid, {"verdict": "deny", "name": "evil.test", "addr": a6,
                             "reason": "name_not_allowed"})
 

@@ -149,7 +149,7 @@ def metrics_endpoint_matches_stats(c):
         want = [("egress_bytes_total", "bytes_out", None, None), ("egress_packets_total",
                  "packets_out", None, None), ("ingress_bytes_total", "bytes_in", None, None),
                 ("ingress_packets_total", "packets_in", None, None),
-                ("connections_total", "connections_allowed", "allowed", None),
+                ("connections_total", "connections_allowed", "allowed", "policy"),
                 ("connections_total", "connections_denied", "denied", "connect"),
                 ("packets_dropped_total", "quota_drops", None, "quota")]
         check(execid and "execution_id" not in text,

@@ -63,8 +63,8 @@ def redteam3_dns_closed_source_reused_is_not_the_old_sandbox(c):
         ha = dsc_hold(a.cg, sport, "api.test", 0)
         CLEANUP.push("rt3 holder", lambda: ha.poll() is None and ha.kill())
         out, err = ha.communicate(timeout=20)
-        check(out.split() == ["5", "5"], "A from B's former source, api.test: %r %r (want "
-              "REFUSED under A's own policy)" % (out, err[-200:]))
+        check(out.split() == ["3", "3"], "A from B's former source, api.test: %r %r (want "
+              "NXDOMAIN, the denial of A's own policy)" % (out, err[-200:]))
         rc = rt3_host_ask(sport, dsc_port4(c, b), "api.test")
         b1, a1 = dsc_proxy(c, b), dsc_proxy(c, a)
         check(rc is None, "a process outside every sandbox was answered (rcode %r) from a "
@@ -112,7 +112,7 @@ s.close()
         b0 = dsc_proxy(c, b)
         ra = in_sandbox(a.cg, script, str(sport), "api.test")
         b1 = dsc_proxy(c, b)
-        check(ra == ["5"], "A's TCP query from B's former port: %r (want REFUSED)" % ra)
+        check(ra == ["3"], "A's TCP query from B's former port: %r (want NXDOMAIN, denied)" % ra)
         check(b1["allowed"] == b0["allowed"], "A's query was served as B: %r -> %r" % (b0, b1))
 
 
@@ -512,8 +512,8 @@ def redteam3_dns_socket_passed_by_scm_rights_keeps_its_creator(c):
         log("giver %r; taker %r %r; A %r -> %r; B %r -> %r" % (g, out, err[-200:], a0, a1,
                                                              b0, b1))
         check(g == ["given"], "the giver did not pass its socket: %r" % g)
-        check(out.split() == ["0", "5"], "through A's socket / B's own: %r (want NOERROR as "
-              "A, REFUSED as B)" % out)
+        check(out.split() == ["0", "3"], "through A's socket / B's own: %r (want NOERROR as "
+              "A, NXDOMAIN (denied) as B)" % out)
         check(a1["allowed"] - a0["allowed"] == 1 and b1["refused"] - b0["refused"] == 1 and
               b1["allowed"] == b0["allowed"], "not counted as A, then B: A %r -> %r, B %r -> %r"
               % (a0, a1, b0, b1))

@@ -465,8 +465,10 @@ def tenant_dns_listener_identity(c):
             # the neighbour is served, but as itself (the kernel's record of
             # its socket names it), under its own policy, which resolves
             # none of these names; nothing counts against the victim.
+            # dns_reject "refused": its denials (5) stay apart from the
+            # upstream's NXDOMAIN (3) these names would get if forwarded.
             npol = c.policy(["udp/127.0.0.1:%d" % port, "tcp/127.0.0.1:%d" % port],
-                            tenant="tn-noisy")
+                            tenant="tn-noisy", extra_network={"dns_reject": "refused"})
             with Sandbox(c, npol, "tn-id-noisy") as noisy:
                 nbefore = tn_proxy_stats(c, noisy)
                 a2, t2, rc2 = tn_direct(noisy.cg, port, nx[:20])

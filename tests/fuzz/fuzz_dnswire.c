@@ -6,7 +6,9 @@
  *   - names are at most 253 characters, lower-case, no empty label;
  *   - answer_addrs never reports more than asked, and only A/AAAA;
  *   - a REFUSED / SERVFAIL reply built from an accepted query parses back
- *     as a response with that rcode, id and question;
+ *     as a response with that rcode, id and question, and so does a
+ *     policy denial (NXDOMAIN with an EDE), which also fits 512 bytes
+ *     and carries the EDE only when the query had EDNS;
  *   - egr_dns_filter_addrs() (dropping what egr_rebind_classify() calls a
  *     rebinding target, in A/AAAA records and in SVCB/HTTPS ipv4hint and
  *     ipv6hint entries, and every A/AAAA of a class other than IN) either
@@ -51,6 +53,25 @@ static void check_reply(const struct egr_dns_query *q, const uint8_t *out, size_
 	if (r.rcode != rcode || !egr_dns_response_matches(q, &r) || r.edns != q->edns)
 		abort();
 	if (r.ancount || r.nscount || r.naddrs)
+		abort();
+}
+
+/* The longest EXTRA-TEXT: the denial must fit any UDP client's 512 bytes,
+ * and hold the EDE (its last bytes) exactly when the query had EDNS. */
+static void check_denial(const struct egr_dns_query *q, const uint8_t *data, size_t size)
+{
+	static char text[EGR_DNS_EDE_TEXT_MAX + 1];
+	uint8_t reply[512];
+	size_t olen;
+
+	memset(text, 'e', EGR_DNS_EDE_TEXT_MAX);
+	if (egr_dns_build_denial(data, size, EGR_DNS_R_NXDOMAIN, EGR_DNS_EDE_BLOCKED, text, reply,
+				 sizeof(reply), &olen))
+		abort();
+	check_reply(q, reply, olen, EGR_DNS_R_NXDOMAIN);
+	if (olen != q->question_end + (q->edns ? 11 + 6 + EGR_DNS_EDE_TEXT_MAX : 0))
+		abort();
+	if (q->edns && memcmp(reply + olen - EGR_DNS_EDE_TEXT_MAX, text, EGR_DNS_EDE_TEXT_MAX))
 		abort();
 }
 
@@ -112,6 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			check_reply(&q, reply, olen, EGR_DNS_R_SERVFAIL);
 		else if (err != -ENOSPC)
 			abort();
+		check_denial(&q, data, size);
 	}
 
 	if (!egr_dns_parse_response(data, size, &r)) {

@@ -404,6 +404,23 @@ static int ask_udp(int family, const char *name, uint16_t qtype, bool edns, uint
 	return resp.rcode;
 }
 
+/* Does the reply (our denial: the question, then only the OPT RR) carry
+ * an EDE 15 whose EXTRA-TEXT starts with text? */
+static bool has_ede_blocked(const uint8_t *m, size_t len, const char *text)
+{
+	size_t i = 12, tl = strlen(text);
+
+	while (i < len && m[i])
+		i += 1 + m[i]; /* the echoed question is never compressed */
+	i += 1 + 4;
+	if (i + 17 + tl > len)
+		return false;
+	m += i;
+	return m[0] == 0 && m[1] == 0 && m[2] == EGR_DNS_T_OPT && m[11] == 0 &&
+	       m[12] == EGR_DNS_OPT_EDE && m[15] == 0 && m[16] == EGR_DNS_EDE_BLOCKED &&
+	       !memcmp(m + 17, text, tl);
+}
+
 static int tcp_connect4(void)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(fx.port4),
@@ -489,13 +506,22 @@ static void test_refused_never_upstream(void **state)
 	struct egr_dnsproxy_stats st;
 	uint64_t end;
 
-	assert_int_equal(ask_udp(AF_INET, "evil.test", EGR_DNS_T_A, false, 1), EGR_DNS_R_REFUSED);
+	/* A refused name: NXDOMAIN (network.dns_reject's default), so
+	 * resolvers fail at once instead of trying elsewhere. */
+	assert_int_equal(ask_udp(AF_INET, "evil.test", EGR_DNS_T_A, false, 1), EGR_DNS_R_NXDOMAIN);
 	assert_int_equal(last_ev.verdict, EGR_DNS_V_REFUSED);
+	assert_int_equal(last_ev.rcode, EGR_DNS_R_NXDOMAIN);
 	assert_string_equal(last_ev.qname, "evil.test");
-	assert_int_equal(ask_udp(AF_INET, "wild.test", EGR_DNS_T_A, false, 2), EGR_DNS_R_REFUSED);
+	assert_false(resp.edns);
+	assert_int_equal(ask_udp(AF_INET, "wild.test", EGR_DNS_T_A, false, 2), EGR_DNS_R_NXDOMAIN);
 	assert_int_equal(ask_udp(AF_INET, "api.test.evil.test", EGR_DNS_T_A, false, 3),
-			 EGR_DNS_R_REFUSED);
-	/* TXT is not a default qtype */
+			 EGR_DNS_R_NXDOMAIN);
+	/* With EDNS the reply says who refused it: EDE 15 "Blocked". */
+	assert_int_equal(ask_udp(AF_INET, "evil.test", EGR_DNS_T_A, true, 7), EGR_DNS_R_NXDOMAIN);
+	assert_true(resp.edns);
+	assert_true(has_ede_blocked(rbuf, sizeof(rbuf), "egressd policy refused this name"));
+	/* TXT is not a default qtype: REFUSED (the name's other types may
+	 * be allowed, NXDOMAIN would deny them too) */
 	assert_int_equal(ask_udp(AF_INET, "txt.test", EGR_DNS_T_TXT, false, 4), EGR_DNS_R_REFUSED);
 	assert_string_equal(last_ev.reason, "qtype not allowed");
 	assert_int_equal(ask_udp(AF_INET, "api.test", EGR_DNS_T_ANY, false, 5), EGR_DNS_R_REFUSED);
@@ -511,7 +537,7 @@ static void test_refused_never_upstream(void **state)
 	assert_false(log_has("query[TXT] txt.test"));
 	assert_false(log_has("query[A] wild.test "));
 	assert_int_equal(egr_dnsproxy_stats(fx.p, SBID, &st), 0);
-	assert_int_equal(st.refused, 5);
+	assert_int_equal(st.refused, 6);
 	assert_int_equal(st.allowed, 1);
 }
 
@@ -555,6 +581,22 @@ static void use_norebind_policy(const char *extra)
 	assert_int_equal(egr_dnspolicy_new(&p, NULL, 0, &pol, &e), 0);
 	egr_policy_free(&p);
 	assert_int_equal(egr_dnsproxy_update_sandbox(fx.p, SBID, pol), 0);
+}
+
+/* network.dns_reject "refused": the policy keeps the old REFUSED answer
+ * (with the same EDE under EDNS). */
+static void test_dns_reject_refused(void **state)
+{
+	use_norebind_policy(", \"dns_reject\": \"refused\"");
+	assert_int_equal(ask_udp(AF_INET, "evil.test", EGR_DNS_T_A, false, 0x2101),
+			 EGR_DNS_R_REFUSED);
+	assert_int_equal(last_ev.rcode, EGR_DNS_R_REFUSED);
+	assert_int_equal(ask_udp(AF_INET, "evil.test", EGR_DNS_T_A, true, 0x2102),
+			 EGR_DNS_R_REFUSED);
+	assert_true(has_ede_blocked(rbuf, sizeof(rbuf), "egressd policy refused this name"));
+	/* Twin: an allowed name is still answered. */
+	assert_int_equal(ask_udp(AF_INET, "x.wild.test", EGR_DNS_T_A, false, 0x2103),
+			 EGR_DNS_R_NOERROR);
 }
 
 static void test_rebind_stripped(void **state)
@@ -654,7 +696,7 @@ static void test_tcp(void **state)
 	assert_int_equal(nlearn, 2);
 	/* refused over TCP too */
 	ask_tcp(s, "evil.test", EGR_DNS_T_A, 0x7003, false);
-	assert_int_equal(resp.rcode, EGR_DNS_R_REFUSED);
+	assert_int_equal(resp.rcode, EGR_DNS_R_NXDOMAIN);
 	assert_int_equal(last_ev.transport, IPPROTO_TCP);
 	assert_int_equal(egr_dnsproxy_stats(fx.p, SBID, &st), 0);
 	assert_int_equal(st.tcp_conns, 1);
@@ -705,7 +747,7 @@ static void test_tcp_pipelined(void **state)
 			if (p + 2 + mlen > got)
 				break;
 			assert_int_equal(egr_dns_parse_response(in + p + 2, mlen, &resp), 0);
-			assert_int_equal(resp.rcode, EGR_DNS_R_REFUSED);
+			assert_int_equal(resp.rcode, EGR_DNS_R_NXDOMAIN);
 			answers++;
 			p += 2 + mlen;
 		}
@@ -818,13 +860,13 @@ static void test_exfil_label(void **state)
 
 	snprintf(name, sizeof(name), "%s.wild.test",
 		 "mfrggzdfmztwq2lknnwg23tpobyxe43uovrwe3dfmztwq2lknnwg23tpobyx"); /* 60 */
-	assert_int_equal(ask_udp(AF_INET, name, EGR_DNS_T_A, false, 0x9000), EGR_DNS_R_REFUSED);
+	assert_int_equal(ask_udp(AF_INET, name, EGR_DNS_T_A, false, 0x9000), EGR_DNS_R_NXDOMAIN);
 	assert_int_equal(last_ev.verdict, EGR_DNS_V_EXFIL);
 	assert_string_equal(last_ev.qname, name);
 	/* 32 base32 characters: within the length limit, caught by entropy */
 	assert_int_equal(ask_udp(AF_INET, "mfrggzdfmztwq2lknnwg23tpobyxe43u.wild.test",
 				 EGR_DNS_T_A, false, 0x9001),
-			 EGR_DNS_R_REFUSED);
+			 EGR_DNS_R_NXDOMAIN);
 	assert_int_equal(last_ev.verdict, EGR_DNS_V_EXFIL);
 	assert_string_equal(last_ev.reason, "label entropy");
 	assert_int_equal(egr_dnsproxy_stats(fx.p, SBID, &st), 0);
@@ -1062,6 +1104,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_refused_never_upstream, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wildcard_case_resolvable_only, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cname_chain, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dns_reject_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rebind_stripped, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rebind_allow_covers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_nxdomain_passes, setup, teardown),

@@ -179,6 +179,43 @@ static void test_expiry_restores_static_host(void **state)
 	egr_learned_free(l);
 }
 
+/* A live name due soon is kept (kernel entry too) while connected; an
+ * expired one is never brought back, and a name not due is not listed. */
+static void test_keep_extends_live_only(void **state)
+{
+	struct egr_learned *l = NULL;
+	uint64_t now = clock_ns(CLOCK_BOOTTIME), s = 1000000000ull;
+	struct egr_dns_learned a[2] = { learned4("10.7.0.1", "pool.test", 5432, now + 2 * s),
+					learned4("10.7.0.2", "late.test", 5432, now + 600 * s) };
+	uint32_t ids[4];
+
+	put_sandbox(7, 18);
+	assert_int_equal(egr_learned_new(&B, 16, &l), 0);
+	assert_int_equal(egr_learned_add(l, 7, 18, a, 2), 0);
+	assert_int_equal(egr_learned_expiring(l, now, now + 3 * s, ids, 4), 1);
+	assert_int_equal(ids[0], 7);
+	assert_int_equal(egr_learned_expiring(l, now, now + s, ids, 4), 0);
+	assert_int_equal(egr_learned_keep(l, 7, AF_INET, a[0].addr, now + 20 * s), 0);
+	assert_int_equal(kernel_allows4(18, "10.7.0.1", 5432, now + 10 * s), EGR_ALLOW);
+	assert_int_equal(kernel_allows4(18, "10.7.0.1", 5432, now + 21 * s), EGR_DENY);
+	assert_true(egr_learned_has_name(l, 7, AF_INET, a[0].addr, "pool.test"));
+	/* Never shortened: the later expiry stays. */
+	assert_int_equal(egr_learned_keep(l, 7, AF_INET, a[1].addr, now + 20 * s), 0);
+	assert_int_equal(kernel_allows4(18, "10.7.0.2", 5432, now + 500 * s), EGR_ALLOW);
+	/* An address never learned. */
+	assert_int_equal(egr_learned_keep(l, 7, AF_INET, (const uint8_t *)"\x0a\x07\x00\x09",
+					  now + 20 * s), -ENOENT);
+	egr_learned_forget(l, 7, 18);
+	/* Expired before the keep: stays expired. */
+	a[0].expires_ns = clock_ns(CLOCK_BOOTTIME) + 1000000ull;
+	assert_int_equal(egr_learned_add(l, 7, 18, a, 1), 0);
+	usleep(5000);
+	assert_int_equal(egr_learned_keep(l, 7, AF_INET, a[0].addr, now + 20 * s), 0);
+	assert_int_equal(kernel_allows4(18, "10.7.0.1", 5432, clock_ns(CLOCK_BOOTTIME)), EGR_DENY);
+	egr_learned_forget(l, 7, 18);
+	egr_learned_free(l);
+}
+
 static void test_rebase_rejudges_names(void **state)
 {
 	static const char *const pol_json =
@@ -310,6 +347,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_learn_merges_covering_static),
 		cmocka_unit_test(test_expiry_restores_static_host),
+		cmocka_unit_test(test_keep_extends_live_only),
 		cmocka_unit_test(test_rebase_rejudges_names),
 		cmocka_unit_test(test_rebase_rebind_narrowed),
 		cmocka_unit_test(test_cap),

@@ -928,6 +928,84 @@ static void test_builders(void **state)
 	assert_int_equal(egr_dns_build_refused(p.b, p.n, NULL, 0, &olen), -EINVAL);
 }
 
+/* A policy's denial: NXDOMAIN or REFUSED, with an RFC 8914 EDE only when
+ * the query had EDNS; a longest-name query with the longest text still
+ * fits 512 bytes. */
+static void test_denial_builder(void **state)
+{
+	static const char text[] = "egressd policy refused this name (name not allowed)";
+	struct egr_dns_response *r = resp_alloc();
+	char longtext[EGR_DNS_EDE_TEXT_MAX + 2], longname[EGR_DNS_NAME_BUF];
+	struct egr_dns_query q;
+	uint8_t out[512], *o;
+	struct pkt p;
+	size_t olen, tl = strlen(text);
+
+	/* No EDNS: plain NXDOMAIN, no OPT RR, nothing after the question. */
+	hdr(&p, 0x4242, RD, 1, 0, 0, 0);
+	question(&p, "Denied.example", EGR_DNS_T_A);
+	assert_int_equal(egr_dns_build_denial(p.b, p.n, EGR_DNS_R_NXDOMAIN, EGR_DNS_EDE_BLOCKED,
+					      text, out, sizeof(out), &olen), 0);
+	assert_int_equal(olen, p.n);
+	assert_int_equal(egr_dns_parse_response(out, olen, r), 0);
+	assert_int_equal(r->rcode, EGR_DNS_R_NXDOMAIN);
+	assert_int_equal(r->arcount, 0);
+	assert_false(r->edns);
+	assert_memory_equal(out + 12, p.b + 12, p.n - 12);
+
+	/* EDNS: one OPT RR whose RDATA is exactly one EDE option. */
+	hdr(&p, 0x4343, RD, 1, 0, 0, 1);
+	question(&p, "denied.example", EGR_DNS_T_AAAA);
+	opt(&p, 1232, 0);
+	assert_int_equal(egr_dns_parse_query(p.b, p.n, &q), 0);
+	for (int i = 0; i < 2; i++) {
+		uint16_t rc = i ? EGR_DNS_R_REFUSED : EGR_DNS_R_NXDOMAIN;
+
+		assert_int_equal(egr_dns_build_denial(p.b, p.n, rc, EGR_DNS_EDE_BLOCKED, text, out,
+						      sizeof(out), &olen), 0);
+		assert_int_equal(olen, q.question_end + 11 + 6 + tl);
+		assert_int_equal(egr_dns_parse_response(out, olen, r), 0);
+		assert_int_equal(r->rcode, rc);
+		assert_int_equal(r->arcount, 1);
+		assert_true(r->edns);
+		o = out + q.question_end;
+		assert_memory_equal(o, "\0\0\x29\x04\xd0\0\0\0\0", 9);
+		assert_int_equal((o[9] << 8) | o[10], 6 + tl);   /* RDLENGTH */
+		assert_int_equal((o[11] << 8) | o[12], 15);      /* OPTION-CODE EDE */
+		assert_int_equal((o[13] << 8) | o[14], 2 + tl);  /* OPTION-LENGTH */
+		assert_int_equal((o[15] << 8) | o[16], EGR_DNS_EDE_BLOCKED);
+		assert_memory_equal(o + 17, text, tl);
+	}
+
+	/* The longest name and text fit the 512 bytes any UDP client takes. */
+	memset(longtext, 'x', sizeof(longtext));
+	longtext[EGR_DNS_EDE_TEXT_MAX] = 0;
+	memset(longname, 'a', EGR_DNS_NAME_MAX);
+	longname[63] = longname[127] = longname[191] = '.'; /* 63.63.63.61 */
+	longname[EGR_DNS_NAME_MAX] = 0;
+	hdr(&p, 1, RD, 1, 0, 0, 1);
+	question(&p, longname, EGR_DNS_T_A);
+	opt(&p, 512, 0);
+	assert_int_equal(egr_dns_build_denial(p.b, p.n, EGR_DNS_R_NXDOMAIN, EGR_DNS_EDE_PROHIBITED,
+					      longtext, out, sizeof(out), &olen), 0);
+	assert_true(olen <= 512);
+	assert_int_equal(egr_dns_parse_response(out, olen, r), 0);
+
+	/* Refused: other rcodes, a text too long or not printable ASCII. */
+	longtext[EGR_DNS_EDE_TEXT_MAX] = 'x';
+	longtext[EGR_DNS_EDE_TEXT_MAX + 1] = 0;
+	assert_int_equal(egr_dns_build_denial(p.b, p.n, EGR_DNS_R_NXDOMAIN, 15, longtext, out,
+					      sizeof(out), &olen), -EINVAL);
+	assert_int_equal(egr_dns_build_denial(p.b, p.n, EGR_DNS_R_NXDOMAIN, 15, "bad\nline", out,
+					      sizeof(out), &olen), -EINVAL);
+	assert_int_equal(egr_dns_build_denial(p.b, p.n, EGR_DNS_R_SERVFAIL, 15, text, out,
+					      sizeof(out), &olen), -EINVAL);
+	assert_int_equal(olen, 0);
+	assert_int_equal(egr_dns_build_denial(p.b, p.n, EGR_DNS_R_NXDOMAIN, 15, text, out,
+					      q.question_end, &olen), -ENOSPC);
+	free(r);
+}
+
 /* --- rebinding rewrite ---------------------------------------------------- */
 
 static unsigned int drop_calls;
@@ -1438,6 +1516,7 @@ int main(void)
 	    cmocka_unit_test(test_cname_loop_and_length),
 	    cmocka_unit_test(test_answer_caps),
 	    cmocka_unit_test(test_builders),
+	    cmocka_unit_test(test_denial_builder),
 	    cmocka_unit_test(test_filter_mixed),
 	    cmocka_unit_test(test_filter_svcb_hints),
 	    cmocka_unit_test(test_filter_svcb_malformed),

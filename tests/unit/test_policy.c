@@ -1093,6 +1093,29 @@ static int parse_rebind(const char *list, struct egr_policy *p, struct egr_error
 	return egr_policy_parse(text, strlen(text), p, e);
 }
 
+/* A URL given as a destination is refused with the entry it means. */
+static void test_url_entry_hint(void **state)
+{
+	static const struct {
+		const char *in, *hint;
+	} cases[] = {
+		{ "https://api.example.com/v1", "here \"api.example.com:443\"" },
+		{ "http://mirror.test", "here \"mirror.test:80\"" },
+		{ "https://api.example.com:8443/x", "here \"api.example.com:8443\"" },
+		{ "gopher://old.test/", "write HOST:PORT (e.g." },
+	};
+	struct egr_allow a;
+	struct egr_error e;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		assert_int_equal(egr_allow_parse(cases[i].in, &a, &e), -EINVAL);
+		assert_non_null(strstr(e.message, "is a URL, not a destination"));
+		assert_non_null(strstr(e.message, cases[i].hint));
+	}
+	/* Twin: the entry it suggests parses. */
+	one("api.example.com:443");
+}
+
 static void test_dns_rebind_allow(void **state)
 {
 	static const uint8_t fc[16] = { 0xfc };
@@ -1163,6 +1186,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_dns_types),
 		cmocka_unit_test(test_dns_rebind_allow),
+		cmocka_unit_test(test_url_entry_hint),
 		cmocka_unit_test(test_example),
 		cmocka_unit_test(test_check_json_no_hash),
 		cmocka_unit_test(test_sha256),

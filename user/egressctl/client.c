@@ -53,6 +53,7 @@ int ctl_finish(int rc)
 		{ CTL_EXIT_ERROR, "error", "the command failed (see stderr)" },
 		{ CTL_EXIT_USAGE, "usage", "usage error (see stderr)" },
 		{ CTL_EXIT_UNREACHABLE, "unreachable", "egressd is not reachable" },
+		{ CTL_EXIT_DENIED, "permission_denied", "no permission on egressd's socket" },
 		{ CTL_EXIT_INVALID, "invalid_policy", "invalid policy (see stderr)" },
 		{ CTL_EXIT_RUN_FAILED, "run_failed", "could not start the command" },
 	};
@@ -91,11 +92,43 @@ int ctl_exit_for_code(const char *code)
 	}
 }
 
-/* Is this connect() error "nobody is serving that socket"? */
+/* Is this connect() error "nobody is serving that socket"? (A permission
+ * error is not: egressd may be running, we may not talk to it.) */
 static bool unreachable_errno(int err)
 {
 	return err == ENOENT || err == ECONNREFUSED || err == ENOTDIR || err == ENOTSOCK ||
-	       err == EACCES || err == EPERM || err == ENAMETOOLONG;
+	       err == ENAMETOOLONG;
+}
+
+static bool denied_errno(int err)
+{
+	return err == EACCES || err == EPERM;
+}
+
+int ctl_connect_failed(const struct ctl *c, int err)
+{
+	if (denied_errno(-err)) {
+		ctl_note_error("permission_denied", NULL, "no permission on egressd's socket %s: %s",
+			       c->socket, strerror(-err));
+		fprintf(stderr, "egressctl: cannot connect to egressd at %s: %s (the socket is "
+				"root's and its group's: run as root, or as a member of the group "
+				"egressd hands it to, --group / \"group\" in egressd.json)\n",
+			c->socket, strerror(-err));
+		return CTL_EXIT_DENIED;
+	}
+	if (unreachable_errno(-err)) {
+		ctl_note_error("unreachable", NULL, "cannot reach egressd at %s: %s", c->socket,
+			       strerror(-err));
+		fprintf(stderr, "egressctl: cannot reach egressd at %s: %s%s\n", c->socket,
+			strerror(-err),
+			err == -ENOENT || err == -ECONNREFUSED ? " — is egressd running?" : "");
+		return CTL_EXIT_UNREACHABLE;
+	}
+	ctl_note_error("unreachable", NULL, "cannot connect to egressd at %s: %s", c->socket,
+		       strerror(-err));
+	fprintf(stderr, "egressctl: cannot connect to egressd at %s: %s\n", c->socket,
+		strerror(-err));
+	return CTL_EXIT_UNREACHABLE;
 }
 
 /* Connect and write req: the connected fd (its answer still to read), or
@@ -154,8 +187,9 @@ static int quiet_status(int err, bool connected, json_t *ans, json_t **resp, cha
 	const char *ecode;
 
 	if (err)
-		return !connected && unreachable_errno(-err) ? CTL_EXIT_UNREACHABLE :
-							       CTL_EXIT_ERROR;
+		return connected ? CTL_EXIT_ERROR :
+		       denied_errno(-err) ? CTL_EXIT_DENIED :
+		       unreachable_errno(-err) ? CTL_EXIT_UNREACHABLE : CTL_EXIT_ERROR;
 	if (json_is_true(json_object_get(ans, "ok"))) {
 		*resp = ans;
 		return CTL_EXIT_OK;
@@ -207,21 +241,8 @@ int ctl_request_finish(const struct ctl *c, struct ctl_pending *p, json_t **resp
 		ctl_note_error("internal", NULL, "out of memory");
 		return CTL_EXIT_ERROR;
 	}
-	if (err && !connected && unreachable_errno(-err)) {
-		ctl_note_error("unreachable", NULL, "cannot reach egressd at %s: %s", c->socket,
-			       strerror(-err));
-		fprintf(stderr, "egressctl: cannot reach egressd at %s: %s%s\n", c->socket,
-			strerror(-err),
-			err == -ENOENT || err == -ECONNREFUSED ? " — is egressd running?" : "");
-		return CTL_EXIT_UNREACHABLE;
-	}
-	if (err && !connected) {
-		ctl_note_error("unreachable", NULL, "cannot connect to egressd at %s: %s",
-			       c->socket, strerror(-err));
-		fprintf(stderr, "egressctl: cannot connect to egressd at %s: %s\n", c->socket,
-			strerror(-err));
-		return CTL_EXIT_UNREACHABLE;
-	}
+	if (err && !connected)
+		return ctl_connect_failed(c, err);
 	if (err == -EAGAIN || err == -EWOULDBLOCK) {
 		ctl_note_error("timeout", NULL, "egressd at %s did not answer within %u s",
 			       c->socket, c->timeout);

@@ -18,6 +18,7 @@ enum ctl_exit {
 	CTL_EXIT_UNREACHABLE = 3, /* cannot connect to egressd */
 	CTL_EXIT_INVALID = 4,     /* invalid policy, found locally or by egressd */
 	CTL_EXIT_UNHEALTHY = 5,   /* status: egressd answered but is not healthy */
+	CTL_EXIT_DENIED = 6,      /* the control socket refused us (permissions) */
 	CTL_EXIT_RUN_FAILED = 125, /* run: could not set up or start the command */
 };
 
@@ -119,6 +120,11 @@ int ctl_cmd_audit(struct ctl *c, int argc, char **argv);
 /* `egressctl seccomp-profile`: the OCI profile of the run filter. */
 int ctl_cmd_seccomp_profile(struct ctl *c, int argc, char **argv);
 
+/* --- maint.c: version, cleanup ---------------------------------------------------- */
+
+int ctl_cmd_version(struct ctl *c, int argc, char **argv);
+int ctl_cmd_cleanup(struct ctl *c, int argc, char **argv);
+
 /* --- seccompprofile.c --------------------------------------------------------------- */
 
 struct egr_confine;
@@ -140,6 +146,11 @@ int ctl_cmd_suggest(struct ctl *c, int argc, char **argv);
 
 /* Absolute form of a cgroup path (realpath when it exists). 0 or -errno. */
 int ctl_abs_path(const char *path, char *buf, size_t len);
+
+/* A connect to the control socket failed with err (-errno): say why, with
+ * a hint, and return its exit status: CTL_EXIT_DENIED for a permission
+ * error (egressd may well be running), CTL_EXIT_UNREACHABLE otherwise. */
+int ctl_connect_failed(const struct ctl *c, int err);
 
 /* Print `egressctl: MSG` and a pointer to --help for cmd; returns CTL_EXIT_USAGE. */
 int ctl_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

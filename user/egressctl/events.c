@@ -19,6 +19,7 @@
 #include "clock.h"
 #include "audit.h"
 #include "ctl.h"
+#include "dnswire.h"
 #include "proto.h"
 
 static const char events_help[] =
@@ -43,6 +44,44 @@ enum { O_FOLLOW = 300, O_SANDBOX, O_LIMIT, O_JSON, O_KEY, O_STATE, O_NOSTATE, O_
 static const char *str(const json_t *o, const char *k)
 {
 	return json_string_value(json_object_get(o, k));
+}
+
+/* What an operator reads a DNS verdict by: the rcode the client got and,
+ * for a rebinding rewrite, the addresses taken out of the answer. */
+static void print_dns_fields(const json_t *e)
+{
+	const json_t *st = json_object_get(e, "stripped"), *x;
+	const char *rc;
+	size_t i;
+
+	if ((x = json_object_get(e, "rcode")) && json_is_integer(x)) {
+		rc = egr_dns_rcode_name((uint16_t)json_integer_value(x));
+		rc ? printf(" rcode=%s", rc) : printf(" rcode=%" JSON_INTEGER_FORMAT,
+						     json_integer_value(x));
+	}
+	if (!json_is_array(st))
+		return;
+	printf(" stripped=");
+	json_array_foreach(st, i, x)
+		printf("%s%s(%s)", i ? "," : "", str(x, "addr") ?: "?", str(x, "class") ?: "?");
+	if ((x = json_object_get(e, "stripped_total")) &&
+	    (size_t)json_integer_value(x) > json_array_size(st))
+		printf(",+%" JSON_INTEGER_FORMAT " more",
+		       json_integer_value(x) - (json_int_t)json_array_size(st));
+}
+
+/* An inspected connection: the host it named, where it went, its ALPN. */
+static void print_inspect_fields(const json_t *e)
+{
+	const char *addr = str(e, "addr");
+
+	if (str(e, "name") && *str(e, "name"))
+		printf(" host=%s", str(e, "name"));
+	if (addr && *addr)
+		printf(" dst=%s%s%s:%" JSON_INTEGER_FORMAT, strchr(addr, ':') ? "[" : "", addr,
+		       strchr(addr, ':') ? "]" : "", json_integer_value(json_object_get(e, "port")));
+	if (str(e, "alpn") && *str(e, "alpn"))
+		printf(" alpn=%s", str(e, "alpn"));
 }
 
 /* One event as one human line. */
@@ -78,6 +117,10 @@ static void print_event(const json_t *e)
 		       json_integer_value(json_object_get(e, "optname")));
 	if (str(e, "qname"))
 		printf(" qname=%s", str(e, "qname"));
+	if (strcmp(t, "dns") == 0)
+		print_dns_fields(e);
+	if (strcmp(t, "inspect") == 0)
+		print_inspect_fields(e);
 	if (strcmp(t, "escape") == 0)
 		printf(" action=%s target_pid=%" JSON_INTEGER_FORMAT " from_cgroup=%"
 		       JSON_INTEGER_FORMAT " to_cgroup=%" JSON_INTEGER_FORMAT,
@@ -225,13 +268,8 @@ static int follow(const struct ctl *c, json_t *req, bool json)
 		return CTL_EXIT_USAGE;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	fd = follow_connect(c, req);
-	if (fd < 0) {
-		fprintf(stderr, "egressctl: cannot reach egressd at %s: %s\n", c->socket,
-			strerror(-fd));
-		ctl_note_error("unreachable", NULL, "cannot reach egressd at %s: %s", c->socket,
-			       strerror(-fd));
-		return CTL_EXIT_UNREACHABLE;
-	}
+	if (fd < 0)
+		return ctl_connect_failed(c, fd);
 	for (;;) {
 		enum follow_end end = follow_stream(fd, json, &in_gap, gap_start);
 

@@ -37,6 +37,9 @@ static const char top_help[] =
 	"  audit verify                 verify a tamper-evident audit log\n"
 	"  seccomp-profile              print run's seccomp filter as an OCI profile\n"
 	"  oci-hook STAGE               OCI runtime hook (createRuntime, poststop)\n"
+	"  version                      egressctl's version and egressd's\n"
+	"  cleanup                      remove egressd's pins, state and hooks after an\n"
+	"                               uninstall (refused while egressd runs)\n"
 	"\n"
 	"Options:\n"
 	"  --socket PATH    egressd's control socket (default: $EGRESSD_SOCKET, else\n"
@@ -46,7 +49,9 @@ static const char top_help[] =
 	"  --version        print the version\n"
 	"\n"
 	"Exit status: 0 ok; 1 egressd answered with an error; 2 usage error;\n"
-	"3 egressd is not reachable; 4 invalid policy; 5 (status) egressd is unhealthy.\n"
+	"3 egressd is not running (nothing serves the socket); 4 invalid policy;\n"
+	"5 (status) egressd is unhealthy; 6 no permission on the socket (not root and\n"
+	"not in egressd's group).\n"
 	"`run` exits with the command's status (128+N when killed by signal N), 125\n"
 	"when it could not start it.\n";
 
@@ -539,6 +544,7 @@ static const struct {
 	{ "events", ctl_cmd_events }, { "audit", ctl_cmd_audit },
 	{ "seccomp-profile", ctl_cmd_seccomp_profile },
 	{ "oci-hook", ctl_cmd_oci_hook },
+	{ "version", ctl_cmd_version },   { "cleanup", ctl_cmd_cleanup },
 };
 
 /* LeakSanitizer stops the world with ptrace, which the seccomp filter of

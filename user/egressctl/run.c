@@ -76,9 +76,11 @@ static const char run_help[] =
 	"  --user UID[:GID]     run CMD as this numeric uid and gid, inside and on the\n"
 	"                       host (default gid: the uid's primary group, else UID);\n"
 	"                       supplementary groups: GID. Without it CMD is uid 0 in a\n"
-	"                       user namespace of its own and uid 65534 on the host\n"
-	"  --map-root-to UID[:GID]  the host uid and gid of CMD's uid 0 (not --user;\n"
-	"                       default 65534:65534; never 0)\n"
+	"                       user namespace whose ids 0-65535 are a host range of\n"
+	"                       its own (from 1879048192 on; setgroups and id changes\n"
+	"                       work there)\n"
+	"  --map-root-to UID[:GID]  map CMD's uid 0 alone to this host uid and gid\n"
+	"                       instead (not --user; never 0)\n"
 	"  --pids-max N         at most N tasks in the sandbox (cgroup2 pids.max)\n"
 	"  --memory-max BYTES   memory limit of the sandbox (cgroup2 memory.max; K, M, G\n"
 	"                       and T suffixes, 1024-based; at least 1M)\n"
@@ -91,7 +93,9 @@ static const char run_help[] =
 	"no host file as uid 0, sees no bpffs, a cgroup2 tree of only its own cgroup,\n"
 	"a /proc of its own (host knobs read-only or masked), a minimal read-only /dev,\n"
 	"read-only /sys, and egressd's state, run and socket directories empty. It\n"
-	"gets only descriptors 0, 1 and 2, no capability at all (also as uid 0;\n"
+	"gets only descriptors 0, 1 and 2, a private HOME and TMPDIR (removed at the\n"
+	"end), no capability over the host (uid 0 of its own range keeps CHOWN,\n"
+	"DAC_OVERRIDE, FOWNER, SETGID and SETUID over its own ids; otherwise none;\n"
 	"no_new_privs) and a seccomp filter that refuses sockets of families other\n"
 	"than inet, inet6 and unix (plus those the policy's allow_sockets names),\n"
 	"io_uring, bpf, perf_event_open, ptrace, process_vm_readv/writev, pidfd_getfd,\n"
@@ -502,23 +506,45 @@ static int exit_status(int status)
 }
 
 /* The command's ids in its user namespace and on the host: --user UID:GID
- * is itself on both sides (its files are UID's, as asked); without it the
- * command is 0:0 inside and --map-root-to's ids (RUN_ROOT_HOST_ID by
- * default) outside. */
+ * is itself on both sides (its files are UID's, as asked); --map-root-to
+ * makes it 0:0 inside and those ids outside; without either it is 0:0 in
+ * a namespace whose ids 0-65535 are a host range of its own (runids.c),
+ * taken and locked here. 0 or -errno (printed). */
 struct run_ids {
 	struct egr_run_user ns, host;
+	struct run_range range; /* count 0: one id mapped */
 };
 
-static void run_ids(const struct run_opts *o, struct run_ids *ids)
+static int run_ids(const struct run_opts *o, struct run_ids *ids)
 {
+	ids->range = (struct run_range){ .lockfd = -1 };
+	ids->ns = (struct egr_run_user){ .uid = 0, .gid = 0 };
 	if (o->has_user) {
 		ids->ns = o->user;
 		ids->host = o->user;
+	} else if (o->has_map_root) {
+		ids->host = o->map_root;
 	} else {
-		ids->ns = (struct egr_run_user){ .uid = 0, .gid = 0 };
-		ids->host = o->has_map_root ? o->map_root :
-			    (struct egr_run_user){ .uid = RUN_ROOT_HOST_ID, .gid = RUN_ROOT_HOST_ID };
+		int err = run_range_take(&ids->range);
+
+		if (err)
+			return err;
+		ids->host = (struct egr_run_user){ .uid = ids->range.base, .gid = ids->range.base };
 	}
+	return 0;
+}
+
+/* HOME: a --user uid's own home when it has one, else the private one. */
+static const char *run_home(const struct run_opts *o, const char *priv, char *buf, size_t len)
+{
+	struct passwd *pw = o->has_user ? getpwuid(o->user.uid) : NULL;
+	struct stat st;
+
+	if (pw && pw->pw_dir && stat(pw->pw_dir, &st) == 0 && S_ISDIR(st.st_mode) &&
+	    st.st_uid == o->user.uid)
+		return pw->pw_dir;
+	snprintf(buf, len, "%s/home", priv);
+	return buf;
 }
 
 /* The command's cgroup is its own to subdivide (cgroup v2 delegation: the
@@ -542,7 +568,8 @@ static struct run_view view;
 
 int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 {
-	char parent[PATH_MAX], cg[PATH_MAX], leaf[PATH_MAX], code[64];
+	char parent[PATH_MAX], cg[PATH_MAX], leaf[PATH_MAX], code[64], priv[PATH_MAX] = "";
+	char homebuf[PATH_MAX], tmpbuf[PATH_MAX + 8];
 	struct sigaction sa = { .sa_handler = forward_signal };
 	sigset_t block, old_mask;
 	bool parent_created, attached = false, default_parent;
@@ -551,7 +578,7 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	struct egr_confine conf;
 	struct filter_build filter = { .conf = &conf };
 	struct run_child child;
-	struct run_ids ids;
+	struct run_ids ids = { .range = { .lockfd = -1 } };
 	struct run_opts o;
 	int rc, err, status = 0, cgfd = -1, leaffd = -1, spipe[2] = { -1, -1 };
 	int cmd_status;
@@ -655,7 +682,11 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 		rc = CTL_EXIT_RUN_FAILED;
 		goto cleanup;
 	}
-	run_ids(&o, &ids);
+	if (run_ids(&o, &ids) || run_home_make(&ids.host, priv, sizeof(priv))) {
+		rc = CTL_EXIT_RUN_FAILED;
+		goto cleanup;
+	}
+	snprintf(tmpbuf, sizeof(tmpbuf), "%s/tmp", priv);
 	err = delegate_leaf(leaffd, &ids.host);
 	if (err) {
 		fprintf(stderr, "egressctl: cannot delegate cgroup %s to uid %u: %s\n", leaf,
@@ -685,7 +716,9 @@ int ctl_cmd_run(struct ctl *c, int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &block, &old_mask);
 	child = (struct run_child){ .cmd = o.cmd, .leaffd = leaffd, .status_fd = spipe[1],
 				    .filter = &filter.prog, .view = &view, .ns_id = ids.ns,
-				    .host_id = ids.host };
+				    .host_id = ids.host, .range = ids.range.count,
+				    .home = run_home(&o, priv, homebuf, sizeof(homebuf)),
+				    .tmp = tmpbuf };
 	pid = run_spawn(&child);
 	close(spipe[1]);
 	spipe[1] = -1;
@@ -728,6 +761,11 @@ cleanup:
 					"cannot tell whether it is empty");
 		goto out_close;
 	}
+	/* Empty: nothing can use the private directory or the ids any more. */
+	run_home_remove(priv);
+	if (ids.range.count)
+		run_range_sweep(&ids.range);
+	run_range_release(&ids.range);
 	if (status < 0)
 		snprintf(end, sizeof(end), "not-started");
 	else if (WIFSIGNALED(status))

@@ -42,13 +42,46 @@ struct run_child {
 	const struct sock_fprog *filter;
 	const struct run_view *view;
 	/* The command's user namespace maps ns_id (its uid and gid inside) to
-	 * host_id (what the host sees: file owners, peer credentials). */
+	 * host_id (what the host sees: file owners, peer credentials), or,
+	 * with range, ids 0..range-1 to host_id's and on, and then the command
+	 * keeps the capabilities that act on its own ids only. */
 	struct egr_run_user ns_id, host_id;
+	uint32_t range;
+	const char *home;  /* HOME */
+	const char *tmp;   /* TMPDIR */
 };
 
 /* The host uid and gid of a command that is uid 0 in its user namespace
- * (no --user): the kernel's overflow ids, "nobody", which own nothing. */
+ * with --map-root-to and no id: the kernel's overflow ids, "nobody". */
 #define RUN_ROOT_HOST_ID 65534u
+
+/* runids.c: the host id ranges of the commands' user namespaces (no --user,
+ * no --map-root-to) and their private directories. */
+#define RUN_ID_BASE  0x70000000u /* 1879048192 */
+#define RUN_ID_COUNT 65536u      /* ids 0-65535 inside */
+#define RUN_ID_SLOTS 4094u       /* up to 0x7FFE0000, systemd's foreign range */
+#define RUN_IDS_DIR  "/run/egressctl-run-ids"
+#define RUN_HOME_DIR "/var/lib/egressctl-run"
+
+struct run_range {
+	uint32_t base, count; /* host ids [base, base + count) are 0.. inside */
+	int lockfd;           /* held for the run: the range is ours alone */
+};
+
+/* A free range, locked. 0 or -errno (printed). */
+int run_range_take(struct run_range *r);
+void run_range_release(struct run_range *r);
+/* RUN_HOME_DIR/<random>, with home/ and tmp/, owned by host; dir gets its
+ * path. 0 or -errno (printed). */
+int run_home_make(const struct egr_run_user *host, char *dir, size_t len);
+/* Remove it (nothing when dir is ""). 0 or -errno (printed). */
+int run_home_remove(const char *dir);
+/* Remove what the range's ids own at the top of /tmp and /var/tmp (the
+ * world-writable places a command writes without TMPDIR) and of
+ * RUN_HOME_DIR (a killed run's private directory), so the next run on the
+ * range finds nothing of an earlier one there: at the end of a run and when
+ * a run takes the range. */
+void run_range_sweep(const struct run_range *r);
 
 /* The child being waited for; signal handlers forward to it (run.c). In
  * pid 1 it is the command. */

@@ -136,17 +136,30 @@ static void __attribute__((noreturn)) command_exec(const struct run_child *rc, i
 	reset_signals();
 	in_userns = userns_enter(rc, to_init, from_init);
 	close_inherited_fds();
-	/* In its namespace the identity is set already (setgroups is denied
-	 * there); without one it becomes the host identity here. */
-	err = egr_confine_drop_all_caps(in_userns ? NULL : &rc->host_id);
+	/* In its namespace the identity is set already; without one it
+	 * becomes the host identity here. With a range of its own, uid 0
+	 * keeps what acts on those ids only (apt's drop to _apt needs it). */
+	if (in_userns && rc->range)
+		err = egr_confine_keep_ns_caps();
+	else
+		err = egr_confine_drop_all_caps(in_userns ? NULL : &rc->host_id);
 	if (err)
 		die("cannot drop the command's capabilities: %s", strerror(-err));
+	if (rc->home && (setenv("HOME", rc->home, 1) || setenv("TMPDIR", rc->tmp, 1)))
+		die("cannot set HOME and TMPDIR: %s", strerror(errno));
 	err = egr_confine_seccomp_install(rc->filter);
 	if (err)
 		die("cannot install the seccomp filter: %s", strerror(-err));
 	execvp(rc->cmd[0], rc->cmd);
 	err = errno;
-	dprintf(STDERR_FILENO, "egressctl: cannot run %s: %s\n", rc->cmd[0], strerror(err));
+	/* Who tried: a file root can run may be closed to the host uid the
+	 * command really is (a python under /root). */
+	dprintf(STDERR_FILENO, "egressctl: cannot run %s: %s (the command runs as host uid %u "
+		"gid %u", rc->cmd[0], strerror(err), rc->host_id.uid, rc->host_id.gid);
+	if (in_userns)
+		dprintf(STDERR_FILENO, ", uid %u in its user namespace", rc->ns_id.uid);
+	dprintf(STDERR_FILENO, "%s)\n", err == EACCES || err == EPERM ?
+		"; the file or a directory on its path is not open to it" : "");
 	_exit(err == ENOENT ? 127 : 126);
 }
 
@@ -165,7 +178,9 @@ static int write_proc(pid_t pid, const char *name, const char *val)
 }
 
 /* In pid 1 (still every capability): map the command's new user namespace,
- * one uid and one gid, setgroups denied. 0 or -errno (printed). */
+ * one uid and one gid, setgroups denied; or, with a range of its own, ids
+ * 0..range-1 to it, setgroups allowed (only ids of the range can be
+ * dropped or taken). 0 or -errno (printed). */
 static int userns_map(const struct run_child *rc, pid_t cmd, int from_cmd, int to_cmd)
 {
 	char map[64], c = 0;
@@ -175,13 +190,15 @@ static int userns_map(const struct run_child *rc, pid_t cmd, int from_cmd, int t
 		return -ECHILD; /* it said why */
 	if (c == USERNS_NONE)
 		return 0; /* nothing to map: it became the host identity itself */
-	err = write_proc(cmd, "setgroups", "deny");
+	err = rc->range ? 0 : write_proc(cmd, "setgroups", "deny");
 	if (!err) {
-		snprintf(map, sizeof(map), "%u %u 1\n", rc->ns_id.uid, rc->host_id.uid);
+		snprintf(map, sizeof(map), "%u %u %u\n", rc->range ? 0 : rc->ns_id.uid,
+			 rc->host_id.uid, rc->range ? rc->range : 1);
 		err = write_proc(cmd, "uid_map", map);
 	}
 	if (!err) {
-		snprintf(map, sizeof(map), "%u %u 1\n", rc->ns_id.gid, rc->host_id.gid);
+		snprintf(map, sizeof(map), "%u %u %u\n", rc->range ? 0 : rc->ns_id.gid,
+			 rc->host_id.gid, rc->range ? rc->range : 1);
 		err = write_proc(cmd, "gid_map", map);
 	}
 	if (err) {

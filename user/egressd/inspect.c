@@ -240,6 +240,43 @@ void egr_insp_conn_free(struct conn *c, bool reset)
 	free(c);
 }
 
+/* Tell the client a policy refused it, in its own protocol, once its
+ * hello was whole: an HTTP request head that named a host gets a 403 with
+ * a one-line reason, a ClientHello judged by its name (or lack of one, or
+ * ECH) a fatal access_denied alert (RFC 8446 6.2), so a tool reports a
+ * refusal instead of a network fault. True when all of it was written:
+ * then the close is orderly, since a reset could discard it before the
+ * client reads it. Anything else (a timeout, half a hello, bytes of no
+ * known protocol) is reset. */
+static bool say_denied(struct conn *c, const char *reason)
+{
+	static const uint8_t alert[] = { 0x15, 0x03, 0x03, 0x00, 0x02, 2, 49 };
+	char msg[512], body[384];
+	const void *out = msg;
+	size_t len;
+	int n;
+
+	if (c->proto && !strcmp(c->proto, "tls") &&
+	    (c->name[0] || !strcmp(reason, "no_sni") || !strcmp(reason, "ech"))) {
+		out = alert;
+		len = sizeof(alert);
+	} else if (c->proto && !strcmp(c->proto, "http") && c->name[0]) {
+		n = snprintf(body, sizeof(body), "egressd policy refused %s: %s\n",
+			     c->name[0] ? c->name : "this request", reason);
+		if (n < 0 || (size_t)n >= sizeof(body))
+			return false;
+		n = snprintf(msg, sizeof(msg), "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\n"
+			     "Content-Length: %d\r\nConnection: close\r\n\r\n%s", n, body);
+		if (n < 0 || (size_t)n >= sizeof(msg))
+			return false;
+		len = (size_t)n;
+	} else {
+		return false;
+	}
+	return send(c->cl.fd, out, len, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)len &&
+	       shutdown(c->cl.fd, SHUT_WR) == 0;
+}
+
 void egr_insp_deny(struct conn *c, const char *reason)
 {
 	c->p->st.denied++;
@@ -247,7 +284,7 @@ void egr_insp_deny(struct conn *c, const char *reason)
 	log_debug("inspect: sandbox %u: %s %s refused: %s", c->sb->id, c->proto ? c->proto : "?",
 		  c->name[0] ? c->name : "(no name)", reason);
 	egr_insp_emit(c, false, false, reason);
-	egr_insp_conn_free(c, true);
+	egr_insp_conn_free(c, !say_denied(c, reason));
 }
 
 /* --- relay ------------------------------------------------------------------------ */

@@ -88,12 +88,22 @@ static void on_inspect_event(void *ctx, const struct egr_inspect_event *ev)
 	egr_bus_publish(d->bus, &r);
 }
 
+/* The sweep runs every second: a name due within KEEP_HORIZON is kept
+ * KEEP_EXTEND longer while its sandbox is connected to its address, so it
+ * is looked at again only every ~10 s (docs/dns.md "Learned addresses and
+ * client caches"). */
+#define KEEP_HORIZON_NS (3ULL * 1000000000ULL)
+#define KEEP_EXTEND_NS  (13ULL * 1000000000ULL)
+
 /* Expired learned addresses are already denied by the kernel; this frees
- * their entries. */
+ * their entries, after keeping those still in use. */
 static void on_reclaim(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
 	struct dns_ctx *d = ctx;
-	unsigned int n = egr_learned_reclaim(d->learned, egr_boot_ns());
+	unsigned int n;
+
+	egr_reg_keep_connected(d->reg, d->learned, KEEP_HORIZON_NS, KEEP_EXTEND_NS);
+	n = egr_learned_reclaim(d->learned, egr_boot_ns());
 
 	if (n)
 		log_debug("dns: reclaimed %u expired learned address(es)", n);
@@ -195,7 +205,8 @@ static void on_sighup(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 	egr_options_diff(r->cur, &next, reload, sizeof(reload), restart, sizeof(restart));
 	/* The ones that can fail first, so that a failure changes nothing. */
 	if (r->dns)
-		err = egr_dnsproxy_set_limits(r->dns, next.dns.min_ttl_s, &next.dns.exfil);
+		err = egr_dnsproxy_set_limits(r->dns, next.dns.min_ttl_s, next.dns.ttl_grace_s,
+					      &next.dns.exfil);
 	if (!err && r->alerting)
 		err = egr_alerting_set_cfg(r->alerting, &next.alerts.cfg);
 	if (err) {

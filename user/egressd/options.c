@@ -24,6 +24,7 @@ enum {
 	OPT_LOG_PRIORITY_PREFIX,
 	OPT_DNS_UPSTREAM,
 	OPT_DNS_MIN_TTL,
+	OPT_DNS_TTL_GRACE,
 	OPT_DNS_MAX_LEARNED,
 	OPT_AUDIT_LOG,
 	OPT_AUDIT_KEY,
@@ -69,6 +70,7 @@ static const struct option longopts[] = {
 	{ "log-priority-prefix", no_argument, NULL, OPT_LOG_PRIORITY_PREFIX },
 	{ "dns-upstream", required_argument, NULL, OPT_DNS_UPSTREAM },
 	{ "dns-min-ttl", required_argument, NULL, OPT_DNS_MIN_TTL },
+	{ "dns-ttl-grace", required_argument, NULL, OPT_DNS_TTL_GRACE },
 	{ "dns-max-learned", required_argument, NULL, OPT_DNS_MAX_LEARNED },
 	{ "audit-log", required_argument, NULL, OPT_AUDIT_LOG },
 	{ "audit-key", required_argument, NULL, OPT_AUDIT_KEY },
@@ -120,6 +122,7 @@ static const char *const repeatable[] = { "dns-upstream", NULL };
  */
 static const char *const reloadable[] = {
 	"log-level", "alert-volume-floor", "alert-deny-burst", "alert-dedup", "dns-min-ttl",
+	"dns-ttl-grace",
 	"dns-exfil-max-label", "dns-exfil-max-name", "dns-exfil-max-entropy",
 	"dns-exfil-max-subdomains", "dns-exfil-max-nxdomain", "metrics-max-sandboxes", NULL,
 };
@@ -141,7 +144,10 @@ static void usage(FILE *out)
 		"                     stderr is the journal)\n"
 		"  --dns-upstream ADDR[:PORT]  resolver the DNS proxy forwards to (repeatable;\n"
 		"                     default: the nameservers of /etc/resolv.conf)\n"
-		"  --dns-min-ttl SEC  learned addresses live at least this long (default 5)\n"
+		"  --dns-min-ttl SEC  learned addresses live at least this long (default 30, a\n"
+		"                     JVM's DNS cache)\n"
+		"  --dns-ttl-grace SEC  and this much past that (default 30); one the sandbox\n"
+		"                     has a socket connected to lives on while it does\n"
 		"  --dns-max-learned N  learned addresses per sandbox (default 4096)\n"
 		"  --dns-exfil-max-label N, --dns-exfil-max-name N, --dns-exfil-max-entropy BITS,\n"
 		"  --dns-exfil-max-subdomains N (per allowed domain and minute),\n"
@@ -244,7 +250,8 @@ static void defaults(struct egr_options *o)
 	o->metrics_addr = EGR_METRICS_DEFAULT_ADDR;
 	o->metrics_max_sandboxes = EGR_METRICS_DEFAULT_MAX_SANDBOXES;
 	o->billing_interval_s = EGR_BILLING_DEFAULT_INTERVAL_S;
-	o->dns.min_ttl_s = 5;
+	o->dns.min_ttl_s = EGR_DNSPROXY_DEFAULT_MIN_TTL_S;
+	o->dns.ttl_grace_s = EGR_DNSPROXY_DEFAULT_TTL_GRACE_S;
 	egr_exfil_limits_default(&o->dns.exfil);
 	o->dns_max_learned = 4096;
 	o->audit_rotate_bytes = 64ull << 20;
@@ -301,10 +308,13 @@ static int apply(struct egr_options *o, int c, const struct cursor *at, const ch
 		o->dns.nupstreams++;
 		break;
 	case OPT_DNS_MIN_TTL:
+	case OPT_DNS_TTL_GRACE:
 	case OPT_DNS_MAX_LEARNED:
 		rc = num(o, at, arg, 0, 86400ull * 365, &v);
 		if (!rc && c == OPT_DNS_MIN_TTL)
 			o->dns.min_ttl_s = (uint32_t)v;
+		else if (!rc && c == OPT_DNS_TTL_GRACE)
+			o->dns.ttl_grace_s = (uint32_t)v;
 		else if (!rc)
 			o->dns_max_learned = (uint32_t)v;
 		break;
@@ -627,6 +637,7 @@ void egr_options_take_reloadable(struct egr_options *cur, const struct egr_optio
 	cur->log_level = next->log_level;
 	cur->alerts.cfg = next->alerts.cfg;
 	cur->dns.min_ttl_s = next->dns.min_ttl_s;
+	cur->dns.ttl_grace_s = next->dns.ttl_grace_s;
 	cur->dns.exfil = next->dns.exfil;
 	cur->metrics_max_sandboxes = next->metrics_max_sandboxes;
 	for (int i = 0; longopts[i].name; i++) {

@@ -122,6 +122,11 @@ int egr_reg_detach_held(struct egr_registry *r, struct egr_held *h, struct egr_f
  * control loop (and the replies waiting on it) for long; true when it
  * stopped with released sandboxes left for the next call. */
 bool egr_reg_reclaim(struct egr_registry *r, uint64_t budget_ns);
+/* Learned names due within horizon_ns whose address a socket of their
+ * sandbox is connected to (sock_diag, per network namespace) now live
+ * extend_ns from now (registry/keepconn.c). Returns how many were kept. */
+unsigned egr_reg_keep_connected(struct egr_registry *r, struct egr_learned *l, uint64_t horizon_ns,
+				uint64_t extend_ns);
 /* Quarantine (on) or release a sandbox: one update of its kernel entry;
  * quarantining then destroys every connected socket of its cgroups
  * (*closed counts them). 0 or -errno with f filled. */

@@ -30,6 +30,8 @@
 #include "sockdiag.h"
 
 #define TCP_LISTEN_STATE 10
+#define TCP_TIME_WAIT_STATE 6
+#define TCP_CLOSE_STATE 7
 #define ALL_STATES 0xffffffffu
 
 struct victim {
@@ -49,6 +51,8 @@ struct listener {
 struct scan {
 	int netns_fd; /* -1: egressd's own */
 	bool all;     /* every socket is a victim (detach) */
+	egr_sock_peer_fn peer; /* report connected sockets instead (no victims) */
+	void *peer_ctx;
 	const uint64_t *cgids;
 	size_t ncg;
 	struct listener *l;
@@ -227,6 +231,14 @@ static int dump_cb(const struct nlmsghdr *h, void *data)
 	if (s->family != AF_UNSPEC && family != s->family) {
 		s->cb_err = -EPROTO;
 		return MNL_CB_ERROR;
+	}
+	if (s->peer) {
+		if (m->id.idiag_dport && m->idiag_state != TCP_LISTEN_STATE &&
+		    m->idiag_state != TCP_TIME_WAIT_STATE && m->idiag_state != TCP_CLOSE_STATE)
+			s->peer(s->peer_ctx, msg_cgroup_id(h), family,
+				(const uint8_t *)m->id.idiag_dst, ntohs(m->id.idiag_dport),
+				s->protocol);
+		return MNL_CB_OK;
 	}
 	if (s->all) {
 		if ((s->cb_err = grow((void **)&s->cand, &s->capc, s->nc, sizeof(*s->cand))))
@@ -473,4 +485,19 @@ int egr_sockdiag_destroy_all(int netns_fd, const uint64_t *cgids, size_t ncg,
 	struct scan s = { .netns_fd = netns_fd, .all = true, .cgids = cgids, .ncg = ncg };
 
 	return destroy_matching(&s, false, NULL, NULL, destroyed);
+}
+
+int egr_sockdiag_connected(int netns_fd, const uint64_t *cgids, size_t ncg, egr_sock_peer_fn fn,
+			   void *ctx)
+{
+	struct scan s = { .netns_fd = netns_fd, .cgids = cgids, .ncg = ncg, .peer = fn,
+			  .peer_ctx = ctx };
+	int err;
+
+	if (!ncg)
+		return 0;
+	err = dump_all(&s, ncg <= BC_MAX_IDS);
+	free(s.cand);
+	free(s.l);
+	return err;
 }

@@ -27,4 +27,16 @@ int egr_sockdiag_destroy_refused(int netns_fd, const uint64_t *cgids, size_t ncg
 int egr_sockdiag_destroy_all(int netns_fd, const uint64_t *cgids, size_t ncg,
 			     unsigned int *destroyed);
 
+/* One connected socket found: its cgroup id, family, peer (network-order
+ * address, host-order port) and protocol. */
+typedef void (*egr_sock_peer_fn)(void *ctx, uint64_t cgroup_id, int family, const uint8_t *daddr,
+				 uint16_t dport, int protocol);
+
+/* Report every TCP socket of the cgroups that is connected or connecting
+ * (not listening, closed or in TIME_WAIT) and every connected UDP socket,
+ * of both families, in the network namespace netns_fd (-1: egressd's own).
+ * Destroys nothing. 0 or -errno (then some may have been reported). */
+int egr_sockdiag_connected(int netns_fd, const uint64_t *cgids, size_t ncg, egr_sock_peer_fn fn,
+			   void *ctx);
+
 #endif /* EGR_SOCKDIAG_H */

@@ -313,6 +313,18 @@ static int check_no_caps(void)
 	return 0;
 }
 
+/* no_new_privs, these securebits (locked as they say), no ambient set. */
+static int lock_privs(unsigned long bits)
+{
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		return -errno;
+	if (prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) < 0)
+		return -errno;
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+		return -errno;
+	return 0;
+}
+
 int egr_confine_drop_all_caps(const struct egr_run_user *user)
 {
 	/* Locked: no later exec of a set-uid-root file or uid change brings a
@@ -321,14 +333,10 @@ int egr_confine_drop_all_caps(const struct egr_run_user *user)
 				   SECBIT_NO_SETUID_FIXUP | SECBIT_NO_SETUID_FIXUP_LOCKED |
 				   SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
 				   SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
-	int err;
+	int err = lock_privs(bits);
 
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-		return -errno;
-	if (prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) < 0)
-		return -errno;
-	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
-		return -errno;
+	if (err)
+		return err;
 	/* The uid change needs CAP_SETUID/CAP_SETGID: before the capset, which
 	 * SECBIT_NO_SETUID_FIXUP leaves to us. */
 	if (user) {
@@ -342,6 +350,38 @@ int egr_confine_drop_all_caps(const struct egr_run_user *user)
 	if (err)
 		return err;
 	return check_no_caps();
+}
+
+static bool keep_ns(int cap, void *ctx)
+{
+	return cap < 64 && (EGR_CONFINE_NS_CAPS & (1ULL << cap));
+}
+
+int egr_confine_keep_ns_caps(void)
+{
+	const unsigned long bits = SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP_LOCKED |
+				   SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
+				   SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct data[2];
+	int err = lock_privs(bits);
+
+	if (err)
+		return err;
+	err = egr_caps_restrict(keep_ns, NULL, NULL);
+	if (err)
+		return err;
+	if (syscall(SYS_capget, &hdr, data) < 0)
+		return -errno;
+	if ((data[0].effective | ((uint64_t)data[1].effective << 32)) != EGR_CONFINE_NS_CAPS ||
+	    (data[0].permitted | ((uint64_t)data[1].permitted << 32)) != EGR_CONFINE_NS_CAPS ||
+	    data[0].inheritable || data[1].inheritable)
+		return -EPERM;
+	for (int cap = 0; cap <= CAP_LAST_CAP; cap++)
+		if ((prctl(PR_CAPBSET_READ, cap, 0, 0, 0) > 0) != keep_ns(cap, NULL) ||
+		    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, cap, 0, 0) > 0)
+			return -EPERM;
+	return 0;
 }
 
 /* --- the tables, for the OCI profiles (seccomp_profile.c) --------------------- */

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <jansson.h>
+#include <linux/capability.h>
 #include <linux/filter.h>
 
 struct egr_confine {
@@ -61,6 +62,22 @@ struct egr_run_user {
  * single supplementary group user->gid first. Checks the result: 0 only
  * when every set reads empty, else -errno (-EPERM: something is left). */
 int egr_confine_drop_all_caps(const struct egr_run_user *user);
+
+/* The capabilities uid 0 keeps in a user namespace whose ids map to a
+ * host range of its own (egressctl run): they act only on processes and
+ * files of those mapped ids (the kernel's capable_wrt_inode_uidgid), so
+ * apt can drop to _apt and a tool chown its own files. */
+#define EGR_CONFINE_NS_CAPS                                                               \
+	((1ULL << CAP_CHOWN) | (1ULL << CAP_DAC_OVERRIDE) | (1ULL << CAP_FOWNER) |       \
+	 (1ULL << CAP_SETGID) | (1ULL << CAP_SETUID))
+
+/* Keep exactly EGR_CONFINE_NS_CAPS, for uid 0 in such a namespace: the
+ * bounding set and the effective and permitted sets are those five (an
+ * exec as uid 0 gets them back, no more: no_new_privs), none inheritable or
+ * ambient; securebits locked with SECBIT_NOROOT and SECBIT_NO_SETUID_FIXUP
+ * clear, so a change to a non-zero uid (apt's _apt) drops all of them.
+ * Checks the result: 0, or -errno (-EPERM: the sets differ). */
+int egr_confine_keep_ns_caps(void);
 
 /* Drop every capability keep() refuses from the bounding, effective,
  * permitted and inheritable sets (*dropped: effective ones given up).

@@ -30,11 +30,17 @@ struct egr_dnspolicy {
 	struct egr_cidr *rebind; /* network.dns_rebind_allow */
 	size_t nrebind;
 	bool audit;
+	bool reject_refused; /* network.dns_reject "refused" */
 };
 
 bool egr_dnspolicy_audit(const struct egr_dnspolicy *pol)
 {
 	return pol && pol->audit;
+}
+
+uint16_t egr_dnspolicy_reject_rcode(const struct egr_dnspolicy *pol)
+{
+	return pol && pol->reject_refused ? EGR_DNS_R_REFUSED : EGR_DNS_R_NXDOMAIN;
 }
 
 static const uint16_t default_qtypes[] = {
@@ -210,6 +216,7 @@ int egr_dnspolicy_new(const struct egr_policy *p, const uint16_t *qtypes, size_t
 		pol->nrebind = p->nrebind;
 	}
 	pol->audit = p->audit_mode != 0;
+	pol->reject_refused = p->dns_reject_refused != 0;
 
 	maxn = p->ndns + p->nallow;
 	pol->exact = calloc(maxn ? maxn : 1, sizeof(*pol->exact));

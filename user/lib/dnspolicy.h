@@ -81,6 +81,9 @@ bool egr_dnspolicy_qtype_allowed(const struct egr_dnspolicy *pol, uint16_t qtype
 /* network.mode "audit": names and qtypes outside the policy are forwarded
  * anyway (and reported), docs/dns.md. */
 bool egr_dnspolicy_audit(const struct egr_dnspolicy *pol);
+/* The rcode a name this policy refuses gets: network.dns_reject,
+ * EGR_DNS_R_NXDOMAIN (the default, and for pol NULL) or EGR_DNS_R_REFUSED. */
+uint16_t egr_dnspolicy_reject_rcode(const struct egr_dnspolicy *pol);
 /* Number of exact names / wildcards compiled (for logs and tests). */
 size_t egr_dnspolicy_nexact(const struct egr_dnspolicy *pol);
 size_t egr_dnspolicy_nwild(const struct egr_dnspolicy *pol);

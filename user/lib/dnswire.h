@@ -2,7 +2,7 @@
 /*
  * DNS wire format (RFC 1035, 2181, 3596, 6891) for the DNS proxy: parse a
  * sandbox's query, parse the upstream's response, pick the addresses that
- * answer the question, build REFUSED / SERVFAIL replies, and compute the
+ * answer the question, build REFUSED / SERVFAIL / denial replies, and compute the
  * label signals used for exfiltration detection.
  *
  * Every packet is hostile input. The parsers never read outside [pkt, pkt+len),
@@ -95,6 +95,15 @@
 
 /* The UDP payload size our own replies advertise in their OPT RR. */
 #define EGR_DNS_EDNS_UDP_SIZE 1232
+
+/* RFC 8914 Extended DNS Errors: the EDNS option and the codes we send. */
+#define EGR_DNS_OPT_EDE	       15
+#define EGR_DNS_EDE_BLOCKED    15 /* "Blocked": an operator's policy */
+#define EGR_DNS_EDE_PROHIBITED 18 /* "Prohibited": this client may not ask */
+/* Our EXTRA-TEXT is at most this long, so a denial of the longest name
+ * (12 + 259 question bytes + 11 OPT + 6 EDE + text) fits the 512 bytes
+ * every UDP client takes, whatever it advertised. */
+#define EGR_DNS_EDE_TEXT_MAX 160
 
 struct egr_dns_query {
 	uint16_t id;
@@ -204,6 +213,19 @@ int egr_dns_build_refused(const uint8_t *query, size_t qlen, uint8_t *out, size_
 			  size_t *olen);
 int egr_dns_build_servfail(const uint8_t *query, size_t qlen, uint8_t *out, size_t outlen,
 			   size_t *olen);
+
+/*
+ * A policy's denial, built like the above with rcode EGR_DNS_R_NXDOMAIN or
+ * EGR_DNS_R_REFUSED (-EINVAL otherwise): when the query had an OPT RR, the
+ * reply's OPT RR carries one Extended DNS Error option (RFC 8914) with
+ * INFO-CODE ede_code and EXTRA-TEXT text (printable ASCII, at most
+ * EGR_DNS_EDE_TEXT_MAX bytes, else -EINVAL); without one, no OPT RR and so
+ * no EDE (RFC 6891 7). No SOA in the authority section: the denial is not
+ * negatively cached beyond what the resolver does by default, so a policy
+ * update that allows the name works at once.
+ */
+int egr_dns_build_denial(const uint8_t *query, size_t qlen, uint16_t rcode, uint16_t ede_code,
+			 const char *text, uint8_t *out, size_t outlen, size_t *olen);
 
 /* A NOERROR reply with TC set and no records, built like the above: it
  * sends the client to TCP. */

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * DNS replies egressd writes itself (REFUSED, SERVFAIL, truncated) from a
- * parsed query, and the label measures the exfiltration checks use
+ * DNS replies egressd writes itself (REFUSED, SERVFAIL, truncated, and a
+ * policy denial with its Extended DNS Error) from a parsed query, and the label measures the exfiltration checks use
  * (entropy without libm, the longest label), and type and rcode names.
  */
 #include <errno.h>
@@ -15,12 +15,20 @@
 #include "dnswire_int.h"
 
 #define OPT_RR_LEN 11
+#define EDE_OPT_HDR 6 /* OPTION-CODE, OPTION-LENGTH, INFO-CODE (RFC 8914 2) */
+
+/* An RFC 8914 Extended DNS Error for the OPT RR, or none (text NULL). */
+struct ede {
+	uint16_t code;
+	const char *text;
+	size_t len;
+};
 
 static int build_rcode(const uint8_t *query, size_t qlen, uint16_t rcode, uint16_t flags,
-		       uint8_t *out, size_t outlen, size_t *olen)
+		       const struct ede *ede, uint8_t *out, size_t outlen, size_t *olen)
 {
 	struct egr_dns_query q;
-	size_t need;
+	size_t need, opt_len = OPT_RR_LEN;
 	int err;
 
 	if (olen)
@@ -33,7 +41,9 @@ static int build_rcode(const uint8_t *query, size_t qlen, uint16_t rcode, uint16
 	/* The question starts right after the header and, as a compression
 	 * pointer there could only point into the header, which egr_dnsw_name_decode()
 	 * refuses, its bytes are all in place: copy them verbatim. */
-	need = q.question_end + (q.edns ? OPT_RR_LEN : 0);
+	if (ede)
+		opt_len += EDE_OPT_HDR + ede->len;
+	need = q.question_end + (q.edns ? opt_len : 0);
 	if (need > outlen)
 		return -ENOSPC;
 	put16(out, q.id);
@@ -46,14 +56,22 @@ static int build_rcode(const uint8_t *query, size_t qlen, uint16_t rcode, uint16
 	memmove(out + EGR_DNS_HDR_LEN, query + EGR_DNS_HDR_LEN, q.question_end - EGR_DNS_HDR_LEN);
 	if (q.edns) {
 		/* Minimal OPT RR (RFC 6891 7): root owner, our UDP size,
-		 * extended rcode 0, version 0, DO echoed, no options. */
+		 * extended rcode 0, version 0, DO echoed, no options but
+		 * the EDE. A query without OPT gets none (RFC 6891 7: such a
+		 * requestor implements none of EDNS), hence no EDE either. */
 		uint8_t *p = out + q.question_end;
 
 		p[0] = 0;
 		put16(p + 1, EGR_DNS_T_OPT);
 		put16(p + 3, EGR_DNS_EDNS_UDP_SIZE);
 		put32(p + 5, q.edns_do ? EGR_DNS_EDNS_DO : 0);
-		put16(p + 9, 0);
+		put16(p + 9, (uint16_t)(opt_len - OPT_RR_LEN));
+		if (ede) {
+			put16(p + 11, EGR_DNS_OPT_EDE);
+			put16(p + 13, (uint16_t)(2 + ede->len));
+			put16(p + 15, ede->code);
+			memcpy(p + 17, ede->text, ede->len);
+		}
 	}
 	*olen = need;
 	return 0;
@@ -62,19 +80,38 @@ static int build_rcode(const uint8_t *query, size_t qlen, uint16_t rcode, uint16
 int egr_dns_build_refused(const uint8_t *query, size_t qlen, uint8_t *out, size_t outlen,
 			  size_t *olen)
 {
-	return build_rcode(query, qlen, EGR_DNS_R_REFUSED, 0, out, outlen, olen);
+	return build_rcode(query, qlen, EGR_DNS_R_REFUSED, 0, NULL, out, outlen, olen);
 }
 
 int egr_dns_build_servfail(const uint8_t *query, size_t qlen, uint8_t *out, size_t outlen,
 			   size_t *olen)
 {
-	return build_rcode(query, qlen, EGR_DNS_R_SERVFAIL, 0, out, outlen, olen);
+	return build_rcode(query, qlen, EGR_DNS_R_SERVFAIL, 0, NULL, out, outlen, olen);
 }
 
 int egr_dns_build_truncated(const uint8_t *query, size_t qlen, uint8_t *out, size_t outlen,
 			    size_t *olen)
 {
-	return build_rcode(query, qlen, EGR_DNS_R_NOERROR, EGR_DNS_F_TC, out, outlen, olen);
+	return build_rcode(query, qlen, EGR_DNS_R_NOERROR, EGR_DNS_F_TC, NULL, out, outlen, olen);
+}
+
+int egr_dns_build_denial(const uint8_t *query, size_t qlen, uint16_t rcode, uint16_t ede_code,
+			 const char *text, uint8_t *out, size_t outlen, size_t *olen)
+{
+	struct ede e = { .code = ede_code, .text = text ? text : "" };
+
+	if (olen)
+		*olen = 0;
+	if (rcode != EGR_DNS_R_NXDOMAIN && rcode != EGR_DNS_R_REFUSED)
+		return -EINVAL;
+	e.len = strnlen(e.text, EGR_DNS_EDE_TEXT_MAX + 1);
+	if (e.len > EGR_DNS_EDE_TEXT_MAX)
+		return -EINVAL;
+	/* EXTRA-TEXT is UTF-8 (RFC 8914 2); ours is printable ASCII only. */
+	for (size_t i = 0; i < e.len; i++)
+		if ((unsigned char)e.text[i] < 0x20 || (unsigned char)e.text[i] > 0x7e)
+			return -EINVAL;
+	return build_rcode(query, qlen, rcode, 0, &e, out, outlen, olen);
 }
 
 /* log2(x) for x >= 1 without libm: x = m * 2^e, m in [1, 2), and

@@ -388,6 +388,37 @@ int egr_pol_host(const char *h, size_t len, struct egr_allow *out, struct egr_er
 
 /* --- one outbound_allow string ---------------------------------------------------- */
 
+/* "https://api.example.com/v1" is a URL, not a destination: refused with
+ * the entry it most likely means (the scheme's port when it has a known
+ * one). */
+static int url_entry(const char *text, struct egr_error *err)
+{
+	static const struct {
+		const char *scheme;
+		unsigned port;
+	} known[] = { { "https", 443 }, { "http", 80 }, { "wss", 443 }, { "ws", 80 },
+		      { "ftp", 21 },    { "ssh", 22 },  { "git", 9418 } };
+	const char *sep = strstr(text, "://"), *host = sep + 3;
+	size_t hlen = strcspn(host, "/?#");
+	unsigned port = 0;
+	char q[QUOTE_BUF];
+
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		if ((size_t)(sep - text) == strlen(known[i].scheme) &&
+		    !strncasecmp(text, known[i].scheme, (size_t)(sep - text)))
+			port = known[i].port;
+	if (hlen && memchr(host, ':', hlen))
+		egr_pol_msg(err, "%s is a URL, not a destination: write HOST:PORT, here \"%.*s\"",
+			    egr_pol_quote(q, text), (int)hlen, host);
+	else if (hlen && port)
+		egr_pol_msg(err, "%s is a URL, not a destination: write HOST:PORT, here \"%.*s:%u\"",
+			    egr_pol_quote(q, text), (int)hlen, host, port);
+	else
+		egr_pol_msg(err, "%s is a URL, not a destination: write HOST:PORT (e.g. "
+			    "\"api.example.com:443\")", egr_pol_quote(q, text));
+	return -EINVAL;
+}
+
 int egr_allow_parse(const char *text, struct egr_allow *out, struct egr_error *err)
 {
 	struct egr_error scratch;
@@ -425,6 +456,9 @@ int egr_allow_parse(const char *text, struct egr_allow *out, struct egr_error *e
 		}
 	}
 	s = text;
+	/* A URL is the commonest slip: say what to write instead. */
+	if (strstr(text, "://"))
+		return url_entry(text, err);
 	/* A protocol prefix is letters followed by '/'; no host starts that way. */
 	slash = strchr(s, '/');
 	if (slash && slash > s) {

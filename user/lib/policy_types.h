@@ -66,6 +66,8 @@ struct egr_policy {
 	                        * (docs/inspect.md); default 1 for trust "strict", else 0 */
 	int escape_alert;      /* network.on_escape: "kill" (0, default) or "alert" (1) */
 	int audit_mode;        /* network.mode: "enforce" (0, default) or "audit" (1) */
+	int dns_reject_refused; /* network.dns_reject: a refused name gets "nxdomain" (0,
+	                         * default) or "refused" (1); docs/dns.md "Denials" */
 	uint32_t breaker_max_denies; /* network.breaker.max_denies; 0 = no breaker in the
 	                              * policy (egressd's --breaker default applies) */
 	uint32_t breaker_window_s;   /* network.breaker.window_s */

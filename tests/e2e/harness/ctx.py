@@ -53,7 +53,10 @@ class Daemon:
         self.proc = subprocess.Popen(
             [c.egressd, "--socket", c.sock, "--bpffs-dir", c.bpffs, "--state-dir", c.state,
              "--log-level", "debug", "--metrics-addr", "127.0.0.1:%d" % c.metrics_port,
-             "--billing-interval", "1"] + list(getattr(c, "dns_args", [])) + self.extra_args,
+             "--billing-interval", "1",
+             # No grace past a learned address's TTL: the tests time its
+             # expiry (test_learned_grace sets its own).
+             "--dns-ttl-grace", "0"] + list(getattr(c, "dns_args", [])) + self.extra_args,
             stdin=subprocess.DEVNULL, stdout=self.logf, stderr=self.logf)
         log("egressd pid %d" % self.proc.pid)
 

@@ -369,8 +369,11 @@ def dns_ok(c, sb, name, qtype="A", mode="udp", server="127.0.0.2", want=None, ne
 
 
 def dns_refused(c, sb, name, qtype="A", mode="udp", server="127.0.0.2", netns=None):
+    """The sandbox's policy denies name: NXDOMAIN (network.dns_reject's
+    default) or REFUSED (dns_reject "refused", or a refused qtype)."""
     rc, addrs, src, line = dns_query(mode, server, 53, name, qtype, cg=sb.cg, netns=netns)
-    check(rc == "REFUSED" and not addrs, "%s %s via %s/%s: expected REFUSED, got %r" %
+    check(rc in ("NXDOMAIN", "REFUSED") and not addrs,
+          "%s %s via %s/%s: expected a denial (NXDOMAIN or REFUSED), got %r" %
           (name, qtype, mode, server, line))
 
 

@@ -132,7 +132,7 @@ static size_t udp_limit(const struct pending *q)
 }
 
 /* The sandbox's policy changed while q was upstream: judge it again under
- * the new one (a name or qtype it no longer allows gets REFUSED, with
+ * the new one (a name or qtype it no longer allows is denied, with
  * nothing learned; one it still allows takes the new ports). True: q is
  * answered and freed. */
 static bool refused_by_new_policy(struct egr_dnsproxy *p, struct pending *q)
@@ -141,12 +141,13 @@ static bool refused_by_new_policy(struct egr_dnsproxy *p, struct pending *q)
 	struct egr_dnspolicy_match m;
 	struct tconn *conn = q->conn;
 	const char *why = NULL;
+	bool name_refused = false;
 	struct client cl;
 
 	if (q->pol_gen == sb->pol_gen || egr_dnspolicy_audit(sb->pol))
 		return false;
 	if (egr_dnspolicy_match(sb->pol, q->qname, &m) != 1)
-		why = "name not allowed (policy updated)";
+		why = "name not allowed (policy updated)", name_refused = true;
 	else if (!egr_dnspolicy_qtype_allowed(sb->pol, q->qtype))
 		why = "qtype not allowed (policy updated)";
 	if (!why) {
@@ -155,10 +156,8 @@ static bool refused_by_new_policy(struct egr_dnsproxy *p, struct pending *q)
 		return false;
 	}
 	dnsp_pend_client(q, &cl);
-	dnsp_reply_rcode(sb, &cl, q->query, q->qlen, EGR_DNS_R_REFUSED);
-	sb->st.refused++;
-	dnsp_emit(sb, q->qname, q->qtype, q->transport, EGR_DNS_V_REFUSED, why, 0,
-		  EGR_DNS_R_REFUSED, NULL, 0);
+	dnsp_deny(sb, &cl, q->query, q->qlen, q->qname, q->qtype, EGR_DNS_V_REFUSED, name_refused,
+		  why);
 	dnsp_pend_free(p, q);
 	if (conn)
 		dnsp_conn_settle(conn);
@@ -251,7 +250,8 @@ void dnsp_pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt, s
 				learned[i].family = addrs[i].family;
 				memcpy(learned[i].addr, addrs[i].addr, sizeof(learned[i].addr));
 				learned[i].ttl_s = ttl;
-				learned[i].expires_ns = now + (uint64_t)ttl * 1000000000ULL;
+				learned[i].expires_ns =
+					now + ((uint64_t)ttl + p->cfg.ttl_grace_s) * 1000000000ULL;
 				learned[i].ports = q->ports;
 				learned[i].qname = q->qname;
 			}

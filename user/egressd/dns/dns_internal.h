@@ -231,6 +231,15 @@ void dnsp_emit(struct sb *sb, const char *qname, uint16_t qtype, int transport,
 void dnsp_reply(struct sb *sb, const struct client *cl, const uint8_t *msg, size_t len);
 void dnsp_reply_rcode(struct sb *sb, const struct client *cl, const uint8_t *q, size_t qlen,
 		      uint16_t rcode);
+/* A query the sandbox's policy refuses (docs/dns.md "Denials"): a refused
+ * name (name_refused: not allowed, or an exfiltration signal) gets the
+ * policy's network.dns_reject rcode, a refused class or type REFUSED
+ * (NXDOMAIN would deny the name's other types too, RFC 8020); with EDNS
+ * the reply says why in an RFC 8914 EDE "Blocked". Counted and reported
+ * as verdict v (EGR_DNS_V_REFUSED or EGR_DNS_V_EXFIL). */
+void dnsp_deny(struct sb *sb, const struct client *cl, const uint8_t *q, size_t qlen,
+	       const char *qname, uint16_t qtype, enum egr_dns_verdict v, bool name_refused,
+	       const char *why);
 void dnsp_pend_free(struct egr_dnsproxy *p, struct pending *q);
 void dnsp_pend_client(const struct pending *q, struct client *cl);
 /* Answer SERVFAIL, count, report and free. */

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -81,6 +82,31 @@ void dnsp_reply_rcode(struct sb *sb, const struct client *cl, const uint8_t *q, 
 		return;
 	}
 	dnsp_reply(sb, cl, p->obuf, olen);
+}
+
+void dnsp_deny(struct sb *sb, const struct client *cl, const uint8_t *q, size_t qlen,
+	       const char *qname, uint16_t qtype, enum egr_dns_verdict v, bool name_refused,
+	       const char *why)
+{
+	uint16_t rcode = name_refused ? egr_dnspolicy_reject_rcode(sb->pol) : EGR_DNS_R_REFUSED;
+	char text[EGR_DNS_EDE_TEXT_MAX + 1];
+	size_t olen;
+	int err;
+
+	/* The text names no query byte: the client knows what it asked. */
+	snprintf(text, sizeof(text), "egressd policy refused this %s (%s)",
+		 name_refused ? "name" : "query", why);
+	err = egr_dns_build_denial(q, qlen, rcode, EGR_DNS_EDE_BLOCKED, text, sb->p->obuf,
+				   sizeof(sb->p->obuf), &olen);
+	if (err)
+		log_debug("dns: sandbox %u: cannot build its denial: %s", sb->id, strerror(-err));
+	else
+		dnsp_reply(sb, cl, sb->p->obuf, olen);
+	if (v == EGR_DNS_V_EXFIL)
+		sb->st.exfil++;
+	else
+		sb->st.refused++;
+	dnsp_emit(sb, qname, qtype, cl->transport, v, why, 0, rcode, NULL, 0);
 }
 
 /* --- the in-flight table ----------------------------------------------------- */

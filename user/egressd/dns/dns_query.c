@@ -4,7 +4,7 @@
  * qtype against its DNS policy, the exfiltration tracker, then a slot of
  * the in-flight table (per-sandbox limit; a full table evicts from the
  * heaviest sandbox) and the upstream send. Every verdict is answered
- * (REFUSED/SERVFAIL built from the client's bytes) and reported.
+ * (a denial or SERVFAIL built from the client's bytes) and reported.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -240,10 +240,8 @@ void dnsp_handle_query(struct sb *sb, const struct client *cl, const uint8_t *pk
 		return;
 	}
 	if (q.qclass != EGR_DNS_C_IN) {
-		dnsp_reply_rcode(sb, cl, pkt, len, EGR_DNS_R_REFUSED);
-		sb->st.refused++;
-		dnsp_emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_REFUSED, "class not IN", 0,
-		     EGR_DNS_R_REFUSED, NULL, 0);
+		dnsp_deny(sb, cl, pkt, len, q.qname, q.qtype, EGR_DNS_V_REFUSED, false,
+			  "class not IN");
 		return;
 	}
 	if (egr_dnspolicy_match(sb->pol, q.qname, &m) != 1) {
@@ -257,10 +255,8 @@ void dnsp_handle_query(struct sb *sb, const struct client *cl, const uint8_t *pk
 			dnsp_emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_AUDIT,
 			     "name not allowed", 0, 0, NULL, 0);
 		} else {
-			dnsp_reply_rcode(sb, cl, pkt, len, EGR_DNS_R_REFUSED);
-			sb->st.refused++;
-			dnsp_emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_REFUSED,
-			     "name not allowed", 0, EGR_DNS_R_REFUSED, NULL, 0);
+			dnsp_deny(sb, cl, pkt, len, q.qname, q.qtype, EGR_DNS_V_REFUSED, true,
+				  "name not allowed");
 			return;
 		}
 	}
@@ -269,20 +265,17 @@ void dnsp_handle_query(struct sb *sb, const struct client *cl, const uint8_t *pk
 		dnsp_emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_AUDIT, "qtype not allowed", 0,
 		     0, NULL, 0);
 	} else if (!egr_dnspolicy_qtype_allowed(sb->pol, q.qtype)) {
-		dnsp_reply_rcode(sb, cl, pkt, len, EGR_DNS_R_REFUSED);
-		sb->st.refused++;
-		dnsp_emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_REFUSED, "qtype not allowed",
-		     0, EGR_DNS_R_REFUSED, NULL, 0);
+		dnsp_deny(sb, cl, pkt, len, q.qname, q.qtype, EGR_DNS_V_REFUSED, false,
+			  "qtype not allowed");
 		return;
 	}
 	err = egr_exfil_check(sb->exfil, q.qname, m.domain, egr_mono_ns(), &why);
 	if (err) {
-		dnsp_reply_rcode(sb, cl, pkt, len, err == -EPERM ? EGR_DNS_R_REFUSED : EGR_DNS_R_SERVFAIL);
 		if (err == -EPERM) {
-			sb->st.exfil++;
-			dnsp_emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_EXFIL,
-			     egr_exfil_reason_name(why), 0, EGR_DNS_R_REFUSED, NULL, 0);
+			dnsp_deny(sb, cl, pkt, len, q.qname, q.qtype, EGR_DNS_V_EXFIL, true,
+				  egr_exfil_reason_name(why));
 		} else {
+			dnsp_reply_rcode(sb, cl, pkt, len, EGR_DNS_R_SERVFAIL);
 			sb->st.servfail++;
 			dnsp_emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_SERVFAIL,
 			     "exfil tracker", err, EGR_DNS_R_SERVFAIL, NULL, 0);

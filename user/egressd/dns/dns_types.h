@@ -30,12 +30,19 @@ struct egr_bpf;
  * sandbox gets this many turns' worth, never the loop. */
 #define EGR_DNSPROXY_UDP_TURN      8
 
+/* egressd's --dns-min-ttl and --dns-ttl-grace defaults (docs/dns.md
+ * "Learned addresses and client caches"): a JVM caches an answer 30 s
+ * whatever its TTL, and reconnects to it until then. */
+#define EGR_DNSPROXY_DEFAULT_MIN_TTL_S   30
+#define EGR_DNSPROXY_DEFAULT_TTL_GRACE_S 30
+
 /* One address to add to a sandbox's allowlist. */
 struct egr_dns_learned {
 	int family;             /* AF_INET or AF_INET6 */
 	uint8_t addr[16];       /* network order; AF_INET uses the first 4 */
 	uint32_t ttl_s;         /* max(answer TTL along the CNAME chain, min_ttl_s) */
-	uint64_t expires_ns;    /* CLOCK_BOOTTIME (bpf_ktime_get_boot_ns) deadline */
+	uint64_t expires_ns;    /* CLOCK_BOOTTIME (bpf_ktime_get_boot_ns) deadline:
+	                         * ttl_s plus the proxy's ttl_grace_s after the answer */
 	struct egr_dns_ports ports; /* of the matching outbound_allow entries */
 	const char *qname;      /* the allowed name asked (valid during the callback) */
 };
@@ -92,6 +99,7 @@ struct egr_dnsproxy_config {
 	struct sockaddr_storage upstreams[EGR_DNSPROXY_MAX_UPSTREAMS];
 	size_t nupstreams;
 	uint32_t min_ttl_s;           /* learned expiry >= this (default 0) */
+	uint32_t ttl_grace_s;         /* and this much past max(TTL, min_ttl_s) (default 0) */
 	uint32_t timeout_ms;          /* upstream query timeout (0: 2000) */
 	uint32_t max_inflight;        /* whole proxy (0: 1024, max 16384) */
 	uint32_t max_inflight_per_sb; /* one sandbox (0: max_inflight / 4, at least 64) */

@@ -444,7 +444,7 @@ int egr_dnsproxy_update_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id,
 	return 0;
 }
 
-int egr_dnsproxy_set_limits(struct egr_dnsproxy *p, uint32_t min_ttl_s,
+int egr_dnsproxy_set_limits(struct egr_dnsproxy *p, uint32_t min_ttl_s, uint32_t ttl_grace_s,
 			    const struct egr_exfil_limits *exfil)
 {
 	struct egr_exfil **fresh;
@@ -474,6 +474,7 @@ int egr_dnsproxy_set_limits(struct egr_dnsproxy *p, uint32_t min_ttl_s,
 	free(fresh);
 	p->cfg.exfil = *exfil;
 	p->cfg.min_ttl_s = min_ttl_s;
+	p->cfg.ttl_grace_s = ttl_grace_s;
 	return 0;
 }
 

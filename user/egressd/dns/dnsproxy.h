@@ -72,10 +72,10 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
  * -ENOENT if unknown. */
 int egr_dnsproxy_update_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id,
 				struct egr_dnspolicy *pol);
-/* SIGHUP: new learned-address minimum TTL and exfiltration limits, for
- * every sandbox (their exfiltration windows restart empty). All or nothing:
- * -ENOMEM leaves the old limits. */
-int egr_dnsproxy_set_limits(struct egr_dnsproxy *p, uint32_t min_ttl_s,
+/* SIGHUP: new learned-address minimum TTL, grace and exfiltration limits,
+ * for every sandbox (their exfiltration windows restart empty). All or
+ * nothing: -ENOMEM leaves the old limits. */
+int egr_dnsproxy_set_limits(struct egr_dnsproxy *p, uint32_t min_ttl_s, uint32_t ttl_grace_s,
 			    const struct egr_exfil_limits *exfil);
 /* Close its sockets and TCP connections, drop its queries in flight. */
 int egr_dnsproxy_remove_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id);

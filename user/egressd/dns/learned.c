@@ -421,6 +421,48 @@ const char *egr_learned_name_of(struct egr_learned *l, uint32_t sandbox_id, int 
 	return NULL;
 }
 
+size_t egr_learned_expiring(struct egr_learned *l, uint64_t now_boot_ns, uint64_t until_boot_ns,
+			    uint32_t *ids, size_t max)
+{
+	size_t n = 0;
+
+	for (struct sbl *s = l->sbs; s && n < max; s = s->next) {
+		bool due = false;
+
+		for (size_t i = 0; i < s->n && !due; i++)
+			for (size_t j = 0; j < s->addrs[i].nnames && !due; j++)
+				due = s->addrs[i].names[j].expires_ns > now_boot_ns &&
+				      s->addrs[i].names[j].expires_ns <= until_boot_ns;
+		if (due)
+			ids[n++] = s->id;
+	}
+	return n;
+}
+
+int egr_learned_keep(struct egr_learned *l, uint32_t sandbox_id, int family, const uint8_t *addr,
+		     uint64_t until_boot_ns)
+{
+	struct sbl *s = find_sbl(l, sandbox_id, false);
+	struct addr *e = s ? find_addr(s, family, addr) : NULL;
+	uint64_t now = egr_boot_ns();
+	struct egr_sandbox ksb;
+	bool changed = false;
+	int err;
+
+	if (!e)
+		return -ENOENT;
+	for (size_t i = 0; i < e->nnames; i++) {
+		if (e->names[i].expires_ns <= now || e->names[i].expires_ns >= until_boot_ns)
+			continue;
+		e->names[i].expires_ns = until_boot_ns;
+		changed = true;
+	}
+	if (!changed)
+		return 0;
+	err = egr_bpf_get_sandbox(l->bpf, s->id, &ksb);
+	return err ? err : sync_addr(l, e, ksb.policy_id, now);
+}
+
 unsigned int egr_learned_reclaim(struct egr_learned *l, uint64_t now_boot_ns)
 {
 	unsigned int reclaimed = 0;

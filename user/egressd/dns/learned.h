@@ -59,6 +59,18 @@ bool egr_learned_has_name(struct egr_learned *l, uint32_t sandbox_id, int family
 const char *egr_learned_name_of(struct egr_learned *l, uint32_t sandbox_id, int family,
 				const uint8_t *addr);
 
+/* Sandboxes with a live name expiring by until_boot_ns, into ids (at most
+ * max of them; a sandbox once). Returns how many. */
+size_t egr_learned_expiring(struct egr_learned *l, uint64_t now_boot_ns, uint64_t until_boot_ns,
+			    uint32_t *ids, size_t max);
+/* A socket of the sandbox is connected to addr (network order, by family):
+ * its live names that would expire before until_boot_ns now expire then, in
+ * the kernel too, so the sandbox may reconnect to it (docs/dns.md "Learned
+ * addresses and client caches"). An expired name stays expired. 0, -ENOENT
+ * (addr never learned) or -errno. */
+int egr_learned_keep(struct egr_learned *l, uint32_t sandbox_id, int family, const uint8_t *addr,
+		     uint64_t until_boot_ns);
+
 /* Remove expired entries (kernel and table). Returns how many. */
 unsigned int egr_learned_reclaim(struct egr_learned *l, uint64_t now_boot_ns);
 

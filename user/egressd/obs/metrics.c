@@ -190,12 +190,14 @@ static const struct field fields[] = {
 	  "Bytes of the IP packets received (IP header + transport header + payload).",
 	  MF(bytes_in) },
 	{ "packets_in", "ingress_packets_total", NULL, NULL, "IP packets received.", MF(pkts_in) },
-	{ "connections_allowed", "connections_total", "allowed", NULL,
-	  "connect() calls (TCP, connected UDP, TCP Fast Open) by verdict; denied ones "
-	  "with reason=\"connect\".", MF(conn_allowed) },
+	/* One label set per family: the allowed rows carry reason="policy". */
+	{ "connections_allowed", "connections_total", "allowed", "policy",
+	  "connect() calls (TCP, connected UDP, TCP Fast Open) by verdict and reason: allowed "
+	  "ones reason=\"policy\", denied ones reason=\"connect\".", MF(conn_allowed) },
 	{ "connections_denied", "connections_total", "denied", "connect", NULL, MF(conn_denied) },
-	{ "datagrams_allowed", "datagrams_total", "allowed", NULL,
-	  "Unconnected UDP datagrams by verdict; denied ones with reason=\"sendmsg\".",
+	{ "datagrams_allowed", "datagrams_total", "allowed", "policy",
+	  "Unconnected UDP datagrams by verdict and reason: allowed ones reason=\"policy\", "
+	  "denied ones reason=\"sendmsg\".",
 	  MF(dgram_allowed) },
 	{ "datagrams_denied", "datagrams_total", "denied", "sendmsg", NULL, MF(dgram_denied) },
 	{ "sockets_denied", "sockets_denied_total", NULL, "socket",
@@ -206,9 +208,9 @@ static const struct field fields[] = {
 	  MF(backstop_drops) },
 	{ "inbound_drops", "packets_dropped_total", NULL, "inbound", NULL, MF(inbound_drops) },
 	{ "quota_drops", "packets_dropped_total", NULL, "quota", NULL, MF(quota_drops) },
-	{ "dns_queries_allowed", "dns_queries_total", "allowed", NULL,
-	  "DNS queries answered by the proxy, by verdict (since egressd started); refused ones "
-	  "with reason=\"dns_policy\".",
+	{ "dns_queries_allowed", "dns_queries_total", "allowed", "dns_policy",
+	  "DNS queries answered by the proxy, by verdict (since egressd started), all "
+	  "reason=\"dns_policy\".",
 	  offsetof(struct egr_figures, dns_allowed) },
 	{ "dns_queries_refused", "dns_queries_total", "refused", "dns_policy", NULL,
 	  offsetof(struct egr_figures, dns_refused) },

@@ -62,7 +62,12 @@ unsigned reg_destroy_sockets(uint32_t id, const char *cgroup, uint64_t cgroup_id
 	err = egr_sockdiag_destroy_all(-1, ids ? ids : &one, n, &here);
 	if (netns) {
 		fd = open(netns, O_RDONLY | O_CLOEXEC);
-		if (fd < 0) {
+		if (fd < 0 && (errno == ENOENT || errno == ENOTDIR)) {
+			/* Gone with its last process (a container that exited):
+			 * no socket can be left in it. Nothing is wrong. */
+			log_info("sandbox %u: its network namespace %s is gone already; no socket "
+				 "left there", id, netns);
+		} else if (fd < 0) {
 			log_error("sandbox %u: open its network namespace %s: %m", id, netns);
 			err = err ? err : -errno;
 		} else {

@@ -1113,7 +1113,9 @@ static void test_url_entry_hint(void **state)
 		assert_non_null(strstr(e.message, cases[i].hint));
 	}
 	/* Twin: the entry it suggests parses. */
-	one("api.example.com:443");
+	a = one("api.example.com:443");
+	assert_string_equal(a.name, "api.example.com");
+	free(a.name);
 }
 
 static void test_dns_rebind_allow(void **state)

@@ -51,8 +51,12 @@ static const char *str(const json_t *o, const char *k)
 static void print_dns_fields(const json_t *e)
 {
 	const json_t *st = json_object_get(e, "stripped"), *x;
-	const char *rc;
+	const char *rc, *key = "stripped";
 	size_t i;
+
+	/* Audit mode keeps them: what enforce mode would strip. */
+	if (!st && (st = json_object_get(e, "would_strip")))
+		key = "would_strip";
 
 	if ((x = json_object_get(e, "rcode")) && json_is_integer(x)) {
 		rc = egr_dns_rcode_name((uint16_t)json_integer_value(x));
@@ -61,10 +65,11 @@ static void print_dns_fields(const json_t *e)
 	}
 	if (!json_is_array(st))
 		return;
-	printf(" stripped=");
+	printf(" %s=", key);
 	json_array_foreach(st, i, x)
 		printf("%s%s(%s)", i ? "," : "", str(x, "addr") ?: "?", str(x, "class") ?: "?");
-	if ((x = json_object_get(e, "stripped_total")) &&
+	if ((x = json_object_get(e, strcmp(key, "stripped") ? "would_strip_total"
+							      : "stripped_total")) &&
 	    (size_t)json_integer_value(x) > json_array_size(st))
 		printf(",+%" JSON_INTEGER_FORMAT " more",
 		       json_integer_value(x) - (json_int_t)json_array_size(st));

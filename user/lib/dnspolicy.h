@@ -133,6 +133,12 @@ enum egr_rebind_class egr_rebind_classify(int family, const uint8_t *addr,
 /* "loopback", "unspecified", "link-local", "multicast", "broadcast", "private",
  * "reserved", "host-local", "" for NONE. */
 const char *egr_rebind_class_name(enum egr_rebind_class c);
+/* True when a rebinding target (class cls, from egr_rebind_classify() or
+ * EGR_REBIND_LOCAL) reaches the host itself or cloud instance metadata:
+ * loopback, unspecified, link-local, an address of the host, fd00:ec2::254,
+ * 100.100.100.200 (also embedded in an IPv6 form). Private and reserved
+ * ranges (a private mirror's) are not. user/lib/rebind_target.c. */
+bool egr_rebind_targets_host(int family, const uint8_t *addr, enum egr_rebind_class cls);
 /* "native", "ipv4-mapped", "ipv4-compatible", "ipv4-translated", "nat64",
  * "6to4", "teredo". */
 const char *egr_rebind_form_name(enum egr_rebind_form f);

@@ -332,8 +332,9 @@ int egr_learned_rebase_local(struct egr_learned *l, uint32_t sandbox_id, uint32_
 		/* An address the new policy's dns_rebind_allow no longer
 		 * covers would not be learned now: it goes, whatever names
 		 * resolved to it. */
-		bool rebind = pol && egr_dnspolicy_rebind_blocked_local(pol, e->family, e->addr,
-									is_local, local_ctx, NULL);
+		bool rebind = pol && !egr_dnspolicy_audit(pol) &&
+			      egr_dnspolicy_rebind_blocked_local(pol, e->family, e->addr,
+								 is_local, local_ctx, NULL);
 
 		for (size_t j = 0; j < e->nnames; j++) {
 			struct egr_dnspolicy_match m;

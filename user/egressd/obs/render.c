@@ -210,7 +210,13 @@ static json_t *dns_json(const struct egr_dns_event *d)
 	 * the allowlist; "answers" counts all of them. */
 	if (o)
 		json_object_set_new(o, "addresses", dns_addresses(d));
-	if (o && d->verdict == EGR_DNS_V_REBIND && (arr = json_array())) {
+	/* Rebinding addresses: stripped, or (audit mode) kept and listed as
+	 * what enforce mode would strip. */
+	if (o && (d->verdict == EGR_DNS_V_REBIND ||
+		  (d->verdict == EGR_DNS_V_AUDIT && d->nstripped_listed)) &&
+	    (arr = json_array())) {
+		bool kept = d->verdict == EGR_DNS_V_AUDIT;
+
 		for (size_t i = 0; i < d->nstripped_listed; i++) {
 			const struct egr_dns_stripped *st = &d->stripped[i];
 
@@ -220,8 +226,9 @@ static json_t *dns_json(const struct egr_dns_event *d)
 							     egr_rebind_class_name(st->cls), "form",
 							     egr_rebind_form_name(st->form)));
 		}
-		json_object_set_new(o, "stripped", arr);
-		json_object_set_new(o, "stripped_total", json_integer((json_int_t)d->nstripped));
+		json_object_set_new(o, kept ? "would_strip" : "stripped", arr);
+		json_object_set_new(o, kept ? "would_strip_total" : "stripped_total",
+				    json_integer((json_int_t)d->nstripped));
 	}
 	return o;
 }

@@ -31,11 +31,27 @@ struct egr_dnspolicy {
 	size_t nrebind;
 	bool audit;
 	bool reject_refused; /* network.dns_reject "refused" */
+	bool ask;            /* network.unknown_names "ask" */
+	uint32_t ask_timeout_s;
+	struct egr_dns_ports ask_ports;
 };
 
 bool egr_dnspolicy_audit(const struct egr_dnspolicy *pol)
 {
 	return pol && pol->audit;
+}
+
+bool egr_dnspolicy_ask(const struct egr_dnspolicy *pol, uint32_t *timeout_s,
+		       struct egr_dns_ports *ports)
+{
+	/* Audit mode forwards unknown names anyway: nothing to ask. */
+	if (!pol || !pol->ask || pol->audit)
+		return false;
+	if (timeout_s)
+		*timeout_s = pol->ask_timeout_s;
+	if (ports)
+		*ports = pol->ask_ports;
+	return true;
 }
 
 uint16_t egr_dnspolicy_reject_rcode(const struct egr_dnspolicy *pol)
@@ -217,6 +233,10 @@ int egr_dnspolicy_new(const struct egr_policy *p, const uint16_t *qtypes, size_t
 	}
 	pol->audit = p->audit_mode != 0;
 	pol->reject_refused = p->dns_reject_refused != 0;
+	pol->ask = p->ask_unknown != 0;
+	pol->ask_timeout_s = p->ask_timeout_s;
+	pol->ask_ports.nranges = (uint32_t)p->nask_ports;
+	memcpy(pol->ask_ports.ranges, p->ask_ports, p->nask_ports * sizeof(p->ask_ports[0]));
 
 	maxn = p->ndns + p->nallow;
 	pol->exact = calloc(maxn ? maxn : 1, sizeof(*pol->exact));

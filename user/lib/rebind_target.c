@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "dnspolicy.h"
+#include "rebind_target.h"
 
 static bool all_zero(const uint8_t *a, size_t n);
 

@@ -899,6 +899,45 @@ static void test_inspect(void **state)
 
 /* allow_sockets address families and network.trust. */
 /* network.mode and network.breaker (issue 12). */
+/* network.unknown_names, ask_timeout_s, ask_ports (docs/policy.md "Approvals"). */
+static void test_ask(void **state)
+{
+	struct egr_policy p;
+	struct egr_error e;
+
+	assert_int_equal(parse(with_net("\"outbound_allow\":[]"), &p, &e), 0);
+	assert_int_equal(p.ask_unknown, 0);
+	assert_int_equal(p.ask_timeout_s, 20);
+	assert_int_equal(p.nask_ports, 2);
+	assert_int_equal(p.ask_ports[0].lo, 443);
+	assert_int_equal(p.ask_ports[1].lo, 80);
+	egr_policy_free(&p);
+	assert_int_equal(parse(with_net("\"outbound_allow\":[],\"unknown_names\":\"ask\","
+					"\"ask_timeout_s\":5,\"ask_ports\":[\"udp/53\",\"tcp/8000-8100\","
+					"\"tcp/*\"]"),
+			       &p, &e),
+			 0);
+	assert_int_equal(p.ask_unknown, 1);
+	assert_int_equal(p.ask_timeout_s, 5);
+	assert_int_equal(p.nask_ports, 3);
+	assert_int_equal(p.ask_ports[0].protos, EGR_PROTO_UDP);
+	assert_int_equal(p.ask_ports[1].lo, 8000);
+	assert_int_equal(p.ask_ports[1].hi, 8100);
+	assert_int_equal(p.ask_ports[2].lo, 0);
+	assert_int_equal(p.ask_ports[2].hi, 65535);
+	egr_policy_free(&p);
+
+	expect_fail(with_net("\"unknown_names\":\"maybe\""), "network.unknown_names",
+		    "must be \"deny\" or \"ask\", not \"maybe\"");
+	expect_fail(with_net("\"ask_timeout_s\":0"), "network.ask_timeout_s", "from 1 to 300");
+	expect_fail(with_net("\"ask_timeout_s\":301"), "network.ask_timeout_s", "from 1 to 300");
+	expect_fail(with_net("\"ask_ports\":[]"), "network.ask_ports", "1 to 8 entries");
+	expect_fail(with_net("\"ask_ports\":[\"443\"]"), "network.ask_ports[0]",
+		    "must be \"tcp/PORT\" or \"udp/PORT\"");
+	expect_fail(with_net("\"ask_ports\":[\"tcp/443\",\"tcp/99999\"]"), "network.ask_ports[1]",
+		    "");
+}
+
 static void test_mode_and_breaker(void **state)
 {
 	struct egr_policy p;
@@ -1208,6 +1247,7 @@ int main(void)
 		cmocka_unit_test(test_families_and_trust),
 		cmocka_unit_test(test_inspect),
 		cmocka_unit_test(test_mode_and_breaker),
+		cmocka_unit_test(test_ask),
 		cmocka_unit_test(test_fuzz_regressions),
 	};
 

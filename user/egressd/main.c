@@ -361,6 +361,7 @@ int main(int argc, char **argv)
 		err = egr_dnsproxy_resolv_conf("/etc/resolv.conf", &o.dns);
 	if (!err) {
 		dctx.learned = learned;
+		egr_learned_set_grant(learned, on_dns_grant, &dctx);
 		o.dns.learn = on_dns_learn;
 		o.dns.event = on_dns_event;
 		o.dns.grant = on_dns_grant;

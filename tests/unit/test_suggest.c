@@ -170,6 +170,17 @@ static void test_rebind_ranges(void **state)
 	json_decref(p);
 	json_decref(notes);
 
+	/* Approved names are named as candidates. */
+	p = suggest("{\"type\":\"execution\",\"tenant\":\"acme\",\"observed\":{\"dns\":[],"
+		    "\"approved\":[{\"name\":\"new.example\",\"ports\":\"tcp/443\","
+		    "\"scope\":\"sandbox\",\"approver\":{\"uid\":0}}]}}", &notes);
+	all = json_dumps(notes, 0);
+	assert_non_null(strstr(all, "approved during the run: new.example on tcp/443 (scope "
+				    "sandbox, by uid 0): a candidate for the policy file"));
+	free(all);
+	json_decref(p);
+	json_decref(notes);
+
 	/* Twin: a run with no rebinding addresses suggests no ranges. */
 	p = suggest("{\"type\":\"execution\",\"tenant\":\"acme\",\"observed\":{\"dns\":["
 		    "{\"name\":\"a.example\",\"verdict\":\"allow\",\"addrs\":[\"192.0.2.1\"]}],"

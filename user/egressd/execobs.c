@@ -47,6 +47,7 @@ struct obs_sb {
 	struct obs_rebind *rebind;
 	size_t nrebind, cap_rebind;
 	json_t *rebind_allow; /* array of the ranges' strings, or NULL */
+	json_t *approved;     /* array of approvals, or NULL */
 	struct obs_sb *next;
 };
 
@@ -70,6 +71,7 @@ static void sb_free(struct obs_sb *s)
 		free(s->rebind[i].name);
 	free(s->rebind);
 	json_decref(s->rebind_allow);
+	json_decref(s->approved);
 	free(s);
 }
 
@@ -286,6 +288,29 @@ void egr_execobs_rebind_allow(struct egr_execobs *x, uint32_t sandbox, const jso
 	}
 }
 
+void egr_execobs_approved(struct egr_execobs *x, uint32_t sandbox, const json_t *detail)
+{
+	struct obs_sb *s;
+
+	if (!x || !detail || !(s = sb_get(x, sandbox, true)))
+		return;
+	if (!s->approved && !(s->approved = json_array())) {
+		s->truncated = true;
+		return;
+	}
+	if (json_array_size(s->approved) >= EGR_EXECOBS_MAX_REBIND) {
+		s->truncated = true;
+		return;
+	}
+	json_array_append_new(s->approved,
+			      json_pack("{s:O?, s:O?, s:O?, s:O?, s:O?}", "name",
+					json_object_get(detail, "name"), "ports",
+					json_object_get(detail, "ports"), "scope",
+					json_object_get(detail, "scope"), "ttl_s",
+					json_object_get(detail, "ttl_s"), "approver",
+					json_object_get(detail, "approver")));
+}
+
 static json_t *rebind_json(const struct obs_sb *s)
 {
 	json_t *arr = json_array();
@@ -345,6 +370,8 @@ json_t *egr_execobs_take(struct egr_execobs *x, uint32_t sandbox)
 	json_object_set_new(o, "rebind", rebind_json(s));
 	json_object_set_new(o, "rebind_allow",
 			    s && s->rebind_allow ? json_incref(s->rebind_allow) : json_array());
+	json_object_set_new(o, "approved",
+			    s && s->approved ? json_incref(s->approved) : json_array());
 	json_object_set_new(o, "complete", json_boolean(!s || !s->truncated));
 	json_object_set_new(o, "dns_would_deny", json_integer(s ? (json_int_t)s->dns_audit : 0));
 	egr_execobs_forget(x, sandbox);

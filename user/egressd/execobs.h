@@ -44,10 +44,15 @@ void egr_execobs_rebind(struct egr_execobs *x, uint32_t sandbox, const char *qna
  * adopt, update): the union is kept. ranges: a JSON array of strings or NULL. */
 void egr_execobs_rebind_allow(struct egr_execobs *x, uint32_t sandbox, const json_t *ranges);
 
+/* A name approved for it (docs/dns.md "Approvals"): detail's name, ports,
+ * scope, ttl_s and approver are kept (at most EGR_EXECOBS_MAX_REBIND). */
+void egr_execobs_approved(struct egr_execobs *x, uint32_t sandbox, const json_t *detail);
+
 /* The sandbox's observations as {"dns":[{"name","verdict","addrs":[..]}],
  * "denied":[{"addr","port","proto","kind","verdict","count"}],
  * "rebind":[{"name","addr","class","action":"stripped"|"kept","count"}],
- * "rebind_allow":["CIDR",..], "complete":bool, "dns_would_deny":N}, and
+ * "rebind_allow":["CIDR",..], "approved":[{"name","ports","scope","ttl_s",
+ * "approver"}], "complete":bool, "dns_would_deny":N}, and
  * forget them. Never NULL unless out of memory. */
 json_t *egr_execobs_take(struct egr_execobs *x, uint32_t sandbox);
 /* Forget without a record (sandbox id reused, tests). */

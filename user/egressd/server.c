@@ -24,6 +24,7 @@
 #include "lifetime.h"
 #include "proto.h"
 #include "server.h"
+#include "control/approval_ops.h"
 #include "control/sandbox_ops.h"
 
 int egr_server_listen(const char *path, gid_t group, int *out_fd)
@@ -517,6 +518,22 @@ static json_t *do_ping(struct egr_server *s, const json_t *req)
 			 egr_bpf_dir(egr_reg_bpf(s->reg)));
 }
 
+/* Approvals (control/approval_ops.c): the peer deciding is the approver. */
+static json_t *do_approvals(struct egr_server *s, const json_t *req)
+{
+	return egr_ctl_approvals(s->approvals, req);
+}
+
+static json_t *do_approve(struct egr_server *s, const json_t *req)
+{
+	return egr_ctl_approve(s->approvals, &s->peer, req);
+}
+
+static json_t *do_deny(struct egr_server *s, const json_t *req)
+{
+	return egr_ctl_deny(s->approvals, &s->peer, req);
+}
+
 typedef json_t *op_handler(struct egr_server *s, const json_t *req);
 
 /* A handler for every operation of proto's op table, indexed by it. */
@@ -525,7 +542,8 @@ static op_handler *const handlers[EGR_OP_COUNT] = {
 	[EGR_OP_LIST] = do_list,	 [EGR_OP_ATTACH] = do_attach,
 	[EGR_OP_UPDATE] = do_update,	 [EGR_OP_DETACH] = do_detach,
 	[EGR_OP_RELEASE] = do_release, [EGR_OP_EVENTS] = do_events,
-	[EGR_OP_STATS] = do_stats,
+	[EGR_OP_STATS] = do_stats,	 [EGR_OP_APPROVALS] = do_approvals,
+	[EGR_OP_APPROVE] = do_approve, [EGR_OP_DENY] = do_deny,
 };
 
 static json_t *dispatch(struct egr_server *s, const json_t *req)

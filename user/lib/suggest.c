@@ -359,6 +359,20 @@ int egr_suggest_policy(const json_t *rec, json_t **policy, json_t **notes, struc
 		goto out;
 	if (rebind_suggest(obs, by_addr, rebind, nt))
 		goto out;
+	/* Names approved during the run (docs/dns.md "Approvals"): reached
+	 * ones are in outbound_allow above; each is named as a candidate. */
+	json_array_foreach(json_object_get(obs, "approved"), i, e) {
+		char buf[EGR_DNS_NAME_MAX + 200];
+
+		snprintf(buf, sizeof(buf), "approved during the run: %s on %s (scope %s, by uid %"
+			 JSON_INTEGER_FORMAT "): a candidate for the policy file",
+			 json_string_value(json_object_get(e, "name")) ?: "?",
+			 json_string_value(json_object_get(e, "ports")) ?: "?",
+			 json_string_value(json_object_get(e, "scope")) ?: "?",
+			 json_integer_value(json_object_get(json_object_get(e, "approver"), "uid")));
+		if (note(nt, buf))
+			goto out;
+	}
 	if (json_is_false(json_object_get(rec, "egress_complete")) &&
 	    note(nt, "the destination list of this execution is incomplete (destination map "
 		 "pressure): the suggestion may miss some"))

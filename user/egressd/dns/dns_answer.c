@@ -151,7 +151,8 @@ static bool refused_by_new_policy(struct egr_dnsproxy *p, struct pending *q)
 
 	if (q->pol_gen == sb->pol_gen || egr_dnspolicy_audit(sb->pol))
 		return false;
-	if (egr_dnspolicy_match(sb->pol, q->qname, &m) != 1)
+	if (egr_dnspolicy_match(sb->pol, q->qname, &m) != 1 &&
+	    !(p->cfg.grant && p->cfg.grant(p->cfg.ctx, sb->id, q->qname, &m.ports)))
 		why = "name not allowed (policy updated)", name_refused = true;
 	else if (!egr_dnspolicy_qtype_allowed(sb->pol, q->qtype))
 		why = "qtype not allowed (policy updated)";

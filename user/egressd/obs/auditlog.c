@@ -292,6 +292,27 @@ static void policy_change(struct egr_auditlog *al, const char *change, const str
 	append(al, rec);
 }
 
+void egr_auditlog_approval(struct egr_auditlog *al, const struct egr_sb *sb, json_t *detail)
+{
+	json_t *rec = identity(sb), *v;
+	const char *k;
+
+	if (!rec || !detail) {
+		json_decref(rec);
+		json_decref(detail);
+		append(al, NULL);
+		return;
+	}
+	json_object_foreach(detail, k, v)
+		json_object_set(rec, k, v);
+	json_object_set_new(rec, "type", json_string("policy_change"));
+	json_object_set_new(rec, "change", json_string("approval"));
+	if (!strcmp(json_string_value(json_object_get(detail, "decision")) ?: "", "approved"))
+		egr_execobs_approved(al->obs, sb->id, detail);
+	json_decref(detail);
+	append(al, rec);
+}
+
 void egr_auditlog_tamper(struct egr_auditlog *al, const char *type, uint32_t sandbox,
 			 const struct egr_sb *sb, const char *summary, json_t *detail)
 {

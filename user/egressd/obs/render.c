@@ -285,9 +285,36 @@ static json_t *top_json(const struct egr_deny_budget *v)
 	return arr ? arr : json_null();
 }
 
+static json_t *approval_json(const struct egr_approval_event *a)
+{
+	json_t *o = json_pack("{s:s, s:I, s:I, s:s, s:s, s:i, s:s}", "type", "approval", "id",
+			      (json_int_t)a->id, "sandbox", (json_int_t)a->sandbox_id, "state",
+			      a->state, "name", a->name ? a->name : "", "qtype", (int)a->qtype,
+			      "ports", a->ports ? a->ports : "");
+
+	if (!o)
+		return NULL;
+	if (a->tenant)
+		json_object_set_new(o, "tenant", json_string(a->tenant));
+	if (a->scope) {
+		json_object_set_new(o, "scope", json_string(a->scope));
+		json_object_set_new(o, "ttl_s", a->ttl_s ? json_integer((json_int_t)a->ttl_s)
+							 : json_null());
+	}
+	if (a->approver_uid >= 0)
+		json_object_set_new(o, "approver", json_pack("{s:I, s:I}", "uid",
+							     (json_int_t)a->approver_uid, "pid",
+							     (json_int_t)a->approver_pid));
+	if (a->reason)
+		json_object_set_new(o, "reason", json_string(a->reason));
+	return o;
+}
+
 static json_t *body_json(const struct egr_rec *r)
 {
 	switch (r->kind) {
+	case EGR_REC_APPROVAL:
+		return approval_json(r->approval);
 	case EGR_REC_DNS:
 		return dns_json(r->dns);
 	case EGR_REC_INSPECT:

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /* What the policy parser's unit tests share (test_policy.c,
- * test_policy_network.c). */
+ * test_policy_network.c). Include it after cmocka.h and policy.h. */
 #ifndef EGR_TEST_POLICY_UTIL_H
 #define EGR_TEST_POLICY_UTIL_H
 

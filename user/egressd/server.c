@@ -336,10 +336,12 @@ static json_t *do_status(struct egr_server *s, const json_t *req)
 					    egr_reg_bpf(s->reg))));
 		json_object_set_new(reply, "cgroup_namespace", json_string(s->cgroup_ns));
 		json_object_set_new(reply, "hardening",
-				    json_pack("{s:b, s:b, s:i, s:i}", "capabilities",
+				    json_pack("{s:b, s:b, s:i, s:i, s:I, s:b}", "capabilities",
 					      s->hardening.caps, "seccomp", s->hardening.seccomp,
 					      "capabilities_dropped", s->hardening.caps_dropped,
-					      "syscalls_denied", s->hardening.syscalls_denied));
+					      "syscalls_denied", s->hardening.syscalls_denied, "uid",
+					      (json_int_t)getuid(), "peer_pidfd",
+					      egr_peer_pidfd_supported()));
 	}
 	return reply;
 }

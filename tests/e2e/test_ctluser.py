@@ -44,9 +44,9 @@ except OSError as e:
 CU_CAPS = (1 << 39) | (1 << 38) | (1 << 12) | (1 << 21) | (1 << 5) | (1 << 1)
 
 
-def cu_user(c):
+def cu_user(c, tag):
     """A system user of this run; removed at the end."""
-    name = "egr%s" % RUN_ID.rsplit("-", 1)[-1][:8]
+    name = "egr%s%s" % (RUN_ID.rsplit("-", 1)[-1][:6], tag[-3:])
     check(shutil.which("useradd") is not None, "no useradd to create a system user with")
     r = subprocess.run(["useradd", "--system", "--no-create-home", "--user-group", "--shell",
                         "/usr/sbin/nologin", name], capture_output=True, text=True, timeout=30)
@@ -65,15 +65,14 @@ def cu_status_line(pid, key):
     return []
 
 
-def cu_start(c, user):
-    tag = "user"
+def cu_start(c, user, tag, wrap):
     sock = os.path.join(c.work, tag + ".sock")
     bpffs = "/sys/fs/bpf/%s-%s" % (RUN_ID, tag)
     logp = os.path.join(c.work, tag + ".log")
     CLEANUP.push("bpffs " + bpffs, shutil.rmtree, bpffs, True)
     logf = open(logp, "wb")
     proc = subprocess.Popen(
-        [c.egressd, "--socket", sock, "--bpffs-dir", bpffs, "--state-dir",
+        wrap + [c.egressd, "--socket", sock, "--bpffs-dir", bpffs, "--state-dir",
          os.path.join(c.work, tag + "-state"), "--log-level", "debug", "--metrics-addr", "off",
          "--no-syslog", "--user", user] + list(getattr(c, "dns_args", [])),
         stdin=subprocess.DEVNULL, stdout=logf, stderr=logf)
@@ -99,18 +98,44 @@ def cu_start(c, user):
     return proc, sock, stop, log_tail
 
 
+# The unit's way: started as the user with ambient capabilities (User=,
+# AmbientCapabilities= of dist/egressd.service.in).
+CU_AMBIENT = "+bpf,+perfmon,+net_admin,+sys_admin,+chown,+kill,+dac_override"
+
+
 @test
 def ctluser_capless_root_cannot_signal_or_trace(c):
-    user, uid = cu_user(c)
-    proc, sock, stop, log_tail = cu_start(c, user)
+    """egressd started as root with --user (the package's check-deb and a
+    DaemonSet's way)."""
+    cu_check(c, "user-root", [])
+
+
+@test
+def ctluser_started_as_user_with_ambient_caps(c):
+    """egressd started as the user with the unit's ambient capabilities."""
+    cu_check(c, "user-amb", None)
+
+
+def cu_check(c, tag, wrap):
+    user, uid = cu_user(c, tag)
+    if wrap is None:
+        wrap = ["setpriv", "--reuid=%d" % uid, "--regid=%d" % uid, "--init-groups",
+                "--inh-caps=" + CU_AMBIENT, "--ambient-caps=" + CU_AMBIENT,
+                "--bounding-set=-all," + CU_AMBIENT, "--"]
+    proc, sock, stop, log_tail = cu_start(c, user, tag, wrap)
     pid = proc.pid
     ctl = [c.egressctl, "--socket", sock]
     # It is that user, all four uids, with exactly the kept capabilities.
     check(cu_status_line(pid, "Uid") == [str(uid)] * 4, "egressd's uids: %r" %
           cu_status_line(pid, "Uid"))
     eff = int(cu_status_line(pid, "CapEff")[0], 16)
-    check(eff == CU_CAPS and int(cu_status_line(pid, "CapBnd")[0], 16) == CU_CAPS and
-          int(cu_status_line(pid, "CapAmb")[0], 16) == 0,
+    # The bounding set: exactly those after a start as root; started as the
+    # user (no CAP_SETPCAP to drop from it) the unit's, CAP_CHOWN included.
+    bnd = int(cu_status_line(pid, "CapBnd")[0], 16)
+    check(eff == CU_CAPS and int(cu_status_line(pid, "CapPrm")[0], 16) == CU_CAPS and
+          (bnd == CU_CAPS if tag == "user-root" else bnd == CU_CAPS | 1) and
+          int(cu_status_line(pid, "CapAmb")[0], 16) == 0 and
+          int(cu_status_line(pid, "CapInh")[0], 16) == 0,
           "egressd's capabilities: eff %x bnd %s amb %s (want %x)" % (
               eff, cu_status_line(pid, "CapBnd"), cu_status_line(pid, "CapAmb"), CU_CAPS))
     st = json.loads(run(ctl + ["status", "--json"]).stdout)

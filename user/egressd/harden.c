@@ -94,10 +94,12 @@ static int caps_set(const struct keep_set *k)
 		uint32_t bit = 1u << (cap % 32);
 
 		data[cap / 32].inheritable &= ~bit;
-		if (kept(cap, (void *)k) && (data[cap / 32].permitted & bit))
+		if (kept(cap, (void *)k) && (data[cap / 32].permitted & bit)) {
 			data[cap / 32].effective |= bit;
-		else
-			data[cap / 32].effective &= ~bit, data[cap / 32].permitted &= ~bit;
+		} else {
+			data[cap / 32].effective &= ~bit;
+			data[cap / 32].permitted &= ~bit;
+		}
 	}
 	return syscall(SYS_capset, &hdr, data) < 0 ? -errno : 0;
 }

@@ -26,10 +26,10 @@ struct egr_registry;
 struct egr_bpf;
 
 struct egr_peer_rules {
-	const char *cgroup_root;  /* the cgroup2 mount; "": every peer counts as sandboxed */
-	struct egr_registry *reg; /* which cgroups are sandboxes */
+	const char *cgroup_root;   /* the cgroup2 mount; "": every peer counts as sandboxed */
+	struct egr_registry *reg;  /* which cgroups are sandboxes */
 	const struct egr_bpf *bpf; /* egr_proc_home (NULL: not consulted) */
-	gid_t group;              /* (gid_t)-1: root only */
+	gid_t group;               /* (gid_t)-1: root only */
 };
 
 /* 0: admitted; -EPERM: refused, *why says why; cred as far as known. */

@@ -303,6 +303,11 @@ int main(int argc, char **argv)
 		egr_options_free(&o);
 		return 1;
 	}
+	if (o.user && o.no_harden) {
+		log_error("--user needs the hardening it is part of; drop --no-harden");
+		egr_options_free(&o);
+		return 1;
+	}
 	egr_notify("STATUS=loading the BPF programs");
 	signal(SIGPIPE, SIG_IGN);
 	umask(077);
@@ -516,7 +521,9 @@ int main(int argc, char **argv)
 	announce_layers(&feat, o.state_dir);
 	egr_hostns_check(); /* logs why a pod without hostNetwork serves nobody */
 	/* Everything is loaded, mounted and bound: give up the rest. */
-	if (!o.no_harden && egr_harden(&srv.hardening)) {
+	if (!o.no_harden && egr_harden(&srv.hardening, &(struct egr_run_as){ .name = o.user,
+							.uid = o.user_uid,
+							.gid = o.user_gid })) {
 		rc = 1;
 		goto out_sock;
 	}

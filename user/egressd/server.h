@@ -50,10 +50,12 @@ struct egr_server {
 /* Create the socket (mode 0660, group `group`) and its directory. */
 int egr_server_listen(const char *path, gid_t group, int *out_fd);
 /* The pieces ctlconn.c serves a connection with (one request, one reply):
- * may this peer (SO_PEERCRED, judged at accept) drive egressd? */
-bool egr_server_admit(struct egr_server *s, int cfd, struct ucred *cred);
+ * may this peer drive egressd (control/peer.h)? Judged at accept and again
+ * when its request has arrived, just before it is served. *why: the
+ * reason of a refusal. */
+bool egr_server_admit(struct egr_server *s, int cfd, struct ucred *cred, const char **why);
 /* Send a refused peer its answer without blocking; the caller closes. */
-void egr_server_refuse(int cfd, const struct ucred *cred);
+void egr_server_refuse(int cfd, const struct ucred *cred, const char *why);
 /* The reply to one parsed request of an admitted peer; never NULL. */
 json_t *egr_server_answer(struct egr_server *s, int cfd, const struct ucred *cred,
 			  const json_t *req);

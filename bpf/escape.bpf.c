@@ -47,18 +47,34 @@
 
 #define SIGKILL 9
 
-/* ancestors[level] of a cgroup: ancestors[] holds every ancestor and the
- * cgroup itself (ancestors[cgrp->level] == cgrp), a flexible array whose
- * offset CO-RE relocates. */
-static __always_inline struct cgroup *egr_cgroup_ancestor(struct cgroup *cg, int level)
-{
-	struct cgroup *anc = NULL;
-	__u64 off = bpf_core_field_offset(struct cgroup, ancestors);
+/* Before 6.0 (commit 7f203bc89eb6, "cgroup: Replace cgroup->ancestor_ids[]
+ * with ->ancestors[]") a cgroup held its ancestors' ids, not pointers: the
+ * 5.15 layout, for CO-RE to pick. */
+struct cgroup___ids {
+	int level;
+	u64 ancestor_ids[];
+} __attribute__((preserve_access_index));
 
+/* The id of cg's ancestor at level (level == cg's own: cg itself), 0 when
+ * unknown. Both layouts are flexible arrays whose offset CO-RE relocates;
+ * the branch this kernel lacks is dead code to the verifier. */
+static __always_inline __u64 egr_cgroup_ancestor_id(struct cgroup *cg, int level)
+{
 	if (level < 0)
-		return NULL;
-	bpf_probe_read_kernel(&anc, sizeof(anc), (void *)cg + off + (__u64)level * sizeof(anc));
-	return anc;
+		return 0;
+	if (bpf_core_field_exists(struct cgroup, ancestors)) {
+		struct cgroup *anc = NULL;
+		__u64 off = bpf_core_field_offset(struct cgroup, ancestors);
+
+		bpf_probe_read_kernel(&anc, sizeof(anc),
+				      (void *)cg + off + (__u64)level * sizeof(anc));
+		return anc ? BPF_CORE_READ(anc, kn, id) : 0;
+	} else {
+		__u64 id = 0, off = bpf_core_field_offset(struct cgroup___ids, ancestor_ids);
+
+		bpf_probe_read_kernel(&id, sizeof(id), (void *)cg + off + (__u64)level * sizeof(id));
+		return id;
+	}
 }
 
 /* Is cg the cgroup with id cgid, or below it? Walked by id, not by depth:
@@ -72,14 +88,14 @@ static __always_inline int egr_cgroup_under(struct cgroup *cg, __u64 cgid)
 		return 0;
 	level = BPF_CORE_READ(cg, level);
 	for (int j = 0; j < EGR_MAX_CGROUP_LEVELS; j++) {
-		struct cgroup *anc;
+		__u64 anc;
 
 		if (level - j < 0)
 			break;
-		anc = egr_cgroup_ancestor(cg, level - j);
+		anc = egr_cgroup_ancestor_id(cg, level - j);
 		if (!anc)
 			break;
-		if (BPF_CORE_READ(anc, kn, id) == cgid)
+		if (anc == cgid)
 			return 1;
 	}
 	return 0;
@@ -95,16 +111,14 @@ static __always_inline int egr_sandbox_of(struct cgroup *cg, struct egr_proc_hom
 	level = BPF_CORE_READ(cg, level);
 	for (int j = 0; j < EGR_MAX_CGROUP_LEVELS; j++) {
 		int i = level - j;
-		struct cgroup *anc;
 		__u32 *id;
 		__u64 cgid;
 
 		if (i < 0)
 			break;
-		anc = egr_cgroup_ancestor(cg, i);
-		if (!anc)
+		cgid = egr_cgroup_ancestor_id(cg, i);
+		if (!cgid)
 			break;
-		cgid = BPF_CORE_READ(anc, kn, id);
 		id = bpf_map_lookup_elem(&egr_sandbox_cgroups, &cgid);
 		if (id) {
 			home->cgroup_id = cgid;

@@ -47,34 +47,18 @@
 
 #define SIGKILL 9
 
-/* Before 6.0 (commit 7f203bc89eb6, "cgroup: Replace cgroup->ancestor_ids[]
- * with ->ancestors[]") a cgroup held its ancestors' ids, not pointers: the
- * 5.15 layout, for CO-RE to pick. */
-struct cgroup___ids {
-	int level;
-	u64 ancestor_ids[];
-} __attribute__((preserve_access_index));
-
-/* The id of cg's ancestor at level (level == cg's own: cg itself), 0 when
- * unknown. Both layouts are flexible arrays whose offset CO-RE relocates;
- * the branch this kernel lacks is dead code to the verifier. */
-static __always_inline __u64 egr_cgroup_ancestor_id(struct cgroup *cg, int level)
+/* A cgroup's parent, NULL at the root: cgroup_parent(), through the
+ * parent css (cgrp->self.parent) that every kernel has. Not ancestors[]:
+ * that array held ids before 6.0 (commit 7f203bc89eb6, "cgroup: Replace
+ * cgroup->ancestor_ids[] with ->ancestors[]"; 5.15 has ancestor_ids) and
+ * a CO-RE pick between the two is hoisted out of the loop by clang, so the
+ * failed relocation of the layout the kernel lacks ends up on a live path. */
+static __always_inline struct cgroup *egr_cgroup_parent(struct cgroup *cg)
 {
-	if (level < 0)
-		return 0;
-	if (bpf_core_field_exists(struct cgroup, ancestors)) {
-		struct cgroup *anc = NULL;
-		__u64 off = bpf_core_field_offset(struct cgroup, ancestors);
+	struct cgroup_subsys_state *css = BPF_CORE_READ(cg, self.parent);
 
-		bpf_probe_read_kernel(&anc, sizeof(anc),
-				      (void *)cg + off + (__u64)level * sizeof(anc));
-		return anc ? BPF_CORE_READ(anc, kn, id) : 0;
-	} else {
-		__u64 id = 0, off = bpf_core_field_offset(struct cgroup___ids, ancestor_ids);
-
-		bpf_probe_read_kernel(&id, sizeof(id), (void *)cg + off + (__u64)level * sizeof(id));
-		return id;
-	}
+	return css ? (struct cgroup *)((void *)css - bpf_core_field_offset(struct cgroup, self))
+		   : NULL;
 }
 
 /* Is cg the cgroup with id cgid, or below it? Walked by id, not by depth:
@@ -82,21 +66,10 @@ static __always_inline __u64 egr_cgroup_ancestor_id(struct cgroup *cg, int level
  * namespace, the kernel's is absolute. */
 static __always_inline int egr_cgroup_under(struct cgroup *cg, __u64 cgid)
 {
-	int level;
-
-	if (!cg)
-		return 0;
-	level = BPF_CORE_READ(cg, level);
-	for (int j = 0; j < EGR_MAX_CGROUP_LEVELS; j++) {
-		__u64 anc;
-
-		if (level - j < 0)
-			break;
-		anc = egr_cgroup_ancestor_id(cg, level - j);
-		if (!anc)
-			break;
-		if (anc == cgid)
+	for (int j = 0; j < EGR_MAX_CGROUP_LEVELS && cg; j++) {
+		if (BPF_CORE_READ(cg, kn, id) == cgid)
 			return 1;
+		cg = egr_cgroup_parent(cg);
 	}
 	return 0;
 }
@@ -104,27 +77,16 @@ static __always_inline int egr_cgroup_under(struct cgroup *cg, __u64 cgid)
 /* The innermost sandbox cg is in (itself or an ancestor): 1 and *home. */
 static __always_inline int egr_sandbox_of(struct cgroup *cg, struct egr_proc_home *home)
 {
-	int level;
+	for (int j = 0; j < EGR_MAX_CGROUP_LEVELS && cg; j++) {
+		__u64 cgid = BPF_CORE_READ(cg, kn, id);
+		__u32 *id = bpf_map_lookup_elem(&egr_sandbox_cgroups, &cgid);
 
-	if (!cg)
-		return 0;
-	level = BPF_CORE_READ(cg, level);
-	for (int j = 0; j < EGR_MAX_CGROUP_LEVELS; j++) {
-		int i = level - j;
-		__u32 *id;
-		__u64 cgid;
-
-		if (i < 0)
-			break;
-		cgid = egr_cgroup_ancestor_id(cg, i);
-		if (!cgid)
-			break;
-		id = bpf_map_lookup_elem(&egr_sandbox_cgroups, &cgid);
 		if (id) {
 			home->cgroup_id = cgid;
 			home->sandbox_id = *id;
 			return 1;
 		}
+		cg = egr_cgroup_parent(cg);
 	}
 	return 0;
 }

@@ -333,6 +333,11 @@ int main(int argc, char **argv)
 		egr_options_free(&o);
 		return 1;
 	}
+	/* Whatever the guard marked while no egressd ran has been refused every
+	 * socket since; it dies now (its events may be lost or long gone). */
+	if (feat.escape_guard && (err = egr_escape_kill_marked(bpf)) > 0)
+		log_warn("escape guard: killed %d process(es) marked escaped while egressd was down",
+			 err);
 	err = egr_loop_new(&loop);
 	if (err) {
 		log_error("event loop: %s", strerror(-err));

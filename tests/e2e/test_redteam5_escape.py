@@ -106,8 +106,8 @@ class Rt5Attacker:
         CLEANUP.push(name, lambda: self.p.poll() is None and self.p.kill())
         check(wait_until(lambda: os.path.exists(ready) or self.p.poll() is not None, 10, 0.02),
               "the attacker did not start")
-        check(self.p.poll() is None, "the attacker exited at start: %r" %
-              self.p.stderr.read())
+        if self.p.poll() is not None:
+            raise TestFailure("the attacker exited at start: %r" % self.p.stderr.read())
 
     def result(self, timeout=10):
         """Its counts, or None when it was killed before it wrote them."""

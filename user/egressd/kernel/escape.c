@@ -118,11 +118,11 @@ static int share_maps(struct bpf_object *obj, const struct egr_bpf *b)
 }
 
 /* The test knob (escape.h): is this part to fail as if the kernel refused it? */
-static bool broken_for_test(const char *part)
+static bool broken_for_test(const char *knob, const char *part)
 {
 	const char *v = getenv("EGRESSD_TEST_BREAK_ESCAPE_GUARD");
 
-	if (!v || (strcmp(v, part) && strcmp(v, "all")))
+	if (!v || (strcmp(v, knob) && strcmp(v, "all")))
 		return false;
 	log_warn("escape guard: EGRESSD_TEST_BREAK_ESCAPE_GUARD=%s: the %s are not loaded (a test "
 		 "knob, never set it on a real host)", v, part);
@@ -151,7 +151,7 @@ int egr_escape_start(struct egr_escape *g, const struct egr_bpf *b)
 	int err;
 
 	memset(g, 0, sizeof(*g));
-	if (broken_for_test("tracepoints"))
+	if (broken_for_test("tracepoints", "tracepoints"))
 		return -EOPNOTSUPP;
 	err = guard_dir(b, gdir, sizeof(gdir));
 	if (err)
@@ -249,7 +249,7 @@ int egr_escape_root_start(struct egr_escape *g, const struct egr_bpf *b)
 	size_t n = 0;
 	int cgfd, err;
 
-	if (broken_for_test("root programs"))
+	if (broken_for_test("root", "cgroup2 root programs"))
 		return -EOPNOTSUPP;
 	err = guard_dir(b, gdir, sizeof(gdir));
 	if (err)

@@ -103,7 +103,8 @@ deps:
 
 # --- BPF ---------------------------------------------------------------------
 # One object per concern: egressd.bpf.c (the cgroup programs, attached per
-# sandbox) and escape.bpf.c (the host-wide cgroup_attach_task guard).
+# sandbox), escape.bpf.c (the host-wide cgroup_attach_task guard) and
+# escape_root.bpf.c (its cgroup programs at the cgroup2 root).
 $(OUT)/%.bpf.o: bpf/%.bpf.c $(BPF_HDRS) vmlinux/vmlinux.h | $(OUT)
 	$(call msg,BPF,$@)
 	$(Q)$(CLANG) $(BPF_CFLAGS) -c $< -o $@.tmp
@@ -145,7 +146,7 @@ $(OUT)/%.o: %.c $(wildcard include/*.h) $(wildcard user/lib/*.h) $(wildcard user
 	$(Q)$(CC) $(CFLAGS) -Iuser/$(word 2,$(subst /, ,$<)) -c $< -o $@
 
 # Only the daemon includes the skeleton.
-$(D_OBJS): $(OUT)/egressd.skel.h $(OUT)/escape.skel.h
+$(D_OBJS): $(OUT)/egressd.skel.h $(OUT)/escape.skel.h $(OUT)/escape_root.skel.h
 
 $(OUT)/libegr.a: $(LIB_OBJS)
 	$(call msg,AR,$@)

@@ -47,18 +47,18 @@
 
 #define SIGKILL 9
 
-/* ancestors[level] of a cgroup: ancestors[] holds every ancestor and the
- * cgroup itself (ancestors[cgrp->level] == cgrp), a flexible array whose
- * offset CO-RE relocates. */
-static __always_inline struct cgroup *egr_cgroup_ancestor(struct cgroup *cg, int level)
+/* A cgroup's parent, NULL at the root: cgroup_parent(), through the
+ * parent css (cgrp->self.parent) that every kernel has. Not ancestors[]:
+ * that array held ids before 6.0 (commit 7f203bc89eb6, "cgroup: Replace
+ * cgroup->ancestor_ids[] with ->ancestors[]"; 5.15 has ancestor_ids) and
+ * a CO-RE pick between the two is hoisted out of the loop by clang, so the
+ * failed relocation of the layout the kernel lacks ends up on a live path. */
+static __always_inline struct cgroup *egr_cgroup_parent(struct cgroup *cg)
 {
-	struct cgroup *anc = NULL;
-	__u64 off = bpf_core_field_offset(struct cgroup, ancestors);
+	struct cgroup_subsys_state *css = BPF_CORE_READ(cg, self.parent);
 
-	if (level < 0)
-		return NULL;
-	bpf_probe_read_kernel(&anc, sizeof(anc), (void *)cg + off + (__u64)level * sizeof(anc));
-	return anc;
+	return css ? (struct cgroup *)((void *)css - bpf_core_field_offset(struct cgroup, self))
+		   : NULL;
 }
 
 /* Is cg the cgroup with id cgid, or below it? Walked by id, not by depth:
@@ -66,21 +66,10 @@ static __always_inline struct cgroup *egr_cgroup_ancestor(struct cgroup *cg, int
  * namespace, the kernel's is absolute. */
 static __always_inline int egr_cgroup_under(struct cgroup *cg, __u64 cgid)
 {
-	int level;
-
-	if (!cg)
-		return 0;
-	level = BPF_CORE_READ(cg, level);
-	for (int j = 0; j < EGR_MAX_CGROUP_LEVELS; j++) {
-		struct cgroup *anc;
-
-		if (level - j < 0)
-			break;
-		anc = egr_cgroup_ancestor(cg, level - j);
-		if (!anc)
-			break;
-		if (BPF_CORE_READ(anc, kn, id) == cgid)
+	for (int j = 0; j < EGR_MAX_CGROUP_LEVELS && cg; j++) {
+		if (BPF_CORE_READ(cg, kn, id) == cgid)
 			return 1;
+		cg = egr_cgroup_parent(cg);
 	}
 	return 0;
 }
@@ -88,29 +77,16 @@ static __always_inline int egr_cgroup_under(struct cgroup *cg, __u64 cgid)
 /* The innermost sandbox cg is in (itself or an ancestor): 1 and *home. */
 static __always_inline int egr_sandbox_of(struct cgroup *cg, struct egr_proc_home *home)
 {
-	int level;
+	for (int j = 0; j < EGR_MAX_CGROUP_LEVELS && cg; j++) {
+		__u64 cgid = BPF_CORE_READ(cg, kn, id);
+		__u32 *id = bpf_map_lookup_elem(&egr_sandbox_cgroups, &cgid);
 
-	if (!cg)
-		return 0;
-	level = BPF_CORE_READ(cg, level);
-	for (int j = 0; j < EGR_MAX_CGROUP_LEVELS; j++) {
-		int i = level - j;
-		struct cgroup *anc;
-		__u32 *id;
-		__u64 cgid;
-
-		if (i < 0)
-			break;
-		anc = egr_cgroup_ancestor(cg, i);
-		if (!anc)
-			break;
-		cgid = BPF_CORE_READ(anc, kn, id);
-		id = bpf_map_lookup_elem(&egr_sandbox_cgroups, &cgid);
 		if (id) {
 			home->cgroup_id = cgid;
 			home->sandbox_id = *id;
 			return 1;
 		}
+		cg = egr_cgroup_parent(cg);
 	}
 	return 0;
 }

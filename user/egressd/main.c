@@ -157,7 +157,7 @@ static void layers_source(void *ctx, struct egr_mbuf *mb)
 		{ "sock_addr", f->cgroup_sock_addr }, { "sock_create", f->cgroup_sock },
 		{ "setsockopt", f->setsockopt },      { "skb_backstop", f->skb },
 		{ "seccomp", f->seccomp },            { "lsm_cgroup", f->lsm_cgroup },
-		{ "escape_guard", f->escape_guard },
+		{ "escape_guard", f->escape_guard }, { "escape_root", f->escape_root },
 	};
 
 	egr_mbuf_family(mb, "egressd_layer_active", "gauge",
@@ -177,15 +177,20 @@ static void announce_layers(const struct egr_features *f, const char *state_dir)
 	int err;
 
 	log_info("layers: sock_addr=%s sock_create=%s setsockopt=%s skb_backstop=%s seccomp=%s "
-		 "lsm_cgroup=%s escape_guard=%s%s",
+		 "lsm_cgroup=%s escape_guard=%s escape_root=%s%s",
 		 f->cgroup_sock_addr ? "yes" : "no", f->cgroup_sock ? "yes" : "no",
 		 f->setsockopt ? "yes" : "no", f->skb ? "yes" : "no", f->seccomp ? "yes" : "no",
 		 f->lsm_cgroup ? "yes" : "no", f->escape_guard ? "yes" : "no",
+		 f->escape_root ? "yes" : "no",
 		 f->lsm_cgroup ? "" : " (no BPF trampolines: AF_PACKET, AF_XDP and AF_VSOCK are "
 				      "closed by seccomp only; trust \"strict\" policies are refused)");
 	if (!f->escape_guard)
 		log_warn("layers: no escape guard: a sandboxed process that can write a "
 			 "cgroup.procs outside its sandbox leaves it unnoticed (docs/security.md)");
+	else if (!f->escape_root)
+		log_warn("layers: no escape guard programs at the cgroup2 root: a process moved out "
+			 "of its sandbox has the network until egressd kills it, and for as long as "
+			 "egressd is stopped or down (docs/security.md)");
 	snprintf(path, sizeof(path), "%s/oci-seccomp.json", state_dir);
 	err = egr_confine_oci_profile(&conf, &prof);
 	if (!err)
@@ -336,8 +341,27 @@ int main(int argc, char **argv)
 		egr_options_free(&o);
 		return 1;
 	}
-	/* Before any sandbox is adopted: adoption gives their processes homes. */
+	/* Before any sandbox is adopted: adoption gives their processes homes.
+	 * The root programs refuse what a marked process does; without the
+	 * tracepoints nothing is marked, so they come only with them. */
 	feat.escape_guard = egr_escape_start(&escape, bpf) == 0;
+	feat.escape_root = feat.escape_guard && egr_escape_root_start(&escape, bpf) == 0;
+	if (o.require_escape_guard && !feat.escape_root) {
+		log_error("--require-escape-guard: the escape guard is not in force on this host "
+			  "(%s; see the errors above); refusing to start",
+			  feat.escape_guard ? "its cgroup2 root programs did not load or attach"
+					    : "its tracepoints did not load or attach");
+		egr_notify("STATUS=failed: the escape guard is required and not in force");
+		egr_escape_close(&escape);
+		egr_bpf_close(bpf);
+		egr_options_free(&o);
+		return 1;
+	}
+	/* Whatever the guard marked while no egressd ran has been refused every
+	 * socket since; it dies now (its events may be lost or long gone). */
+	if (feat.escape_guard && (err = egr_escape_kill_marked(bpf)) > 0)
+		log_warn("escape guard: killed %d process(es) marked escaped while egressd was down",
+			 err);
 	err = egr_loop_new(&loop);
 	if (err) {
 		log_error("event loop: %s", strerror(-err));

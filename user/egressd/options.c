@@ -39,6 +39,7 @@ enum {
 	OPT_EVENTS_KEEP,
 	OPT_NO_SYSLOG,
 	OPT_NO_HARDEN,
+	OPT_REQUIRE_ESCAPE_GUARD,
 	OPT_EXFIL_LABEL,
 	OPT_EXFIL_NAME,
 	OPT_EXFIL_ENTROPY,
@@ -86,6 +87,7 @@ static const struct option longopts[] = {
 	{ "events-keep", required_argument, NULL, OPT_EVENTS_KEEP },
 	{ "no-syslog", no_argument, NULL, OPT_NO_SYSLOG },
 	{ "no-harden", no_argument, NULL, OPT_NO_HARDEN },
+	{ "require-escape-guard", no_argument, NULL, OPT_REQUIRE_ESCAPE_GUARD },
 	{ "dns-exfil-max-label", required_argument, NULL, OPT_EXFIL_LABEL },
 	{ "dns-exfil-max-name", required_argument, NULL, OPT_EXFIL_NAME },
 	{ "dns-exfil-max-entropy", required_argument, NULL, OPT_EXFIL_ENTROPY },
@@ -183,6 +185,8 @@ static void usage(FILE *out)
 		"                     burst the same; 0: none); every allow is still counted\n"
 		"  --no-syslog        alerts to the file only\n"
 		"  --no-harden        keep every capability and no seccomp filter (debugging)\n"
+		"  --require-escape-guard  refuse to start unless the whole escape guard (its\n"
+		"                     tracepoints and its cgroup2 root programs) is in force\n"
 		"  --metrics-addr ADDR:PORT  Prometheus /metrics (default " EGR_METRICS_DEFAULT_ADDR ";\n"
 		"                     \"off\" disables it)\n"
 		"  --metrics-max-sandboxes N  per-sandbox series at most; the rest fold into\n"
@@ -378,6 +382,9 @@ static int apply(struct egr_options *o, int c, const struct cursor *at, const ch
 		break;
 	case OPT_NO_HARDEN:
 		o->no_harden = true;
+		break;
+	case OPT_REQUIRE_ESCAPE_GUARD:
+		o->require_escape_guard = true;
 		break;
 	case OPT_EXFIL_LABEL:
 	case OPT_EXFIL_NAME:

@@ -38,6 +38,8 @@ struct egr_options {
 	struct egr_dnsproxy_config dns; /* upstreams, min TTL, exfiltration limits */
 	uint32_t dns_max_learned;
 	bool no_harden;        /* --no-harden: keep capabilities, no seccomp */
+	/* --require-escape-guard: no start without the whole guard (escape.h) */
+	bool require_escape_guard;
 	/* events, alerts, audit (docs/events.md, alerts.md, audit.md) */
 	const char *audit_log, *audit_key;
 	unsigned long long audit_rotate_bytes;

@@ -129,10 +129,11 @@ static void probe_features(struct egr_features *f)
 
 json_t *egr_features_layers(const struct egr_features *f)
 {
-	return json_pack("{s:b, s:b, s:b, s:b, s:b, s:b, s:b}", "sock_addr", f->cgroup_sock_addr,
+	return json_pack("{s:b, s:b, s:b, s:b, s:b, s:b, s:b, s:b}", "sock_addr",
+			 f->cgroup_sock_addr,
 			 "sock_create", f->cgroup_sock, "setsockopt", f->setsockopt, "skb_backstop",
 			 f->skb, "seccomp", f->seccomp, "lsm_cgroup", f->lsm_cgroup,
-			 "escape_guard", f->escape_guard);
+			 "escape_guard", f->escape_guard, "escape_root", f->escape_root);
 }
 
 /* Pins of this ABI version: <dir>/v<EGR_ABI_VERSION>/maps. */

@@ -39,6 +39,7 @@ struct egr_features {
 	bool seccomp;     /* the kernel filters syscalls (egressctl run, OCI profile) */
 	bool lsm_cgroup;  /* lsm_cgroup/socket_create would load (needs trampolines) */
 	bool escape_guard; /* the cgroup migration guard is in force (escape.h) */
+	bool escape_root;  /* and its programs at the cgroup2 root (escape.h) */
 };
 
 /* The layers as a JSON object (status, logs): {"sock_addr": true, ...}. */

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,16 +17,19 @@
 #include "maps.h"
 #include "escape.h"
 #include "escape.skel.h"
+#include "escape_root.skel.h"
+#include "cgroup.h"
 #include "log.h"
 
 #define GUARD_DIR "guard"
 
-/* Attach prog (its section names the raw tracepoint) and pin the link at
- * <gdir>/<name>, replacing an older pin. The older link stays attached
+/* Attach prog (to cgroup cgfd, or where its section says when cgfd < 0: a
+ * raw tracepoint) and pin the link at <gdir>/<name>, replacing an older pin. The older link stays attached
  * until ours is pinned (we hold it open; bpffs cannot rename over a pin),
  * so for a moment both run and a move is reported twice, never missed.
  * 1 when the older link is kept because ours failed. */
-static int attach_one(struct bpf_program *prog, const char *gdir, struct bpf_link **out)
+static int attach_one(struct bpf_program *prog, const char *gdir, int cgfd,
+		      struct bpf_link **out)
 {
 	const char *name = bpf_program__name(prog);
 	struct bpf_link *link, *old = NULL;
@@ -38,7 +43,7 @@ static int attach_one(struct bpf_program *prog, const char *gdir, struct bpf_lin
 		if (!old)
 			log_warn("escape guard: open pinned %s: %s", pin, strerror(errno));
 	}
-	link = bpf_program__attach(prog);
+	link = cgfd >= 0 ? bpf_program__attach_cgroup(prog, cgfd) : bpf_program__attach(prog);
 	if (!link) {
 		err = -errno;
 		log_error("escape guard: attach %s (%s): %s", name, bpf_program__section_name(prog),
@@ -76,7 +81,7 @@ keep_old:
 
 /* The guard shares the cgroup programs' maps: the very fds egr_bpf_open()
  * holds, whatever the pin layout, and pins none of its own. */
-static int share_maps(struct escape_bpf *skel, const struct egr_bpf *b)
+static int share_maps(struct bpf_object *obj, const struct egr_bpf *b)
 {
 	const struct {
 		const char *name;
@@ -89,7 +94,7 @@ static int share_maps(struct escape_bpf *skel, const struct egr_bpf *b)
 	struct bpf_map *map;
 	int err;
 
-	bpf_object__for_each_map(map, skel->obj)
+	bpf_object__for_each_map(map, obj)
 	{
 		const char *name = bpf_map__name(map);
 		size_t i;
@@ -112,6 +117,32 @@ static int share_maps(struct escape_bpf *skel, const struct egr_bpf *b)
 	return 0;
 }
 
+/* The test knob (escape.h): is this part to fail as if the kernel refused it? */
+static bool broken_for_test(const char *knob, const char *part)
+{
+	const char *v = getenv("EGRESSD_TEST_BREAK_ESCAPE_GUARD");
+
+	if (!v || (strcmp(v, knob) && strcmp(v, "all")))
+		return false;
+	log_warn("escape guard: EGRESSD_TEST_BREAK_ESCAPE_GUARD=%s: the %s are not loaded (a test "
+		 "knob, never set it on a real host)", v, part);
+	return true;
+}
+
+static int guard_dir(const struct egr_bpf *b, char *gdir, size_t len)
+{
+	int err;
+
+	if (snprintf(gdir, len, "%s/" GUARD_DIR, b->dir) >= (int)len)
+		return -ENAMETOOLONG;
+	if (mkdir(gdir, 0700) < 0 && errno != EEXIST) {
+		err = -errno;
+		log_error("escape guard: create %s: %s", gdir, strerror(-err));
+		return err;
+	}
+	return 0;
+}
+
 int egr_escape_start(struct egr_escape *g, const struct egr_bpf *b)
 {
 	char gdir[PATH_MAX];
@@ -120,20 +151,18 @@ int egr_escape_start(struct egr_escape *g, const struct egr_bpf *b)
 	int err;
 
 	memset(g, 0, sizeof(*g));
-	if (snprintf(gdir, sizeof(gdir), "%s/" GUARD_DIR, b->dir) >= (int)sizeof(gdir))
-		return -ENAMETOOLONG;
-	if (mkdir(gdir, 0700) < 0 && errno != EEXIST) {
-		err = -errno;
-		log_error("escape guard: create %s: %s", gdir, strerror(-err));
+	if (broken_for_test("tracepoints", "tracepoints"))
+		return -EOPNOTSUPP;
+	err = guard_dir(b, gdir, sizeof(gdir));
+	if (err)
 		return err;
-	}
 	g->skel = escape_bpf__open();
 	if (!g->skel) {
 		err = -errno;
 		log_error("escape guard: open BPF object: %s", strerror(-err));
 		return err;
 	}
-	err = share_maps(g->skel, b);
+	err = share_maps(g->skel->obj, b);
 	if (!err)
 		err = escape_bpf__load(g->skel);
 	if (err) {
@@ -149,7 +178,7 @@ int egr_escape_start(struct egr_escape *g, const struct egr_bpf *b)
 			err = -E2BIG;
 			break;
 		}
-		err = attach_one(prog, gdir, &g->links[n]);
+		err = attach_one(prog, gdir, -1, &g->links[n]);
 		if (err < 0)
 			break;
 		g->adopted |= err > 0;
@@ -169,6 +198,119 @@ int egr_escape_start(struct egr_escape *g, const struct egr_bpf *b)
 	return 0;
 }
 
+/* The cgroup2 root, open: the mount egressd sees must be the whole
+ * hierarchy's (its root cgroup has kernfs id 1 on 64-bit hosts). */
+static int open_cgroup_root(char *path, size_t len)
+{
+	uint64_t id = 0;
+	int fd, err;
+
+	err = egr_cgroup2_mount(path, len);
+	if (err) {
+		log_error("escape guard: no cgroup2 mount: %s", strerror(-err));
+		return err;
+	}
+	err = egr_cgroup_id(path, &id);
+	if (err) {
+		log_error("escape guard: cgroup id of %s: %s", path, strerror(-err));
+		return err;
+	}
+	if (id != 1) {
+		log_error("escape guard: the cgroup2 mount %s is a subtree (cgroup id %llu), not the "
+			  "root: programs there would miss the cgroups outside it; mount the whole "
+			  "hierarchy for egressd", path, (unsigned long long)id);
+		return -EXDEV;
+	}
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		err = -errno;
+		log_error("escape guard: open %s: %s", path, strerror(-err));
+		return err;
+	}
+	return fd;
+}
+
+static void root_close(struct egr_escape *g)
+{
+	for (size_t i = 0; i < EGR_ESCAPE_ROOT_LINKS; i++) {
+		if (g->root_links[i])
+			bpf_link__destroy(g->root_links[i]);
+		g->root_links[i] = NULL;
+	}
+	if (g->root_skel)
+		escape_root_bpf__destroy(g->root_skel);
+	g->root_skel = NULL;
+}
+
+int egr_escape_root_start(struct egr_escape *g, const struct egr_bpf *b)
+{
+	char gdir[PATH_MAX], root[PATH_MAX];
+	struct bpf_program *prog;
+	size_t n = 0;
+	int cgfd, err;
+
+	if (broken_for_test("root", "cgroup2 root programs"))
+		return -EOPNOTSUPP;
+	err = guard_dir(b, gdir, sizeof(gdir));
+	if (err)
+		return err;
+	g->root_skel = escape_root_bpf__open();
+	if (!g->root_skel) {
+		err = -errno;
+		log_error("escape guard: open the root programs: %s", strerror(-err));
+		return err;
+	}
+	/* 6.10 and later let cgroup programs signal; elsewhere the call is
+	 * dead code the verifier never sees. */
+	g->root_kills = libbpf_probe_bpf_helper(BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
+						BPF_FUNC_send_signal, NULL) > 0 &&
+			libbpf_probe_bpf_helper(BPF_PROG_TYPE_CGROUP_SOCK, BPF_FUNC_send_signal,
+						NULL) > 0;
+	g->root_skel->rodata->egr_kill_in_hook = g->root_kills;
+	err = share_maps(g->root_skel->obj, b);
+	if (!err)
+		err = escape_root_bpf__load(g->root_skel);
+	if (err) {
+		log_error("escape guard: load the root programs: %s", strerror(-err));
+		root_close(g);
+		return err;
+	}
+	cgfd = open_cgroup_root(root, sizeof(root));
+	if (cgfd < 0) {
+		root_close(g);
+		return cgfd;
+	}
+	bpf_object__for_each_program(prog, g->root_skel->obj)
+	{
+		if (n >= EGR_ESCAPE_ROOT_LINKS) {
+			err = -E2BIG;
+			break;
+		}
+		err = attach_one(prog, gdir, cgfd, &g->root_links[n]);
+		if (err < 0)
+			break;
+		g->root_adopted |= err > 0;
+		err = 0;
+		n++;
+	}
+	close(cgfd);
+	if (err) {
+		/* A root program that is not attached (another program there
+		 * without BPF_F_ALLOW_MULTI refuses ours: EPERM) leaves moved
+		 * processes that path; the pins stay (ours or older). */
+		log_error("escape guard: root programs not in force at %s: %s", root,
+			  strerror(-err));
+		root_close(g);
+		return err;
+	}
+	log_info("escape guard: sock_create, connect4/6 and sendmsg4/6 at the cgroup2 root %s "
+		 "refuse a moved process%s, pinned under %s%s", root,
+		 g->root_kills ? " and SIGKILL it" : " (egressd kills it: this kernel does not let "
+						     "cgroup programs signal)",
+		 gdir, g->root_adopted ? " (some kept from an earlier egressd)" : "");
+	return 0;
+}
+
 void egr_escape_close(struct egr_escape *g)
 {
 	/* Closing our fds leaves the pinned links in force. */
@@ -180,6 +322,7 @@ void egr_escape_close(struct egr_escape *g)
 	if (g->skel)
 		escape_bpf__destroy(g->skel);
 	g->skel = NULL;
+	root_close(g);
 }
 
 int egr_escape_kill_moved(const struct egr_bpf *b, uint32_t pid)

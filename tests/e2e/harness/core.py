@@ -19,7 +19,8 @@ __all__ = ["SUITE_TIMEOUT_S", "DAEMON_READY_S", "PROBE_TIMEOUT_S", "CTL_TIMEOUT_
 
 
 SUITE_TIMEOUT_S = 1500         # hard stop for the whole run (a hung test, not a slow machine)
-DAEMON_READY_S = 10            # egressd must answer `status` within this
+DAEMON_READY_S = 30            # egressd must answer `status` within this (loading
+                               # and verifying its programs took 6 s at load 17)
 PROBE_TIMEOUT_S = 10           # one netprobe run (its own calls are bounded by 2 s)
 CTL_TIMEOUT_S = 30             # one egressctl call
 

@@ -283,10 +283,10 @@ static void sub_close(struct egr_events *ev, struct sub *s)
 
 /*
  * The subscriber's watch is level-triggered, EPOLLOUT only while bytes are
- * waiting: a follower never depends on an edge it may have been handed
- * while egressd was busy elsewhere (an edge-triggered EPOLLOUT consumed or
- * coalesced during a flood left a follower with a full backlog and no
- * wake-up: silence for good). The 1 s tick retries every backlog too.
+ * waiting: a follower with a backlog is woken for as long as its socket
+ * can take bytes, never by one edge only (with an edge-triggered watch a
+ * backlog past 2 MiB was sent on nothing but EPOLLOUT edges). New events
+ * and the 1 s tick send what the socket takes too.
  */
 static void sub_arm(struct egr_events *ev, struct sub *s, bool force)
 {

@@ -176,7 +176,8 @@ def follow_half_closed_still_streams(c):
         t0 = cpu_s(pid)
         time.sleep(1.5)
         used = cpu_s(pid) - t0
-        check(used < 0.5, "egressd used %.2f s of CPU in 1.5 s with a half-closed follower" %
+        log("egressd cpu %.2f s" % used)
+        check(used < 0.15, "egressd used %.2f s of CPU in 1.5 s with a half-closed follower" %
               used)
         sb.denied("tcp", "127.0.0.1", b.port)
         e = json.loads(f.readline())

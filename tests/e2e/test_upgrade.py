@@ -540,9 +540,8 @@ def upgrade_redone_over_stale_pins(c):
     ok_srv, bad_srv = c.tcp("upgredo-ok"), c.tcp("upgredo-bad")
     d.start(c.build)
     d.stop()
-    # The old egressd below knows nothing of state.key: its state dir is one
-    # without (an upgrade from it), not one a newer egressd keyed.
-    os.unlink(os.path.join(d.state, "state.key"))
+    # state.key stays: the old egressd's files below are unsigned all the
+    # same, and adopted once (test_upgrade_unsigned.py).
     new_maps = os.path.join(d.bpffs, "v%d" % UPG_ABI, "maps")
     stale_storage = bpftool_json("map", "show", "pinned",
                                  os.path.join(new_maps, "egr_cg_storage"))["id"]

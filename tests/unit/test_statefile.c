@@ -5,6 +5,7 @@
 #include <ftw.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,7 +41,7 @@ static int setup(void **state)
 	if (!f)
 		return -1;
 	snprintf(f->dir, sizeof(f->dir), "/tmp/egr-statefile-XXXXXX");
-	if (!mkdtemp(f->dir) || egr_state_open(&f->st, f->dir) || egr_commitq_new(&f->q))
+	if (!mkdtemp(f->dir) || egr_state_open(&f->st, f->dir, false) || egr_commitq_new(&f->q))
 		return -1;
 	*state = f;
 	return 0;
@@ -163,7 +164,60 @@ static void test_close_syncs_and_leaves(void **state)
 	egr_commitq_stats(f->q, &after);
 	assert_int_equal(after.syncs, before.syncs);
 	assert_true(file_exists(f, 5));
-	assert_int_equal(egr_state_open(&f->st, f->dir), 0); /* for teardown */
+	assert_int_equal(egr_state_open(&f->st, f->dir, false), 0); /* for teardown */
+}
+
+/* Write an unsigned (pre-state.key) file for id. */
+static void write_unsigned(struct fixture *f, uint32_t id)
+{
+	char path[128], body[64];
+
+	snprintf(path, sizeof(path), "%s/sandboxes/%u.json", f->dir, id);
+	snprintf(body, sizeof(body), "{\"id\":%u,\"cgroup\":\"/x\"}\n", id);
+	assert_int_equal(egr_replace_file(path, body, strlen(body), 0600), 0);
+}
+
+static bool reads_unsigned(struct fixture *f, uint32_t id)
+{
+	char why[512];
+	bool legacy = false;
+	int err;
+	json_t *o = egr_state_read(&f->st, id, why, sizeof(why), &err, &legacy);
+	bool ok = o && legacy;
+
+	json_decref(o);
+	return ok;
+}
+
+/* The window for unsigned files: open at the start that makes the key,
+ * open again after a start that did not finish adoption, closed by
+ * egr_state_upgrade_done; reopened by pins of an egressd that signs
+ * nothing (ABI version 1), never by a key alone. */
+static void test_unsigned_window(void **state)
+{
+	struct fixture *f = *state;
+
+	write_unsigned(f, 9);
+	assert_true(f->st.key_new && f->st.legacy_ok);
+	assert_true(reads_unsigned(f, 9));
+	/* A start that stops before adoption ends: still open. */
+	egr_state_close(&f->st);
+	assert_int_equal(egr_state_open(&f->st, f->dir, false), 0);
+	assert_false(f->st.key_new);
+	assert_true(f->st.legacy_ok && reads_unsigned(f, 9));
+	assert_int_equal(egr_state_upgrade_done(&f->st), 0);
+	assert_false(f->st.legacy_ok || reads_unsigned(f, 9));
+	/* The next start with the key: a missing MAC is tampering. */
+	egr_state_close(&f->st);
+	assert_int_equal(egr_state_open(&f->st, f->dir, false), 0);
+	assert_false(f->st.legacy_ok || reads_unsigned(f, 9));
+	/* Pins of an ABI version 1 egressd (a rollback, then the upgrade
+	 * again): its files are unsigned although the key exists. */
+	egr_state_close(&f->st);
+	assert_int_equal(egr_state_open(&f->st, f->dir, true), 0);
+	assert_true(f->st.legacy_ok && reads_unsigned(f, 9));
+	assert_int_equal(egr_state_upgrade_done(&f->st), 0);
+	assert_int_equal(egr_state_upgrade_done(&f->st), 0); /* once is enough */
 }
 
 int main(void)
@@ -177,6 +231,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_without_a_queue_durable_at_once, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_close_syncs_and_leaves, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unsigned_window, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

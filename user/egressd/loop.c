@@ -151,6 +151,18 @@ int egr_loop_del(struct egr_loop *loop, int fd)
 	return -ENOENT;
 }
 
+int egr_loop_mod(struct egr_loop *loop, int fd, uint32_t events)
+{
+	for (struct watch *w = loop->watches; w; w = w->next) {
+		struct epoll_event ev = { .events = events, .data.ptr = w };
+
+		if (w->fd != fd)
+			continue;
+		return epoll_ctl(loop->ep, EPOLL_CTL_MOD, fd, &ev) < 0 ? -errno : 0;
+	}
+	return -ENOENT;
+}
+
 struct timer {
 	egr_loop_fn fn;
 	void *ctx;

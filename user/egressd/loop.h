@@ -21,6 +21,8 @@ void egr_loop_free(struct egr_loop *loop);
 /* Watch fd for events (EPOLLIN, ...). 0 or -errno. */
 int egr_loop_add(struct egr_loop *loop, int fd, uint32_t events, egr_loop_fn fn, void *ctx);
 int egr_loop_del(struct egr_loop *loop, int fd);
+/* Change the events fd is watched for. 0, -ENOENT (not watched), -errno. */
+int egr_loop_mod(struct egr_loop *loop, int fd, uint32_t events);
 /* Call fn every interval_ms (a timerfd the loop owns). */
 int egr_loop_every(struct egr_loop *loop, uint32_t interval_ms, egr_loop_fn fn, void *ctx);
 

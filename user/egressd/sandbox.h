@@ -46,6 +46,10 @@ struct egr_reg_hooks {
 	void (*attached)(void *ctx, const struct egr_sb *sb, const json_t *policy);
 	/* Adopted from pinned state at start. */
 	void (*adopted)(void *ctx, const struct egr_sb *sb, const json_t *policy);
+	/* Before adopted: its state file was an earlier egressd's, unsigned;
+	 * the kernel confirmed it (cgroup id, links, entry, rules) and it is
+	 * signed now (docs/security.md "Adopting unsigned state once"). */
+	void (*upgraded)(void *ctx, const struct egr_sb *sb, const json_t *policy);
 	/* After a successful update; old_sha256 is the policy it replaced and
 	 * closed the connections torn down. */
 	void (*updated)(void *ctx, const struct egr_sb *sb, const char *old_sha256,

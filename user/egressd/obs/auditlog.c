@@ -373,6 +373,27 @@ static void h_adopted(void *ctx, const struct egr_sb *sb, const json_t *policy)
 		al->next.adopted(al->next.ctx, sb, policy);
 }
 
+/* An earlier egressd's unsigned state file, confirmed by the kernel and
+ * signed: an upgrade, in the chain, not an alert. */
+static void h_upgraded(void *ctx, const struct egr_sb *sb, const json_t *policy)
+{
+	struct egr_auditlog *al = ctx;
+	json_t *rec = identity(sb);
+
+	if (rec) {
+		json_object_set_new(rec, "type", json_string("state_upgrade"));
+		json_object_set_new(rec, "from", json_string("unsigned state file of an earlier "
+							    "egressd"));
+		json_object_set_new(rec, "confirmed_by_kernel",
+				    json_pack("[s,s,s,s]", "cgroup_id", "links", "sandbox_entry",
+					      "rules"));
+		json_object_set_new(rec, "policy_id", json_integer((json_int_t)sb->policy_id));
+	}
+	append(al, rec);
+	if (al->next.upgraded)
+		al->next.upgraded(al->next.ctx, sb, policy);
+}
+
 static void h_updated(void *ctx, const struct egr_sb *sb, const char *old_sha256,
 		      const json_t *policy, unsigned closed)
 {
@@ -608,6 +629,7 @@ void egr_auditlog_hooks(struct egr_auditlog *al, struct egr_reg_hooks *h,
 	h->ctx = al;
 	h->attached = h_attached;
 	h->adopted = h_adopted;
+	h->upgraded = h_upgraded;
 	h->updated = h_updated;
 	h->detaching = h_detaching;
 	h->tampered = h_tampered;

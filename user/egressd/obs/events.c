@@ -38,6 +38,8 @@ struct sub {
 	size_t len, cap;
 	bool partial;       /* part of buf's first line was already sent */
 	bool closing;       /* dropped: flush the notice, then close */
+	bool out_armed;     /* watched for EPOLLOUT (only while buf is not empty) */
+	bool rdhup;         /* the peer shut its side: no longer watched for input */
 	/* Events it was too far behind to take (publish), told in one
 	 * aggregated line once it has caught up: per sandbox, the first
 	 * SUB_SKIP_SBS sandboxes by id, the rest under 0. */
@@ -294,6 +296,26 @@ static void sub_close(struct egr_events *ev, struct sub *s)
 	ev->nsubs--;
 }
 
+/*
+ * The subscriber's watch is level-triggered, EPOLLOUT only while bytes are
+ * waiting: a follower with a backlog is woken for as long as its socket
+ * can take bytes, never by one edge only (with an edge-triggered watch a
+ * backlog past 2 MiB was sent on nothing but EPOLLOUT edges). New events
+ * and the 1 s tick send what the socket takes too.
+ */
+static void sub_arm(struct egr_events *ev, struct sub *s, bool force)
+{
+	bool want = s->len > 0;
+	uint32_t events = (s->rdhup ? 0 : EPOLLIN | EPOLLRDHUP) | (want ? EPOLLOUT : 0);
+
+	if (want == s->out_armed && !force)
+		return;
+	if (egr_loop_mod(ev->loop, s->fd, events) == 0)
+		s->out_armed = want;
+	else
+		log_debug("events: re-arm a --follow subscriber: %m");
+}
+
 /* Write what can be written. -1 when the subscriber is gone (closed). */
 static int sub_flush(struct egr_events *ev, struct sub *s)
 {
@@ -322,6 +344,7 @@ static int sub_flush(struct egr_events *ev, struct sub *s)
 		sub_close(ev, s);
 		return -1;
 	}
+	sub_arm(ev, s, false);
 	return 0;
 }
 
@@ -382,15 +405,16 @@ static void sub_skip(struct sub *s, uint32_t sandbox)
 	s->skip_n[0]++; /* no sandbox, or past SUB_SKIP_SBS of them */
 }
 
-/* Caught up (below half the limit): one line says what it missed. */
-static void sub_catch_up(struct egr_events *ev, struct sub *s)
+/* Caught up (below half the limit): one line says what it missed, before
+ * the events after it. -1 when the subscriber is gone (closed). */
+static int sub_catch_up(struct egr_events *ev, struct sub *s)
 {
 	json_t *o, *by;
 	char *line;
 	size_t n;
 
 	if (!s->skipped || s->closing || s->len > SUB_MAX_PENDING / 2)
-		return;
+		return 0;
 	by = json_object();
 	for (int i = 0; by && i < SUB_SKIP_SBS; i++) {
 		char key[16];
@@ -407,7 +431,7 @@ static void sub_catch_up(struct egr_events *ev, struct sub *s)
 	line = o ? json_dumps(o, JSON_COMPACT) : NULL;
 	json_decref(o);
 	if (!line)
-		return;
+		return 0;
 	log_warn("events: a --follow subscriber missed %" PRIu64 " events (too slow)", s->skipped);
 	n = strlen(line);
 	line[n++] = '\n'; /* overwrites the NUL: length is n */
@@ -417,7 +441,7 @@ static void sub_catch_up(struct egr_events *ev, struct sub *s)
 		memset(s->skip_n, 0, sizeof(s->skip_n));
 	}
 	free(line);
-	sub_flush(ev, s);
+	return sub_flush(ev, s);
 }
 
 static void on_sub(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
@@ -436,7 +460,12 @@ static void on_sub(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 		sub_close(ev, s);
 		return;
 	}
-	if ((events & EPOLLIN) && !(events & EPOLLRDHUP)) {
+	if (events & EPOLLRDHUP) {
+		/* Half-closed: it may still read its stream. Level-triggered, the
+		 * hang-up would wake the loop forever: stop watching input. */
+		s->rdhup = true;
+		sub_arm(ev, s, true);
+	} else if (events & EPOLLIN) {
 		/* Subscribers have nothing more to say: discard. */
 		for (;;) {
 			ssize_t n = recv(fd, junk, sizeof(junk), MSG_DONTWAIT);
@@ -446,8 +475,8 @@ static void on_sub(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 		}
 	}
 	if (events & EPOLLOUT) {
-		sub_flush(ev, s);
-		sub_catch_up(ev, s);
+		if (sub_flush(ev, s) == 0)
+			sub_catch_up(ev, s);
 	}
 }
 
@@ -479,7 +508,7 @@ int egr_events_subscribe(struct egr_events *ev, int fd, uint32_t sandbox)
 	fcntl(nfd, F_SETFL, fcntl(nfd, F_GETFL) | O_NONBLOCK);
 	s->fd = nfd;
 	s->sandbox = sandbox;
-	err = egr_loop_add(ev->loop, nfd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, on_sub, ev);
+	err = egr_loop_add(ev->loop, nfd, EPOLLIN | EPOLLRDHUP, on_sub, ev);
 	if (err) {
 		close(nfd);
 		free(s);
@@ -545,10 +574,16 @@ static void on_rec(void *ctx, const struct egr_rec *r)
 			n = strlen(line);
 			line[n++] = '\n'; /* overwrites the NUL: length is n */
 		}
+		/* Behind: first send what the socket takes now, whatever woke
+		 * the loop (never only an EPOLLOUT). */
+		if (s->len + n > SUB_MAX_PENDING / 2 && sub_flush(ev, s))
+			continue;
 		if (s->len + n > SUB_MAX_PENDING || (s->skipped && s->len > SUB_MAX_PENDING / 2)) {
 			sub_skip(s, r->sandbox);
 			continue;
 		}
+		if (s->skipped && sub_catch_up(ev, s))
+			continue;
 		if (sub_append(s, line, n)) {
 			sub_drop(ev, s, "out of memory");
 			continue;
@@ -702,7 +737,7 @@ static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 		next = s->next;
 		if (s->closing && ++s->closing_ticks > 5)
 			sub_close(ev, s);
-		else
+		else if (!s->len || sub_flush(ev, s) == 0)
 			sub_catch_up(ev, s);
 	}
 }

@@ -18,7 +18,9 @@
 
 #include "cgroup.h"
 #include "compile.h"
+#include "dns/dnsproxy.h"
 #include "fileio.h"
+#include "inspect.h"
 #include "log.h"
 #include "registry/registry_impl.h"
 
@@ -269,14 +271,32 @@ static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st,
 	if (err && link_cg)
 		log_warn("sandbox %u: rewrite cgroup storage: %s", id, strerror(-err));
 	reg_home_procs(r, sb, cgroup);
-	if (legacy && egr_state_save_sb(&r->st, sb, policy) == 0)
+	if (legacy) {
+		err = egr_state_save_sb(&r->st, sb, policy);
+		if (err) {
+			/* Unsigned it would be held at the next start: hold it now,
+			 * while the kernel still says what it is. */
+			if (r->dns)
+				egr_dnsproxy_remove_sandbox(r->dns, id);
+			if (r->inspect)
+				egr_inspect_remove_sandbox(r->inspect, id);
+			egr_sb_free(sb);
+			sb = NULL;
+			quarantine(r, id, "state_tampered",
+				   "the kernel confirmed its unsigned state file, but it cannot be "
+				   "signed");
+			goto out;
+		}
 		log_info("sandbox %u: the kernel confirmed its state file; now authenticated", id);
+	}
 	if (egr_reg_add(r, sb))
 		goto oom;
 	reg_sb_set_meta(sb, &p, &c);
 	reg_quota_apply(r, sb, &p, false);
 	log_info("sandbox %u adopted (%s, tenant %s, policy %u)", id, sb->cgroup, sb->tenant,
 		 sb->policy_id);
+	if (legacy && r->hooks.upgraded)
+		r->hooks.upgraded(r->hooks.ctx, sb, policy);
 	if (r->hooks.adopted)
 		r->hooks.adopted(r->hooks.ctx, sb, policy);
 	/* The cgroup was removed while egressd was away (the kernel released
@@ -480,13 +500,21 @@ int egr_reg_init(struct egr_registry *r, struct egr_bpf *bpf, const char *state_
 	if (hooks)
 		r->hooks = *hooks;
 	read_self_cgroup(r);
-	err = egr_state_open(&r->st, state_dir);
+	/* ABI version 1 egressds signed no state file: after an upgrade from
+	 * one, its files have no MAC whether or not a key exists already. */
+	err = egr_state_open(&r->st, state_dir, egr_bpf_migrated_from(bpf) == 1);
 	if (err)
 		return err;
 	egr_state_tenants_load(&r->st, &r->tenants, &r->ntenants);
 	err = adopt_all(r);
 	if (err)
 		return err;
+	/* Every file was looked at: re-signed, or held. A later file without
+	 * a MAC is tampering. */
+	err = egr_state_upgrade_done(&r->st);
+	if (err)
+		log_warn("upgrade: the window for unsigned state files stays open: %s",
+			 strerror(-err));
 	/* From here on requests answer only after their state files' batch is
 	 * durable (statefile.c, "group commit"); adoption's own writes above
 	 * were durable one by one. */

@@ -189,8 +189,9 @@ static int write_state_obj(struct egr_statedir *st, uint32_t id, const json_t *o
 
 /* The state of sandbox id, authenticated; NULL with why on failure
  * (-ENOENT in *errp when there is no file). With legacy non-NULL, a file
- * without a MAC is returned too (*legacy set) when the key was made at this
- * start: an earlier egressd wrote it, and only the kernel can confirm it. */
+ * without a MAC is returned too (*legacy set) while the upgrade window is
+ * open (legacy_ok): an earlier egressd wrote it, only the kernel can
+ * confirm it. */
 json_t *egr_state_read(const struct egr_statedir *st, uint32_t id, char *why, size_t whylen,
 		       int *errp, bool *legacy)
 {
@@ -237,7 +238,7 @@ json_t *egr_state_read(const struct egr_statedir *st, uint32_t id, char *why, si
 	if (len < MAC_SUFFIX_LEN + 2 ||
 	    memcmp(buf + len - MAC_SUFFIX_LEN, MAC_MEMBER, sizeof(MAC_MEMBER) - 1) != 0 ||
 	    memcmp(buf + len - 2, "\"}", 2) != 0) {
-		if (legacy && st->key_new && !strstr(buf, MAC_MEMBER)) {
+		if (legacy && st->legacy_ok && !strstr(buf, MAC_MEMBER)) {
 			*legacy = true;
 			goto parse;
 		}
@@ -480,9 +481,58 @@ uint32_t egr_state_file_id(const char *name)
 	return (uint32_t)v;
 }
 
-int egr_state_open(struct egr_statedir *st, const char *dir)
+static void upgrade_marker_path(const struct egr_statedir *st, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/upgrade.unsigned", st->dir);
+}
+
+/*
+ * The one-time window for unsigned state files. It opens when this start
+ * makes the key or took over the pins of an egressd that signed nothing
+ * (ABI version 1), and it stays open, across crashes and refused starts,
+ * until one adoption pass has run to its end: the marker is durable before
+ * the key is made, and only egr_state_upgrade_done() removes it. A state
+ * directory whose key exists and whose pins are this version's has no
+ * window: a missing MAC there is tampering.
+ */
+static int upgrade_marker_make(struct egr_statedir *st)
+{
+	static const char text[] = "state files of an egressd without state.key may be adopted "
+				   "where the kernel confirms them (docs/security.md)\n";
+	char path[PATH_MAX];
+	int err;
+
+	upgrade_marker_path(st, path, sizeof(path));
+	err = egr_replace_file(path, text, sizeof(text) - 1, 0600);
+	if (err)
+		log_error("create %s: %s", path, strerror(-err));
+	return err;
+}
+
+int egr_state_upgrade_done(struct egr_statedir *st)
 {
 	char path[PATH_MAX];
+	int err;
+
+	if (!st->legacy_ok)
+		return 0;
+	upgrade_marker_path(st, path, sizeof(path));
+	if (unlink(path) < 0 && errno != ENOENT) {
+		err = -errno;
+		log_error("remove %s: %s", path, strerror(-err));
+		return err;
+	}
+	st->legacy_ok = false;
+	err = egr_fsync_parent(path);
+	log_info("upgrade: every unsigned state file is signed or held; a missing MAC is "
+		 "tampering from now on");
+	return err;
+}
+
+int egr_state_open(struct egr_statedir *st, const char *dir, bool unsigned_pins)
+{
+	char path[PATH_MAX];
+	int err;
 
 	memset(st, 0, sizeof(*st));
 	st->sbdir_fd = -1;
@@ -493,6 +543,17 @@ int egr_state_open(struct egr_statedir *st, const char *dir)
 	snprintf(path, sizeof(path), "%s/sandboxes", dir);
 	if (mkdir(path, 0700) < 0 && errno != EEXIST)
 		return -errno;
+	snprintf(path, sizeof(path), "%s/state.key", dir);
+	if (unsigned_pins || access(path, F_OK) != 0) {
+		err = upgrade_marker_make(st);
+		if (err)
+			return err;
+	}
+	upgrade_marker_path(st, path, sizeof(path));
+	st->legacy_ok = access(path, F_OK) == 0;
+	if (st->legacy_ok)
+		log_info("upgrade: state files without a MAC (an egressd from before state.key) "
+			 "are adopted once, where the kernel confirms them");
 	return state_key_load(st);
 }
 

@@ -39,11 +39,22 @@ struct egr_statedir {
 	int sync_err;                 /* a failed inline sync, for the next batch */
 	uint8_t *key;   /* <state-dir>/state.key: HMAC key of the state files */
 	size_t keylen;
-	bool key_new;   /* made at this start: files of an earlier egressd have no MAC */
+	bool key_new;   /* made at this start */
+	/* <state-dir>/upgrade.unsigned exists: the files may be an earlier
+	 * egressd's, written before state files were signed (docs/security.md
+	 * "Adopting unsigned state once"). */
+	bool legacy_ok;
 };
 
-/* Make the directories and load (or make) the key. 0 or -errno. */
-int egr_state_open(struct egr_statedir *st, const char *dir);
+/* Make the directories and load (or make) the key. unsigned_pins: the
+ * pins this start took over were of an egressd that wrote no MAC (ABI
+ * version 1). Either that or a new key opens the one-time window for
+ * unsigned files (upgrade.unsigned, made durable before the key). 0 or
+ * -errno. */
+int egr_state_open(struct egr_statedir *st, const char *dir, bool unsigned_pins);
+/* Adoption is complete: every unsigned file was re-signed or held. Closes
+ * the window (removes upgrade.unsigned). 0 or -errno. */
+int egr_state_upgrade_done(struct egr_statedir *st);
 /* Sandbox files' syncs go with q's batches from now on. 0 or -errno. */
 int egr_state_set_commit(struct egr_statedir *st, struct egr_commitq *q);
 /* Makes what is pending durable and leaves the queue. */
@@ -51,8 +62,9 @@ void egr_state_close(struct egr_statedir *st);
 
 /* The state of sandbox id, authenticated; NULL with why on failure
  * (-ENOENT in *errp when there is no file). With legacy non-NULL, a file
- * without a MAC is returned too (*legacy set) when the key was made at this
- * start: an earlier egressd wrote it, and only the kernel can confirm it. */
+ * without a MAC is returned too (*legacy set) while the upgrade window is
+ * open (legacy_ok): an earlier egressd wrote it, only the kernel can
+ * confirm it. */
 json_t *egr_state_read(const struct egr_statedir *st, uint32_t id, char *why, size_t whylen,
 		       int *errp, bool *legacy);
 /* Just its "policy" (logged when unreadable); NULL then. */

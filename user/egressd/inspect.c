@@ -50,15 +50,29 @@ static bool literal_allows(const struct isb *sb, int family, const uint8_t *addr
 	return false;
 }
 
+/* Do the name's outbound_allow entries give TCP on port? */
+static bool name_port_allows(const struct egr_dns_ports *ports, uint16_t port)
+{
+	for (uint32_t i = 0; i < ports->nranges && i < EGR_MAX_PORT_RANGES; i++)
+		if ((ports->ranges[i].protos & EGR_PROTO_TCP) && port >= ports->ranges[i].lo &&
+		    port <= ports->ranges[i].hi)
+			return true;
+	return false;
+}
+
 /* The name the client sent must be one the policy resolves, and the
- * address it dialled one this sandbox learned for that name, or a literal
- * entry. An IP literal as the HTTP host passes only when it is the very
- * address dialled and a literal entry covers it: it names no other site. */
+ * address it dialled one this sandbox learned for that name, on a port the
+ * name's own entries give TCP (two names at one address must not lend each
+ * other their ports), or a literal entry must cover address and port. An
+ * IP literal as the HTTP host passes only when it is the very address
+ * dialled and a literal entry covers it: it names no other site. */
 const char *egr_insp_judge(struct conn *c)
 {
 	const struct isb *sb = c->sb;
+	struct egr_dnspolicy_match m;
 	int fam = c->orig.family;
 	uint8_t lit[16];
+	bool learned;
 
 	if ((inet_pton(AF_INET, c->name, lit) == 1 && fam == AF_INET) ||
 	    (inet_pton(AF_INET6, c->name, lit) == 1 && fam == AF_INET6)) {
@@ -67,13 +81,14 @@ const char *egr_insp_judge(struct conn *c)
 			return NULL;
 		return "address_mismatch";
 	}
-	if (egr_dnspolicy_match(sb->dpol, c->name, NULL) != 1)
+	if (egr_dnspolicy_match(sb->dpol, c->name, &m) != 1)
 		return "name_not_allowed";
-	if (egr_learned_has_name(c->p->cfg.learned, sb->id, fam, c->orig.addr, c->name))
+	learned = egr_learned_has_name(c->p->cfg.learned, sb->id, fam, c->orig.addr, c->name);
+	if (learned && name_port_allows(&m.ports, c->orig.port))
 		return NULL;
 	if (literal_allows(sb, fam, c->orig.addr, c->orig.port))
 		return NULL;
-	return "address_mismatch";
+	return learned ? "port_not_allowed" : "address_mismatch";
 }
 
 /* --- events and bookkeeping ----------------------------------------------------- */

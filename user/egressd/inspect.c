@@ -111,8 +111,7 @@ void egr_insp_emit(struct conn *c, bool allowed, bool closed, const char *reason
 	};
 
 	memcpy(ev.addr, c->orig.addr, sizeof(ev.addr));
-	if (c->p->cfg.event)
-		c->p->cfg.event(c->p->cfg.ctx, &ev);
+	egr_insp_publish(c->sb, &ev);
 }
 
 void egr_insp_note_dest(struct conn *c)

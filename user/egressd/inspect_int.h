@@ -63,6 +63,12 @@ struct isb {
 	uint16_t port4, port6;
 	uint32_t nconns;
 	uint64_t denied; /* policy refusals of this sandbox: its breaker counts them */
+	/* Its deny-event budget (GCRA: the theoretical arrival time) and what
+	 * it held back since the last summary (egr_insp_publish()). */
+	uint64_t deny_tat_ns;
+	uint64_t sup_n, sup_total, sup_report_ns;
+	struct egr_inspect_event sup_last;
+	char sup_name[EGR_TLS_NAME_BUF];
 	struct dest dests[EGR_INSPECT_MAX_DESTS];
 	size_t ndests;
 	bool dests_full;
@@ -117,6 +123,12 @@ struct egr_inspect {
 
 /* The decision on a connection's first bytes: NULL (allowed) or why not. */
 const char *egr_insp_judge(struct conn *c);
+/* Hands ev to cfg.event; a deny only within its sandbox's deny budget,
+ * else it is counted for the next summary. */
+void egr_insp_publish(struct isb *sb, const struct egr_inspect_event *ev);
+/* A summary of the denies held back, once a second at most (the tick);
+ * force: now, whatever the time (the sandbox goes away). */
+void egr_insp_report_suppressed(struct isb *sb, uint64_t now_ns, bool force);
 /* Reports the connection to cfg.event (docs/inspect.md). */
 void egr_insp_emit(struct conn *c, bool allowed, bool closed, const char *reason);
 /* Adds the connection's bytes to its sandbox's destinations. */

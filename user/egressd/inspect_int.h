@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "dnspolicy.h"
+#include "httpframe.h"
 #include "inspect.h"
 #include "loop.h"
 #include "tlshello.h"
@@ -90,6 +91,13 @@ struct conn {
 	struct side cl, up;
 	uint8_t *hello;
 	size_t hlen, hsent;
+	/* Client to upstream through hello[] while filtered (inspect_filter.c):
+	 * every HTTP/1.x request head is judged, a TLS client's first flight
+	 * is walked record by record. hsent <= hclear <= hlen. */
+	bool filter, flight_done;
+	size_t hclear;
+	struct egr_http_framer fr;
+	uint32_t trec; /* TLS: bytes left of the record being passed */
 	int pcu[2], puc[2]; /* pipes: client->upstream, upstream->client */
 	size_t incu, inuc;
 	bool eof_c, eof_u, shut_u, shut_c;
@@ -123,6 +131,8 @@ struct egr_inspect {
 
 /* The decision on a connection's first bytes: NULL (allowed) or why not. */
 const char *egr_insp_judge(struct conn *c);
+/* The same for another name on c's destination (a later request). */
+const char *egr_insp_judge_name(struct conn *c, const char *name);
 /* Hands ev to cfg.event; a deny only within its sandbox's deny budget,
  * else it is counted for the next summary. */
 void egr_insp_publish(struct isb *sb, const struct egr_inspect_event *ev);
@@ -142,6 +152,17 @@ void egr_insp_deny(struct conn *c, const char *reason);
 int egr_insp_watch(struct conn *c, struct side *s);
 /* Reads the client's first bytes that have arrived and decides on them. */
 void egr_insp_read_hello(struct conn *c);
+/* inspect_filter.c. Judge what hello[hclear, hlen) holds and advance
+ * hclear over what may pass: NULL, or why not (bad: the name the refused
+ * request or hello named, EGR_TLS_NAME_BUF bytes). */
+const char *egr_insp_filter_walk(struct conn *c, char *bad);
+/* A request head on c (the first one too): NULL if it may pass, else why. */
+const char *egr_insp_head_verdict(struct conn *c, const struct egr_http_head *h);
+/* One round of client to upstream while filtered: 1 moved, 0 blocked,
+ * -1 c was freed. */
+int egr_insp_filter_pump(struct conn *c);
+/* Allow events within ALLOW_EVENTS_PER_S. */
+bool egr_insp_allow_sample(struct egr_inspect *p);
 /* The eventfd of the ready list: pumps the connections on it. */
 void egr_insp_on_wake(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
 

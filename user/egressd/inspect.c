@@ -361,11 +361,33 @@ static void make_ready(struct conn *c)
 		log_warn("inspect: eventfd: %m");
 }
 
+/* One relay round of c's sandbox in this loop turn, if it has one left. */
+static bool take_round(struct isb *sb)
+{
+	uint64_t turn = egr_loop_turn(sb->p->loop);
+
+	if (sb->turn != turn) {
+		sb->turn = turn;
+		sb->rounds = SB_ROUNDS_PER_TURN;
+	}
+	if (!sb->rounds)
+		return false;
+	sb->rounds--;
+	return true;
+}
+
 /* Returns false when c was freed. */
 static bool pump(struct conn *c)
 {
 	for (int round = 0; round < PUMP_ROUNDS; round++) {
 		int a = 0, b;
+
+		if (!take_round(c->sb)) {
+			/* Its sandbox's share of this turn is spent: the
+			 * ready list brings it back in a later turn. */
+			c->p->st.deferred++;
+			break;
+		}
 
 		if (c->filter) {
 			a = egr_insp_filter_pump(c);

@@ -90,6 +90,7 @@ struct egr_inspect_stats {
 	uint64_t refused_full;        /* closed at accept: a connection limit */
 	uint64_t evicted;             /* waiting for a hello, reset for a sandbox's reserve */
 	uint64_t unidentified;        /* closed at accept: no original destination */
+	uint64_t deferred;            /* relay work put off: its sandbox's turn was spent */
 	uint32_t conns;               /* open now */
 };
 

@@ -625,11 +625,11 @@ json_t *egr_inspect_dests_json(struct egr_inspect *p, uint32_t sandbox_id)
 
 json_t *egr_inspect_status(const struct egr_inspect *p)
 {
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i}", "accepted",
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i}", "accepted",
 			 (json_int_t)p->st.accepted, "allowed", (json_int_t)p->st.allowed,
 			 "denied", (json_int_t)p->st.denied, "refused_full",
 			 (json_int_t)p->st.refused_full, "evicted", (json_int_t)p->st.evicted,
-			 "unidentified",
+			 "deferred", (json_int_t)p->st.deferred, "unidentified",
 			 (json_int_t)p->st.unidentified, "connections", (int)p->st.conns,
 			 "max_connections", (int)p->cfg.max_conns);
 }

@@ -25,6 +25,11 @@
 #define PIPE_POOL    64 /* empty pipes kept for the next connections */
 #define ALLOW_EVENTS_PER_S 20 /* sampled, like the kernel's allow events; denies all */
 #define PUMP_ROUNDS  64
+/* Relay rounds (a splice or send each way) one sandbox gets per loop turn
+ * across all its connections: a sandbox trickling bytes through many
+ * connections cannot hold the shared loop (DNS, other sandboxes) for
+ * longer than this costs; the rest waits for the next turn. */
+#define SB_ROUNDS_PER_TURN 16
 #define TICK_MS      200
 
 enum state { S_HELLO, S_CONNECTING, S_RELAY };
@@ -67,6 +72,8 @@ struct isb {
 	/* Its deny-event budget (GCRA: the theoretical arrival time) and what
 	 * it held back since the last summary (egr_insp_publish()). */
 	uint64_t deny_tat_ns;
+	uint64_t turn;   /* the loop turn its relay rounds are counted in */
+	uint32_t rounds; /* rounds left in that turn */
 	uint64_t sup_n, sup_total, sup_report_ns;
 	struct egr_inspect_event sup_last;
 	char sup_name[EGR_TLS_NAME_BUF];

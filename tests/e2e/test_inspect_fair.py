@@ -3,7 +3,7 @@
 # neighbour's DNS through the shared event loop (issue 23 finding 9): the
 # proxy's work is bounded per sandbox and loop turn. A correctness bound
 # here (the neighbour is answered, its p99 under the flood stays within a
-# generous bound of its own baseline); the figures are `make bench`'s
+# generous bound: 100 ms or 3x its own baseline); the figures are `make bench`'s
 # (tools/bench_inspect.py --fair). Run by run.py (harness.runner).
 
 import socket
@@ -139,7 +139,9 @@ def inspect_relay_flood_leaves_neighbour_dns_answered(c):
               writes)
         check(ok1 == n_q, "under the flood %d of %d of the neighbour's queries answered" %
               (ok1, n_q))
-        # Generous: the loaded dev VM is noisy; the figures are the bench's.
-        bound = max(50.0, 2 * p99_0)
+        # Generous: on the loaded 2-CPU dev VM the flood's own process and
+        # dnsmasq compete for the CPUs whatever the loop does (without the
+        # budget: 217-375 ms; with it 3-81 ms); the figures are the bench's.
+        bound = max(100.0, 3 * p99_0)
         check(p99_1 < bound, "the neighbour's DNS p99 went from %.2f to %.2f ms under "
               "another sandbox's relay flood (bound %.0f ms)" % (p99_0, p99_1, bound))

@@ -13,8 +13,12 @@ splice relay). In the same run, alternating, ROUNDS times:
 - setup: N sequential connections, each connect + request head + wait for
   the server's first byte + close (inspect_load setup), p50/p99 µs.
 
+Then fairness (issue 23 finding 9): the "direct" sandbox's DNS p99 (queries
+its DNS proxy answers itself), alone and while the "inspect" sandbox relays
+100 connections of 1-byte writes (inspect_load trickle).
+
 Goals: inspect >= 80% of direct bulk throughput; < 100 µs added to setup at
-p50. Needs root. Everything it starts (dnsmasq, which egressd is pointed
+p50; the neighbour's DNS p99 under the trickle < 50 ms. Needs root. Everything it starts (dnsmasq, which egressd is pointed
 at, egressd, the load server, cgroups, bpffs dir) is removed on exit;
 every loop is bounded.
 """
@@ -27,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import Control, cgroup2_mount, must_ok, free_port  # noqa: E402
@@ -38,6 +43,29 @@ DNSMASQ = common.DNSMASQ
 SERVER_ADDR = "127.0.0.41"
 GOAL_RATIO = 0.80
 GOAL_ADDED_P50_US = 100.0
+GOAL_FAIR_P99_MS = 50.0   # a neighbour's DNS p99 under another sandbox's relay flood
+TRICKLE_CONNS = 100
+# n sequential queries the DNS proxy answers itself (REFUSED: no upstream
+# in the way), so the time is the shared loop's; prints every RTT in µs.
+DNS_RTT = r"""
+import random, socket, struct, sys, time
+n = int(sys.argv[1])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(2)
+for i in range(n):
+    qid = random.getrandbits(16)
+    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + b"\x07refused\x05bench\x00"
+    q += struct.pack(">HH", 1, 1)
+    t = time.monotonic()
+    s.sendto(q, ("127.0.0.2", 53))
+    try:
+        while s.recv(512)[:2] != q[:2]:
+            pass
+        print(int((time.monotonic() - t) * 1e6))
+    except socket.timeout:
+        print(2000000)
+    time.sleep(0.002)
+"""
 
 
 def log(msg):
@@ -128,6 +156,40 @@ class BenchInspect:
             raise RuntimeError(f"{path}: inspect_load {argv[0]}: {r.stderr.strip()}")
         return r.stdout.split()
 
+    def in_cg(self, path, argv, **kw):
+        cg = self.cg[path]
+
+        def join():
+            with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+                f.write("0")
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, preexec_fn=join, **kw)
+
+    def dns_rtts(self, n):
+        out, err = self.in_cg("direct", [sys.executable, "-c", DNS_RTT, str(n)]).communicate(
+            timeout=120)
+        rtts = [int(x) for x in out.split()]
+        if len(rtts) != n:
+            raise RuntimeError(f"neighbour DNS client: {err.strip()[-300:]}")
+        return rtts
+
+    def fairness(self):
+        """The "direct" sandbox's DNS, alone and while the "inspect" sandbox
+        relays TRICKLE_CONNS connections of 1-byte writes (issue 23 finding 9)."""
+        n = self.args.dns_queries
+        base = self.dns_rtts(n)
+        flood = self.in_cg("inspect", [self.load_bin, "trickle", SERVER_ADDR, str(self.port),
+                                       str(TRICKLE_CONNS), str(n * 0.004 + 10)])
+        try:
+            time.sleep(1)
+            under = self.dns_rtts(n)
+        finally:
+            flood.kill()
+            flood.wait(10)
+        log(f"neighbour DNS p99 {pct(base, 99) / 1000:.2f} ms alone, "
+            f"{pct(under, 99) / 1000:.2f} ms under the trickle")
+        return base, under
+
     def run(self):
         a = self.args
         self.start()
@@ -144,9 +206,10 @@ class BenchInspect:
                 setup[path].append(ns)
                 log(f"round {r + 1} {path}: {rate * 8 / 1e9:.2f} Gbit/s, setup p50 "
                     f"{pct(ns, 50) / 1000:.0f} µs p99 {pct(ns, 99) / 1000:.0f} µs")
-        return self.report(bulk, setup)
+        fair = self.fairness()
+        return self.report(bulk, setup, fair)
 
-    def report(self, bulk, setup):
+    def report(self, bulk, setup, fair):
         a = self.args
         b_d, b_i = statistics.median(bulk["direct"]), statistics.median(bulk["inspect"])
         all_d = [x for r in setup["direct"] for x in r]
@@ -162,7 +225,8 @@ class BenchInspect:
         w(f"Run: {datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}, "
           f"{os.cpu_count()} CPUs, Linux {platform.release()}, load average "
           f"{open('/proc/loadavg').read().split()[0]}; `python3 tools/bench_inspect.py "
-          f"--rounds {a.rounds} --seconds {a.seconds} --connections {a.connections}`.")
+          f"--rounds {a.rounds} --seconds {a.seconds} --connections {a.connections} "
+          f"--dns-queries {a.dns_queries}`.")
         w("")
         w("| figure | direct (inspect: false) | through the proxy | proxy / direct | goal | met |")
         w("|---|---:|---:|---:|---|---|")
@@ -176,6 +240,11 @@ class BenchInspect:
           f"{'yes' if added < GOAL_ADDED_P50_US else '**no**'} |")
         w(f"| connection setup p99 | {p99_d:.0f} µs | {p99_i:.0f} µs | +{p99_i - p99_d:.0f} µs "
           f"| — | — |")
+        f0, f1 = pct(fair[0], 99) / 1000, pct(fair[1], 99) / 1000
+        w(f"| a neighbour's DNS p99 ({len(fair[0])} queries), alone / while a sandbox relays "
+          f"{TRICKLE_CONNS} connections of 1-byte writes | {f0:.2f} ms | {f1:.2f} ms | "
+          f"{f1 / f0 if f0 else 0:.1f} | < {GOAL_FAIR_P99_MS:.0f} ms | "
+          f"{'yes' if f1 < GOAL_FAIR_P99_MS else '**no**'} |")
         w("")
         w("Per round, bulk Gbit/s: direct " +
           ", ".join(f"{x * 8 / 1e9:.2f}" for x in bulk["direct"]) + "; proxy " +
@@ -192,11 +261,13 @@ def main():
     ap.add_argument("--build", default="build", help="build directory (default build)")
     ap.add_argument("--seconds", type=int, default=3, help="seconds per bulk run (1-30)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (1-20)")
+    ap.add_argument("--dns-queries", type=int, default=500,
+                    help="a neighbour's DNS queries, alone and under a relay flood (50-5000)")
     ap.add_argument("--connections", type=int, default=2000,
                     help="sequential connections per setup run (1-20000)")
     args = ap.parse_args()
     if not (1 <= args.seconds <= 30 and 1 <= args.rounds <= 20 and
-            1 <= args.connections <= 20000):
+            1 <= args.connections <= 20000 and 50 <= args.dns_queries <= 5000):
         ap.error("an option is out of range")
     if os.geteuid() != 0:
         print("bench-inspect: needs root (BPF programs, cgroups)", file=sys.stderr)

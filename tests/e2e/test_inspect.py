@@ -443,8 +443,9 @@ class CountServer:
 
 INS_BULK = ("import hashlib,os,socket,sys\n"
             "s=socket.create_connection((sys.argv[1],int(sys.argv[2])),timeout=20)\n"
-            "head=b'POST /up HTTP/1.1\\r\\nHost: api.test\\r\\n\\r\\n'\n"
             "body=os.urandom(8<<20)\n"
+            "head=b'POST /up HTTP/1.1\\r\\nHost: api.test\\r\\nContent-Length: %d\\r\\n"
+            "\\r\\n' % len(body)\n"
             "s.sendall(head+body)\n"
             "s.shutdown(socket.SHUT_WR)\n"
             "r=b''\n"

@@ -96,12 +96,52 @@ static void test_bounded(void **state)
 	assert_int_equal(egr_http_head_parse((uint8_t *)big, 1000, &h), -EAGAIN);
 }
 
+/* The body's framing, and framings two parsers could read differently. */
+static void test_framing(void **state)
+{
+	static const char *bad[] = {
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1, 1\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +1\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: \r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1234567890123456789\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"POST / HTTP/1.0\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+	};
+	struct egr_http_head h;
+
+	assert_int_equal(parse("GET / HTTP/1.1\r\nHost: a\r\n\r\n", &h), 0);
+	assert_int_equal(h.content_length, -1);
+	assert_false(h.chunked);
+	assert_false(h.upgrade);
+	assert_int_equal(parse("POST / HTTP/1.1\r\nHost: a\r\ncontent-length:  007 \r\n\r\n", &h), 0);
+	assert_int_equal(h.content_length, 7);
+	assert_int_equal(parse("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n", &h), 0);
+	assert_true(h.chunked);
+	assert_int_equal(h.content_length, -1);
+	assert_int_equal(parse("GET / HTTP/1.1\r\nHost: a\r\nUpgrade: h2c\r\n\r\n", &h), 0);
+	assert_true(h.upgrade);
+	assert_int_equal(parse("GET / HTTP/1.1\r\nHost: a\r\nHTTP2-Settings: AAA\r\n\r\n", &h), 0);
+	assert_true(h.upgrade);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int err = parse(bad[i], &h);
+
+		if (err != -EBADMSG)
+			fail_msg("framing case %zu: %d", i, err);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_host),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_bounded),
+		cmocka_unit_test(test_framing),
 	};
 
 	return cmocka_run_group_tests_name("httphead", tests, NULL, NULL);

@@ -264,6 +264,43 @@ static void test_malformed(void **state)
 	assert_int_equal(egr_tls_hello_parse(empty, sizeof(empty), &th), -EBADMSG);
 }
 
+/* Where the hello's records end, and a record longer than the hello. */
+static void test_records_len(void **state)
+{
+	static struct buf e, h, two;
+	struct egr_tls_hello th;
+	size_t first;
+
+	e.n = 0;
+	ext_sni(&e, "a.example.com");
+	hello(&h, &e, 100);
+	assert_int_equal(egr_tls_hello_parse(h.b, h.n, &th), 0);
+	assert_int_equal(th.records_len, h.n);
+	/* A second hello behind it is the proxy's to refuse: the parser
+	 * says where the first ends. */
+	first = h.n;
+	two.n = 0;
+	putn(&two, h.b, h.n);
+	e.n = 0;
+	ext_sni(&e, "evil.example.com");
+	hello(&h, &e, 16384);
+	putn(&two, h.b, h.n);
+	assert_int_equal(egr_tls_hello_parse(two.b, two.n, &th), 0);
+	assert_string_equal(th.sni, "a.example.com");
+	assert_int_equal(th.records_len, first);
+	/* One record holding the hello and more: refused, also before the
+	 * rest of the record has arrived. */
+	e.n = 0;
+	ext_sni(&e, "a.example.com");
+	hello(&h, &e, 16384);
+	first = h.n;
+	h.b[3] = (uint8_t)((first - 5 + 40) >> 8);
+	h.b[4] = (uint8_t)((first - 5 + 40) & 0xff);
+	assert_int_equal(egr_tls_hello_parse(h.b, first, &th), -EBADMSG);
+	memset(h.b + first, 1, 40);
+	assert_int_equal(egr_tls_hello_parse(h.b, first + 40, &th), -EBADMSG);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -272,6 +309,7 @@ int main(void)
 		cmocka_unit_test(test_no_sni_and_ech),
 		cmocka_unit_test(test_bad_names),
 		cmocka_unit_test(test_malformed),
+		cmocka_unit_test(test_records_len),
 	};
 
 	return cmocka_run_group_tests_name("tlshello", tests, NULL, NULL);

@@ -13,11 +13,16 @@
  *   inspect_load setup HOST PORT N       N connections one after another:
  *                                        connect, head, wait for "1", close;
  *                                        prints every setup time in ns
+ *   inspect_load trickle HOST PORT N SECONDS
+ *                                        N connections, a head each, then
+ *                                        1-byte writes round-robin for
+ *                                        SECONDS; prints the writes made
  *
  * Every loop is bounded by its count or its clock.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -28,7 +33,9 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char HEAD[] = "POST /bench HTTP/1.1\r\nHost: bench.test\r\n\r\n";
+/* A length no run reaches: the proxy frames every request (docs/inspect.md). */
+static const char HEAD[] = "POST /bench HTTP/1.1\r\nHost: bench.test\r\n"
+			   "Content-Length: 1000000000000000\r\n\r\n";
 
 static double now_s(void)
 {
@@ -201,8 +208,41 @@ static int setup(const char *host, int port, int count)
 	return 0;
 }
 
+/* Relay work at its most expensive per byte: many connections of 1-byte
+ * writes (issue 23 finding 9: the neighbours' DNS through the shared loop). */
+static int trickle(const char *host, int port, int n, double secs)
+{
+	struct sockaddr_in sa;
+	unsigned long long writes = 0;
+	int *fds;
+	double end;
+
+	if (n < 1 || n > 1000 || addr_of(host, port, &sa) || !(fds = calloc((size_t)n, sizeof(int))))
+		return 2;
+	for (int i = 0; i < n; i++) {
+		fds[i] = dial(&sa);
+		if (fds[i] < 0 || write(fds[i], HEAD, sizeof(HEAD) - 1) != (ssize_t)(sizeof(HEAD) - 1) ||
+		    fcntl(fds[i], F_SETFL, O_NONBLOCK) < 0) {
+			perror("trickle");
+			return 1;
+		}
+	}
+	end = now_s() + secs;
+	while (now_s() < end)
+		for (int i = 0; i < n; i++)
+			if (write(fds[i], "x", 1) == 1)
+				writes++;
+	printf("%llu\n", writes);
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+	free(fds);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 6 && !strcmp(argv[1], "trickle"))
+		return trickle(argv[2], atoi(argv[3]), atoi(argv[4]), atof(argv[5]));
 	if (argc == 4 && !strcmp(argv[1], "server"))
 		return server(argv[2], atoi(argv[3]));
 	if ((argc == 5 || argc == 6) && !strcmp(argv[1], "bulk"))
@@ -210,6 +250,6 @@ int main(int argc, char **argv)
 	if (argc == 5 && !strcmp(argv[1], "setup"))
 		return setup(argv[2], atoi(argv[3]), atoi(argv[4]));
 	fprintf(stderr, "usage: inspect_load server HOST PORT | bulk HOST PORT SECONDS [PROXY:PORT] | "
-			"setup HOST PORT N\n");
+			"setup HOST PORT N | trickle HOST PORT N SECONDS\n");
 	return 2;
 }

@@ -143,6 +143,8 @@ static void print_event(const json_t *e)
 		       json_integer_value(json_object_get(e, "target_pid")),
 		       json_integer_value(json_object_get(e, "from_cgroup_id")),
 		       json_integer_value(json_object_get(e, "to_cgroup_id")));
+	if ((x = json_object_get(e, "suppressed")) && json_is_integer(x))
+		printf(" suppressed=%" JSON_INTEGER_FORMAT, json_integer_value(x));
 	if ((x = json_object_get(e, "lost")))
 		printf(" lost=%" JSON_INTEGER_FORMAT, json_integer_value(x));
 	if (str(e, "reason"))

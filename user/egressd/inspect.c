@@ -50,30 +50,50 @@ static bool literal_allows(const struct isb *sb, int family, const uint8_t *addr
 	return false;
 }
 
+/* Do the name's outbound_allow entries give TCP on port? */
+static bool name_port_allows(const struct egr_dns_ports *ports, uint16_t port)
+{
+	for (uint32_t i = 0; i < ports->nranges && i < EGR_MAX_PORT_RANGES; i++)
+		if ((ports->ranges[i].protos & EGR_PROTO_TCP) && port >= ports->ranges[i].lo &&
+		    port <= ports->ranges[i].hi)
+			return true;
+	return false;
+}
+
 /* The name the client sent must be one the policy resolves, and the
- * address it dialled one this sandbox learned for that name, or a literal
- * entry. An IP literal as the HTTP host passes only when it is the very
- * address dialled and a literal entry covers it: it names no other site. */
+ * address it dialled one this sandbox learned for that name, on a port the
+ * name's own entries give TCP (two names at one address must not lend each
+ * other their ports), or a literal entry must cover address and port. An
+ * IP literal as the HTTP host passes only when it is the very address
+ * dialled and a literal entry covers it: it names no other site. */
 const char *egr_insp_judge(struct conn *c)
 {
+	return egr_insp_judge_name(c, c->name);
+}
+
+const char *egr_insp_judge_name(struct conn *c, const char *name)
+{
 	const struct isb *sb = c->sb;
+	struct egr_dnspolicy_match m;
 	int fam = c->orig.family;
 	uint8_t lit[16];
+	bool learned;
 
-	if ((inet_pton(AF_INET, c->name, lit) == 1 && fam == AF_INET) ||
-	    (inet_pton(AF_INET6, c->name, lit) == 1 && fam == AF_INET6)) {
+	if ((inet_pton(AF_INET, name, lit) == 1 && fam == AF_INET) ||
+	    (inet_pton(AF_INET6, name, lit) == 1 && fam == AF_INET6)) {
 		if (memcmp(lit, c->orig.addr, egr_addr_len(fam)) == 0 &&
 		    literal_allows(sb, fam, c->orig.addr, c->orig.port))
 			return NULL;
 		return "address_mismatch";
 	}
-	if (egr_dnspolicy_match(sb->dpol, c->name, NULL) != 1)
+	if (egr_dnspolicy_match(sb->dpol, name, &m) != 1)
 		return "name_not_allowed";
-	if (egr_learned_has_name(c->p->cfg.learned, sb->id, fam, c->orig.addr, c->name))
+	learned = egr_learned_has_name(c->p->cfg.learned, sb->id, fam, c->orig.addr, name);
+	if (learned && name_port_allows(&m.ports, c->orig.port))
 		return NULL;
 	if (literal_allows(sb, fam, c->orig.addr, c->orig.port))
 		return NULL;
-	return "address_mismatch";
+	return learned ? "port_not_allowed" : "address_mismatch";
 }
 
 /* --- events and bookkeeping ----------------------------------------------------- */
@@ -96,8 +116,7 @@ void egr_insp_emit(struct conn *c, bool allowed, bool closed, const char *reason
 	};
 
 	memcpy(ev.addr, c->orig.addr, sizeof(ev.addr));
-	if (c->p->cfg.event)
-		c->p->cfg.event(c->p->cfg.ctx, &ev);
+	egr_insp_publish(c->sb, &ev);
 }
 
 void egr_insp_note_dest(struct conn *c)
@@ -342,14 +361,40 @@ static void make_ready(struct conn *c)
 		log_warn("inspect: eventfd: %m");
 }
 
+/* One relay round of c's sandbox in this loop turn, if it has one left. */
+static bool take_round(struct isb *sb)
+{
+	uint64_t turn = egr_loop_turn(sb->p->loop);
+
+	if (sb->turn != turn) {
+		sb->turn = turn;
+		sb->rounds = SB_ROUNDS_PER_TURN;
+	}
+	if (!sb->rounds)
+		return false;
+	sb->rounds--;
+	return true;
+}
+
 /* Returns false when c was freed. */
 static bool pump(struct conn *c)
 {
 	for (int round = 0; round < PUMP_ROUNDS; round++) {
 		int a = 0, b;
 
-		/* The first bytes the proxy read go first. */
-		if (c->hsent < c->hlen) {
+		if (!take_round(c->sb)) {
+			/* Its sandbox's share of this turn is spent: the
+			 * ready list brings it back in a later turn. */
+			c->p->st.deferred++;
+			break;
+		}
+
+		if (c->filter) {
+			a = egr_insp_filter_pump(c);
+			if (a < 0)
+				return false;
+		} else if (c->hsent < c->hlen) {
+			/* Bytes read but not yet sent go first. */
 			ssize_t n = send(c->up.fd, c->hello + c->hsent, c->hlen - c->hsent,
 					 MSG_NOSIGNAL | MSG_DONTWAIT);
 
@@ -472,7 +517,7 @@ static int dial(struct conn *c)
 }
 
 /* Allow events within ALLOW_EVENTS_PER_S (a fixed one-second window). */
-static bool allow_sample(struct egr_inspect *p)
+bool egr_insp_allow_sample(struct egr_inspect *p)
 {
 	uint64_t sec = egr_mono_ns() / 1000000000ull;
 
@@ -486,7 +531,9 @@ static bool allow_sample(struct egr_inspect *p)
 /* Enough bytes to decide? Returns false when c was freed. */
 static bool decide(struct conn *c)
 {
+	struct egr_http_head hh;
 	const char *why = NULL;
+	char bad[EGR_TLS_NAME_BUF];
 	int err;
 
 	if (c->hlen == 0)
@@ -503,19 +550,20 @@ static bool decide(struct conn *c)
 				why = "ech";
 			else if (!h.has_sni)
 				why = "no_sni";
+			/* What follows the hello in its first flight is walked
+			 * record by record (inspect_filter.c). */
+			c->hclear = h.records_len;
 		} else if (err != -EAGAIN) {
 			why = "malformed_tls";
 		}
 	} else {
-		struct egr_http_head h;
-
-		err = egr_http_head_parse(c->hello, c->hlen, &h);
+		err = egr_http_head_parse(c->hello, c->hlen, &hh);
 		if (err == -EPROTO) {
 			why = "unknown_protocol";
 		} else {
 			c->proto = "http";
 			if (err == 0)
-				memcpy(c->name, h.host, sizeof(c->name));
+				memcpy(c->name, hh.host, sizeof(c->name));
 			else if (err != -EAGAIN)
 				why = "malformed_http";
 		}
@@ -525,15 +573,27 @@ static bool decide(struct conn *c)
 			return true; /* wait for more, until the deadline */
 		why = "hello_too_large";
 	}
-	if (!why)
+	if (!why && c->proto[0] == 'h')
+		why = egr_insp_head_verdict(c, &hh);
+	else if (!why)
 		why = egr_insp_judge(c);
+	if (!why && c->proto[0] == 'h') {
+		/* Every later request on the connection is judged too. */
+		egr_http_framer_body(&c->fr, &hh);
+		c->hclear = hh.head_len;
+	}
+	c->filter = true;
+	/* What else came with the first bytes (a pipelined or smuggled
+	 * request, a second ClientHello), before anything is dialled. */
+	if (!why && (why = egr_insp_filter_walk(c, bad)))
+		memcpy(c->name, bad, sizeof(c->name));
 	if (why) {
 		egr_insp_deny(c, why);
 		return false;
 	}
 	c->p->st.allowed++;
 	log_debug("inspect: sandbox %u: %s %s allowed", c->sb->id, c->proto, c->name);
-	if (allow_sample(c->p))
+	if (egr_insp_allow_sample(c->p))
 		egr_insp_emit(c, true, false, "allowed");
 	c->state = S_CONNECTING;
 	c->deadline_ns = egr_mono_ns() + (uint64_t)c->p->cfg.connect_timeout_ms * 1000000ull;

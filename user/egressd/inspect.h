@@ -61,6 +61,10 @@ struct egr_inspect_event {
 	uint16_t port;
 	uint64_t bytes_out;   /* client to destination (closed events) */
 	uint64_t bytes_in;
+	/* A summary of denies past the sandbox's deny budget (docs/events.md
+	 * "denies_suppressed"): how many since the last one, and in all; the
+	 * other fields describe the last of them. 0 for every other event. */
+	uint64_t suppressed, suppressed_total;
 };
 
 typedef void (*egr_inspect_event_fn)(void *ctx, const struct egr_inspect_event *ev);
@@ -73,6 +77,10 @@ struct egr_inspect_config {
 	uint32_t hello_timeout_ms;    /* first bytes (0: 5000) */
 	uint32_t connect_timeout_ms;  /* to the destination (0: 10000) */
 	uint32_t idle_ms;             /* no byte either way (0: 300000) */
+	/* Deny events per second and burst per sandbox reported one by one,
+	 * as the kernel's budget (--events-deny-rate, --events-deny-burst);
+	 * rate 0: every deny. The rest are counted and summarised. */
+	uint64_t deny_rate, deny_burst;
 	egr_inspect_event_fn event;   /* optional */
 	void *ctx;
 };
@@ -82,6 +90,7 @@ struct egr_inspect_stats {
 	uint64_t refused_full;        /* closed at accept: a connection limit */
 	uint64_t evicted;             /* waiting for a hello, reset for a sandbox's reserve */
 	uint64_t unidentified;        /* closed at accept: no original destination */
+	uint64_t deferred;            /* relay work put off: its sandbox's turn was spent */
 	uint32_t conns;               /* open now */
 };
 

@@ -97,8 +97,7 @@ static void refused_event(struct isb *sb, const char *reason, const struct egr_i
 		ev.port = o->port;
 		memcpy(ev.addr, o->addr, sizeof(ev.addr));
 	}
-	if (sb->p->cfg.event)
-		sb->p->cfg.event(sb->p->cfg.ctx, &ev);
+	egr_insp_publish(sb, &ev);
 }
 
 /* The fair share (docs/inspect.md "Limits"): min(EGR_INSPECT_RESERVE,
@@ -265,6 +264,8 @@ static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 		else if (c->state == S_RELAY && now - c->last_ns >= idle)
 			egr_insp_conn_free(c, true);
 	}
+	for (struct isb *sb = p->sbs; sb; sb = sb->next)
+		egr_insp_report_suppressed(sb, now, false);
 }
 
 /* --- sandboxes -------------------------------------------------------------------- */
@@ -402,6 +403,8 @@ static void sb_free(struct isb *sb)
 	struct egr_inspect *p = sb->p;
 
 	sb_close_conns(sb);
+	/* What its budget still held back is not lost with it. */
+	egr_insp_report_suppressed(sb, egr_mono_ns(), true);
 	if (sb->l4.fd >= 0) {
 		egr_loop_del(p->loop, sb->l4.fd);
 		close(sb->l4.fd);
@@ -622,11 +625,11 @@ json_t *egr_inspect_dests_json(struct egr_inspect *p, uint32_t sandbox_id)
 
 json_t *egr_inspect_status(const struct egr_inspect *p)
 {
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i}", "accepted",
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i}", "accepted",
 			 (json_int_t)p->st.accepted, "allowed", (json_int_t)p->st.allowed,
 			 "denied", (json_int_t)p->st.denied, "refused_full",
 			 (json_int_t)p->st.refused_full, "evicted", (json_int_t)p->st.evicted,
-			 "unidentified",
+			 "deferred", (json_int_t)p->st.deferred, "unidentified",
 			 (json_int_t)p->st.unidentified, "connections", (int)p->st.conns,
 			 "max_connections", (int)p->cfg.max_conns);
 }

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "dnspolicy.h"
+#include "httpframe.h"
 #include "inspect.h"
 #include "loop.h"
 #include "tlshello.h"
@@ -24,6 +25,11 @@
 #define PIPE_POOL    64 /* empty pipes kept for the next connections */
 #define ALLOW_EVENTS_PER_S 20 /* sampled, like the kernel's allow events; denies all */
 #define PUMP_ROUNDS  64
+/* Relay rounds (a splice or send each way) one sandbox gets per loop turn
+ * across all its connections: a sandbox trickling bytes through many
+ * connections cannot hold the shared loop (DNS, other sandboxes) for
+ * longer than this costs; the rest waits for the next turn. */
+#define SB_ROUNDS_PER_TURN 16
 #define TICK_MS      200
 
 enum state { S_HELLO, S_CONNECTING, S_RELAY };
@@ -63,6 +69,14 @@ struct isb {
 	uint16_t port4, port6;
 	uint32_t nconns;
 	uint64_t denied; /* policy refusals of this sandbox: its breaker counts them */
+	/* Its deny-event budget (GCRA: the theoretical arrival time) and what
+	 * it held back since the last summary (egr_insp_publish()). */
+	uint64_t deny_tat_ns;
+	uint64_t turn;   /* the loop turn its relay rounds are counted in */
+	uint32_t rounds; /* rounds left in that turn */
+	uint64_t sup_n, sup_total, sup_report_ns;
+	struct egr_inspect_event sup_last;
+	char sup_name[EGR_TLS_NAME_BUF];
 	struct dest dests[EGR_INSPECT_MAX_DESTS];
 	size_t ndests;
 	bool dests_full;
@@ -84,6 +98,13 @@ struct conn {
 	struct side cl, up;
 	uint8_t *hello;
 	size_t hlen, hsent;
+	/* Client to upstream through hello[] while filtered (inspect_filter.c):
+	 * every HTTP/1.x request head is judged, a TLS client's first flight
+	 * is walked record by record. hsent <= hclear <= hlen. */
+	bool filter, flight_done;
+	size_t hclear;
+	struct egr_http_framer fr;
+	uint32_t trec; /* TLS: bytes left of the record being passed */
 	int pcu[2], puc[2]; /* pipes: client->upstream, upstream->client */
 	size_t incu, inuc;
 	bool eof_c, eof_u, shut_u, shut_c;
@@ -117,6 +138,14 @@ struct egr_inspect {
 
 /* The decision on a connection's first bytes: NULL (allowed) or why not. */
 const char *egr_insp_judge(struct conn *c);
+/* The same for another name on c's destination (a later request). */
+const char *egr_insp_judge_name(struct conn *c, const char *name);
+/* Hands ev to cfg.event; a deny only within its sandbox's deny budget,
+ * else it is counted for the next summary. */
+void egr_insp_publish(struct isb *sb, const struct egr_inspect_event *ev);
+/* A summary of the denies held back, once a second at most (the tick);
+ * force: now, whatever the time (the sandbox goes away). */
+void egr_insp_report_suppressed(struct isb *sb, uint64_t now_ns, bool force);
 /* Reports the connection to cfg.event (docs/inspect.md). */
 void egr_insp_emit(struct conn *c, bool allowed, bool closed, const char *reason);
 /* Adds the connection's bytes to its sandbox's destinations. */
@@ -130,6 +159,17 @@ void egr_insp_deny(struct conn *c, const char *reason);
 int egr_insp_watch(struct conn *c, struct side *s);
 /* Reads the client's first bytes that have arrived and decides on them. */
 void egr_insp_read_hello(struct conn *c);
+/* inspect_filter.c. Judge what hello[hclear, hlen) holds and advance
+ * hclear over what may pass: NULL, or why not (bad: the name the refused
+ * request or hello named, EGR_TLS_NAME_BUF bytes). */
+const char *egr_insp_filter_walk(struct conn *c, char *bad);
+/* A request head on c (the first one too): NULL if it may pass, else why. */
+const char *egr_insp_head_verdict(struct conn *c, const struct egr_http_head *h);
+/* One round of client to upstream while filtered: 1 moved, 0 blocked,
+ * -1 c was freed. */
+int egr_insp_filter_pump(struct conn *c);
+/* Allow events within ALLOW_EVENTS_PER_S. */
+bool egr_insp_allow_sample(struct egr_inspect *p);
 /* The eventfd of the ready list: pumps the connections on it. */
 void egr_insp_on_wake(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
 

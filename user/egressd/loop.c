@@ -29,6 +29,7 @@ struct egr_loop {
 	struct watch *graveyard;
 	egr_loop_fn on_hup; /* SIGHUP: reload (NULL: ignored) */
 	void *hup_ctx;
+	uint64_t turn; /* epoll_wait() calls so far: budgets per turn */
 };
 
 static void free_watch(struct watch *w)
@@ -220,6 +221,7 @@ int egr_loop_run(struct egr_loop *loop)
 	while (loop->running) {
 		int n = epoll_wait(loop->ep, evs, 16, -1);
 
+		loop->turn++;
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -247,6 +249,11 @@ void egr_loop_on_sighup(struct egr_loop *loop, egr_loop_fn fn, void *ctx)
 	loop->hup_ctx = ctx;
 }
 
+uint64_t egr_loop_turn(const struct egr_loop *loop)
+{
+	return loop->turn;
+}
+
 void egr_loop_stop(struct egr_loop *loop)
 {
 	loop->running = false;
@@ -257,6 +264,7 @@ int egr_loop_run_once(struct egr_loop *loop, int timeout_ms)
 	struct epoll_event evs[16];
 	int n = epoll_wait(loop->ep, evs, 16, timeout_ms);
 
+	loop->turn++;
 	if (n < 0)
 		return -errno;
 	for (int i = 0; i < n; i++) {

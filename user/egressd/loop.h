@@ -34,5 +34,8 @@ void egr_loop_on_sighup(struct egr_loop *loop, egr_loop_fn fn, void *ctx);
 /* Wait up to timeout_ms (-1: forever) for one batch of events and handle
  * it. Returns the number of events handled, or -errno (-EINTR included). */
 int egr_loop_run_once(struct egr_loop *loop, int timeout_ms);
+/* Which turn (epoll_wait() call) the loop is in: work budgets that are
+ * per turn reset when it changes. */
+uint64_t egr_loop_turn(const struct egr_loop *loop);
 
 #endif /* EGR_LOOP_H */

@@ -410,6 +410,7 @@ int main(int argc, char **argv)
 	 * it, sandboxes under network.inspect get no TCP (closed). */
 	err = egr_inspect_new(loop, &(struct egr_inspect_config){
 		.bpf = bpf, .learned = learned,
+		.deny_rate = o.events_deny_rate, .deny_burst = o.events_deny_burst,
 		.event = on_inspect_event, .ctx = &dctx }, &inspect);
 	if (err)
 		log_error("inspecting proxy: %s; inspected sandboxes will have no TCP",

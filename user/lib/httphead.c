@@ -79,6 +79,23 @@ static int parse_authority(const uint8_t *s, size_t n, struct egr_http_head *out
 	return 0;
 }
 
+/* A Content-Length value: 1 to 18 digits, nothing else (no sign, no
+ * list: "5, 5" is refused too). */
+static int parse_length(const uint8_t *s, size_t n, int64_t *out)
+{
+	int64_t v = 0;
+
+	if (n == 0 || n > 18)
+		return -EBADMSG;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -EBADMSG;
+		v = v * 10 + (s[i] - '0');
+	}
+	*out = v;
+	return 0;
+}
+
 /* The next CRLF-terminated line starting at off: [off, *eol). */
 static int line(const uint8_t *buf, size_t len, size_t off, size_t *eol)
 {
@@ -142,7 +159,7 @@ int egr_http_head_parse(const uint8_t *buf, size_t len, struct egr_http_head *ou
 {
 	struct egr_http_head target = { 0 };
 	size_t off = 0, eol, scan = len < EGR_HTTP_HEAD_MAX ? len : EGR_HTTP_HEAD_MAX;
-	bool have_host = false;
+	bool have_host = false, have_cl = false, have_te = false;
 	int err;
 
 	if (!buf || !out)
@@ -194,9 +211,30 @@ int egr_http_head_parse(const uint8_t *buf, size_t len, struct egr_http_head *ou
 			if (have_host || parse_authority(h + v0, v1 - v0, out))
 				goto bad;
 			have_host = true;
+		} else if (colon == 14 && strncasecmp((const char *)h, "content-length", 14) == 0) {
+			if (have_cl || parse_length(h + v0, v1 - v0, &out->content_length))
+				goto bad;
+			have_cl = true;
+		} else if (colon == 17 &&
+			   strncasecmp((const char *)h, "transfer-encoding", 17) == 0) {
+			/* Only "chunked" alone: anything else (gzip, a list, an
+			 * unknown coding) the proxy cannot frame. */
+			if (have_te || v1 - v0 != 7 || strncasecmp((const char *)h + v0, "chunked", 7))
+				goto bad;
+			have_te = true;
+		} else if ((colon == 7 && strncasecmp((const char *)h, "upgrade", 7) == 0) ||
+			   (colon == 14 && strncasecmp((const char *)h, "http2-settings", 14) == 0)) {
+			out->upgrade = true;
 		}
 		off = eol + 2;
 	}
+	/* RFC 9112 6.1 and 6.3: both, or chunked in 1.0, is how smuggling
+	 * starts; refuse rather than guess which the server will believe. */
+	if ((have_cl && have_te) || (have_te && out->minor == 0))
+		goto bad;
+	out->chunked = have_te;
+	if (!have_cl)
+		out->content_length = -1;
 	if (!have_host) {
 		/* HTTP/1.1 requires Host; a 1.0 request may name the host in
 		 * its target only. */

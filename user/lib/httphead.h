@@ -24,6 +24,11 @@ struct egr_http_head {
 	uint16_t port;                /* from Host; 0 if none given */
 	int minor;                    /* HTTP/1.<minor> */
 	size_t head_len;              /* bytes up to and including the blank line */
+	/* The body's framing (RFC 9112 6): exactly one of none, a
+	 * Content-Length, or Transfer-Encoding: chunked. */
+	int64_t content_length;       /* -1: no Content-Length */
+	bool chunked;
+	bool upgrade;                 /* an Upgrade or HTTP2-Settings header (h2c) */
 };
 
 /*
@@ -31,7 +36,10 @@ struct egr_http_head {
  * bytes needed), -EPROTO (does not start like an HTTP/1.x request),
  * -EBADMSG (malformed, no or several Host headers, a host that is not a
  * host name or IP literal, a CONNECT request, a head larger than
- * EGR_HTTP_HEAD_MAX).
+ * EGR_HTTP_HEAD_MAX, a body framing two parsers could read differently:
+ * Content-Length and Transfer-Encoding together, more than one of either,
+ * a Content-Length that is not 1-18 digits, a Transfer-Encoding other than
+ * "chunked" alone, or one in an HTTP/1.0 request).
  */
 int egr_http_head_parse(const uint8_t *buf, size_t len, struct egr_http_head *out);
 

@@ -231,22 +231,25 @@ int egr_tls_hello_parse(const uint8_t *buf, size_t len, struct egr_tls_hello *ou
 			if (need > sizeof(hs) || need < 4 + 2 + 32 + 1 + 2 + 2 + 1 + 1)
 				return -EBADMSG;
 		}
-		if (need && hslen >= need)
+		if (need && hslen >= need) {
+			/* The record that ends the hello must end with it: the
+			 * rest of a longer one is another handshake message,
+			 * whether or not its bytes have arrived yet. */
+			if (hslen > need || k < rlen)
+				return -EBADMSG;
 			break;
+		}
 		if (k < rlen)
 			return -EAGAIN; /* this record is not complete yet */
 		if (off == len)
 			return -EAGAIN;
 	}
-	/* Bytes past the hello in its last record would be another handshake
-	 * message before the server spoke: not a client's first flight. */
-	if (hslen > need)
-		return -EBADMSG;
 	body.p = hs + 4;
 	body.n = need - 4;
 	if (parse_body(body, out)) {
 		memset(out, 0, sizeof(*out));
 		return -EBADMSG;
 	}
+	out->records_len = off;
 	return 0;
 }

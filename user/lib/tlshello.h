@@ -30,6 +30,7 @@ struct egr_tls_hello {
 	bool has_sni;
 	bool has_ech;                 /* ECH or ESNI extension present */
 	uint16_t version;             /* legacy_version of the hello */
+	size_t records_len;           /* bytes of the input its records span */
 };
 
 /*

@@ -239,6 +239,16 @@ static json_t *inspect_json(const struct egr_inspect_event *ev)
 
 	if (ev->family)
 		inet_ntop(ev->family, ev->addr, addr, sizeof(addr));
+	if (ev->suppressed)
+		/* The proxy's denies past the sandbox's budget, as the kernel's
+		 * are reported; "last" is the last of them. */
+		return json_pack("{s:s, s:s, s:I, s:s, s:s, s:I, s:I, s:{s:s, s:s, s:s, s:s, s:i}}",
+				 "type", "denies_suppressed", "origin", "inspect", "sandbox",
+				 (json_int_t)ev->sandbox_id, "tenant", ev->tenant ? ev->tenant : "",
+				 "verdict", "deny", "suppressed", (json_int_t)ev->suppressed,
+				 "suppressed_total", (json_int_t)ev->suppressed_total, "last",
+				 "reason", ev->reason, "proto", ev->proto, "name", ev->name, "addr",
+				 addr, "port", (int)ev->port);
 	return json_pack("{s:s, s:I, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:i}", "type", "inspect",
 			 "sandbox", (json_int_t)ev->sandbox_id, "tenant",
 			 ev->tenant ? ev->tenant : "", "verdict", ev->allowed ? "allow" : "deny",

@@ -373,7 +373,9 @@ int main(int argc, char **argv)
 	snprintf(audit_state, sizeof(audit_state), "%s/audit.state", o.state_dir);
 	err = egr_auditlog_open(&audit, &(struct egr_auditlog_opts){
 		.path = o.audit_log ? o.audit_log : audit_path, .state = audit_state,
-		.key_file = o.audit_key, .rotate_bytes = (size_t)o.audit_rotate_bytes }, bpf,
+		.key_file = o.audit_key, .rotate_bytes = (size_t)o.audit_rotate_bytes,
+		.state_dir = o.state_dir, .anchor = o.audit_anchor,
+		.anchor_every = o.audit_anchor_every }, bpf,
 		&bus);
 	if (err) {
 		log_error("audit log %s: %s", o.audit_log ? o.audit_log : audit_path,
@@ -392,6 +394,7 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
+	egr_auditlog_report_open(audit); /* now that alerting hears it */
 	/* Metering export: /metrics and the billing lines (docs/metering.md). */
 	err = egr_metrics_new(&metrics, reg, &bus, o.metrics_max_sandboxes);
 	if (err) {

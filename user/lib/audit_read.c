@@ -342,7 +342,19 @@ int egr_audit_state_read(const char *path, uint64_t *seq, char hash[EGR_AUDIT_HA
 		got += (size_t)n;
 	}
 	close(fd);
-	o = json_loadb(buf, got, 0, &jerr);
+	/* egressd appends one line per update (macfile.h): the last is the
+	 * state. (A file past this buffer was compacted long before.) */
+	{
+		size_t end = got, off = 0;
+		const char *nl;
+
+		if (end && buf[end - 1] == '\n')
+			end--;
+		nl = memrchr(buf, '\n', end);
+		if (nl)
+			off = (size_t)(nl + 1 - buf);
+		o = json_loadb(buf + off, end - off, 0, &jerr);
+	}
 	s = json_object_get(o, "seq");
 	h = json_object_get(o, "hash");
 	if (json_is_integer(s) && json_integer_value(s) >= 0 && json_is_string(h) &&

@@ -64,12 +64,19 @@ static int path_append_only(const char *path, bool on)
 	return err;
 }
 
+/* Compaction: the whole file rewritten once appends made it this big. */
+static bool needs_compaction(off_t size, size_t len)
+{
+	return (uint64_t)size > 4 * (uint64_t)len + (64u << 10);
+}
+
 int egr_macfile_write(const char *path, const json_t *obj, const uint8_t *key, size_t keylen,
 		      int *append_err)
 {
 	char hex[EGR_AUDIT_HASH_HEX + 1], *s, *line = NULL;
 	size_t slen, len;
-	int err, aerr;
+	struct stat st;
+	int err, aerr = 0, fd = -1;
 
 	if (append_err)
 		*append_err = 0;
@@ -85,21 +92,47 @@ int egr_macfile_write(const char *path, const json_t *obj, const uint8_t *key, s
 	len = slen - 1 + MAC_HDR_LEN + EGR_AUDIT_HASH_HEX + 3;
 	if (!err && !(line = malloc(len + 1)))
 		err = -ENOMEM;
-	if (!err) {
-		snprintf(line, len + 1, "%.*s" MAC_HDR "%s\"}\n", (int)(slen - 1), s, hex);
-		/* A rename over an append-only file is refused: clear it first
-		 * (CAP_LINUX_IMMUTABLE), set it on the new file after. */
-		aerr = path_append_only(path, false);
-		err = egr_replace_file(path, line, len, 0600);
-		if (!err) {
-			int e2 = path_append_only(path, true);
-
-			if (!aerr)
-				aerr = e2;
-		}
-		if (append_err)
-			*append_err = aerr;
+	if (err)
+		goto out;
+	snprintf(line, len + 1, "%.*s" MAC_HDR "%s\"}\n", (int)(slen - 1), s, hex);
+	/* One append per update (the last line is the state): a kill at any
+	 * point leaves the file append-only, never a window where it is not. */
+	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0) {
+		err = -errno;
+		goto out;
 	}
+	if (fstat(fd, &st) < 0) {
+		err = -errno;
+		goto out;
+	}
+	if (!needs_compaction(st.st_size, len)) {
+		err = egr_write_all(fd, line, len);
+		if (!err && fdatasync(fd) < 0)
+			err = -errno;
+		if (!err)
+			aerr = egr_file_set_append_only(fd, true);
+		if (!err && st.st_size == 0)
+			err = egr_fsync_parent(path);
+		goto out;
+	}
+	/* Rare: rewrite it whole. A rename over an append-only file is refused:
+	 * the flag is lifted (CAP_LINUX_IMMUTABLE) and set on the new file. */
+	close(fd);
+	fd = -1;
+	aerr = path_append_only(path, false);
+	err = egr_replace_file(path, line, len, 0600);
+	if (!err) {
+		int e2 = path_append_only(path, true);
+
+		if (!aerr)
+			aerr = e2;
+	}
+out:
+	if (append_err)
+		*append_err = aerr;
+	if (fd >= 0)
+		close(fd);
 	free(s);
 	free(line);
 	return err;
@@ -119,6 +152,18 @@ int egr_macfile_parse(const char *buf, size_t len, const uint8_t *key, size_t ke
 		return -EINVAL;
 	if (end && buf[end - 1] == '\n')
 		end--;
+	/* The state is the last line; the earlier ones are superseded (and
+	 * never fallen back to: an appended bad line is a failed MAC). */
+	{
+		const char *nl = memrchr(buf, '\n', end);
+
+		if (nl) {
+			size_t off = (size_t)(nl + 1 - buf);
+
+			buf += off;
+			end -= off;
+		}
+	}
 	/* `,"mac":"<64 hex>"}` closes the object. */
 	if (end < MAC_HDR_LEN + EGR_AUDIT_HASH_HEX + 3 || buf[end - 1] != '}' ||
 	    buf[end - 2] != '"' ||

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * Small state files egressd must be able to trust after a restart
- * (audit.state, billing.state): a JSON object whose last member "mac" is the
- * HMAC-SHA-256 of the exact bytes before it (as the sandbox state files),
- * replaced atomically and kept append-only on disk (FS_APPEND_FL, which
- * only CAP_LINUX_IMMUTABLE can set or clear: a same-uid process without it
- * can neither rewrite, truncate, rename nor unlink the file).
+ * (audit.state, billing.state): lines of a JSON object whose last member
+ * "mac" is the HMAC-SHA-256 of the exact bytes before it (as the sandbox
+ * state files). The last line is the state: an update is one appended,
+ * fdatasynced line, and the file is kept append-only on disk (FS_APPEND_FL,
+ * which only CAP_LINUX_IMMUTABLE can set or clear: a same-uid process
+ * without it can neither rewrite, truncate, rename nor unlink the file, and
+ * a line it appends fails the MAC). Once appends make the file 4 times the
+ * state plus 64 KiB it is replaced whole (the flag lifted around it).
  *
  * A key: the audit key (--audit-key) when one is configured, else
  * <state-dir>/ledger.key, 32 random bytes made at first start, mode 0400.
@@ -22,10 +25,10 @@
 #define EGR_MACFILE_MAX (16u << 20) /* bytes: a file past this is refused */
 
 /*
- * Replace path with obj (not modified; a non-empty object without "mac")
- * and its MAC. The old file's FS_APPEND_FL is cleared first and the new
- * one's set after (*append_err: 0, or why the flag could not be set or
- * cleared: -EOPNOTSUPP where the file system has no such flag, -EPERM
+ * Make obj (not modified; a non-empty object without "mac") and its MAC
+ * path's state: appended, or the file replaced when it is due for
+ * compaction. FS_APPEND_FL is set (*append_err: 0, or why the flag could
+ * not be set or cleared: -EOPNOTSUPP where the file system has no such flag, -EPERM
  * without CAP_LINUX_IMMUTABLE; the write itself goes on). 0 or -errno.
  */
 int egr_macfile_write(const char *path, const json_t *obj, const uint8_t *key, size_t keylen,

@@ -41,6 +41,7 @@
 #include "notify.h"
 #include "options.h"
 #include "obs/billing.h"
+#include "audit_read.h"
 #include "breaker.h"
 #include "proto.h"
 #include "sandbox.h"
@@ -456,8 +457,21 @@ int main(int argc, char **argv)
 			  strerror(-err));
 	snprintf(billing_path, sizeof(billing_path), "%s/billing.jsonl", o.state_dir);
 	snprintf(billing_state, sizeof(billing_state), "%s/billing.state", o.state_dir);
-	err = egr_billing_new(&billing, reg, metrics, o.billing_file ? o.billing_file : billing_path,
-			      billing_state);
+	{
+		uint8_t *lkey = NULL;
+		size_t lkeylen = 0;
+		bool created = false;
+
+		err = egr_ledger_key_load(o.audit_key, o.state_dir, &lkey, &lkeylen, &created);
+		if (!err)
+			err = egr_billing_new(&billing, reg, metrics,
+					      o.billing_file ? o.billing_file : billing_path,
+					      billing_state, lkey, lkeylen, created);
+		if (lkey)
+			egr_audit_free_key(lkey, lkeylen);
+	}
+	if (!err)
+		egr_billing_report_open(billing, audit);
 	if (!err)
 		err = egr_billing_start(billing, loop, o.billing_interval_s);
 	if (err) {

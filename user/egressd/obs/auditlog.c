@@ -138,8 +138,11 @@ int egr_ledger_key_load(const char *key_file, const char *state_dir, uint8_t **k
 		return egr_audit_load_key(key_file, key, keylen);
 	if (!state_dir)
 		return -EINVAL;
+	static bool made_here; /* by this process: audit.state's open, then billing's */
+
 	snprintf(path, sizeof(path), "%s/ledger.key", state_dir);
-	*created = access(path, F_OK) != 0;
+	made_here |= access(path, F_OK) != 0;
+	*created = made_here;
 	return egr_key_load_or_create(path, key, keylen);
 }
 

@@ -543,6 +543,10 @@ def upgrade_redone_over_stale_pins(c):
     # The old egressd below knows nothing of state.key: its state dir is one
     # without (an upgrade from it), not one a newer egressd keyed.
     os.unlink(os.path.join(d.state, "state.key"))
+    # Nor of the ledger files' append-only flag and key (issue 23): going
+    # back to a version before them takes `chattr -a` (docs/audit.md).
+    run(["chattr", "-R", "-f", "-a", d.state])
+    os.unlink(os.path.join(d.state, "ledger.key"))
     new_maps = os.path.join(d.bpffs, "v%d" % UPG_ABI, "maps")
     stale_storage = bpftool_json("map", "show", "pinned",
                                  os.path.join(new_maps, "egr_cg_storage"))["id"]

@@ -108,8 +108,10 @@ class OciEnv:
                 "cgroupfs", "--events-backend", "none",
                 "--hooks-dir", hooks or self.hooks]
 
-    def run(self, script, policy=None, extra=(), hooks=None, timeout=PODMAN_TIMEOUT_S):
-        """podman run --rm a /bin/sh -c script container; the CompletedProcess."""
+    def run(self, script, policy=None, extra=(), hooks=None, timeout=PODMAN_TIMEOUT_S,
+            rootfs=None):
+        """podman run --rm a /bin/sh -c script container (on the busybox
+        rootfs, or rootfs); the CompletedProcess."""
         self.seq += 1
         name = "%s-%d" % (RUN_ID, self.seq)
         argv = self.podman_base(hooks) + [
@@ -117,7 +119,7 @@ class OciEnv:
             "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
         if policy:
             argv += ["--annotation", "%s=%s" % (OCI_ANNOTATION, policy)]
-        argv += list(extra) + ["--rootfs", self.rootfs, "/bin/sh", "-c", script]
+        argv += list(extra) + ["--rootfs", rootfs or self.rootfs, "/bin/sh", "-c", script]
         log("podman: %s" % " ".join(argv))
         try:
             r = run(argv, timeout=timeout)

@@ -565,6 +565,35 @@ static bool blocked_local(const struct egr_dnspolicy *pol, const char *text,
 	return b;
 }
 
+/* What makes a dns_rebind alert critical (user/lib/rebind_target.c). */
+static void test_rebind_targets_host(void **state)
+{
+	static const struct {
+		const char *addr;
+		bool host;
+	} cases[] = {
+		{ "127.0.0.1", true },       { "0.0.0.0", true },         { "169.254.169.254", true },
+		{ "::1", true },             { "fe80::1", true },         { "fd00:ec2::254", true },
+		{ "100.100.100.200", true }, { "::ffff:100.100.100.200", true },
+		{ "::ffff:127.0.0.1", true }, { "10.1.2.3", false },      { "192.168.1.1", false },
+		{ "fd00:ec2::253", false },  { "100.100.100.201", false }, { "198.51.100.7", false },
+	};
+	uint8_t a[16];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int fam = strchr(cases[i].addr, ':') ? AF_INET6 : AF_INET;
+		struct egr_rebind_verdict v;
+
+		assert_int_equal(inet_pton(fam, cases[i].addr, a), 1);
+		if (egr_rebind_targets_host(fam, a, egr_rebind_classify(fam, a, &v)) !=
+		    cases[i].host)
+			fail_msg("%s: want %s", cases[i].addr, cases[i].host ? "host" : "not host");
+	}
+	/* An address of the host (egr_localaddr's class) reaches the host. */
+	assert_int_equal(inet_pton(AF_INET, "198.51.100.7", a), 1);
+	assert_true(egr_rebind_targets_host(AF_INET, a, EGR_REBIND_LOCAL));
+}
+
 static void test_rebind_local(void **state)
 {
 	struct egr_dnspolicy *none = compile(policy_json, NULL, 0);
@@ -619,6 +648,7 @@ int main(void)
 		cmocka_unit_test(test_rebind_classify),
 		cmocka_unit_test(test_rebind_allow),
 		cmocka_unit_test(test_rebind_local),
+		cmocka_unit_test(test_rebind_targets_host),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

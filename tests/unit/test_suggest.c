@@ -132,6 +132,64 @@ static void test_enforced_run(void **state)
 	json_decref(notes);
 }
 
+#define REBIND(p) json_object_get(json_object_get(p, "network"), "dns_rebind_allow")
+
+/* dns_rebind_allow: a range of the run an answer used is kept, one no
+ * answer used is not; an address audit mode kept is added as /32; one
+ * enforce mode stripped is a note. */
+static void test_rebind_ranges(void **state)
+{
+	static const char rec[] =
+		"{\"type\":\"execution\",\"tenant\":\"acme\",\"mode\":\"audit\","
+		"\"egress\":[{\"addr\":\"10.1.2.3\",\"port\":443,\"proto\":\"tcp\"}],"
+		"\"observed\":{\"complete\":true,\"dns\":["
+		" {\"name\":\"mirror.corp\",\"verdict\":\"allow\",\"addrs\":[\"10.1.2.3\"]},"
+		" {\"name\":\"ula.corp\",\"verdict\":\"allow\",\"addrs\":[\"fd12::5\"]},"
+		" {\"name\":\"meta.corp\",\"verdict\":\"audit\",\"addrs\":[\"172.16.5.5\"]}],"
+		" \"rebind_allow\":[\"10.0.0.0/8\",\"192.168.0.0/16\",\"[fd00::/8]\"],"
+		" \"rebind\":[{\"name\":\"meta.corp\",\"addr\":\"172.16.5.5\",\"class\":\"private\","
+		"  \"action\":\"kept\",\"count\":1},"
+		" {\"name\":\"evil.example\",\"addr\":\"127.0.0.1\",\"class\":\"loopback\","
+		"  \"action\":\"stripped\",\"count\":2}],"
+		" \"denied\":[]}}";
+	static const char *const want[] = { "10.0.0.0/8", "172.16.5.5/32", "[fd00::/8]" };
+	static const char *const out[] = { "tcp/mirror.corp:443" };
+	json_t *notes, *p = suggest(rec, &notes);
+	char *all;
+
+	assert_strings(OUT(p), out, 1);
+	assert_strings(REBIND(p), want, 3);
+	all = json_dumps(notes, 0);
+	assert_non_null(strstr(all, "dns_rebind_allow \\\"10.0.0.0/8\\\" kept: the answer for "
+				    "mirror.corp (10.1.2.3)"));
+	assert_non_null(strstr(all, "\\\"172.16.5.5/32\\\" added: the answer for meta.corp"));
+	assert_non_null(strstr(all, "pointed to 127.0.0.1 (loopback), stripped (DNS rebinding "
+				    "protection) 2 time(s)"));
+	assert_null(strstr(all, "192.168.0.0/16"));
+	free(all);
+	json_decref(p);
+	json_decref(notes);
+
+	/* Approved names are named as candidates. */
+	p = suggest("{\"type\":\"execution\",\"tenant\":\"acme\",\"observed\":{\"dns\":[],"
+		    "\"approved\":[{\"name\":\"new.example\",\"ports\":\"tcp/443\","
+		    "\"scope\":\"sandbox\",\"approver\":{\"uid\":0}}]}}", &notes);
+	all = json_dumps(notes, 0);
+	assert_non_null(strstr(all, "approved during the run: new.example on tcp/443 (scope "
+				    "sandbox, by uid 0): a candidate for the policy file"));
+	free(all);
+	json_decref(p);
+	json_decref(notes);
+
+	/* Twin: a run with no rebinding addresses suggests no ranges. */
+	p = suggest("{\"type\":\"execution\",\"tenant\":\"acme\",\"observed\":{\"dns\":["
+		    "{\"name\":\"a.example\",\"verdict\":\"allow\",\"addrs\":[\"192.0.2.1\"]}],"
+		    "\"rebind_allow\":[\"10.0.0.0/8\"],\"rebind\":[]}}", &notes);
+	assert_null(REBIND(p));
+	json_decref(p);
+	json_decref(notes);
+}
+
 /* DNS-only names fold into a wildcard from EGR_SUGGEST_WILDCARD_MIN
  * siblings on, never above a single-label parent; reached names never do. */
 static void test_wildcard_threshold(void **state)
@@ -211,6 +269,7 @@ int main(void)
 		cmocka_unit_test(test_audit_run),
 		cmocka_unit_test(test_enforced_run),
 		cmocka_unit_test(test_wildcard_threshold),
+		cmocka_unit_test(test_rebind_ranges),
 		cmocka_unit_test(test_bad_records),
 	};
 

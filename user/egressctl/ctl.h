@@ -116,6 +116,14 @@ int run_view_enter(const struct run_view *v);
 /* --- events.c: events and audit verify -------------------------------------------- */
 
 int ctl_cmd_events(struct ctl *c, int argc, char **argv);
+/* Follow the event stream of req (an "events" request with follow) until
+ * egressd ends it, reconnecting across restarts; only: print events of
+ * that type alone (and loss records), NULL for all. */
+int ctl_follow(const struct ctl *c, const json_t *req, bool json, const char *only);
+/* approvals.c: approvals, approve, deny. */
+int ctl_cmd_approvals(struct ctl *c, int argc, char **argv);
+int ctl_cmd_approve(struct ctl *c, int argc, char **argv);
+int ctl_cmd_deny(struct ctl *c, int argc, char **argv);
 int ctl_cmd_audit(struct ctl *c, int argc, char **argv);
 /* `egressctl seccomp-profile`: the OCI profile of the run filter. */
 int ctl_cmd_seccomp_profile(struct ctl *c, int argc, char **argv);

@@ -56,8 +56,12 @@ static const char *str(const json_t *o, const char *k)
 static void print_dns_fields(const json_t *e)
 {
 	const json_t *st = json_object_get(e, "stripped"), *x;
-	const char *rc;
+	const char *rc, *key = "stripped";
 	size_t i;
+
+	/* Audit mode keeps them: what enforce mode would strip. */
+	if (!st && (st = json_object_get(e, "would_strip")))
+		key = "would_strip";
 
 	if ((x = json_object_get(e, "rcode")) && json_is_integer(x)) {
 		rc = egr_dns_rcode_name((uint16_t)json_integer_value(x));
@@ -66,10 +70,11 @@ static void print_dns_fields(const json_t *e)
 	}
 	if (!json_is_array(st))
 		return;
-	printf(" stripped=");
+	printf(" %s=", key);
 	json_array_foreach(st, i, x)
 		printf("%s%s(%s)", i ? "," : "", str(x, "addr") ?: "?", str(x, "class") ?: "?");
-	if ((x = json_object_get(e, "stripped_total")) &&
+	if ((x = json_object_get(e, strcmp(key, "stripped") ? "would_strip_total"
+							      : "stripped_total")) &&
 	    (size_t)json_integer_value(x) > json_array_size(st))
 		printf(",+%" JSON_INTEGER_FORMAT " more",
 		       json_integer_value(x) - (json_int_t)json_array_size(st));
@@ -126,6 +131,16 @@ static void print_event(const json_t *e)
 		print_dns_fields(e);
 	if (strcmp(t, "inspect") == 0)
 		print_inspect_fields(e);
+	if (strcmp(t, "approval") == 0) {
+		printf(" id=%" JSON_INTEGER_FORMAT " state=%s name=%s ports=%s",
+		       json_integer_value(json_object_get(e, "id")), str(e, "state") ?: "?",
+		       str(e, "name") ?: "?", str(e, "ports") ?: "");
+		if (str(e, "scope"))
+			printf(" scope=%s", str(e, "scope"));
+		if ((x = json_object_get(e, "approver")))
+			printf(" approver_uid=%" JSON_INTEGER_FORMAT,
+			       json_integer_value(json_object_get(x, "uid")));
+	}
 	if (strcmp(t, "escape") == 0)
 		printf(" action=%s target_pid=%" JSON_INTEGER_FORMAT " from_cgroup=%"
 		       JSON_INTEGER_FORMAT " to_cgroup=%" JSON_INTEGER_FORMAT,
@@ -200,7 +215,8 @@ enum follow_end { FOLLOW_LOST, FOLLOW_REFUSED, FOLLOW_DROPPED };
 
 /* Read one connection's stream to its end. *in_gap: a stream_gap is open;
  * egressd's answer closes it with a stream_resumed record. */
-static enum follow_end follow_stream(int fd, bool json, bool *in_gap, double gap_start)
+static enum follow_end follow_stream(int fd, bool json, bool *in_gap, double gap_start,
+				     const char *only)
 {
 	bool answered = false;
 	char *line = NULL;
@@ -235,6 +251,14 @@ static enum follow_end follow_stream(int fd, bool json, bool *in_gap, double gap
 			}
 			continue;
 		}
+		/* only: events of that type, and what says the stream is not
+		 * whole (losses, a dropped subscriber). */
+		if (only && o && strcmp(str(o, "type") ?: "", only) &&
+		    strcmp(str(o, "type") ?: "", "lost_events") &&
+		    strcmp(str(o, "type") ?: "", "subscriber_dropped")) {
+			json_decref(o);
+			continue;
+		}
 		if (json)
 			fputs(line, stdout);
 		else if (o)
@@ -262,7 +286,7 @@ static enum follow_end follow_stream(int fd, bool json, bool *in_gap, double gap
  * are not replayed (docs/events.md).
  */
 #define FOLLOW_RETRY_MS 250
-static int follow(const struct ctl *c, json_t *req, bool json)
+int ctl_follow(const struct ctl *c, const json_t *req, bool json, const char *only)
 {
 	struct sockaddr_un sun;
 	bool in_gap = false;
@@ -276,7 +300,7 @@ static int follow(const struct ctl *c, json_t *req, bool json)
 	if (fd < 0)
 		return ctl_connect_failed(c, fd);
 	for (;;) {
-		enum follow_end end = follow_stream(fd, json, &in_gap, gap_start);
+		enum follow_end end = follow_stream(fd, json, &in_gap, gap_start, only);
 
 		if (end != FOLLOW_LOST)
 			return CTL_EXIT_ERROR;
@@ -364,7 +388,7 @@ int ctl_cmd_events(struct ctl *c, int argc, char **argv)
 	if (limit)
 		json_object_set_new(req, "limit", json_integer((json_int_t)limit));
 	if (fol) {
-		rc = follow(c, req, json);
+		rc = ctl_follow(c, req, json, NULL);
 		json_decref(req);
 		return rc;
 	}

@@ -30,6 +30,9 @@ static const char top_help[] =
 	"  detach                       stop confining a sandbox\n"
 	"  list                         the sandboxes\n"
 	"  release                      lift a sandbox's circuit-breaker quarantine\n"
+	"  approvals                    the names sandboxes wait on for approval\n"
+	"  approve                      allow a name a sandbox asked for\n"
+	"  deny                         refuse it\n"
 	"  suggest                      a policy for what an execution did\n"
 	"  run                          run a command in a transient sandbox\n"
 	"  stats                        bytes, packets, connections per tenant and sandbox\n"
@@ -545,6 +548,8 @@ static const struct {
 	{ "seccomp-profile", ctl_cmd_seccomp_profile },
 	{ "oci-hook", ctl_cmd_oci_hook },
 	{ "version", ctl_cmd_version },   { "cleanup", ctl_cmd_cleanup },
+	{ "approvals", ctl_cmd_approvals }, { "approve", ctl_cmd_approve },
+	{ "deny", ctl_cmd_deny },
 };
 
 /* LeakSanitizer stops the world with ptrace, which the seccomp filter of

@@ -124,8 +124,23 @@ static int conn_request(struct conn *c, size_t len)
 {
 	json_error_t jerr;
 	json_t *req, *reply;
+	struct ucred now;
+	const char *why;
 	int err;
 
+	/* Judged again now: a peer admitted at accept may have been moved, or
+	 * marked escaped, since (issue 23 finding 1); the request is served only
+	 * if the same process still passes, and it is not even parsed if not. */
+	if (!egr_server_admit(c->ctl->srv, c->fd, &now, &why)) {
+		c->ctl->st.refused_at_request++;
+		log_warn("control: refused the request of pid %d uid %u (admitted at accept): %s",
+			 c->cred.pid, c->cred.uid, why ?: "refused");
+		reply = egr_server_error(EGR_ERR_FORBIDDEN, "peer is sandboxed, or neither root nor "
+							    "in the control group");
+		err = conn_reply(c, reply);
+		json_decref(reply);
+		return err;
+	}
 	req = json_loadb(c->buf, len, JSON_DISABLE_EOF_CHECK | JSON_REJECT_DUPLICATES, &jerr);
 	if (!req || !json_is_object(req)) {
 		reply = egr_server_error(EGR_ERR_BAD_REQUEST,
@@ -282,13 +297,14 @@ static void on_accept(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 	for (int i = 0; i < 16; i++) {
 		int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 		struct ucred cred;
+		const char *why;
 		struct conn *c;
 
 		if (cfd < 0)
 			return;
-		if (!egr_server_admit(ctl->srv, cfd, &cred)) {
+		if (!egr_server_admit(ctl->srv, cfd, &cred, &why)) {
 			ctl->st.refused++;
-			egr_server_refuse(cfd, &cred);
+			egr_server_refuse(cfd, &cred, why);
 			close(cfd);
 			continue;
 		}

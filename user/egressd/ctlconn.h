@@ -3,7 +3,8 @@
  * Control connections as non-blocking state machines on the event loop
  * (docs/control-protocol.md). A peer is judged when it is accepted: a
  * refused one gets its answer and is closed at once, never read. An allowed
- * one is read as its bytes arrive, answered when its newline arrives, and
+ * one is read as its bytes arrive, judged again when its newline arrives
+ * (what it became since accept counts: control/peer.h), answered, and
  * closed when its whole request (and then its whole reply) has not gone
  * through by the deadline: a slow or hostile client costs the loop one
  * read per wake-up, never a wait.
@@ -30,6 +31,7 @@ void egr_ctl_free(struct egr_ctl *ctl);
 struct egr_ctl_stats {
 	uint64_t accepted;
 	uint64_t refused;   /* peers refused (answered, closed, never read) */
+	uint64_t refused_at_request; /* admitted at accept, refused when the request came */
 	uint64_t timed_out; /* closed at the deadline */
 	uint64_t overflow;  /* closed at accept: EGR_CTL_MAX_CONNS in service */
 	uint32_t open;

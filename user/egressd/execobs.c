@@ -28,6 +28,14 @@ struct obs_denied {
 	uint64_t count;
 };
 
+struct obs_rebind {
+	char *name;
+	char addr[INET6_ADDRSTRLEN];
+	char cls[16];
+	bool kept;
+	uint64_t count;
+};
+
 struct obs_sb {
 	uint32_t id;
 	bool truncated; /* a bound was hit: the record says it is incomplete */
@@ -36,6 +44,10 @@ struct obs_sb {
 	size_t nnames, cap_names;
 	struct obs_denied *denied;
 	size_t ndenied, cap_denied;
+	struct obs_rebind *rebind;
+	size_t nrebind, cap_rebind;
+	json_t *rebind_allow; /* array of the ranges' strings, or NULL */
+	json_t *approved;     /* array of approvals, or NULL */
 	struct obs_sb *next;
 };
 
@@ -55,6 +67,11 @@ static void sb_free(struct obs_sb *s)
 		free(s->names[i].name);
 	free(s->names);
 	free(s->denied);
+	for (size_t i = 0; i < s->nrebind; i++)
+		free(s->rebind[i].name);
+	free(s->rebind);
+	json_decref(s->rebind_allow);
+	json_decref(s->approved);
 	free(s);
 }
 
@@ -206,6 +223,109 @@ void egr_execobs_denied(struct egr_execobs *x, uint32_t sandbox, const char *des
 	d->count = 1;
 }
 
+void egr_execobs_rebind(struct egr_execobs *x, uint32_t sandbox, const char *qname, int family,
+			const uint8_t *addr, const char *cls, bool kept)
+{
+	char txt[INET6_ADDRSTRLEN];
+	struct obs_rebind *rb;
+	struct obs_sb *s;
+
+	if (!x || !qname || !addr || !inet_ntop(family, addr, txt, sizeof(txt)) ||
+	    !(s = sb_get(x, sandbox, true)))
+		return;
+	for (size_t i = 0; i < s->nrebind; i++) {
+		rb = &s->rebind[i];
+		if (rb->kept == kept && !strcmp(rb->addr, txt) && !strcmp(rb->name, qname)) {
+			rb->count++;
+			return;
+		}
+	}
+	if (!grow((void **)&s->rebind, &s->cap_rebind, s->nrebind, sizeof(*s->rebind),
+		  EGR_EXECOBS_MAX_REBIND)) {
+		s->truncated = true;
+		return;
+	}
+	rb = &s->rebind[s->nrebind];
+	memset(rb, 0, sizeof(*rb));
+	rb->name = strdup(qname);
+	if (!rb->name) {
+		s->truncated = true;
+		return;
+	}
+	snprintf(rb->addr, sizeof(rb->addr), "%s", txt);
+	snprintf(rb->cls, sizeof(rb->cls), "%s", cls ? cls : "");
+	rb->kept = kept;
+	rb->count = 1;
+	s->nrebind++;
+}
+
+void egr_execobs_rebind_allow(struct egr_execobs *x, uint32_t sandbox, const json_t *ranges)
+{
+	const json_t *r, *have;
+	struct obs_sb *s;
+	size_t i, k;
+
+	if (!x || !json_is_array(ranges) || !json_array_size(ranges) ||
+	    !(s = sb_get(x, sandbox, true)))
+		return;
+	if (!s->rebind_allow && !(s->rebind_allow = json_array())) {
+		s->truncated = true;
+		return;
+	}
+	json_array_foreach(ranges, i, r) {
+		bool seen = false;
+
+		if (!json_is_string(r))
+			continue;
+		json_array_foreach(s->rebind_allow, k, have)
+			seen = seen || json_equal(have, r);
+		/* Bounded by the policy's own limit per update; updates add
+		 * at most that many each: cap the union the same way. */
+		if (!seen && json_array_size(s->rebind_allow) >= EGR_EXECOBS_MAX_REBIND)
+			s->truncated = true;
+		else if (!seen)
+			json_array_append_new(s->rebind_allow, json_string(json_string_value(r)));
+	}
+}
+
+void egr_execobs_approved(struct egr_execobs *x, uint32_t sandbox, const json_t *detail)
+{
+	struct obs_sb *s;
+
+	if (!x || !detail || !(s = sb_get(x, sandbox, true)))
+		return;
+	if (!s->approved && !(s->approved = json_array())) {
+		s->truncated = true;
+		return;
+	}
+	if (json_array_size(s->approved) >= EGR_EXECOBS_MAX_REBIND) {
+		s->truncated = true;
+		return;
+	}
+	json_array_append_new(s->approved,
+			      json_pack("{s:O?, s:O?, s:O?, s:O?, s:O?}", "name",
+					json_object_get(detail, "name"), "ports",
+					json_object_get(detail, "ports"), "scope",
+					json_object_get(detail, "scope"), "ttl_s",
+					json_object_get(detail, "ttl_s"), "approver",
+					json_object_get(detail, "approver")));
+}
+
+static json_t *rebind_json(const struct obs_sb *s)
+{
+	json_t *arr = json_array();
+
+	for (size_t i = 0; arr && s && i < s->nrebind; i++) {
+		const struct obs_rebind *rb = &s->rebind[i];
+
+		json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s, s:I}", "name", rb->name,
+						     "addr", rb->addr, "class", rb->cls, "action",
+						     rb->kept ? "kept" : "stripped", "count",
+						     (json_int_t)rb->count));
+	}
+	return arr ? arr : json_array();
+}
+
 json_t *egr_execobs_take(struct egr_execobs *x, uint32_t sandbox)
 {
 	struct obs_sb *s = x ? sb_get(x, sandbox, false) : NULL;
@@ -247,6 +367,11 @@ json_t *egr_execobs_take(struct egr_execobs *x, uint32_t sandbox)
 	}
 	json_object_set_new(o, "dns", dns);
 	json_object_set_new(o, "denied", den);
+	json_object_set_new(o, "rebind", rebind_json(s));
+	json_object_set_new(o, "rebind_allow",
+			    s && s->rebind_allow ? json_incref(s->rebind_allow) : json_array());
+	json_object_set_new(o, "approved",
+			    s && s->approved ? json_incref(s->approved) : json_array());
 	json_object_set_new(o, "complete", json_boolean(!s || !s->truncated));
 	json_object_set_new(o, "dns_would_deny", json_integer(s ? (json_int_t)s->dns_audit : 0));
 	egr_execobs_forget(x, sandbox);

@@ -19,6 +19,7 @@
 #define EGR_EXECOBS_MAX_NAMES  256 /* names per execution */
 #define EGR_EXECOBS_MAX_ADDRS  8   /* addresses kept per name */
 #define EGR_EXECOBS_MAX_DENIED 256 /* distinct denied destinations per execution */
+#define EGR_EXECOBS_MAX_REBIND 64  /* distinct rebinding (name, address) per execution */
 
 struct egr_execobs;
 
@@ -34,9 +35,25 @@ void egr_execobs_dns(struct egr_execobs *x, uint32_t sandbox, const char *qname,
 void egr_execobs_denied(struct egr_execobs *x, uint32_t sandbox, const char *dest_addr,
 			uint16_t port, const char *proto, const char *kind, bool audit);
 
+/* A rebinding address in the answer for qname (family, network order,
+ * class name of egr_rebind_class_name()): stripped (enforce mode) or
+ * kept (audit mode). */
+void egr_execobs_rebind(struct egr_execobs *x, uint32_t sandbox, const char *qname, int family,
+			const uint8_t *addr, const char *cls, bool kept);
+/* The dns_rebind_allow ranges of a policy the sandbox ran under (attach,
+ * adopt, update): the union is kept. ranges: a JSON array of strings or NULL. */
+void egr_execobs_rebind_allow(struct egr_execobs *x, uint32_t sandbox, const json_t *ranges);
+
+/* A name approved for it (docs/dns.md "Approvals"): detail's name, ports,
+ * scope, ttl_s and approver are kept (at most EGR_EXECOBS_MAX_REBIND). */
+void egr_execobs_approved(struct egr_execobs *x, uint32_t sandbox, const json_t *detail);
+
 /* The sandbox's observations as {"dns":[{"name","verdict","addrs":[..]}],
  * "denied":[{"addr","port","proto","kind","verdict","count"}],
- * "complete":bool, "dns_would_deny":N}, and forget them. Never NULL unless out of memory. */
+ * "rebind":[{"name","addr","class","action":"stripped"|"kept","count"}],
+ * "rebind_allow":["CIDR",..], "approved":[{"name","ports","scope","ttl_s",
+ * "approver"}], "complete":bool, "dns_would_deny":N}, and
+ * forget them. Never NULL unless out of memory. */
 json_t *egr_execobs_take(struct egr_execobs *x, uint32_t sandbox);
 /* Forget without a record (sandbox id reused, tests). */
 void egr_execobs_forget(struct egr_execobs *x, uint32_t sandbox);

@@ -28,6 +28,7 @@
 #include "dns/dnsproxy.h"
 #include "inspect.h"
 #include "obs/events.h"
+#include "approvals.h"
 #include "kernel/escape.h"
 #include "guard.h"
 #include "lifetime.h"
@@ -51,7 +52,24 @@ struct dns_ctx {
 	struct egr_registry *reg;
 	struct egr_learned *learned;
 	struct egr_bus *bus; /* NULL once the subscribers are gone */
+	struct egr_approvals *approvals;
 };
+
+/* Approvals (docs/dns.md "Approvals"): is the name approved for it? */
+static bool on_dns_grant(void *ctx, uint32_t sandbox_id, const char *qname,
+			 struct egr_dns_ports *ports)
+{
+	struct dns_ctx *d = ctx;
+
+	return egr_approvals_grant(d->approvals, sandbox_id, qname, ports);
+}
+
+static void on_dns_ask(void *ctx, const struct egr_dns_ask *ask)
+{
+	struct dns_ctx *d = ctx;
+
+	egr_approvals_on_ask(d->approvals, ask);
+}
 
 /* The proxy learned addresses: into the sandbox's current policy. */
 static int on_dns_learn(void *ctx, uint32_t sandbox_id, const struct egr_dns_learned *a, size_t n)
@@ -253,6 +271,7 @@ int main(int argc, char **argv)
 	char audit_path[512], audit_state[512], alerts_path[512];
 	struct egr_dnsproxy *dns = NULL;
 	struct egr_learned *learned = NULL;
+	struct egr_approvals *approvals = NULL;
 	struct dns_ctx dctx = { .bus = &bus };
 	struct egr_inspect *inspect = NULL;
 	struct egr_guard *guard = NULL;
@@ -282,6 +301,11 @@ int main(int argc, char **argv)
 	egr_log_set_level(o.log_level);
 	egr_log_init_priority(o.log_priority_prefix);
 	if (egr_notify_init()) {
+		egr_options_free(&o);
+		return 1;
+	}
+	if (o.user && o.no_harden) {
+		log_error("--user needs the hardening it is part of; drop --no-harden");
 		egr_options_free(&o);
 		return 1;
 	}
@@ -331,13 +355,23 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	dctx.reg = reg;
+	err = egr_approvals_new(reg, &approvals);
+	if (err) {
+		log_error("approvals: %s", strerror(-err));
+		rc = 1;
+		goto out;
+	}
+	dctx.approvals = approvals;
 	err = egr_learned_new(bpf, o.dns_max_learned, &learned);
 	if (!err && !o.dns.nupstreams)
 		err = egr_dnsproxy_resolv_conf("/etc/resolv.conf", &o.dns);
 	if (!err) {
 		dctx.learned = learned;
+		egr_learned_set_grant(learned, on_dns_grant, &dctx);
 		o.dns.learn = on_dns_learn;
 		o.dns.event = on_dns_event;
+		o.dns.grant = on_dns_grant;
+		o.dns.ask = on_dns_ask;
 		o.dns.ctx = &dctx;
 		/* The proxy serves only sockets the kernel saw redirected from
 		 * the listener's own sandbox (docs/dns.md "Who asks"). */
@@ -385,6 +419,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	egr_auditlog_hooks(audit, &hooks, NULL);
+	egr_approvals_set_obs(approvals, &bus, audit);
 	egr_auditlog_set_names(audit, learned, inspect);
 	snprintf(alerts_path, sizeof(alerts_path), "%s/alerts.jsonl", o.state_dir);
 	if (!o.alerts.file)
@@ -438,6 +473,7 @@ int main(int argc, char **argv)
 	srv.events = events;
 	srv.alerting = alerting;
 	srv.audit = audit;
+	srv.approvals = approvals;
 	err = egr_metrics_add_source(metrics, layers_source, &feat);
 	if (!err)
 		err = egr_metrics_add_source(metrics, egr_dnsfair_metrics, reg);
@@ -502,7 +538,9 @@ int main(int argc, char **argv)
 	announce_layers(&feat, o.state_dir);
 	egr_hostns_check(); /* logs why a pod without hostNetwork serves nobody */
 	/* Everything is loaded, mounted and bound: give up the rest. */
-	if (!o.no_harden && egr_harden(&srv.hardening)) {
+	if (!o.no_harden && egr_harden(&srv.hardening, &(struct egr_run_as){ .name = o.user,
+							.uid = o.user_uid,
+							.gid = o.user_gid })) {
 		rc = 1;
 		goto out_sock;
 	}
@@ -542,6 +580,9 @@ out:
 	/* The proxy, the breaker and the registry's hooks outlive the
 	 * subscribers: nothing is published to them once they go. */
 	dctx.bus = NULL;
+	/* Held queries dropped from here on are no decision of anyone's. */
+	if (approvals)
+		egr_approvals_set_obs(approvals, NULL, NULL);
 	bus.nsubs = 0;
 	egr_billing_free(billing);
 	egr_metrics_free(metrics);
@@ -553,6 +594,7 @@ out:
 	egr_alerting_free(alerting);
 	egr_auditlog_close(audit);
 	egr_dnsproxy_free(dns);
+	egr_approvals_free(approvals);
 	egr_inspect_free(inspect);
 	egr_learned_free(learned);
 	egr_loop_free(loop);

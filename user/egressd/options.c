@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <grp.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@ enum {
 	OPT_BPFFS_DIR,
 	OPT_STATE_DIR,
 	OPT_GROUP,
+	OPT_USER,
 	OPT_LOG_LEVEL,
 	OPT_LOG_PRIORITY_PREFIX,
 	OPT_DNS_UPSTREAM,
@@ -68,6 +70,7 @@ static const struct option longopts[] = {
 	{ "bpffs-dir", required_argument, NULL, OPT_BPFFS_DIR },
 	{ "state-dir", required_argument, NULL, OPT_STATE_DIR },
 	{ "group", required_argument, NULL, OPT_GROUP },
+	{ "user", required_argument, NULL, OPT_USER },
 	{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
 	{ "log-priority-prefix", no_argument, NULL, OPT_LOG_PRIORITY_PREFIX },
 	{ "dns-upstream", required_argument, NULL, OPT_DNS_UPSTREAM },
@@ -143,6 +146,8 @@ static void usage(FILE *out)
 		"  --bpffs-dir DIR    where maps and links are pinned (default /sys/fs/bpf/egressd)\n"
 		"  --state-dir DIR    sandbox state (default /var/lib/egressd)\n"
 		"  --group NAME       group allowed on the control socket besides root\n"
+		"  --user NAME        run as this system user once set up, with only the\n"
+		"                     capabilities it needs (root cannot signal or trace it)\n"
 		"  --log-level LEVEL  error, warn, info (default) or debug\n"
 		"  --log-priority-prefix  \"<N>\" syslog priorities on log lines (automatic when\n"
 		"                     stderr is the journal)\n"
@@ -276,6 +281,7 @@ static int apply(struct egr_options *o, int c, const struct cursor *at, const ch
 {
 	unsigned long long v;
 	enum egr_log_level lvl;
+	struct passwd *pw;
 	struct group *gr;
 	int rc = 0;
 
@@ -300,6 +306,16 @@ static int apply(struct egr_options *o, int c, const struct cursor *at, const ch
 		if (!gr)
 			return bad(o, at, "no group named \"%s\"", arg);
 		o->group = gr->gr_gid;
+		break;
+	case OPT_USER:
+		pw = getpwnam(arg);
+		if (!pw)
+			return bad(o, at, "no user named \"%s\"", arg);
+		if (pw->pw_uid == 0)
+			return bad(o, at, "\"%s\" is root: give a system user of its own", arg);
+		o->user = arg;
+		o->user_uid = pw->pw_uid;
+		o->user_gid = pw->pw_gid;
 		break;
 	case OPT_LOG_LEVEL:
 		if (egr_log_parse_level(arg, &lvl))

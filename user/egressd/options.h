@@ -29,6 +29,10 @@ struct egr_options {
 	const char *bpffs_dir;
 	const char *state_dir;
 	gid_t group;
+	/* --user: the system user egressd becomes once set up (NULL: stays root) */
+	const char *user;
+	uid_t user_uid;
+	gid_t user_gid;
 	enum egr_log_level log_level;
 	bool log_priority_prefix; /* "<N>" journald priorities even off the journal */
 	struct egr_dnsproxy_config dns; /* upstreams, min TTL, exfiltration limits */

@@ -24,6 +24,8 @@
 #include "lifetime.h"
 #include "proto.h"
 #include "server.h"
+#include "control/approval_ops.h"
+#include "control/peer.h"
 #include "control/sandbox_ops.h"
 
 int egr_server_listen(const char *path, gid_t group, int *out_fd)
@@ -56,85 +58,6 @@ int egr_server_listen(const char *path, gid_t group, int *out_fd)
 	}
 	*out_fd = fd;
 	return 0;
-}
-
-/* Is the peer itself sandboxed? Its cgroup, as /proc says at connect
- * time, must not be a sandbox or below one: otherwise a confined process
- * that can reach the socket could attach itself a looser policy. A cgroup
- * egressd cannot resolve to a directory of the cgroup2 mount (no cgroup v2
- * line, a path outside egressd's cgroup namespace, one that is gone) counts
- * as sandboxed: fail closed. */
-static bool peer_in_sandbox(struct egr_server *s, pid_t pid)
-{
-	char path[64], line[4096], full[4096 + 256], real[PATH_MAX];
-	bool inside = true;
-	FILE *f;
-
-	if (!s->cgroup_root[0])
-		return true;
-	snprintf(path, sizeof(path), "/proc/%d/cgroup", pid);
-	f = fopen(path, "r");
-	if (!f)
-		return true; /* cannot tell: fail closed */
-	while (fgets(line, sizeof(line), f)) {
-		const char *rel = line + 3;
-
-		if (strncmp(line, "0::", 3) != 0)
-			continue;
-		line[strcspn(line, "\n")] = '\0';
-		/* "/../x": outside the cgroup namespace root; " (deleted)": gone. */
-		if (rel[0] != '/' || strstr(rel, "/..") || strstr(rel, " (deleted)"))
-			break;
-		snprintf(full, sizeof(full), "%s%s", s->cgroup_root, strcmp(rel, "/") ? rel : "");
-		if (!realpath(full, real) || strcmp(real, full) != 0)
-			break;
-		inside = egr_reg_confines(s->reg, full);
-		break;
-	}
-	fclose(f);
-	return inside;
-}
-
-/* Root, or a member of the control group (primary or supplementary, as
- * /proc says of the peer at connect time), and not sandboxed itself. */
-static bool peer_allowed(struct egr_server *s, int fd, struct ucred *cred)
-{
-	gid_t group = s->group;
-	socklen_t len = sizeof(*cred);
-	char path[64], line[4096];
-	bool ok = false;
-	FILE *f;
-
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &len) < 0)
-		return false;
-	if (peer_in_sandbox(s, cred->pid))
-		return false;
-	if (cred->uid == 0)
-		return true;
-	if (group == (gid_t)-1)
-		return false;
-	if (cred->gid == group)
-		return true;
-	snprintf(path, sizeof(path), "/proc/%d/status", cred->pid);
-	f = fopen(path, "r");
-	if (!f)
-		return false;
-	while (!ok && fgets(line, sizeof(line), f)) {
-		char *p, *end;
-
-		if (strncmp(line, "Groups:", 7) != 0)
-			continue;
-		for (p = line + 7;; p = end) {
-			unsigned long g = strtoul(p, &end, 10);
-
-			if (end == p)
-				break;
-			if ((gid_t)g == group)
-				ok = true;
-		}
-	}
-	fclose(f);
-	return ok;
 }
 
 /* The one place a reply's error code becomes its wire string. */
@@ -414,10 +337,12 @@ static json_t *do_status(struct egr_server *s, const json_t *req)
 					    egr_reg_bpf(s->reg))));
 		json_object_set_new(reply, "cgroup_namespace", json_string(s->cgroup_ns));
 		json_object_set_new(reply, "hardening",
-				    json_pack("{s:b, s:b, s:i, s:i}", "capabilities",
+				    json_pack("{s:b, s:b, s:i, s:i, s:I, s:b}", "capabilities",
 					      s->hardening.caps, "seccomp", s->hardening.seccomp,
 					      "capabilities_dropped", s->hardening.caps_dropped,
-					      "syscalls_denied", s->hardening.syscalls_denied));
+					      "syscalls_denied", s->hardening.syscalls_denied, "uid",
+					      (json_int_t)getuid(), "peer_pidfd",
+					      egr_peer_pidfd_supported()));
 	}
 	return reply;
 }
@@ -517,6 +442,22 @@ static json_t *do_ping(struct egr_server *s, const json_t *req)
 			 egr_bpf_dir(egr_reg_bpf(s->reg)));
 }
 
+/* Approvals (control/approval_ops.c): the peer deciding is the approver. */
+static json_t *do_approvals(struct egr_server *s, const json_t *req)
+{
+	return egr_ctl_approvals(s->approvals, req);
+}
+
+static json_t *do_approve(struct egr_server *s, const json_t *req)
+{
+	return egr_ctl_approve(s->approvals, &s->peer, req);
+}
+
+static json_t *do_deny(struct egr_server *s, const json_t *req)
+{
+	return egr_ctl_deny(s->approvals, &s->peer, req);
+}
+
 typedef json_t *op_handler(struct egr_server *s, const json_t *req);
 
 /* A handler for every operation of proto's op table, indexed by it. */
@@ -525,7 +466,8 @@ static op_handler *const handlers[EGR_OP_COUNT] = {
 	[EGR_OP_LIST] = do_list,	 [EGR_OP_ATTACH] = do_attach,
 	[EGR_OP_UPDATE] = do_update,	 [EGR_OP_DETACH] = do_detach,
 	[EGR_OP_RELEASE] = do_release, [EGR_OP_EVENTS] = do_events,
-	[EGR_OP_STATS] = do_stats,
+	[EGR_OP_STATS] = do_stats,	 [EGR_OP_APPROVALS] = do_approvals,
+	[EGR_OP_APPROVE] = do_approve, [EGR_OP_DENY] = do_deny,
 };
 
 static json_t *dispatch(struct egr_server *s, const json_t *req)
@@ -548,13 +490,14 @@ static json_t *dispatch(struct egr_server *s, const json_t *req)
  * an empty socket buffer; unix stream sockets deliver what was queued before
  * the close ahead of the reset, so the peer still reads it.
  */
-void egr_server_refuse(int cfd, const struct ucred *cred)
+void egr_server_refuse(int cfd, const struct ucred *cred, const char *why)
 {
 	json_t *reply = error_reply(EGR_ERR_FORBIDDEN, NULL,
 				    "peer is sandboxed, or neither root nor in the control group");
 	char *text = reply ? json_dumps(reply, JSON_COMPACT) : NULL;
 
-	log_warn("control: refused peer pid %d uid %u gid %u", cred->pid, cred->uid, cred->gid);
+	log_warn("control: refused peer pid %d uid %u gid %u: %s", cred->pid, cred->uid,
+		 cred->gid, why ?: "refused");
 	if (text) {
 		size_t len = strlen(text);
 
@@ -566,10 +509,16 @@ void egr_server_refuse(int cfd, const struct ucred *cred)
 	json_decref(reply);
 }
 
-bool egr_server_admit(struct egr_server *s, int cfd, struct ucred *cred)
+bool egr_server_admit(struct egr_server *s, int cfd, struct ucred *cred, const char **why)
 {
-	memset(cred, 0, sizeof(*cred));
-	return peer_allowed(s, cfd, cred);
+	const struct egr_peer_rules r = {
+		.cgroup_root = s->cgroup_root,
+		.reg = s->reg,
+		.bpf = s->reg ? egr_reg_bpf(s->reg) : NULL,
+		.group = s->group,
+	};
+
+	return egr_peer_judge(&r, cfd, cred, why) == 0;
 }
 
 json_t *egr_server_answer(struct egr_server *s, int cfd, const struct ucred *cred,

@@ -22,6 +22,7 @@ struct egr_metrics;
 struct egr_guard;
 struct egr_breaker;
 struct egr_lifetime;
+struct egr_approvals;
 
 struct egr_server {
 	struct egr_registry *reg;
@@ -40,6 +41,7 @@ struct egr_server {
 	const char *cgroup_ns;          /* "host" or "joined host" (status) */
 	struct egr_health *health; /* status "healthy"/"problems" (NULL: not judged) */
 	struct egr_lifetime *lifetime; /* launcher ties (NULL: attach refuses launcher_pid) */
+	struct egr_approvals *approvals; /* approvals/approve/deny (NULL: unavailable) */
 	/* The connection of the request being served (a launcher is its peer). */
 	int peer_fd;
 	struct ucred peer;
@@ -48,10 +50,12 @@ struct egr_server {
 /* Create the socket (mode 0660, group `group`) and its directory. */
 int egr_server_listen(const char *path, gid_t group, int *out_fd);
 /* The pieces ctlconn.c serves a connection with (one request, one reply):
- * may this peer (SO_PEERCRED, judged at accept) drive egressd? */
-bool egr_server_admit(struct egr_server *s, int cfd, struct ucred *cred);
+ * may this peer drive egressd (control/peer.h)? Judged at accept and again
+ * when its request has arrived, just before it is served. *why: the
+ * reason of a refusal. */
+bool egr_server_admit(struct egr_server *s, int cfd, struct ucred *cred, const char **why);
 /* Send a refused peer its answer without blocking; the caller closes. */
-void egr_server_refuse(int cfd, const struct ucred *cred);
+void egr_server_refuse(int cfd, const struct ucred *cred, const char *why);
 /* The reply to one parsed request of an admitted peer; never NULL. */
 json_t *egr_server_answer(struct egr_server *s, int cfd, const struct ucred *cred,
 			  const json_t *req);

@@ -286,10 +286,16 @@ int egr_caps_restrict(bool (*keep)(int cap, void *ctx), void *ctx, unsigned int 
 
 	if (dropped)
 		*dropped = 0;
+	if (syscall(SYS_capget, &hdr, data) < 0)
+		return -errno;
 	/* The bounding set first: dropping from it needs CAP_SETPCAP, which
-	 * may itself go with the capset below. */
-	for (int cap = 0; cap <= CAP_LAST_CAP; cap++) {
-		if (keep(cap, ctx))
+	 * may itself go with the capset below. Without it (a non-root process
+	 * given ambient capabilities, e.g. a unit's User= with
+	 * AmbientCapabilities=) the bounding set stays: it limits only what an
+	 * execve() could gain, and the sets below are what the process has. */
+	for (int cap = 0; (data[CAP_SETPCAP / 32].effective & (1u << (CAP_SETPCAP % 32))) &&
+			  cap <= CAP_LAST_CAP; cap++) {
+		if (keep(cap, ctx) || prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 0)
 			continue;
 		/* EINVAL: the running kernel does not know this capability. */
 		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)

@@ -39,6 +39,7 @@
 
 #include "egressd.h"
 #include "policy.h"
+#include "rebind_target.h"
 
 #define EGR_DNSPOL_NAME_BUF   254 /* EGR_DNS_NAME_MAX + 1 */
 #define EGR_DNSPOL_MAX_QTYPES 32
@@ -81,6 +82,10 @@ bool egr_dnspolicy_qtype_allowed(const struct egr_dnspolicy *pol, uint16_t qtype
 /* network.mode "audit": names and qtypes outside the policy are forwarded
  * anyway (and reported), docs/dns.md. */
 bool egr_dnspolicy_audit(const struct egr_dnspolicy *pol);
+/* network.unknown_names "ask" (and not audit mode): true, with how long a
+ * held query waits and the ports an approved name gets by default. */
+bool egr_dnspolicy_ask(const struct egr_dnspolicy *pol, uint32_t *timeout_s,
+		       struct egr_dns_ports *ports);
 /* The rcode a name this policy refuses gets: network.dns_reject,
  * EGR_DNS_R_NXDOMAIN (the default, and for pol NULL) or EGR_DNS_R_REFUSED. */
 uint16_t egr_dnspolicy_reject_rcode(const struct egr_dnspolicy *pol);
@@ -88,54 +93,7 @@ uint16_t egr_dnspolicy_reject_rcode(const struct egr_dnspolicy *pol);
 size_t egr_dnspolicy_nexact(const struct egr_dnspolicy *pol);
 size_t egr_dnspolicy_nwild(const struct egr_dnspolicy *pol);
 
-/* The range that makes an answer address a rebinding target. */
-enum egr_rebind_class {
-	EGR_REBIND_NONE = 0,     /* a global address: learned as usual */
-	EGR_REBIND_LOOPBACK,     /* 127.0.0.0/8, ::1 */
-	EGR_REBIND_UNSPECIFIED,  /* 0.0.0.0/8, :: */
-	EGR_REBIND_LINK_LOCAL,   /* 169.254.0.0/16, fe80::/10 */
-	EGR_REBIND_MULTICAST,    /* 224.0.0.0/4, ff00::/8 */
-	EGR_REBIND_BROADCAST,    /* 255.255.255.255 */
-	EGR_REBIND_PRIVATE,      /* 10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7,
-				  * fec0::/10 (site-local), 64:ff9b:1::/48 (local NAT64) */
-	EGR_REBIND_RESERVED,     /* IANA special-purpose, not globally reachable:
-				  * 192.0.0.0/24 (but .9, .10), 192.0.2.0/24,
-				  * 198.18.0.0/15, 198.51.100.0/24, 203.0.113.0/24,
-				  * 240.0.0.0/4; 100::/64, 2001::/23 (but its global
-				  * entries), 2001:db8::/32, 3fff::/20, 5f00::/16 */
-	EGR_REBIND_LOCAL,        /* an address of the host (or of the sandbox's
-				  * network namespace): egr_localaddr, never from
-				  * egr_rebind_classify() */
-};
-
-/* How an IPv6 address carries the IPv4 address it was judged by. */
-enum egr_rebind_form {
-	EGR_REBIND_NATIVE = 0,   /* judged as it is */
-	EGR_REBIND_V4MAPPED,     /* ::ffff:a.b.c.d */
-	EGR_REBIND_V4COMPAT,     /* ::a.b.c.d (deprecated; sit tunnels it to a.b.c.d) */
-	EGR_REBIND_V4TRANSLATED, /* ::ffff:0:a.b.c.d (SIIT, RFC 2765) */
-	EGR_REBIND_NAT64,        /* 64:ff9b::a.b.c.d (RFC 6052 well-known prefix) */
-	EGR_REBIND_6TO4,         /* 2002:AABB:CCDD::/48 (RFC 3056) */
-	EGR_REBIND_TEREDO,       /* 2001:0::/32, client address inverted in the last 32 bits */
-};
-
-struct egr_rebind_verdict {
-	enum egr_rebind_class cls;
-	enum egr_rebind_form form;
-	uint8_t v4[4];           /* the embedded IPv4 address judged (form != NATIVE,
-				  * or an AF_INET address) */
-};
-
-/* Classify an answer address (AF_INET: addr[0..3]; AF_INET6: addr[0..15]).
- * Returns v->cls (EGR_REBIND_NONE for a global address or a bad family). */
-enum egr_rebind_class egr_rebind_classify(int family, const uint8_t *addr,
-					  struct egr_rebind_verdict *v);
-/* "loopback", "unspecified", "link-local", "multicast", "broadcast", "private",
- * "reserved", "host-local", "" for NONE. */
-const char *egr_rebind_class_name(enum egr_rebind_class c);
-/* "native", "ipv4-mapped", "ipv4-compatible", "ipv4-translated", "nat64",
- * "6to4", "teredo". */
-const char *egr_rebind_form_name(enum egr_rebind_form f);
+/* The rebinding classes: rebind_target.h. */
 
 /*
  * True when an answer address must be stripped: it is in one of the ranges

@@ -30,4 +30,5 @@ int egr_policy_check_text(const char *text, size_t len, struct egr_policy *out,
 			  struct egr_error *err);
 void egr_policy_free(struct egr_policy *p);
 
+
 #endif /* EGR_POLICY_H */

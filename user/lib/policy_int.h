@@ -35,6 +35,9 @@ int egr_pol_ports(const char *s, size_t len, uint16_t *lo, uint16_t *hi, struct 
 const char *egr_pol_dns_name_problem(const char *name, size_t len, int allow_wildcard);
 /* HOST of an allow entry, without port: kind, addr, prefixlen, name. */
 int egr_pol_host(const char *h, size_t len, struct egr_allow *out, struct egr_error *err);
+/* network.unknown_names, ask_timeout_s, ask_ports (policy_ask.c): defaults
+ * filled in when absent. */
+int egr_pol_ask(const json_t *net, struct egr_policy *p, struct egr_error *err);
 /* Refuse any key of obj not in known (NULL-terminated); prefix starts the field. */
 int egr_pol_check_keys(const json_t *obj, const char *const *known, const char *prefix,
 		       struct egr_error *err);

@@ -518,7 +518,8 @@ int egr_pol_network(const json_t *net, struct egr_policy *p, struct egr_pol_allo
 	static const char *const known[] = { "default",	  "outbound_allow", "dns_allow",
 					     "inbound",	  "allow_sockets",  "trust",
 					     "dns_types", "dns_rebind_allow", "inspect", "on_escape", "mode", "breaker",
-					     "dns_reject", NULL };
+					     "dns_reject", "unknown_names", "ask_timeout_s", "ask_ports",
+					     NULL };
 	const json_t *def, *in;
 	char q[QUOTE_BUF];
 	int ret;
@@ -608,6 +609,9 @@ int egr_pol_network(const json_t *net, struct egr_policy *p, struct egr_pol_allo
 		return ret;
 	ret = parse_choice(json_object_get(net, "dns_reject"), "network.dns_reject", "nxdomain",
 			   "refused", &p->dns_reject_refused, err);
+	if (ret)
+		return ret;
+	ret = egr_pol_ask(net, p, err);
 	if (ret)
 		return ret;
 	ret = parse_breaker(json_object_get(net, "breaker"), p, err);

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "egressd.h" /* struct egr_port_range, EGR_MAX_PORT_RANGES */
+
 /* Limits a policy must stay within (docs/policy.md). */
 #define EGR_POLICY_MAX_ALLOW    1048576 /* outbound_allow entries, counted after the object
                                          * form expands to one entry per port */
@@ -25,6 +27,8 @@
 #define EGR_POLICY_MAX_QUOTA    (1ULL << 60) /* limits.*egress_bytes */
 #define EGR_POLICY_MAX_BREAKER_DENIES 100000000 /* network.breaker.max_denies */
 #define EGR_POLICY_MAX_BREAKER_WINDOW_S 86400   /* network.breaker.window_s: one day */
+#define EGR_POLICY_ASK_TIMEOUT_DEFAULT 20       /* network.ask_timeout_s */
+#define EGR_POLICY_ASK_TIMEOUT_MAX 300
 
 enum egr_host_kind {
 	EGR_HOST_V4 = 1,   /* addr[0..3], prefixlen 0..32 */
@@ -68,6 +72,10 @@ struct egr_policy {
 	int audit_mode;        /* network.mode: "enforce" (0, default) or "audit" (1) */
 	int dns_reject_refused; /* network.dns_reject: a refused name gets "nxdomain" (0,
 	                         * default) or "refused" (1); docs/dns.md "Denials" */
+	int ask_unknown;       /* network.unknown_names: "deny" (0, default) or "ask" (1) */
+	uint32_t ask_timeout_s; /* network.ask_timeout_s: how long a held query waits */
+	struct egr_port_range ask_ports[EGR_MAX_PORT_RANGES]; /* network.ask_ports: where an */
+	size_t nask_ports;     /* approved name may be dialled (default tcp/443, tcp/80) */
 	uint32_t breaker_max_denies; /* network.breaker.max_denies; 0 = no breaker in the
 	                              * policy (egressd's --breaker default applies) */
 	uint32_t breaker_window_s;   /* network.breaker.window_s */

@@ -211,6 +211,10 @@ static const struct egr_op_desc ops[EGR_OP_COUNT] = {
 	[EGR_OP_EVENTS] = { "events", EGR_OP_EVENTS, EGR_OPF_STREAMS,
 			    { "follow", "sandbox", "limit", NULL } },
 	[EGR_OP_STATS] = { "stats", EGR_OP_STATS, 0, { "tenant", NULL } },
+	[EGR_OP_APPROVALS] = { "approvals", EGR_OP_APPROVALS, 0, { NULL } },
+	[EGR_OP_APPROVE] = { "approve", EGR_OP_APPROVE, 0,
+			     { "id", "ttl_s", "scope", "ports", "reason", NULL } },
+	[EGR_OP_DENY] = { "deny", EGR_OP_DENY, 0, { "id", "reason", NULL } },
 };
 
 const struct egr_op_desc *egr_op_desc(enum egr_op op)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "netaddr.h"
 #include "suggest.h"
 
 static void set_err(struct egr_error *err, const char *field, const char *msg)
@@ -157,11 +158,97 @@ static int note(json_t *notes, const char *text)
 	return json_array_append_new(notes, json_string(text)) ? -ENOMEM : 0;
 }
 
+/* A dns_rebind_allow entry ("10.0.0.0/8", "fc00::/7", "[::1/128]") as a
+ * prefix; false when it is not one. */
+static bool range_parse(const char *text, struct egr_prefix *p)
+{
+	char buf[EGR_PREFIX_TEXT_MAX];
+	size_t len = strlen(text);
+
+	if (len >= sizeof(buf))
+		return false;
+	if (text[0] == '[' && len > 2 && text[len - 1] == ']')
+		text++, len -= 2;
+	memcpy(buf, text, len);
+	buf[len] = '\0';
+	return !egr_prefix_parse(buf, len, strchr(buf, ':') ? AF_INET6 : AF_INET, p);
+}
+
+static bool range_covers(const struct egr_prefix *p, const char *addr)
+{
+	uint8_t a[16];
+
+	if (inet_pton(p->family, addr, a) != 1)
+		return false;
+	return egr_prefix_covers(p->addr, p->plen, a);
+}
+
+/*
+ * dns_rebind_allow (docs/policy.md "Suggested policies"): the run's ranges
+ * an answer it used falls in are kept; an address audit mode kept (enforce
+ * mode strips it) is added as its own /32 or /128; one enforce mode stripped
+ * is only named in the notes.
+ */
+static int rebind_suggest(const json_t *obs, const json_t *by_addr, json_t *out, json_t *nt)
+{
+	const json_t *r, *names;
+	const char *addr;
+	char buf[EGR_DNS_NAME_MAX + 256];
+	size_t i;
+
+	json_array_foreach(json_object_get(obs, "rebind_allow"), i, r) {
+		struct egr_prefix p;
+
+		if (!json_is_string(r) || !range_parse(json_string_value(r), &p))
+			continue;
+		json_object_foreach((json_t *)by_addr, addr, names) {
+			if (!range_covers(&p, addr))
+				continue;
+			if (set_add(out, json_string_value(r)))
+				return -ENOMEM;
+			snprintf(buf, sizeof(buf), "dns_rebind_allow \"%s\" kept: the answer for %s "
+				 "(%s) falls in it", json_string_value(r),
+				 json_string_value(json_array_get(names, 0)) ?: "?", addr);
+			if (note(nt, buf))
+				return -ENOMEM;
+			break;
+		}
+	}
+	json_array_foreach(json_object_get(obs, "rebind"), i, r) {
+		const char *name = json_string_value(json_object_get(r, "name")) ?: "?";
+		const char *cls = json_string_value(json_object_get(r, "class")) ?: "?";
+		const char *action = json_string_value(json_object_get(r, "action")) ?: "";
+		char c[INET6_ADDRSTRLEN], entry[INET6_ADDRSTRLEN + 8];
+		bool v6;
+
+		addr = json_string_value(json_object_get(r, "addr"));
+		if (!addr || !canon_addr(addr, c, sizeof(c), &v6))
+			continue;
+		snprintf(entry, sizeof(entry), "%s/%d", c, v6 ? 128 : 32);
+		if (!strcmp(action, "kept")) {
+			if (set_add(out, entry))
+				return -ENOMEM;
+			snprintf(buf, sizeof(buf), "dns_rebind_allow \"%s\" added: the answer for %s "
+				 "pointed to it (%s); audit mode kept it, enforce mode strips it "
+				 "without this range", entry, name, cls);
+		} else {
+			snprintf(buf, sizeof(buf), "the answer for %s pointed to %s (%s), stripped "
+				 "(DNS rebinding protection) %" JSON_INTEGER_FORMAT " time(s) (not "
+				 "added; add \"%s\" to dns_rebind_allow if it is yours)", name, c, cls,
+				 json_integer_value(json_object_get(r, "count")), entry);
+		}
+		if (note(nt, buf))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
 int egr_suggest_policy(const json_t *rec, json_t **policy, json_t **notes, struct egr_error *err)
 {
 	static const char *const ids[] = { "execution_id", "principal", "tool", "version" };
 	json_t *by_addr = json_object(), *resolved = json_object(), *outbound = json_object();
 	json_t *used = json_object(), *dns = json_object(), *nt = json_array(), *pol = NULL;
+	json_t *rebind = json_object();
 	const json_t *obs = json_object_get(rec, "observed"), *e;
 	const char *tenant = json_string_value(json_object_get(rec, "tenant"));
 	int ret = -ENOMEM;
@@ -169,7 +256,7 @@ int egr_suggest_policy(const json_t *rec, json_t **policy, json_t **notes, struc
 
 	*policy = NULL;
 	*notes = NULL;
-	if (!by_addr || !resolved || !outbound || !used || !dns || !nt)
+	if (!by_addr || !resolved || !outbound || !used || !dns || !nt || !rebind)
 		goto out;
 	if (!json_is_object(rec) ||
 	    strcmp(json_string_value(json_object_get(rec, "type")) ?: "", "execution")) {
@@ -270,6 +357,22 @@ int egr_suggest_policy(const json_t *rec, json_t **policy, json_t **notes, struc
 	}
 	if (dns_only(resolved, used, dns))
 		goto out;
+	if (rebind_suggest(obs, by_addr, rebind, nt))
+		goto out;
+	/* Names approved during the run (docs/dns.md "Approvals"): reached
+	 * ones are in outbound_allow above; each is named as a candidate. */
+	json_array_foreach(json_object_get(obs, "approved"), i, e) {
+		char buf[EGR_DNS_NAME_MAX + 200];
+
+		snprintf(buf, sizeof(buf), "approved during the run: %s on %s (scope %s, by uid %"
+			 JSON_INTEGER_FORMAT "): a candidate for the policy file",
+			 json_string_value(json_object_get(e, "name")) ?: "?",
+			 json_string_value(json_object_get(e, "ports")) ?: "?",
+			 json_string_value(json_object_get(e, "scope")) ?: "?",
+			 json_integer_value(json_object_get(json_object_get(e, "approver"), "uid")));
+		if (note(nt, buf))
+			goto out;
+	}
 	if (json_is_false(json_object_get(rec, "egress_complete")) &&
 	    note(nt, "the destination list of this execution is incomplete (destination map "
 		 "pressure): the suggestion may miss some"))
@@ -285,6 +388,10 @@ int egr_suggest_policy(const json_t *rec, json_t **policy, json_t **notes, struc
 	pol = json_pack("{s:s, s:{s:s, s:o, s:o}}", "tenant", tenant, "network", "default", "deny",
 			"outbound_allow", set_sorted(outbound), "dns_allow", set_sorted(dns));
 	if (!pol)
+		goto out;
+	if (json_object_size(rebind) &&
+	    json_object_set_new(json_object_get(pol, "network"), "dns_rebind_allow",
+				set_sorted(rebind)))
 		goto out;
 	for (i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
 		const char *s = json_string_value(json_object_get(rec, ids[i]));
@@ -304,5 +411,6 @@ out:
 	json_decref(outbound);
 	json_decref(used);
 	json_decref(dns);
+	json_decref(rebind);
 	return ret;
 }

@@ -28,6 +28,8 @@ struct rebind_ctx {
 	const struct sb *sb;
 	size_t n;                  /* addresses drop() removed */
 	size_t total;              /* with records removed without asking (non-IN A/AAAA) */
+	bool keep;                 /* audit mode: list, do not remove */
+	size_t kept;               /* addresses listed and kept (keep) */
 	struct egr_dns_stripped listed[EGR_DNSPROXY_EVENT_ADDRS];
 };
 
@@ -82,6 +84,9 @@ static bool rebind_drop(void *ctx, int family, const uint8_t *addr)
 
 	if (!sb_rebind_blocked(rc->sb, family, addr, &v))
 		return false;
+	/* Audit mode lists it and keeps it (docs/policy.md). */
+	if (rc->keep)
+		rc->kept++;
 	if (rc->n < EGR_DNSPROXY_EVENT_ADDRS) {
 		struct egr_dns_stripped *st = &rc->listed[rc->n];
 
@@ -92,7 +97,7 @@ static bool rebind_drop(void *ctx, int family, const uint8_t *addr)
 		st->form = v.form;
 	}
 	rc->n++;
-	return true;
+	return !rc->keep;
 }
 
 static void emit_rebind(struct sb *sb, const struct pending *q, uint16_t rcode,
@@ -105,7 +110,7 @@ static void emit_rebind(struct sb *sb, const struct pending *q, uint16_t rcode,
 		.qname = q->qname,
 		.qtype = q->qtype,
 		.transport = q->transport,
-		.verdict = EGR_DNS_V_REBIND,
+		.verdict = rc->keep ? EGR_DNS_V_AUDIT : EGR_DNS_V_REBIND,
 		.reason = reason,
 		.rcode = rcode,
 		.nstripped = rc->total > rc->n ? rc->total : rc->n,
@@ -116,8 +121,8 @@ static void emit_rebind(struct sb *sb, const struct pending *q, uint16_t rcode,
 	/* Per answer, like every other DNS verdict: the event and the
 	 * (de-duplicated) alert carry it; a log line each would let a
 	 * sandbox flood the log. */
-	log_debug("dns: sandbox %u: %zu answer address(es) of %s stripped (DNS rebinding)", sb->id,
-		  rc->n, q->qname);
+	log_debug("dns: sandbox %u: %zu answer address(es) of %s %s (DNS rebinding)", sb->id,
+		  rc->n, q->qname, rc->keep ? "kept (audit mode)" : "stripped");
 	if (p->cfg.event)
 		p->cfg.event(p->cfg.ctx, &ev);
 }
@@ -147,7 +152,8 @@ static bool refused_by_new_policy(struct egr_dnsproxy *p, struct pending *q)
 
 	if (q->pol_gen == sb->pol_gen || egr_dnspolicy_audit(sb->pol))
 		return false;
-	if (egr_dnspolicy_match(sb->pol, q->qname, &m) != 1)
+	if (egr_dnspolicy_match(sb->pol, q->qname, &m) != 1 &&
+	    !(p->cfg.grant && p->cfg.grant(p->cfg.ctx, sb->id, q->qname, &m.ports)))
 		why = "name not allowed (policy updated)", name_refused = true;
 	else if (!egr_dnspolicy_qtype_allowed(sb->pol, q->qtype))
 		why = "qtype not allowed (policy updated)";
@@ -175,7 +181,7 @@ void dnsp_pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt, s
 	static struct egr_dns_response filtered; /* large; single-threaded */
 	struct egr_dns_addr addrs[EGR_DNSPROXY_MAX_LEARN];
 	struct egr_dns_learned learned[EGR_DNSPROXY_MAX_LEARN];
-	struct rebind_ctx rc = { .sb = q->sb };
+	struct rebind_ctx rc = { .sb = q->sb, .keep = egr_dnspolicy_audit(q->sb->pol) };
 	struct sb *sb = q->sb;
 	struct tconn *conn = q->conn;
 	struct client cl;
@@ -191,6 +197,12 @@ void dnsp_pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt, s
 	err = egr_dns_filter_addrs(pkt, len, rebind_drop, &rc, p->obuf, sizeof(p->obuf), &olen,
 				   &nstripped);
 	rc.total = nstripped;
+	if (!err && rc.kept) {
+		/* Audit mode: enforce mode would strip these; reported, learned
+		 * as the rest of the answer is. */
+		sb->st.would_deny++;
+		emit_rebind(sb, q, r->rcode, &rc, "rebinding address kept (audit mode)");
+	}
 	if (!err && nstripped)
 		err = egr_dns_parse_response(p->obuf, olen, &filtered);
 	if (err) {
@@ -201,12 +213,20 @@ void dnsp_pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt, s
 		return;
 	}
 	if (nstripped) {
+		/* In audit mode only records that are never relayed (non-IN
+		 * A/AAAA) were removed: the kept addresses were reported above. */
+		struct rebind_ctx removed = rc;
+
+		if (rc.keep) {
+			removed.keep = false;
+			removed.n = 0;
+		}
 		sb->st.rebind++;
 		sb->st.rebind_addrs += nstripped;
 		if (q->transport == IPPROTO_UDP && olen > udp_limit(q)) {
 			/* Decompressed names made it longer than the client
 			 * takes: nothing learned, the client asks over TCP. */
-			emit_rebind(sb, q, r->rcode, &rc, "stripped; too long for udp, sent TC");
+			emit_rebind(sb, q, r->rcode, &removed, "stripped; too long for udp, sent TC");
 			dnsp_pend_client(q, &cl);
 			if (!egr_dns_build_truncated(q->query, q->qlen, p->obuf, sizeof(p->obuf),
 						     &olen))
@@ -217,7 +237,7 @@ void dnsp_pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt, s
 			dnsp_pend_free(p, q);
 			return;
 		}
-		emit_rebind(sb, q, r->rcode, &rc, "stripped");
+		emit_rebind(sb, q, r->rcode, &removed, "stripped");
 		pkt = p->obuf;
 		len = olen;
 		r = &filtered;
@@ -237,9 +257,10 @@ void dnsp_pend_answer(struct egr_dnsproxy *p, struct pending *q, uint8_t *pkt, s
 			for (size_t i = 0; i < n; i++) {
 				uint32_t ttl = addrs[i].ttl;
 
-				/* The filter removed them all; never learn one. */
-				if (sb_rebind_blocked(sb, addrs[i].family, addrs[i].addr,
-						      NULL)) {
+				/* The filter removed them all; never learn one
+				 * (but in audit mode, which keeps them). */
+				if (!rc.keep && sb_rebind_blocked(sb, addrs[i].family,
+								  addrs[i].addr, NULL)) {
 					dnsp_pend_fail(p, q, EGR_DNS_V_SERVFAIL,
 						  "rebinding address left in the answer", -EFAULT,
 						  addrs, n);

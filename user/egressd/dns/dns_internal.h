@@ -15,6 +15,7 @@
  *                  the kernel-recorded sender names the sandbox)
  *   dns_query.c    one query: rate, policy, exfiltration, a slot of the
  *                  in-flight table and fairness (eviction), forwarding
+ *   dns_ask.c      queries held for approval (network.unknown_names "ask")
  *   dns_upstream.c resolver addresses, the upstream UDP socket and the TCP
  *                  exchanges; an answer is matched to its query here
  *   dns_answer.c   a matched answer: rebinding filter, learning, release
@@ -106,6 +107,28 @@ struct tconn {
  * socket is edge-triggered, so the rest is resumed on the next tick. */
 #define TCP_QUERIES_PER_WAKEUP 32
 
+/* A held query's waiters: the first query and the retries that joined it
+ * (docs/dns.md "Approvals"). */
+#define ASK_WAITERS 8
+struct ask_waiter {
+	int transport;
+	int lfd;                   /* UDP: listener to answer from */
+	struct sockaddr_storage caddr;
+	socklen_t calen;
+	struct tconn *conn;        /* TCP: the client connection (npending held) */
+	uint8_t *query;
+	size_t qlen;
+};
+
+struct ask {
+	struct egr_dns_ask pub;    /* pub.qname, pub.tenant point into qname, sb->tenant */
+	char qname[EGR_DNS_NAME_BUF];
+	uint64_t deadline_ns;      /* egr_mono_ns() */
+	uint32_t nwait;
+	struct ask_waiter w[ASK_WAITERS];
+	struct ask *next;
+};
+
 struct sb {
 	struct egr_dnsproxy *p;
 	uint32_t id;
@@ -123,6 +146,8 @@ struct sb {
 	double tokens;             /* query rate bucket (rate_take) */
 	uint64_t tokens_ns;
 	struct egr_dnsproxy_stats st;
+	struct ask *asks;          /* held for a decision */
+	uint32_t nasks;
 	struct sb *next;
 	struct sb *hnext;          /* in p->by_sb */
 };
@@ -191,6 +216,8 @@ struct egr_dnsproxy {
 	uint16_t rnd[256];
 	uint32_t nrnd;
 	uint64_t dropped_answers;  /* upstream packets that matched nothing */
+	uint64_t next_ask_id;      /* last egr_dns_ask.id given */
+	uint32_t nasks;            /* held, every sandbox's */
 	int32_t free_head;         /* first free slot of pend, -1 none */
 	/* Upstream answers read by one recvmmsg() are judged as one batch:
 	 * the local-address sets are refreshed once per batch (rx_batch,
@@ -293,6 +320,27 @@ void dnsp_group_leave(struct sb *sb);
 
 /* dns_query.c */
 void dnsp_handle_query(struct sb *sb, const struct client *cl, const uint8_t *pkt, size_t len);
+
+/* dns_ask.c: queries held for approval (docs/dns.md "Approvals"). */
+/* Hold (cl, pkt) for a decision on q->qname, or join the request already
+ * held for it. 0; -EDQUOT: the sandbox holds ask_max_pending names
+ * already; -ENOSPC: a TCP query past ASK_WAITERS; -ENOMEM. The caller
+ * refuses on error. */
+int dnsp_ask_hold(struct sb *sb, const struct client *cl, const uint8_t *pkt, size_t len,
+		  const struct egr_dns_query *q, uint32_t timeout_s,
+		  const struct egr_dns_ports *ports);
+/* Take request id out of its sandbox (*sbp): NULL when unknown. */
+struct ask *dnsp_ask_take(struct egr_dnsproxy *p, uint64_t id, struct sb **sbp);
+void dnsp_ask_waiter_client(const struct ask_waiter *w, struct client *cl);
+void dnsp_ask_report(struct sb *sb, struct ask *a);
+/* Release the connections it held and free it (taken out already). */
+void dnsp_ask_free(struct ask *a);
+/* Report st, answer every waiter with the policy's refusal, free. */
+void dnsp_ask_refuse(struct sb *sb, struct ask *a, enum egr_dns_ask_state st, const char *why);
+void dnsp_ask_expire(struct egr_dnsproxy *p, uint64_t now);
+void dnsp_ask_drop_sb(struct sb *sb);
+/* The held requests, at most max into out; returns how many there are. */
+size_t dnsp_ask_list(const struct egr_dnsproxy *p, const struct egr_dns_ask **out, size_t max);
 
 /* dns_upstream.c */
 const char *dnsp_sa_str(const struct sockaddr_storage *ss, char *buf, size_t len);

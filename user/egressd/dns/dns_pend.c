@@ -230,11 +230,28 @@ void dnsp_conn_send(struct tconn *c, const uint8_t *msg, size_t len)
 	dnsp_conn_flush(c);
 }
 
+/* Queries held for approval (dns_ask.c) on a connection that closes have
+ * nobody left to answer. */
+static void forget_held(struct tconn *c)
+{
+	for (struct ask *a = c->sb->asks; a; a = a->next)
+		for (uint32_t i = 0; i < a->nwait;) {
+			if (a->w[i].conn != c) {
+				i++;
+				continue;
+			}
+			free(a->w[i].query);
+			a->w[i] = a->w[--a->nwait];
+		}
+}
+
 void dnsp_conn_close(struct tconn *c)
 {
 	struct sb *sb = c->sb;
 	struct egr_dnsproxy *p = sb->p;
 	struct tconn **pc;
+
+	forget_held(c);
 
 	/* Its queries in flight are dropped: nobody is left to answer. */
 	for (uint32_t i = 0; i < p->npend && c->npending; i++)

@@ -217,6 +217,62 @@ fail:
 	return err;
 }
 
+/* The query types an approval is asked for: what a connect needs. */
+static bool ask_qtype(uint16_t t)
+{
+	return t == 1 /* A */ || t == 28 /* AAAA */ || t == 64 /* SVCB */ || t == 65 /* HTTPS */;
+}
+
+/* "a.b.example.com" is counted under "b.example.com" by the exfiltration
+ * tracker: distinct unknown names under one parent look like a tunnel. */
+static const char *parent_of(const char *name)
+{
+	const char *dot = strchr(name, '.');
+
+	return dot && strchr(dot + 1, '.') ? dot + 1 : name;
+}
+
+/*
+ * network.unknown_names "ask" (docs/dns.md "Approvals"): hold a query for
+ * a name the policy does not allow until someone decides. True when the
+ * query was taken care of (held, or refused: exfiltration, too many
+ * held); false when it is not one to ask about.
+ */
+static bool held_for_approval(struct sb *sb, const struct client *cl, const uint8_t *pkt,
+			      size_t len, const struct egr_dns_query *q)
+{
+	struct egr_dnsproxy *p = sb->p;
+	struct egr_dns_ports ports;
+	enum egr_exfil_reason why;
+	uint32_t timeout_s;
+	int err;
+
+	if (!p->cfg.grant || !ask_qtype(q->qtype) || !egr_dnspolicy_qtype_allowed(sb->pol, q->qtype) ||
+	    !egr_dnspolicy_ask(sb->pol, &timeout_s, &ports))
+		return false;
+	err = egr_exfil_check(sb->exfil, q->qname, parent_of(q->qname), egr_mono_ns(), &why);
+	if (err == -EPERM) {
+		dnsp_deny(sb, cl, pkt, len, q->qname, q->qtype, EGR_DNS_V_EXFIL, true,
+			  egr_exfil_reason_name(why));
+		return true;
+	}
+	err = dnsp_ask_hold(sb, cl, pkt, len, q, timeout_s, &ports);
+	if (!err)
+		return true;
+	if (err == -EDQUOT && p->cfg.ask) {
+		struct egr_dns_ask full = {
+			.sandbox_id = sb->id, .tenant = sb->tenant, .qname = q->qname,
+			.qtype = q->qtype, .since_unix_ns = egr_clock_ns(CLOCK_REALTIME),
+			.ports = ports, .state = EGR_ASK_FULL,
+		};
+
+		p->cfg.ask(p->cfg.ctx, &full);
+	}
+	dnsp_deny(sb, cl, pkt, len, q->qname, q->qtype, EGR_DNS_V_REFUSED, true,
+		  err == -EDQUOT ? "too many names awaiting approval" : "cannot hold for approval");
+	return true;
+}
+
 void dnsp_handle_query(struct sb *sb, const struct client *cl, const uint8_t *pkt, size_t len)
 {
 	struct egr_dnsproxy *p = sb->p;
@@ -245,15 +301,22 @@ void dnsp_handle_query(struct sb *sb, const struct client *cl, const uint8_t *pk
 		return;
 	}
 	if (egr_dnspolicy_match(sb->pol, q.qname, &m) != 1) {
-		if (egr_dnspolicy_audit(sb->pol)) {
+		memset(&m, 0, sizeof(m));
+		if (p->cfg.grant && p->cfg.grant(p->cfg.ctx, sb->id, q.qname, &m.ports)) {
+			/* Approved (docs/dns.md "Approvals"): allowed with the
+			 * approval's ports, counted as an exact name. */
+			snprintf(m.domain, sizeof(m.domain), "%s", q.qname);
+			m.exact = true;
+		} else if (egr_dnspolicy_audit(sb->pol)) {
 			/* Audit mode: resolve it; its addresses are learned
 			 * without ports, so reaching them is a would-be deny
 			 * the kernel reports too. */
-			memset(&m, 0, sizeof(m));
 			snprintf(m.domain, sizeof(m.domain), "%s", q.qname);
 			sb->st.would_deny++;
 			dnsp_emit(sb, q.qname, q.qtype, cl->transport, EGR_DNS_V_AUDIT,
 			     "name not allowed", 0, 0, NULL, 0);
+		} else if (held_for_approval(sb, cl, pkt, len, &q)) {
+			return;
 		} else {
 			dnsp_deny(sb, cl, pkt, len, q.qname, q.qtype, EGR_DNS_V_REFUSED, true,
 				  "name not allowed");

@@ -93,6 +93,37 @@ typedef int (*egr_dnsproxy_learn_fn)(void *ctx, uint32_t sandbox_id,
 				     const struct egr_dns_learned *addrs, size_t n);
 typedef void (*egr_dnsproxy_event_fn)(void *ctx, const struct egr_dns_event *ev);
 
+/* A query held for a decision (docs/dns.md "Approvals"): network.unknown_names
+ * "ask" and a name the policy does not allow. */
+enum egr_dns_ask_state {
+	EGR_ASK_PENDING,   /* held: waiting for egr_dnsproxy_ask_decide() */
+	EGR_ASK_APPROVED,
+	EGR_ASK_DENIED,
+	EGR_ASK_TIMEOUT,   /* ask_timeout_s passed: refused */
+	EGR_ASK_FULL,      /* the sandbox had ask_max_pending held: refused at once */
+	EGR_ASK_GONE,      /* its sandbox was removed while held */
+};
+
+struct egr_dns_ask {
+	uint64_t id;            /* unique for egressd's life, never 0 */
+	uint32_t sandbox_id;
+	const char *tenant;
+	const char *qname;
+	uint16_t qtype;         /* of the first query held for it */
+	uint64_t since_unix_ns; /* when it was first held */
+	uint64_t deadline_unix_ns;
+	uint32_t waiting;       /* queries (the first and the retries) held */
+	struct egr_dns_ports ports; /* the policy's ask_ports */
+	enum egr_dns_ask_state state;
+};
+
+/* Is qname approved for the sandbox (a grant at any scope, not expired)?
+ * true with the ports it may be dialled on. */
+typedef bool (*egr_dnsproxy_grant_fn)(void *ctx, uint32_t sandbox_id, const char *qname,
+				      struct egr_dns_ports *ports);
+/* A held query changed state (a new one is PENDING). */
+typedef void (*egr_dnsproxy_ask_fn)(void *ctx, const struct egr_dns_ask *ask);
+
 struct egr_dnsproxy_config {
 	/* Upstream resolvers (port in the sockaddr). nupstreams 0: the
 	 * nameservers of /etc/resolv.conf (egr_dnsproxy_resolv_conf()). */
@@ -123,6 +154,11 @@ struct egr_dnsproxy_config {
 	struct egr_exfil_limits exfil; /* all zero: egr_exfil_limits_default() */
 	egr_dnsproxy_learn_fn learn;  /* required */
 	egr_dnsproxy_event_fn event;  /* optional */
+	/* Approvals (optional; without grant every unknown name is refused
+	 * as with unknown_names "deny"). */
+	egr_dnsproxy_grant_fn grant;
+	egr_dnsproxy_ask_fn ask;
+	uint32_t ask_max_pending;     /* held names per sandbox (0: 16) */
 	void *ctx;
 };
 

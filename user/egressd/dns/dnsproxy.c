@@ -65,6 +65,8 @@ static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 		log_warn("dns: upstream timed out, switching to %s",
 			 dnsp_sa_str(&p->cfg.upstreams[p->cur_up], b, sizeof(b)));
 	}
+	if (p->nasks)
+		dnsp_ask_expire(p, now);
 	/* Every 100 ms: with 10,000 sandboxes and no TCP connection, the walk
 	 * alone was ~2 % of a CPU. */
 	for (struct sb *sb = p->tcp_conns ? p->sbs : NULL; sb; sb = sb->next) {
@@ -252,6 +254,7 @@ static void sb_free(struct sb *sb)
 	struct egr_dnsproxy *p = sb->p;
 
 	dnsp_tx_forget(p, -1, sb);
+	dnsp_ask_drop_sb(sb); /* before its connections: they hold none then */
 	while (sb->conns)
 		dnsp_conn_close(sb->conns);
 	for (uint32_t i = 0; i < p->npend; i++)
@@ -497,6 +500,62 @@ int egr_dnsproxy_remove_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id)
 		return 0;
 	}
 	return -ENOENT;
+}
+
+/* --- approvals (docs/dns.md "Approvals") ------------------------------------------ */
+
+int egr_dnsproxy_ask_decide(struct egr_dnsproxy *p, uint64_t id, bool approve, const char *why)
+{
+	struct tconn *conns[ASK_WAITERS];
+	size_t nconns = 0;
+	struct sb *sb;
+	struct ask *a;
+
+	if (!p)
+		return -EINVAL;
+	a = dnsp_ask_take(p, id, &sb);
+	if (!a)
+		return -ENOENT;
+	if (!approve) {
+		dnsp_ask_refuse(sb, a, EGR_ASK_DENIED, why ? why : "not approved");
+		dnsp_tx_flush(p);
+		return 0;
+	}
+	a->pub.state = EGR_ASK_APPROVED;
+	dnsp_ask_report(sb, a);
+	/* Each held query goes the ordinary way: the grant now makes its name
+	 * an allowed one; exfiltration and rebinding rules apply as ever. */
+	for (uint32_t i = 0; i < a->nwait; i++) {
+		struct client cl;
+		bool seen = false;
+
+		dnsp_ask_waiter_client(&a->w[i], &cl);
+		dnsp_handle_query(sb, &cl, a->w[i].query, a->w[i].qlen);
+		for (size_t k = 0; k < nconns; k++)
+			seen = seen || conns[k] == a->w[i].conn;
+		if (a->w[i].conn && !seen)
+			conns[nconns++] = a->w[i].conn;
+	}
+	dnsp_ask_free(a);
+	for (size_t k = 0; k < nconns; k++)
+		dnsp_conn_settle(conns[k]);
+	dnsp_tx_flush(p);
+	return 0;
+}
+
+size_t egr_dnsproxy_ask_list(const struct egr_dnsproxy *p, const struct egr_dns_ask **out,
+			     size_t max)
+{
+	return p ? dnsp_ask_list(p, out, max) : 0;
+}
+
+const struct egr_dns_ask *egr_dnsproxy_ask_find(const struct egr_dnsproxy *p, uint64_t id)
+{
+	for (const struct sb *sb = p && p->nasks ? p->sbs : NULL; sb; sb = sb->next)
+		for (const struct ask *a = sb->asks; a; a = a->next)
+			if (a->pub.id == id)
+				return &a->pub;
+	return NULL;
 }
 
 bool egr_dnsproxy_is_local(void *ctx, int family, const uint8_t *addr)

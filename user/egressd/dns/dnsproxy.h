@@ -77,6 +77,18 @@ int egr_dnsproxy_update_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id,
  * nothing: -ENOMEM leaves the old limits. */
 int egr_dnsproxy_set_limits(struct egr_dnsproxy *p, uint32_t min_ttl_s, uint32_t ttl_grace_s,
 			    const struct egr_exfil_limits *exfil);
+/*
+ * Approvals (docs/dns.md "Approvals"): decide held request id. approve:
+ * its queries are handled again (the cfg.grant callback must now say yes
+ * for the name, or they are refused as any unknown name); else each gets
+ * the policy's refusal with why. -ENOENT when no such request is held.
+ */
+int egr_dnsproxy_ask_decide(struct egr_dnsproxy *p, uint64_t id, bool approve, const char *why);
+/* The held requests, at most max of them into out (valid until the loop
+ * runs again); returns how many are held. */
+size_t egr_dnsproxy_ask_list(const struct egr_dnsproxy *p, const struct egr_dns_ask **out,
+			     size_t max);
+const struct egr_dns_ask *egr_dnsproxy_ask_find(const struct egr_dnsproxy *p, uint64_t id);
 /* Close its sockets and TCP connections, drop its queries in flight. */
 int egr_dnsproxy_remove_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id);
 /* An egr_rebind_local_fn (dnspolicy.h) for one sandbox: does the host, or the

@@ -63,7 +63,15 @@ struct egr_learned {
 	struct egr_bpf *bpf;
 	uint32_t max_per_sb;
 	struct sbl *sbs;
+	egr_dnsproxy_grant_fn grant; /* approvals, for a rebase (NULL: none) */
+	void *grant_ctx;
 };
+
+void egr_learned_set_grant(struct egr_learned *l, egr_dnsproxy_grant_fn fn, void *ctx)
+{
+	l->grant = fn;
+	l->grant_ctx = ctx;
+}
 
 int egr_learned_new(struct egr_bpf *bpf, uint32_t max_per_sandbox, struct egr_learned **out)
 {
@@ -332,15 +340,21 @@ int egr_learned_rebase_local(struct egr_learned *l, uint32_t sandbox_id, uint32_
 		/* An address the new policy's dns_rebind_allow no longer
 		 * covers would not be learned now: it goes, whatever names
 		 * resolved to it. */
-		bool rebind = pol && egr_dnspolicy_rebind_blocked_local(pol, e->family, e->addr,
-									is_local, local_ctx, NULL);
+		bool rebind = pol && !egr_dnspolicy_audit(pol) &&
+			      egr_dnspolicy_rebind_blocked_local(pol, e->family, e->addr,
+								 is_local, local_ctx, NULL);
 
 		for (size_t j = 0; j < e->nnames; j++) {
 			struct egr_dnspolicy_match m;
 
-			if (rebind || e->names[j].expires_ns <= now || !pol ||
-			    egr_dnspolicy_match(pol, e->names[j].qname, &m) != 1 ||
-			    !m.ports.nranges)
+			if (rebind || e->names[j].expires_ns <= now || !pol)
+				continue;
+			/* The new policy's name, or one an approval in force
+			 * covers (docs/dns.md "Approvals"). */
+			if ((egr_dnspolicy_match(pol, e->names[j].qname, &m) != 1 ||
+			     !m.ports.nranges) &&
+			    !(l->grant && l->grant(l->grant_ctx, sandbox_id, e->names[j].qname,
+						   &m.ports) && m.ports.nranges))
 				continue;
 			e->names[j].ports = m.ports;
 			e->names[keep++] = e->names[j];

@@ -40,6 +40,9 @@ int egr_learned_rebase(struct egr_learned *l, uint32_t sandbox_id, uint32_t old_
 int egr_learned_rebase_local(struct egr_learned *l, uint32_t sandbox_id, uint32_t old_policy_id,
 			     uint32_t new_policy_id, const struct egr_dnspolicy *pol,
 			     egr_rebind_local_fn is_local, void *local_ctx);
+/* Approvals in force (docs/dns.md "Approvals"): a rebase keeps a name one
+ * covers, with its ports, as it keeps the new policy's names. */
+void egr_learned_set_grant(struct egr_learned *l, egr_dnsproxy_grant_fn fn, void *ctx);
 /* The switch is done: remove the old id's learned entries. */
 void egr_learned_drop_stale(struct egr_learned *l, uint32_t sandbox_id);
 

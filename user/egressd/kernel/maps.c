@@ -805,6 +805,26 @@ int egr_bpf_proc_home(const struct egr_bpf *b, uint32_t pid, struct egr_proc_hom
 	return bpf_map_lookup_elem(b->fd_proc_home, &pid, out) < 0 ? -errno : 0;
 }
 
+int egr_bpf_proc_held(const struct egr_bpf *b, uint32_t pid)
+{
+	struct egr_proc_home h;
+	uint32_t id;
+	int err = egr_bpf_proc_home(b, pid, &h);
+
+	if (err == -ENOENT)
+		return 0;
+	if (err)
+		return err;
+	if (h.flags & EGR_HOME_ESCAPED)
+		return EGR_PROC_ESCAPED;
+	/* A home whose sandbox was detached since is no sandbox any more. */
+	if (!h.sandbox_id)
+		return 0;
+	if (bpf_map_lookup_elem(b->fd_sb_cgroups, &h.cgroup_id, &id) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	return id == h.sandbox_id ? EGR_PROC_AT_HOME : 0;
+}
+
 struct escaped_walk {
 	int (*fn)(void *ctx, uint32_t pid);
 	void *ctx;

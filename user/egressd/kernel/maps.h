@@ -53,6 +53,14 @@ int egr_bpf_home_procs(struct egr_bpf *b, const char *cgroup_path, uint64_t cgro
 		       uint32_t sandbox_id, size_t *n);
 /* The escape guard's record of process pid (egr_proc_home). -ENOENT: none. */
 int egr_bpf_proc_home(const struct egr_bpf *b, uint32_t pid, struct egr_proc_home *out);
+/* Is process pid one of a sandbox's, as the guard recorded it (not as /proc
+ * says where it is now)? EGR_PROC_ESCAPED: marked escaped; EGR_PROC_AT_HOME:
+ * its home is a sandbox still managed; 0: neither (no record, or a home
+ * detached since); -errno. The pid must be held (a pidfd checked alive
+ * after the call) for the answer to be about the process meant. */
+#define EGR_PROC_ESCAPED 1
+#define EGR_PROC_AT_HOME 2
+int egr_bpf_proc_held(const struct egr_bpf *b, uint32_t pid);
 /* Call fn for every process egr_proc_home marks EGR_HOME_ESCAPED; a
  * non-zero return stops. 0, fn's value or -errno. */
 int egr_bpf_each_escaped(const struct egr_bpf *b, int (*fn)(void *ctx, uint32_t pid), void *ctx);

@@ -94,12 +94,14 @@ int egr_alerting_raise(struct egr_alerting *al, const struct egr_alert_in *in)
 
 /* One alert about the sandbox a record names, its event as the evidence
  * (rendered only now that an alert is raised). */
-static void raise_for(struct egr_alerting *al, const struct egr_rec *r, const char *type,
-		      enum egr_alert_severity severity, const char *summary)
+/* key: the dedup key, NULL for per (type, tenant, sandbox). */
+static void raise_keyed(struct egr_alerting *al, const struct egr_rec *r, const char *type,
+			enum egr_alert_severity severity, const char *key, const char *summary)
 {
 	json_t *evidence = egr_events_render(al->events, r);
 	struct egr_alert_in in = {
 		.type = type,
+		.key = key,
 		.severity = severity,
 		.tenant = json_string_value(json_object_get(evidence, "tenant")),
 		.sandbox = r->sandbox,
@@ -111,6 +113,12 @@ static void raise_for(struct egr_alerting *al, const struct egr_rec *r, const ch
 	/* Our reference keeps in's tenant and execution id alive. */
 	egr_alerting_raise(al, &in);
 	json_decref(evidence);
+}
+
+static void raise_for(struct egr_alerting *al, const struct egr_rec *r, const char *type,
+		      enum egr_alert_severity severity, const char *summary)
+{
+	raise_keyed(al, r, type, severity, NULL, summary);
 }
 
 /* The record's tenant: the DNS proxy's, the registry's, else the one the
@@ -211,22 +219,46 @@ static void on_dns(struct egr_alerting *al, const struct egr_rec *r)
 			 r->sandbox, tenant_of(al, r), d->qname ?: "?");
 		raise_for(al, r, "dns_exfiltration_suspected", EGR_SEV_CRITICAL, summary);
 	}
-	if (d->verdict == EGR_DNS_V_REBIND) {
+	if (d->verdict == EGR_DNS_V_REBIND || (d->verdict == EGR_DNS_V_AUDIT && d->nstripped_listed)) {
 		/* An allowed name answered with loopback, private, link-local, ...
-		 * addresses: a rebinding attempt on local services (docs/dns.md). */
-		char fa[64] = "?";
+		 * addresses: a rebinding attempt on local services (docs/dns.md),
+		 * or a private mirror. Critical only when one reaches the host
+		 * or instance metadata (docs/alerts.md). */
+		const struct egr_dns_stripped *first = NULL;
+		enum egr_alert_severity sev = EGR_SEV_WARNING;
+		bool kept = d->verdict == EGR_DNS_V_AUDIT;
+		char fa[64] = "?", key[320];
 		const char *fc = "?";
 
-		if (d->nstripped_listed &&
-		    inet_ntop(d->stripped[0].family, d->stripped[0].addr, fa, sizeof(fa)))
-			fc = egr_rebind_class_name(d->stripped[0].cls);
+		for (size_t i = 0; i < d->nstripped_listed; i++) {
+			const struct egr_dns_stripped *st = &d->stripped[i];
+
+			if (egr_rebind_targets_host(st->family, st->addr, st->cls)) {
+				sev = EGR_SEV_CRITICAL;
+				first = st;
+				break;
+			}
+		}
+		/* Records removed but none listed: nothing says what they were. */
+		if (!d->nstripped_listed)
+			sev = EGR_SEV_CRITICAL;
+		if (!first && d->nstripped_listed)
+			first = &d->stripped[0];
+		if (first && inet_ntop(first->family, first->addr, fa, sizeof(fa)))
+			fc = egr_rebind_class_name(first->cls);
 		else
 			snprintf(fa, sizeof(fa), "?");
 		snprintf(summary, sizeof(summary),
 			 "sandbox %" PRIu32 " (tenant %s): the answer for %.200s pointed to %s (%s); "
-			 "%zu address(es) stripped, none learned",
-			 r->sandbox, tenant_of(al, r), d->qname ?: "?", fa, fc, d->nstripped);
-		raise_for(al, r, "dns_rebind", EGR_SEV_CRITICAL, summary);
+			 "%zu address(es) %s",
+			 r->sandbox, tenant_of(al, r), d->qname ?: "?", fa, fc, d->nstripped,
+			 kept ? "kept (audit mode; enforce mode strips them)"
+			      : "stripped, none learned");
+		/* A warning (a private mirror) must not hold back a critical
+		 * of the same sandbox for the dedup window. */
+		snprintf(key, sizeof(key), "%s/%" PRIu32 "/%s", tenant_of(al, r), r->sandbox,
+			 sev == EGR_SEV_CRITICAL ? "critical" : "warning");
+		raise_keyed(al, r, "dns_rebind", sev, key, summary);
 		return;
 	}
 	/* The stream's "deny" and "exfil" verdicts (docs/events.md). */

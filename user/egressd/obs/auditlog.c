@@ -186,8 +186,18 @@ static void on_dns(struct egr_auditlog *al, const struct egr_dns_event *d)
 	uint8_t addr[EGR_DNSPROXY_EVENT_ADDRS][16];
 	size_t n = 0;
 
+	if (!al || !d)
+		return;
+	/* Rebinding addresses, stripped or (audit mode) kept: what a
+	 * suggested policy's dns_rebind_allow needs (docs/policy.md). */
+	if (d->verdict == EGR_DNS_V_REBIND || d->verdict == EGR_DNS_V_AUDIT)
+		for (size_t i = 0; i < d->nstripped_listed && i < EGR_DNSPROXY_EVENT_ADDRS; i++)
+			egr_execobs_rebind(al->obs, d->sandbox_id, d->qname, d->stripped[i].family,
+					   d->stripped[i].addr,
+					   egr_rebind_class_name(d->stripped[i].cls),
+					   d->verdict == EGR_DNS_V_AUDIT);
 	/* Servfails say nothing about what the tool needs. */
-	if (!al || !d || (unsigned)d->verdict >= sizeof(v) / sizeof(v[0]) || !v[d->verdict])
+	if ((unsigned)d->verdict >= sizeof(v) / sizeof(v[0]) || !v[d->verdict])
 		return;
 	for (size_t i = 0; i < d->naddrs_listed && i < EGR_DNSPROXY_EVENT_ADDRS; i++, n++) {
 		fam[n] = d->addrs[i].family;
@@ -333,6 +343,27 @@ static void policy_change(struct egr_auditlog *al, const char *change, const str
 	append(al, rec);
 }
 
+void egr_auditlog_approval(struct egr_auditlog *al, const struct egr_sb *sb, json_t *detail)
+{
+	json_t *rec = identity(sb), *v;
+	const char *k;
+
+	if (!rec || !detail) {
+		json_decref(rec);
+		json_decref(detail);
+		append(al, NULL);
+		return;
+	}
+	json_object_foreach(detail, k, v)
+		json_object_set(rec, k, v);
+	json_object_set_new(rec, "type", json_string("policy_change"));
+	json_object_set_new(rec, "change", json_string("approval"));
+	if (!strcmp(json_string_value(json_object_get(detail, "decision")) ?: "", "approved"))
+		egr_execobs_approved(al->obs, sb->id, detail);
+	json_decref(detail);
+	append(al, rec);
+}
+
 void egr_auditlog_tamper(struct egr_auditlog *al, const char *type, uint32_t sandbox,
 			 const struct egr_sb *sb, const char *summary, json_t *detail)
 {
@@ -362,11 +393,21 @@ void egr_auditlog_tamper(struct egr_auditlog *al, const char *type, uint32_t san
 	json_decref(detail);
 }
 
+/* The ranges its DNS answers could point into (the execution record's
+ * observed.rebind_allow, what `suggest` keeps). */
+static void rebind_ranges(struct egr_auditlog *al, const struct egr_sb *sb, const json_t *policy)
+{
+	egr_execobs_rebind_allow(al->obs, sb->id,
+				 json_object_get(json_object_get(policy, "network"),
+						 "dns_rebind_allow"));
+}
+
 static void h_attached(void *ctx, const struct egr_sb *sb, const json_t *policy)
 {
 	struct egr_auditlog *al = ctx;
 
 	egr_execobs_forget(al->obs, sb->id);
+	rebind_ranges(al, sb, policy);
 	policy_change(al, "attach", sb, NULL, 0);
 	lifecycle_event(al, EGR_LIFE_ATTACH, sb, NULL, -1);
 	if (al->next.attached)
@@ -377,6 +418,7 @@ static void h_adopted(void *ctx, const struct egr_sb *sb, const json_t *policy)
 {
 	struct egr_auditlog *al = ctx;
 
+	rebind_ranges(al, sb, policy);
 	lifecycle_event(al, EGR_LIFE_ADOPT, sb, NULL, -1);
 	if (al->next.adopted)
 		al->next.adopted(al->next.ctx, sb, policy);
@@ -387,6 +429,7 @@ static void h_updated(void *ctx, const struct egr_sb *sb, const char *old_sha256
 {
 	struct egr_auditlog *al = ctx;
 
+	rebind_ranges(al, sb, policy);
 	policy_change(al, "update", sb, old_sha256, closed);
 	lifecycle_event(al, EGR_LIFE_UPDATE, sb, old_sha256, (int)closed);
 	if (al->next.updated)

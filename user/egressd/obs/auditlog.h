@@ -82,5 +82,10 @@ uint64_t egr_auditlog_failures(const struct egr_auditlog *al);
 int egr_auditlog_quarantine(struct egr_auditlog *al, const struct egr_sb *sb, bool on,
 			    json_t *evidence, unsigned closed);
 json_t *egr_auditlog_status(const struct egr_auditlog *al);
+/* A decision on a name held for approval (docs/audit.md "policy_change"):
+ * {"type":"policy_change","change":"approval", sb's identity, detail's
+ * members}; an approved name (detail "decision" "approved") is also listed
+ * in sb's execution record. Takes detail. */
+void egr_auditlog_approval(struct egr_auditlog *al, const struct egr_sb *sb, json_t *detail);
 
 #endif /* EGR_AUDITLOG_H */

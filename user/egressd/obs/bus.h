@@ -33,6 +33,7 @@ enum egr_rec_kind {
 	EGR_REC_LOSS,       /* kernel events the ring had no room for */
 	EGR_REC_SUPPRESSED, /* deny events a sandbox's budget held back */
 	EGR_REC_HEALTH,     /* egressd's own state tampered with (not an event) */
+	EGR_REC_APPROVAL,   /* a name held for approval, and its decision */
 	EGR_REC_NKINDS
 };
 
@@ -83,6 +84,22 @@ struct egr_rec_health {
 	const json_t *detail;    /* the audit record's and alert's members */
 };
 
+/* docs/events.md "approval": a query held for approval (docs/dns.md
+ * "Approvals") and what became of it. */
+struct egr_approval_event {
+	uint64_t id;
+	uint32_t sandbox_id;
+	const char *tenant, *execution_id, *name;
+	uint16_t qtype;
+	const char *state;   /* "pending", "approved", "denied", "timeout", "refused", "gone" */
+	const char *scope;   /* approved: "sandbox", "execution" or "tenant"; else NULL */
+	const char *ports;   /* "tcp/443,tcp/80": granted, or the policy's ask_ports */
+	uint64_t ttl_s;      /* approved: 0 for the sandbox's life */
+	int64_t approver_uid, approver_pid; /* decisions; -1 otherwise */
+	const char *reason;  /* the approver's, or NULL */
+	uint64_t deadline_unix_ns; /* pending: when it times out */
+};
+
 struct egr_rec {
 	enum egr_rec_kind kind;
 	uint32_t sandbox;  /* 0: none (a global loss, ...) */
@@ -96,6 +113,7 @@ struct egr_rec {
 		struct egr_rec_loss loss;
 		struct egr_rec_suppressed suppressed;
 		struct egr_rec_health health;
+		const struct egr_approval_event *approval;
 	};
 };
 

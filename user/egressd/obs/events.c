@@ -77,6 +77,7 @@ struct kept {
 		struct egr_inspect_event inspect;
 		struct egr_sb sb; /* identity members only */
 		struct egr_deny_budget budget;
+		struct egr_approval_event approval;
 	} u;
 	char strings[];
 };
@@ -182,6 +183,10 @@ static size_t strings_len(const struct egr_rec *r)
 		       SLEN(r->life.old_sha256);
 	case EGR_REC_LOSS:
 		return SLEN(r->loss.reason);
+	case EGR_REC_APPROVAL:
+		return SLEN(r->approval->tenant) + SLEN(r->approval->execution_id) +
+		       SLEN(r->approval->name) + SLEN(r->approval->ports) +
+		       SLEN(r->approval->reason);
 	default:
 		return 0;
 	}
@@ -246,6 +251,16 @@ static struct kept *kept_new(const struct egr_rec *r, const char *tenant, const 
 	case EGR_REC_SUPPRESSED:
 		k->u.budget = *r->suppressed.budget;
 		k->rec.suppressed.budget = &k->u.budget;
+		break;
+	case EGR_REC_APPROVAL:
+		/* state and scope are static strings. */
+		k->u.approval = *r->approval;
+		k->u.approval.tenant = copy_str(&p, r->approval->tenant);
+		k->u.approval.execution_id = copy_str(&p, r->approval->execution_id);
+		k->u.approval.name = copy_str(&p, r->approval->name);
+		k->u.approval.ports = copy_str(&p, r->approval->ports);
+		k->u.approval.reason = copy_str(&p, r->approval->reason);
+		k->rec.approval = &k->u.approval;
 		break;
 	default:
 		break;

@@ -210,7 +210,13 @@ static json_t *dns_json(const struct egr_dns_event *d)
 	 * the allowlist; "answers" counts all of them. */
 	if (o)
 		json_object_set_new(o, "addresses", dns_addresses(d));
-	if (o && d->verdict == EGR_DNS_V_REBIND && (arr = json_array())) {
+	/* Rebinding addresses: stripped, or (audit mode) kept and listed as
+	 * what enforce mode would strip. */
+	if (o && (d->verdict == EGR_DNS_V_REBIND ||
+		  (d->verdict == EGR_DNS_V_AUDIT && d->nstripped_listed)) &&
+	    (arr = json_array())) {
+		bool kept = d->verdict == EGR_DNS_V_AUDIT;
+
 		for (size_t i = 0; i < d->nstripped_listed; i++) {
 			const struct egr_dns_stripped *st = &d->stripped[i];
 
@@ -220,8 +226,9 @@ static json_t *dns_json(const struct egr_dns_event *d)
 							     egr_rebind_class_name(st->cls), "form",
 							     egr_rebind_form_name(st->form)));
 		}
-		json_object_set_new(o, "stripped", arr);
-		json_object_set_new(o, "stripped_total", json_integer((json_int_t)d->nstripped));
+		json_object_set_new(o, kept ? "would_strip" : "stripped", arr);
+		json_object_set_new(o, kept ? "would_strip_total" : "stripped_total",
+				    json_integer((json_int_t)d->nstripped));
 	}
 	return o;
 }
@@ -278,9 +285,36 @@ static json_t *top_json(const struct egr_deny_budget *v)
 	return arr ? arr : json_null();
 }
 
+static json_t *approval_json(const struct egr_approval_event *a)
+{
+	json_t *o = json_pack("{s:s, s:I, s:I, s:s, s:s, s:i, s:s}", "type", "approval", "id",
+			      (json_int_t)a->id, "sandbox", (json_int_t)a->sandbox_id, "state",
+			      a->state, "name", a->name ? a->name : "", "qtype", (int)a->qtype,
+			      "ports", a->ports ? a->ports : "");
+
+	if (!o)
+		return NULL;
+	if (a->tenant)
+		json_object_set_new(o, "tenant", json_string(a->tenant));
+	if (a->scope) {
+		json_object_set_new(o, "scope", json_string(a->scope));
+		json_object_set_new(o, "ttl_s", a->ttl_s ? json_integer((json_int_t)a->ttl_s)
+							 : json_null());
+	}
+	if (a->approver_uid >= 0)
+		json_object_set_new(o, "approver", json_pack("{s:I, s:I}", "uid",
+							     (json_int_t)a->approver_uid, "pid",
+							     (json_int_t)a->approver_pid));
+	if (a->reason)
+		json_object_set_new(o, "reason", json_string(a->reason));
+	return o;
+}
+
 static json_t *body_json(const struct egr_rec *r)
 {
 	switch (r->kind) {
+	case EGR_REC_APPROVAL:
+		return approval_json(r->approval);
 	case EGR_REC_DNS:
 		return dns_json(r->dns);
 	case EGR_REC_INSPECT:

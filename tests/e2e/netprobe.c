@@ -17,7 +17,7 @@
  *   netprobe udp-mapped-sendto IPV4 PORT  AF_INET6 sendto ::ffff:IPV4
  *   netprobe tfo HOST PORT              sendto(MSG_FASTOPEN) without connect
  *   netprobe socket FAMILY TYPE PROTO   socket() only (inet|inet6, stream|dgram|raw|
- *                                       seqpacket, tcp|udp|icmp|icmpv6|udplite|sctp|
+ *                                       seqpacket|packet, tcp|udp|icmp|icmpv6|udplite|sctp|
  *                                       mptcp|raw|N)
  *   netprobe ping-sendto HOST           ICMP ping socket, sendto an echo request
  *   netprobe raw-sendto HOST            raw ICMP socket, sendto an echo request
@@ -605,8 +605,9 @@ static int do_socket(const char *fam, const char *type, const char *proto)
 {
 	static const char *const fnames[] = { "inet", "inet6" };
 	static const int fvals[] = { AF_INET, AF_INET6 };
-	static const char *const tnames[] = { "stream", "dgram", "raw", "seqpacket" };
-	static const int tvals[] = { SOCK_STREAM, SOCK_DGRAM, SOCK_RAW, SOCK_SEQPACKET };
+	static const char *const tnames[] = { "stream", "dgram", "raw", "seqpacket", "packet" };
+	static const int tvals[] = { SOCK_STREAM, SOCK_DGRAM, SOCK_RAW, SOCK_SEQPACKET,
+				     SOCK_PACKET };
 	static const char *const pnames[] = { "0",	  "ip",	  "tcp",   "udp", "icmp",
 					      "icmpv6", "udplite", "sctp", "mptcp", "raw" };
 	static const int pvals[] = { 0,		    0,		    IPPROTO_TCP,
@@ -615,7 +616,7 @@ static int do_socket(const char *fam, const char *type, const char *proto)
 				     IPPROTO_RAW };
 	int f, t, p, fd;
 
-	if (lookup(fam, fnames, fvals, 2, &f) || lookup(type, tnames, tvals, 4, &t))
+	if (lookup(fam, fnames, fvals, 2, &f) || lookup(type, tnames, tvals, 5, &t))
 		return usage();
 	if (lookup(proto, pnames, pvals, sizeof(pvals) / sizeof(pvals[0]), &p)) {
 		char *end = NULL;

@@ -40,8 +40,8 @@ except OSError as e:
 """
 
 # What --user keeps (harden.c): bpf, perfmon, net_admin, sys_admin, kill,
-# dac_override.
-CU_CAPS = (1 << 39) | (1 << 38) | (1 << 12) | (1 << 21) | (1 << 5) | (1 << 1)
+# dac_override, linux_immutable (the ledger files' append-only flag).
+CU_CAPS = (1 << 39) | (1 << 38) | (1 << 12) | (1 << 21) | (1 << 5) | (1 << 1) | (1 << 9)
 
 
 def cu_user(c, tag):
@@ -100,7 +100,7 @@ def cu_start(c, user, tag, wrap):
 
 # The unit's way: started as the user with ambient capabilities (User=,
 # AmbientCapabilities= of dist/egressd.service.in).
-CU_AMBIENT = "+bpf,+perfmon,+net_admin,+sys_admin,+chown,+kill,+dac_override"
+CU_AMBIENT = "+bpf,+perfmon,+net_admin,+sys_admin,+chown,+kill,+dac_override,+linux_immutable"
 
 
 @test

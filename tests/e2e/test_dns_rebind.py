@@ -479,6 +479,96 @@ def rebind_netns_own_address(c):
         ns_ip_batch("del", [RB_NSOWN4] + burst, False)
 
 
+RB_LISTENER = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET6)
+s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("::", 0)); s.listen(16)
+print(s.getsockname()[1], flush=True)
+while True:
+    c, a = s.accept(); print("accept", a[0], flush=True); c.close()
+"""
+
+
+@test
+def rebind_netns_local_route(c):
+    # Issue 23, finding 7: a prefix delivered locally by a route, not by an
+    # interface address (AnyIP: `ip route add local PREFIX dev lo`), in the
+    # sandbox's own namespace, where its root can add one. An answer into
+    # it is stripped (the FIB says RTN_LOCAL), so a 0.0.0.0 service of the
+    # namespace is not reached through the name.
+    ns = c.need_netns()
+    nspath = "/run/netns/" + ns.name
+    pfx4, pfx6 = "45.67.%d.0/24" % ns.x, "2a00:4567:%x::/64" % ns.x
+    local4, prime4 = "45.67.%d.5" % ns.x, "45.67.%d.9" % ns.x
+    local6, far4 = "2a00:4567:%x::5" % ns.x, "45.68.%d.5" % ns.x
+
+    def route(verb, family, pfx, check_rc=True):
+        r = subprocess.run(["nsenter", "--net=" + nspath, "ip", family, "route", verb, "local",
+                            pfx, "dev", "lo"], capture_output=True, text=True, timeout=10)
+        if check_rc:
+            check(r.returncode == 0, "ip route %s local %s: %s" % (verb, pfx, r.stderr.strip()))
+
+    CLEANUP.push("rbf local routes", lambda: (route("del", "-4", pfx4, False),
+                                               route("del", "-6", pfx6, False)))
+    srv = subprocess.Popen(["nsenter", "--net=" + nspath, sys.executable, "-c", RB_LISTENER],
+                           stdout=subprocess.PIPE, text=True)
+    CLEANUP.push("rbf listener", lambda: (srv.kill(), srv.wait()))
+    port = int(srv.stdout.readline())
+    names = rebind_names(c, {"anyip": [local4], "anyprime": [prime4], "anyip6": [local6],
+                             "anyfar": [far4]})
+    pol = c.policy(["%s:%d" % (names[k], port) for k in names])
+    try:
+        with NsSandbox(c, pol, nspath) as sb:
+            sid = sandbox_id(c, sb)
+            # Before the route the address is global: released (and the
+            # proxy's cache now says "not local" for it).
+            rc, addrs, _, line = dns_query("udp", "127.0.0.2", 53, names["anyprime"], "A",
+                                           cg=sb.cg, netns=nspath)
+            check(rc == "NOERROR" and addrs == [prime4], "%s before the route: %r" %
+                  (names["anyprime"], line))
+            route("add", "-4", pfx4)
+            route("add", "-6", pfx6)
+            # anyprime first: its cached "not local" must have been flushed
+            # by the route's notification, well within the cache's 1 s TTL.
+            for key, qtype, addr in (("anyprime", "A", prime4), ("anyip", "A", local4),
+                                     ("anyip6", "AAAA", local6)):
+                for mode, server in (("udp", "127.0.0.2"), ("tcp", "127.0.0.53")):
+                    rc, addrs, _, line = dns_query(mode, server, 53, names[key], qtype,
+                                                   cg=sb.cg, netns=nspath)
+                    check(rc == "NOERROR" and addrs == [],
+                          "%s %s over %s: %s, local by a route in the sandbox's namespace, "
+                          "was released: %r" % (names[key], qtype, mode, addr, line))
+                rebind_expect_event(c, sid, names[key], addr, "host-local")
+            # The service on 0.0.0.0 answers on the prefix (the route works)...
+            r = subprocess.run(["nsenter", "--net=" + nspath, c.netprobe, "tcp", local4,
+                                str(port)], capture_output=True, text=True, timeout=10)
+            check(r.stdout.split()[:1] == ["ok"], "outside the sandbox, %s:%d: %r" %
+                  (local4, port, r.stdout))
+            # ...but not for the sandbox: nothing was learned.
+            sb.denied("tcp", local4, port)
+            # Twin: an address no route of the namespace delivers locally is
+            # released and learned.
+            rc, addrs, _, line = dns_query("udp", "127.0.0.2", 53, names["anyfar"], "A",
+                                           cg=sb.cg, netns=nspath)
+            check(rc == "NOERROR" and addrs == [far4], "%s (global): %r" %
+                  (names["anyfar"], line))
+            e = rebind_allow_event(c, sid, names["anyfar"])
+            check(e.get("reason") == "learned" and
+                  [a["addr"] for a in e.get("addresses") or []] == [far4],
+                  "the learned addresses of %s: %r" % (names["anyfar"], e))
+            # Twin: once the route is gone the prefix is global again.
+            route("del", "-4", pfx4)
+            rc, addrs, _, line = dns_query("udp", "127.0.0.2", 53, names["anyip"], "A",
+                                           cg=sb.cg, netns=nspath)
+            check(rc == "NOERROR" and addrs == [local4], "%s after the route left: %r" %
+                  (names["anyip"], line))
+    finally:
+        route("del", "-4", pfx4, False)
+        route("del", "-6", pfx6, False)
+
+
 # --- F9: SVCB/HTTPS hints and A/AAAA of other classes -----------------------
 # A tiny upstream on loopback that answers two names itself and relays every
 # other query to the harness's dnsmasq (which stays egressd's second

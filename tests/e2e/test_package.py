@@ -120,7 +120,8 @@ def cli_cleanup_after_uninstall(c):
               "sandbox link pin(s)" in r.stdout, "cleanup: %d %r %r" %
               (r.returncode, r.stdout, r.stderr))
         left = sorted(os.listdir(d.state)) if os.path.isdir(d.state) else []
-        check(left == ["audit.log", "audit.state"], "state left after cleanup: %r" % left)
+        check(left == ["audit.log", "audit.state", "ledger.key"],
+              "state left after cleanup: %r" % left)
         check(sorted(os.listdir(hooks)) == ["99-other.json"], "hooks left: %r" %
               os.listdir(hooks))
     finally:

@@ -21,7 +21,9 @@ def egressd_runs_with_least_privilege(c):
     eff = int(fields["CapEff"].strip(), 16)
     bnd = int(fields["CapBnd"].strip(), 16)
     # kill: the migration guard's moved processes (docs/security.md, escape)
-    kept = {5: "kill", 12: "net_admin", 21: "sys_admin", 38: "perfmon", 39: "bpf"}
+    # linux_immutable: the audit log's and the ledger files' append-only flag
+    kept = {5: "kill", 9: "linux_immutable", 12: "net_admin", 21: "sys_admin", 38: "perfmon",
+            39: "bpf"}
     for cap in (13, 16, 17, 19):  # net_raw, sys_module, sys_rawio, sys_ptrace
         check(not (eff >> cap) & 1 and not (bnd >> cap) & 1,
               "egressd still holds capability %d (CapEff %x CapBnd %x)" % (cap, eff, bnd))

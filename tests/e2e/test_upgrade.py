@@ -541,7 +541,11 @@ def upgrade_redone_over_stale_pins(c):
     d.start(c.build)
     d.stop()
     # state.key stays: the old egressd's files below are unsigned all the
-    # same, and adopted once (test_upgrade_unsigned.py).
+    # same, and adopted once (test_upgrade_unsigned.py). The ledger files'
+    # append-only flag and key (issue 23) are new to it: going back to a
+    # version before them takes `chattr -a` (docs/audit.md).
+    run(["chattr", "-R", "-f", "-a", d.state])
+    os.unlink(os.path.join(d.state, "ledger.key"))
     new_maps = os.path.join(d.bpffs, "v%d" % UPG_ABI, "maps")
     stale_storage = bpftool_json("map", "show", "pinned",
                                  os.path.join(new_maps, "egr_cg_storage"))["id"]

@@ -18,6 +18,7 @@
 
 #include "clock.h"
 #include "audit.h"
+#include "audit_anchor.h"
 #include "ctl.h"
 #include "dnswire.h"
 #include "proto.h"
@@ -31,15 +32,19 @@ static const char events_help[] =
 	"  --json   one JSON object per line\n";
 
 static const char audit_help[] =
-	"Usage: egressctl audit verify [--key FILE] [--state FILE | --no-state] FILE...\n"
+	"Usage: egressctl audit verify [--key FILE] [--state FILE | --no-state]\n"
+	"                              [--anchors FILE] FILE...\n"
 	"Verify a hash-chained audit log (docs/audit.md). One FILE that is a log's\n"
 	"current file also takes its rotated FILE.N.gz files, oldest first; several\n"
 	"FILEs are one chain in the order given. --state (default: audit.state\n"
-	"beside the log, when there is one) also catches a truncated tail. Prints\n"
+	"beside the log, when there is one) also catches a truncated tail; --anchors\n"
+	"(egressd's --audit-anchor file, a syslog file or `journalctl -t egressd -o cat`\n"
+	"output) catches one even when the state was rewritten to match. Prints\n"
 	"`file:line: message` for the first bad record and exits 1; a log that\n"
 	"verifies prints its record count and exits 0.\n";
 
-enum { O_FOLLOW = 300, O_SANDBOX, O_LIMIT, O_JSON, O_KEY, O_STATE, O_NOSTATE, O_HELP, O_SOCK };
+enum { O_FOLLOW = 300, O_SANDBOX, O_LIMIT, O_JSON, O_KEY, O_STATE, O_NOSTATE, O_HELP, O_SOCK,
+       O_ANCHORS };
 
 static const char *str(const json_t *o, const char *k)
 {
@@ -424,9 +429,13 @@ int ctl_cmd_audit(struct ctl *c, int argc, char **argv)
 		{ "state", required_argument, NULL, O_STATE },
 		{ "no-state", no_argument, NULL, O_NOSTATE },
 		{ "help", no_argument, NULL, O_HELP },
+		{ "anchors", required_argument, NULL, O_ANCHORS },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *keyfile = NULL, *state = NULL;
+	const char *keyfile = NULL, *state = NULL, *anchors_file = NULL;
+	struct egr_audit_anchor_rec *anchors = NULL;
+	size_t nanchors = 0;
+	uint64_t newest = 0;
 	bool nostate = false;
 	char **files = NULL, statebuf[PATH_MAX];
 	size_t nfiles = 0, keylen = 0;
@@ -454,6 +463,9 @@ int ctl_cmd_audit(struct ctl *c, int argc, char **argv)
 			break;
 		case O_NOSTATE:
 			nostate = true;
+			break;
+		case O_ANCHORS:
+			anchors_file = optarg;
 			break;
 		case O_HELP:
 			fputs(audit_help, stdout);
@@ -499,8 +511,26 @@ int ctl_cmd_audit(struct ctl *c, int argc, char **argv)
 		egr_audit_free_files(files, nfiles);
 		return CTL_EXIT_USAGE;
 	}
+	if (anchors_file && (err = egr_audit_anchors_read(anchors_file, &anchors, &nanchors))) {
+		fprintf(stderr, "egressctl: --anchors %s: %s\n", anchors_file, strerror(-err));
+		egr_audit_free_files(files, nfiles);
+		if (key)
+			egr_audit_free_key(key, keylen);
+		return CTL_EXIT_ERROR;
+	}
+	if (anchors_file && !nanchors) {
+		/* No anchor at all is no proof of anything: say so, fail. */
+		printf("%s: no audit anchor in it\n", anchors_file);
+		egr_audit_free_files(files, nfiles);
+		if (key)
+			egr_audit_free_key(key, keylen);
+		return CTL_EXIT_ERROR;
+	}
 	memset(&res, 0, sizeof(res));
-	err = egr_audit_verify((const char *const *)files, nfiles, key, keylen, state, &res);
+	err = egr_audit_verify_anchored((const char *const *)files, nfiles, key, keylen, state,
+					anchors, nanchors, &res);
+	newest = nanchors ? anchors[nanchors - 1].seq : 0; /* sorted by the verifier */
+	free(anchors);
 	if (err) {
 		if (res.line)
 			printf("%s:%zu: %s\n", res.file, res.line, res.message);
@@ -514,6 +544,9 @@ int ctl_cmd_audit(struct ctl *c, int argc, char **argv)
 		       " gap record(s), last seq %" PRIu64 "%s%s\n",
 		       res.records, nfiles, res.gaps, res.last_seq, state ? ", state " : "",
 		       state ? state : " (no state file: a truncated tail is not detectable)");
+		if (anchors_file)
+			printf("anchors: %zu in %s, the newest at seq %" PRIu64 "\n", nanchors,
+			       anchors_file, newest);
 		rc = CTL_EXIT_OK;
 	}
 	if (key)

@@ -33,6 +33,7 @@
 #include <jansson.h>
 
 #include "ctl.h"
+#include "macfile.h"
 #include "proto.h"
 #include "run_int.h"
 
@@ -91,7 +92,7 @@ static const char cleanup_help[] =
 	"                         [--purge-audit] [--keep-run-dirs] [--dry-run]\n"
 	"Remove what egressd leaves on a host after it is uninstalled: its pins (maps and\n"
 	"the links that confine sandboxes: their sandboxes are confined no more), its state\n"
-	"directory (but the audit log and audit.state, unless --purge-audit), the OCI\n"
+	"directory (but the audit log, audit.state and ledger.key, unless --purge-audit), the OCI\n"
 	"hooks.d files and egressctl run's id-range locks and private directories.\n"
 	"Refused while an egressd serves (it answers on --socket, or holds a file of the\n"
 	"state directory or a pinned map open).\n"
@@ -238,14 +239,25 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 	const char *base = path + ftw->base;
 
 	if (!cur->purge_audit && flag != FTW_DP && !strncmp(path, cur->state, strlen(cur->state)) &&
-	    (!strncmp(base, "audit.log", 9) || !strcmp(base, "audit.state")))
-		return 0; /* evidence: kept */
+	    (!strncmp(base, "audit.log", 9) || !strcmp(base, "audit.state") ||
+	     !strcmp(base, "ledger.key")))
+		return 0; /* evidence, and the key its state is checked with: kept */
 	if (cur->bpffs && !strncmp(path, cur->bpffs, strlen(cur->bpffs)) &&
 	    strstr(path, "/links/") && flag != FTW_DP)
 		cur->links++;
 	if (cur->dry_run) {
 		printf("would remove %s\n", path);
 		return 0;
+	}
+	if (flag != FTW_DP && S_ISREG(st->st_mode)) {
+		int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+
+		/* An append-only file (the audit log, the ledger files) cannot be
+		 * unlinked; the flag, not an error, when the file system has none. */
+		if (fd >= 0) {
+			(void)egr_file_set_append_only(fd, false);
+			close(fd);
+		}
 	}
 	if ((flag == FTW_DP ? rmdir(path) : unlink(path)) == 0) {
 		cur->removed++;

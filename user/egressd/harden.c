@@ -9,7 +9,9 @@
  * (cgroup program attach, SOCK_DESTROY), CAP_SYS_ADMIN (setns into a
  * sandbox's network namespace for its DNS listeners; BPF on kernels before
  * CAP_BPF), CAP_KILL (a process moved out of its sandbox by another one,
- * escape.bpf.c). Everything else goes from the effective, permitted, inheritable
+ * escape.bpf.c), CAP_LINUX_IMMUTABLE (FS_APPEND_FL on the audit log, its
+ * state and billing.state, lifted for a cut-back or a rotation: issue 23,
+ * finding 4). Everything else goes from the effective, permitted, inheritable
  * and bounding sets.
  *
  * With --user (issue 23 finding 1) egressd also stops being uid 0: a tool
@@ -44,7 +46,8 @@
 #include "harden.h"
 #include "log.h"
 
-static const int kept_caps[] = { CAP_BPF, CAP_PERFMON, CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_KILL };
+static const int kept_caps[] = { CAP_BPF,      CAP_PERFMON, CAP_NET_ADMIN,
+				 CAP_SYS_ADMIN, CAP_KILL,    CAP_LINUX_IMMUTABLE };
 /* As another user than root, also (see above): */
 static const int user_caps[] = { CAP_DAC_OVERRIDE };
 /* Only for the switch itself, gone after it: */

@@ -42,6 +42,7 @@
 #include "notify.h"
 #include "options.h"
 #include "obs/billing.h"
+#include "audit_read.h"
 #include "breaker.h"
 #include "proto.h"
 #include "sandbox.h"
@@ -432,7 +433,9 @@ int main(int argc, char **argv)
 	snprintf(audit_state, sizeof(audit_state), "%s/audit.state", o.state_dir);
 	err = egr_auditlog_open(&audit, &(struct egr_auditlog_opts){
 		.path = o.audit_log ? o.audit_log : audit_path, .state = audit_state,
-		.key_file = o.audit_key, .rotate_bytes = (size_t)o.audit_rotate_bytes }, bpf,
+		.key_file = o.audit_key, .rotate_bytes = (size_t)o.audit_rotate_bytes,
+		.state_dir = o.state_dir, .anchor = o.audit_anchor,
+		.anchor_every = o.audit_anchor_every }, bpf,
 		&bus);
 	if (err) {
 		log_error("audit log %s: %s", o.audit_log ? o.audit_log : audit_path,
@@ -452,6 +455,7 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
+	egr_auditlog_report_open(audit); /* now that alerting hears it */
 	/* Metering export: /metrics and the billing lines (docs/metering.md). */
 	err = egr_metrics_new(&metrics, reg, &bus, o.metrics_max_sandboxes);
 	if (err) {
@@ -514,8 +518,21 @@ int main(int argc, char **argv)
 			  strerror(-err));
 	snprintf(billing_path, sizeof(billing_path), "%s/billing.jsonl", o.state_dir);
 	snprintf(billing_state, sizeof(billing_state), "%s/billing.state", o.state_dir);
-	err = egr_billing_new(&billing, reg, metrics, o.billing_file ? o.billing_file : billing_path,
-			      billing_state);
+	{
+		uint8_t *lkey = NULL;
+		size_t lkeylen = 0;
+		bool created = false;
+
+		err = egr_ledger_key_load(o.audit_key, o.state_dir, &lkey, &lkeylen, &created);
+		if (!err)
+			err = egr_billing_new(&billing, reg, metrics,
+					      o.billing_file ? o.billing_file : billing_path,
+					      billing_state, lkey, lkeylen, created);
+		if (lkey)
+			egr_audit_free_key(lkey, lkeylen);
+	}
+	if (!err)
+		egr_billing_report_open(billing, audit);
 	if (!err)
 		err = egr_billing_start(billing, loop, o.billing_interval_s);
 	if (err) {

@@ -31,6 +31,8 @@ enum {
 	OPT_AUDIT_LOG,
 	OPT_AUDIT_KEY,
 	OPT_AUDIT_ROTATE,
+	OPT_AUDIT_ANCHOR,
+	OPT_AUDIT_ANCHOR_EVERY,
 	OPT_ALERTS_FILE,
 	OPT_ALERT_INTERVAL,
 	OPT_ALERT_FLOOR,
@@ -79,6 +81,8 @@ static const struct option longopts[] = {
 	{ "audit-log", required_argument, NULL, OPT_AUDIT_LOG },
 	{ "audit-key", required_argument, NULL, OPT_AUDIT_KEY },
 	{ "audit-rotate-bytes", required_argument, NULL, OPT_AUDIT_ROTATE },
+	{ "audit-anchor", required_argument, NULL, OPT_AUDIT_ANCHOR },
+	{ "audit-anchor-every", required_argument, NULL, OPT_AUDIT_ANCHOR_EVERY },
 	{ "alerts-file", required_argument, NULL, OPT_ALERTS_FILE },
 	{ "alert-interval", required_argument, NULL, OPT_ALERT_INTERVAL },
 	{ "alert-volume-floor", required_argument, NULL, OPT_ALERT_FLOOR },
@@ -170,6 +174,10 @@ static void usage(FILE *out)
 		"                     state is <state-dir>/audit.state)\n"
 		"  --audit-key FILE   HMAC-SHA-256 key for the audit chain (mode 0600)\n"
 		"  --audit-rotate-bytes N  rotate the audit log past N bytes (default 64 MiB, 0 = never)\n"
+		"  --audit-anchor syslog|FILE  write the chain head there at start, stop and every\n"
+		"                     --audit-anchor-every N durable records (default 1: every\n"
+		"                     batch); FILE absolute, made append-only (default: syslog)\n"
+		"  --audit-anchor none  no anchors (a cut tail then goes unseen)\n"
 		"  --alerts-file PATH alerts as JSON lines (\"-\" = stdout; default\n"
 		"                     <state-dir>/alerts.jsonl); also to syslog\n"
 		"  --alert-interval SEC  meter sampling for volume anomalies (default 10)\n"
@@ -264,6 +272,7 @@ static void defaults(struct egr_options *o)
 	egr_exfil_limits_default(&o->dns.exfil);
 	o->dns_max_learned = 4096;
 	o->audit_rotate_bytes = 64ull << 20;
+	o->audit_anchor = "syslog";
 	o->events_keep = EGR_EVENTS_KEEP_DEFAULT;
 	o->events_deny_rate = EGR_EVENTS_DENY_RATE_DEFAULT;
 	o->events_deny_burst = EGR_EVENTS_DENY_BURST_DEFAULT;
@@ -343,6 +352,19 @@ static int apply(struct egr_options *o, int c, const struct cursor *at, const ch
 		break;
 	case OPT_AUDIT_KEY:
 		o->audit_key = arg;
+		break;
+	case OPT_AUDIT_ANCHOR:
+		if (strcmp(arg, "syslog") && strcmp(arg, "none") && arg[0] != '/') {
+			fprintf(stderr, "egressd: --audit-anchor: syslog, none or an absolute path\n");
+			rc = -EINVAL;
+			break;
+		}
+		o->audit_anchor = strcmp(arg, "none") ? arg : NULL;
+		break;
+	case OPT_AUDIT_ANCHOR_EVERY:
+		rc = num(o, at, arg, 1, 1000000, &v);
+		if (!rc)
+			o->audit_anchor_every = (unsigned int)v;
 		break;
 	case OPT_AUDIT_ROTATE:
 		rc = num(o, at, arg, 0, ~0ull, &v);

@@ -43,6 +43,8 @@ struct egr_options {
 	/* events, alerts, audit (docs/events.md, alerts.md, audit.md) */
 	const char *audit_log, *audit_key;
 	unsigned long long audit_rotate_bytes;
+	const char *audit_anchor; /* "syslog" (default), a file, NULL: none */
+	unsigned int audit_anchor_every;
 	size_t events_keep;
 	/* --events-deny-rate/-burst: the kernel's per-sandbox deny-event budget */
 	uint64_t events_deny_rate, events_deny_burst;

@@ -32,44 +32,14 @@
 #include <zlib.h>
 
 #include "audit.h"
+#include "audit_anchor.h"
 #include "fileio.h"
+#include "macfile.h"
 #include "log.h"
 #include "audit_int.h"
+#include "audit_w.h"
 
-struct egr_audit {
-	char *path;
-	char *state_path;
-	int fd;
-	uint8_t *key;
-	size_t keylen;
-	size_t rotate_bytes;
-	uint64_t seq;
-	char prev[EGR_AUDIT_HASH_HEX + 1];
-	uint64_t failures;
-	/* Group commit (egr_audit_set_commit): appends are written but synced
-	 * by the queue's flush; until then the last durable point is kept so
-	 * a failed sync can cut the log back to it. */
-	struct egr_commit_member *cm;
-	off_t durable_size;
-	uint64_t durable_seq;
-	char durable_prev[EGR_AUDIT_HASH_HEX + 1];
-	/* A writeback error an fsync outside commit_sync() saw (rotation, a
-	 * cut-back): the kernel reports it once per file, so the next
-	 * commit_sync() must fail on it rather than on its own fsync. */
-	int sync_err;
-};
 
-static int state_write(const char *path, uint64_t seq, const char *hash)
-{
-	char buf[160];
-	int len, ret;
-
-	len = snprintf(buf, sizeof(buf), "{\"seq\":%" PRIu64 ",\"hash\":\"%s\"}\n", seq, hash);
-	ret = egr_replace_file(path, buf, (size_t)len, 0600);
-	if (ret)
-		log_error("audit: cannot write state file %s: %s", path, strerror(-ret));
-	return ret;
-}
 
 /* gzip @src into @dst (via dst.tmp, fsynced, renamed), then unlink @src. */
 static int compress_file(const char *src, const char *dst)
@@ -195,8 +165,10 @@ static int rotate(struct egr_audit *a)
 			a->sync_err = ret;
 		goto out;
 	}
+	egr_audit_log_append_only(a, false); /* an append-only file cannot be renamed */
 	if (renameat2(AT_FDCWD, a->path, AT_FDCWD, plain, RENAME_NOREPLACE)) {
 		ret = -errno;
+		egr_audit_log_append_only(a, true);
 		goto out;
 	}
 	nfd = open(a->path, O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -209,10 +181,12 @@ static int rotate(struct egr_audit *a)
 		/* Put the old file back; a->fd still refers to it. */
 		if (rename(plain, a->path))
 			log_error("audit: cannot undo rotation of %s: %m", a->path);
+		egr_audit_log_append_only(a, true);
 		goto out;
 	}
 	close(a->fd);
 	a->fd = nfd;
+	egr_audit_log_append_only(a, true);
 	/* Everything so far was fsynced above, in the old file. */
 	a->durable_size = 0;
 	a->durable_seq = a->seq;
@@ -250,12 +224,14 @@ static int commit_sync(void *ctx)
 		a->durable_size = st.st_size;
 		a->durable_seq = a->seq;
 		memcpy(a->durable_prev, a->prev, sizeof(a->prev));
+		/* Before the replies go out: an acknowledged record is anchored. */
+		egr_audit_anchor_due(a, a->durable_seq, a->durable_prev);
 		return 0;
 	}
 	a->failures++;
 	log_error("audit: cannot sync %s: %s; dropping records %" PRIu64 "-%" PRIu64, a->path,
 		  strerror(-ret), a->durable_seq + 1, a->seq);
-	if (ftruncate(a->fd, a->durable_size) || fsync(a->fd))
+	if (egr_audit_truncate(a, a->durable_size))
 		log_error("audit: cannot cut %s back to %lld bytes: %m", a->path,
 			  (long long)a->durable_size);
 	a->seq = a->durable_seq;
@@ -268,7 +244,7 @@ static void commit_after(void *ctx)
 {
 	struct egr_audit *a = ctx;
 
-	if (state_write(a->state_path, a->durable_seq, a->durable_prev))
+	if (egr_audit_state_write(a, a->durable_seq, a->durable_prev))
 		a->failures++;
 }
 
@@ -369,7 +345,7 @@ int egr_audit_append(struct egr_audit *a, json_t *record)
 		ret = -errno;
 	if (ret) {
 		/* No half (or unsynced) record stays behind. */
-		if (ftruncate(a->fd, st.st_size) || fsync(a->fd)) {
+		if (egr_audit_truncate(a, st.st_size)) {
 			log_error("audit: cannot cut %s back to %lld bytes: %m", a->path,
 				  (long long)st.st_size);
 			if (a->cm)
@@ -381,8 +357,10 @@ int egr_audit_append(struct egr_audit *a, json_t *record)
 	memcpy(a->prev, hex, sizeof(hex));
 	if (a->cm)
 		egr_commit_dirty(a->cm); /* fsync and state file: at the flush */
-	else if (state_write(a->state_path, a->seq, a->prev))
+	else if (egr_audit_state_write(a, a->seq, a->prev))
 		a->failures++;
+	if (!a->cm)
+		egr_audit_anchor_due(a, a->seq, a->prev);
 	ret = 0;
 	goto out;
 fail:
@@ -540,6 +518,16 @@ static int add_gap(json_t *gaps, json_t *rec)
 int egr_audit_open(struct egr_audit **out, const char *path, const char *state_path,
 		   const uint8_t *key, size_t keylen, size_t rotate_bytes)
 {
+	struct egr_audit_opts o = { .key = key, .keylen = keylen, .rotate_bytes = rotate_bytes };
+
+	return egr_audit_open_opts(out, path, state_path, &o);
+}
+
+int egr_audit_open_opts(struct egr_audit **out, const char *path, const char *state_path,
+			const struct egr_audit_opts *o)
+{
+	const uint8_t *key = o ? o->key : NULL;
+	size_t keylen = o ? o->keylen : 0, rotate_bytes = o ? o->rotate_bytes : 0;
 	char st_hash[EGR_AUDIT_HASH_HEX + 1], *tail = NULL;
 	uint64_t st_seq = 0, torn = 0;
 	struct egr_audit *a;
@@ -551,7 +539,8 @@ int egr_audit_open(struct egr_audit **out, const char *path, const char *state_p
 	const char *why = NULL;
 	int ret, st_ret;
 
-	if (!out || !path || !state_path || (!key) != (!keylen) || keylen > EGR_AUDIT_MAX_KEY)
+	if (!out || !o || !path || !state_path || (!key) != (!keylen) ||
+	    keylen > EGR_AUDIT_MAX_KEY || (!o->state_key) != (!o->state_keylen))
 		return -EINVAL;
 	*out = NULL;
 	a = calloc(1, sizeof(*a));
@@ -576,6 +565,21 @@ int egr_audit_open(struct egr_audit **out, const char *path, const char *state_p
 		memcpy(a->key, key, keylen);
 		a->keylen = keylen;
 	}
+	if (o->state_key) {
+		a->state_key = malloc(o->state_keylen);
+		if (!a->state_key) {
+			ret = -ENOMEM;
+			goto fail;
+		}
+		memcpy(a->state_key, o->state_key, o->state_keylen);
+		a->state_keylen = o->state_keylen;
+	}
+	a->append_only = o->append_only;
+	a->anchor_every = o->anchor_every ? o->anchor_every : 1;
+	if (o->anchor && (ret = egr_audit_anchor_open(o->anchor, &a->anchor))) {
+		log_error("audit: anchor sink %s: %s", o->anchor, strerror(-ret));
+		goto fail;
+	}
 
 	a->fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
 	if (a->fd < 0) {
@@ -592,6 +596,7 @@ int egr_audit_open(struct egr_audit **out, const char *path, const char *state_p
 	if (ret)
 		goto fail;
 	finish_pending(a);
+	egr_audit_log_append_only(a, true);
 
 	/* A torn last line: cut back to the last newline. */
 	if (fstat(a->fd, &st)) {
@@ -610,10 +615,9 @@ int egr_audit_open(struct egr_audit **out, const char *path, const char *state_p
 			ret = find_nl_back(a->fd, st.st_size, &nl);
 			if (ret)
 				goto fail;
-			if (ftruncate(a->fd, nl + 1) || fsync(a->fd)) {
-				ret = -errno;
+			ret = egr_audit_truncate(a, nl + 1);
+			if (ret)
 				goto fail;
-			}
 			torn = (uint64_t)(st.st_size - (nl + 1));
 			log_warn("audit: %s ended in a torn record (%" PRIu64 " bytes); cut it off",
 				 path, torn);
@@ -651,7 +655,8 @@ int egr_audit_open(struct egr_audit **out, const char *path, const char *state_p
 		r.obj = NULL;
 	}
 
-	st_ret = egr_audit_state_read(state_path, &st_seq, st_hash);
+	st_ret = egr_audit_state_read_mac(a, o->state_legacy_ok, &st_seq, st_hash);
+	a->state_tampered = st_ret == -EKEYREJECTED;
 	if (st_ret && st_ret != -ENOENT)
 		log_warn("audit: cannot read state file %s: %s", state_path, strerror(-st_ret));
 
@@ -699,6 +704,9 @@ int egr_audit_open(struct egr_audit **out, const char *path, const char *state_p
 
 		if (st_ret == -ENOENT)
 			reason = "state file missing; continuing from the log's last record";
+		else if (st_ret == -EKEYREJECTED)
+			reason = "state file fails its MAC (rewritten, or another key); continuing "
+				 "from the log's last record";
 		else if (st_ret)
 			reason = "state file unreadable; continuing from the log's last record";
 		else if (r.seq > st_seq + 1 || (r.seq == st_seq + 1 && strcmp(r.prev, st_hash)))
@@ -729,7 +737,7 @@ int egr_audit_open(struct egr_audit **out, const char *path, const char *state_p
 	}
 	/* else: a new log (or an empty one with an empty state). */
 
-	ret = state_write(state_path, a->seq, a->prev);
+	ret = egr_audit_state_write(a, a->seq, a->prev);
 	if (ret)
 		goto fail;
 	for (size_t i = 0; i < json_array_size(gaps); i++) {
@@ -737,6 +745,8 @@ int egr_audit_open(struct egr_audit **out, const char *path, const char *state_p
 		if (ret)
 			goto fail;
 	}
+	/* Every start, whatever the recovery found: the head it goes on from. */
+	egr_audit_anchor_now(a, a->seq, a->prev, "start");
 	json_decref(gaps);
 	free(tail);
 	*out = a;
@@ -756,6 +766,14 @@ void egr_audit_close(struct egr_audit *a)
 		if (a->seq != a->durable_seq && !commit_sync(a))
 			commit_after(a);
 		egr_commit_leave(a->cm);
+	}
+	if (a->anchor && a->fd >= 0)
+		egr_audit_anchor_now(a, a->cm ? a->durable_seq : a->seq, a->cm ? a->durable_prev : a->prev,
+		       "stop");
+	egr_audit_anchor_free(a->anchor);
+	if (a->state_key) {
+		OPENSSL_cleanse(a->state_key, a->state_keylen);
+		free(a->state_key);
 	}
 	if (a->fd >= 0)
 		close(a->fd);

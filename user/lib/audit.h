@@ -37,6 +37,34 @@ struct egr_audit;
  */
 int egr_audit_open(struct egr_audit **out, const char *path, const char *state_path,
 		   const uint8_t *key, size_t keylen, size_t rotate_bytes);
+
+/* What egressd opens its log with (egr_audit_open: a chain key and
+ * rotation only, an unauthenticated state file, no anchors). */
+struct egr_audit_opts {
+	const uint8_t *key;         /* the chain's HMAC key, NULL: SHA-256 */
+	size_t keylen;
+	const uint8_t *state_key;   /* audit.state's MAC (macfile.h), NULL: none */
+	size_t state_keylen;
+	bool state_legacy_ok;       /* take a state without a MAC (its key was just made) */
+	const char *anchor;         /* "syslog", an anchor file's path, NULL: none */
+	unsigned int anchor_every;  /* anchor after this many durable records (0: 1) */
+	bool append_only;           /* FS_APPEND_FL on the log and the state */
+	size_t rotate_bytes;
+};
+
+/* As egr_audit_open. A state file whose MAC fails (rewritten by hand, or
+ * another key) is not trusted: the chain goes on from the log's last
+ * record after an "audit_gap" record saying so, and
+ * egr_audit_state_tampered() is true (egressd raises a critical alert). An
+ * anchor is written after recovery (event "start"), on close ("stop") and
+ * once anchor_every records are durable since the last ("every"), before
+ * their writers are answered. */
+int egr_audit_open_opts(struct egr_audit **out, const char *path, const char *state_path,
+			const struct egr_audit_opts *o);
+/* Did open find audit.state failing its MAC? */
+bool egr_audit_state_tampered(const struct egr_audit *a);
+/* Anchors written and anchor writes that failed. */
+void egr_audit_anchor_stats(const struct egr_audit *a, uint64_t *written, uint64_t *failed);
 void egr_audit_close(struct egr_audit *a);
 
 /*

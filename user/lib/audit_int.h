@@ -19,7 +19,7 @@
 #define HASH_HDR_LEN (sizeof(HASH_HDR) - 1)
 /* `,"hash":"` + 64 hex + `"}` */
 #define SUFFIX_LEN (HASH_HDR_LEN + EGR_AUDIT_HASH_HEX + 2)
-#define STATE_MAX  4096
+#define STATE_MAX  (128u << 10) /* an appended state file is compacted at ~64 KiB */
 #define IO_CHUNK   65536
 
 extern const char egr_audit_zero_hash[EGR_AUDIT_HASH_HEX + 1];

@@ -27,6 +27,7 @@
 #include "audit_read.h"
 #include "fileio.h"
 #include "log.h"
+#include "audit_anchor.h"
 #include "audit_int.h"
 
 const char egr_audit_zero_hash[EGR_AUDIT_HASH_HEX + 1] =
@@ -341,7 +342,19 @@ int egr_audit_state_read(const char *path, uint64_t *seq, char hash[EGR_AUDIT_HA
 		got += (size_t)n;
 	}
 	close(fd);
-	o = json_loadb(buf, got, 0, &jerr);
+	/* egressd appends one line per update (macfile.h): the last is the
+	 * state. (A file past this buffer was compacted long before.) */
+	{
+		size_t end = got, off = 0;
+		const char *nl;
+
+		if (end && buf[end - 1] == '\n')
+			end--;
+		nl = memrchr(buf, '\n', end);
+		if (nl)
+			off = (size_t)(nl + 1 - buf);
+		o = json_loadb(buf + off, end - off, 0, &jerr);
+	}
 	s = json_object_get(o, "seq");
 	h = json_object_get(o, "hash");
 	if (json_is_integer(s) && json_integer_value(s) >= 0 && json_is_string(h) &&
@@ -445,6 +458,8 @@ struct vctx {
 	uint64_t st_seq;
 	char st_hash[EGR_AUDIT_HASH_HEX + 1];
 	struct egr_audit_verify_result *res;
+	const struct egr_audit_anchor_rec *anchors; /* sorted by seq */
+	size_t nanchors, next_anchor;
 };
 
 static int vfail(struct egr_audit_verify_result *res, int err, const char *file, size_t line,
@@ -509,6 +524,19 @@ static int verify_line(struct vctx *c, const char *file, size_t lineno, const ch
 			    "prev does not match previous record (deleted, inserted or reordered "
 			    "record)%s", note);
 	}
+	/* Anchors of records before this one were passed by: checked already. */
+	while (!ret && c->next_anchor < c->nanchors && c->anchors[c->next_anchor].seq <= r.seq) {
+		const struct egr_audit_anchor_rec *an = &c->anchors[c->next_anchor++];
+
+		if (an->seq == r.seq && strcmp(an->hash, r.hash))
+			ret = vfail(res, -EBADMSG, file, lineno,
+				    "record %" PRIu64 " differs from its anchor (log rewritten)",
+				    r.seq);
+		else if (an->seq < r.seq && !c->started && an->seq)
+			ret = vfail(res, -EBADMSG, file, lineno,
+				    "an anchor names seq %" PRIu64 ", before the chain's start",
+				    an->seq);
+	}
 	if (!ret && c->have_state && r.seq == c->st_seq && strcmp(r.hash, c->st_hash))
 		ret = vfail(res, -EBADMSG, file, lineno,
 			    "record %" PRIu64 " differs from the state file's hash (log rewritten)",
@@ -530,7 +558,23 @@ static int verify_line(struct vctx *c, const char *file, size_t lineno, const ch
 int egr_audit_verify(const char *const *files, size_t nfiles, const uint8_t *key, size_t keylen,
 		     const char *state_path, struct egr_audit_verify_result *res)
 {
-	struct vctx c = { .key = key, .keylen = keylen, .res = res };
+	return egr_audit_verify_anchored(files, nfiles, key, keylen, state_path, NULL, 0, res);
+}
+
+static int anchor_cmp(const void *a, const void *b)
+{
+	const struct egr_audit_anchor_rec *x = a, *y = b;
+
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+int egr_audit_verify_anchored(const char *const *files, size_t nfiles, const uint8_t *key,
+			      size_t keylen, const char *state_path,
+			      struct egr_audit_anchor_rec *anchors, size_t nanchors,
+			      struct egr_audit_verify_result *res)
+{
+	struct vctx c = { .key = key, .keylen = keylen, .res = res, .anchors = anchors,
+			  .nanchors = nanchors };
 	const char *last_file = nfiles ? files[nfiles - 1] : "";
 	size_t lineno = 0;
 	int ret;
@@ -539,6 +583,8 @@ int egr_audit_verify(const char *const *files, size_t nfiles, const uint8_t *key
 		return -EINVAL;
 	memset(res, 0, sizeof(*res));
 	res->ok = true;
+	if (nanchors)
+		qsort(anchors, nanchors, sizeof(*anchors), anchor_cmp);
 	/* The state first: a live writer only moves it forward after the log. */
 	if (state_path) {
 		ret = egr_audit_state_read(state_path, &c.st_seq, c.st_hash);
@@ -575,6 +621,12 @@ int egr_audit_verify(const char *const *files, size_t nfiles, const uint8_t *key
 		if (ret < 0)
 			return ret;
 	}
+	/* The anchors in order: the log must reach the newest (seq 0: an
+	 * empty log's start, which any log reaches). */
+	if (nanchors && c.seq < anchors[nanchors - 1].seq)
+		return vfail(res, -EBADMSG, last_file, lineno + 1,
+			     "log ends at seq %" PRIu64 " but an anchor names seq %" PRIu64
+			     " (truncated)", c.seq, anchors[nanchors - 1].seq);
 	if (c.have_state && c.seq < c.st_seq)
 		return vfail(res, -EBADMSG, last_file, lineno + 1,
 			     "log ends at seq %" PRIu64 " but state says %" PRIu64 " (truncated)",

@@ -38,6 +38,16 @@ struct egr_audit_verify_result {
 int egr_audit_verify(const char *const *files, size_t nfiles, const uint8_t *key, size_t keylen,
 		     const char *state_path, struct egr_audit_verify_result *res);
 
+/* The same, also against @anchors (audit_anchor.h; sorted in place): every
+ * anchored record must be in the chain with the anchor's hash, and the chain
+ * must reach the newest anchor's seq (a cut tail fails here even when the
+ * state file was rewritten to match). */
+struct egr_audit_anchor_rec;
+int egr_audit_verify_anchored(const char *const *files, size_t nfiles, const uint8_t *key,
+			      size_t keylen, const char *state_path,
+			      struct egr_audit_anchor_rec *anchors, size_t nanchors,
+			      struct egr_audit_verify_result *res);
+
 /*
  * The files of the log at @path in chain order: path.N.gz (or path.N when
  * its compression has not finished) in ascending N, then @path if it exists.

@@ -65,6 +65,21 @@ static const struct egr_confine_arg_rule refused_args[] = {
 	{ "clone3", 0, 0, 0, ENOSYS }, /* mask 0: every call */
 };
 
+/*
+ * The socket() calls the kernel turns into another family after seccomp has
+ * judged the family argument: net/socket.c __sock_create() rewrites
+ * (PF_INET, SOCK_PACKET) to PF_PACKET (the obsolete packet interface), on
+ * the type with its flags masked off (SOCK_TYPE_MASK, 0xf). That is the only
+ * rewrite of a family the filter allows (test_confine checks this kernel
+ * against the table); AF_INET6 with SOCK_PACKET is not rewritten today
+ * (ESOCKTNOSUPPORT) and is refused too, so no kernel that adds it opens a
+ * packet socket. Refused while `to` is not itself an allowed family.
+ */
+static const struct egr_confine_rewrite rewrites[] = {
+	{ AF_INET, SOCK_PACKET, AF_PACKET },
+	{ AF_INET6, SOCK_PACKET, AF_PACKET },
+};
+
 static const struct {
 	const char *name;
 	int family;
@@ -100,6 +115,29 @@ static bool family_allowed(const struct egr_confine *c, int af)
 	return af < CONFINE_AF_LIMIT && (c->extra_families & (1ull << af));
 }
 
+/* (family, type & 0xf) refused: a rewrite to a family c does not allow. */
+static int add_rewrite_rules(const struct egr_confine *c, scmp_filter_ctx ctx)
+{
+	int err = 0;
+
+	for (size_t i = 0; i < sizeof(rewrites) / sizeof(rewrites[0]) && !err; i++) {
+		struct scmp_arg_cmp type = { .arg = 1, .op = SCMP_CMP_MASKED_EQ,
+					     .datum_a = EGR_CONFINE_TYPE_MASK,
+					     .datum_b = (scmp_datum_t)rewrites[i].type };
+
+		if (family_allowed(c, rewrites[i].to))
+			continue;
+		err = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 2,
+					     cmp_arg0(SCMP_CMP_EQ, (scmp_datum_t)rewrites[i].family),
+					     type);
+		if (!err)
+			err = seccomp_rule_add_exact(
+				ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 2,
+				cmp_arg0(SCMP_CMP_EQ, (scmp_datum_t)rewrites[i].family), type);
+	}
+	return err;
+}
+
 /* The filter's rules in a new libseccomp context (*out): the one source of
  * the rules for the installed program (egr_confine_seccomp_build) and for
  * libseccomp's own load (egr_confine_seccomp). 0 or -errno. */
@@ -126,6 +164,8 @@ static int filter_ctx(const struct egr_confine *c, scmp_filter_ctx *out)
 	if (!err)
 		err = seccomp_rule_add_exact(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
 					     cmp_arg0(SCMP_CMP_GE, CONFINE_AF_LIMIT));
+	if (!err)
+		err = add_rewrite_rules(c, ctx);
 	for (size_t i = 0; i < sizeof(refused_calls) / sizeof(refused_calls[0]) && !err; i++) {
 		int nr = seccomp_syscall_resolve_name(refused_calls[i]);
 
@@ -398,6 +438,12 @@ size_t egr_confine_refused_calls(const char *const **names)
 {
 	*names = refused_calls;
 	return sizeof(refused_calls) / sizeof(refused_calls[0]);
+}
+
+size_t egr_confine_rewrites(const struct egr_confine_rewrite **table)
+{
+	*table = rewrites;
+	return sizeof(rewrites) / sizeof(rewrites[0]);
 }
 
 bool egr_confine_family_allowed(const struct egr_confine *c, int af)

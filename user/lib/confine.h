@@ -3,7 +3,8 @@
  * The process-side layer of a sandbox, for the socket families no cgroup
  * hook sees (AF_PACKET, AF_XDP, AF_VSOCK, ...) and for io_uring, whose ops
  * skip seccomp: a libseccomp filter that allows socket() only for AF_INET,
- * AF_INET6 and AF_UNIX (plus families a policy names) and refuses the
+ * AF_INET6 and AF_UNIX (plus families a policy names), not the types the
+ * kernel turns into another family (AF_INET + SOCK_PACKET), and refuses the
  * io_uring syscalls, bpf, perf_event_open and the calls that reach into
  * another process (ptrace, process_vm_readv/writev, pidfd_getfd, kcmp), the
  * keyring calls, terminal injection (ioctl TIOCSTI/TIOCLINUX) and new user
@@ -114,6 +115,20 @@ struct egr_confine_arg_rule {
  * unconditionally: libseccomp lets an unconditional rule override a
  * conditional one of the same call. */
 size_t egr_confine_refused_args(const struct egr_confine_arg_rule **rules);
+
+/* socket(family, type) that the kernel creates as family `to` after seccomp
+ * judged `family` (net/socket.c __sock_create: PF_INET + SOCK_PACKET is a
+ * PF_PACKET socket). The filter and the OCI profile refuse (family,
+ * type & EGR_CONFINE_TYPE_MASK) unless `to` is allowed. */
+struct egr_confine_rewrite {
+	int family, type, to;
+};
+
+/* The kernel's SOCK_TYPE_MASK: socket()'s type without SOCK_NONBLOCK etc. */
+#define EGR_CONFINE_TYPE_MASK 0xf
+
+/* The table of such rewrites (*table: static). */
+size_t egr_confine_rewrites(const struct egr_confine_rewrite **table);
 
 /* Family name ("packet", "netlink", ...) to number; -EINVAL if unknown. */
 int egr_confine_family(const char *name);

@@ -16,6 +16,7 @@
 
 #include "clock.h"
 #include "localaddr.h"
+#include "localroute.h"
 #include "log.h"
 
 #define DUMP_TRIES          3   /* a dump the kernel interrupted is retried */
@@ -40,6 +41,7 @@ struct egr_localaddr {
 	int dump_err;              /* what dump_cb() failed with */
 	uint64_t last_resync_ns;   /* an unknown set is re-read at most once a second */
 	bool outage_logged;           /* the current outage was logged */
+	struct egr_localroute *route; /* the FIB's word on what the set misses */
 	struct entry *v;           /* sorted by (family, addr, ifindex, kind) */
 	size_t n, cap;
 	char what[32];
@@ -314,6 +316,8 @@ int egr_localaddr_open(const char *what, struct egr_localaddr **out)
 		goto fail;
 	}
 	err = resync(la);
+	if (!err)
+		err = egr_localroute_open(la->what, &la->route);
 	if (err)
 		goto fail;
 	log_debug("localaddr %s: %zu local address entries", la->what, la->n);
@@ -332,6 +336,7 @@ void egr_localaddr_free(struct egr_localaddr *la)
 		mnl_socket_close(la->notify);
 	if (la->dump)
 		mnl_socket_close(la->dump);
+	egr_localroute_free(la->route);
 	free(la->v);
 	free(la);
 }
@@ -400,6 +405,20 @@ bool egr_localaddr_contains(const struct egr_localaddr *la, int family, const ui
 	memcpy(key.addr, addr, family == AF_INET ? 4 : 16);
 	i = lower_bound(la, &key); /* ifindex 0, kind 0 sort first */
 	return i < la->n && la->v[i].family == family && !memcmp(la->v[i].addr, key.addr, 16);
+}
+
+bool egr_localaddr_is_local(struct egr_localaddr *la, int family, const uint8_t *addr)
+{
+	if (egr_localaddr_contains(la, family, addr))
+		return true;
+	/* An address of no interface can still be local by a route (AnyIP, an
+	 * IPv6 anycast address): the FIB has the last word. */
+	return la->route && egr_localroute_is_local(la->route, family, addr);
+}
+
+struct egr_localroute *egr_localaddr_route(struct egr_localaddr *la)
+{
+	return la ? la->route : NULL;
 }
 
 bool egr_localaddr_synced(const struct egr_localaddr *la)

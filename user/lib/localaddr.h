@@ -2,7 +2,8 @@
 /*
  * The addresses a network namespace delivers to itself: every address
  * configured on one of its interfaces (IFA_LOCAL, else IFA_ADDRESS) and every
- * IPv4 broadcast address (IFA_BROADCAST), kept live from rtnetlink.
+ * IPv4 broadcast address (IFA_BROADCAST), kept live from rtnetlink; for the
+ * rest, its routes (localroute.h: AnyIP prefixes, anycast).
  *
  * The DNS proxy strips answer addresses in this set (DNS rebinding to "this
  * machine": the host's public address, a bridge's address, the sandbox
@@ -49,8 +50,14 @@ int egr_localaddr_process(struct egr_localaddr *la);
 int egr_localaddr_apply(struct egr_localaddr *la, const void *buf, size_t len);
 
 /* addr: 4 (AF_INET) or 16 (AF_INET6) bytes, network order. True when the
- * namespace delivers it locally, or when the set is not known. */
+ * address is in the set (an interface's), or when the set is not known. */
 bool egr_localaddr_contains(const struct egr_localaddr *la, int family, const uint8_t *addr);
+/* What the DNS proxy asks: in the set, or delivered locally by the
+ * namespace's routes (a FIB lookup, localroute.h; a set opened with
+ * egr_localaddr_open only). True when it cannot be told. */
+bool egr_localaddr_is_local(struct egr_localaddr *la, int family, const uint8_t *addr);
+/* The set's route lookups (NULL for a detached set), for their stats. */
+struct egr_localroute *egr_localaddr_route(struct egr_localaddr *la);
 bool egr_localaddr_synced(const struct egr_localaddr *la);
 size_t egr_localaddr_count(const struct egr_localaddr *la);
 

@@ -204,6 +204,51 @@ static json_t *arg0(unsigned long value, const char *op)
 	return json_pack("[{s:i, s:I, s:s}]", "index", 0, "value", (json_int_t)value, "op", op);
 }
 
+/* Would socket(af, type) (type < 0: any type) be rewritten by the kernel to
+ * a family c does not allow (confine.c's table)? */
+static bool rewritten(const struct egr_confine *c, int af, int type)
+{
+	const struct egr_confine_rewrite *rw;
+	size_t n = egr_confine_rewrites(&rw);
+
+	for (size_t i = 0; i < n; i++)
+		if (rw[i].family == af && (type < 0 || rw[i].type == type) &&
+		    !egr_confine_family_allowed(c, rw[i].to))
+			return true;
+	return false;
+}
+
+/* arg0 == af and (arg1 & SOCK_TYPE_MASK) == type. */
+static json_t *family_type(int af, int type)
+{
+	return json_pack("[{s:i, s:I, s:s}, {s:i, s:I, s:I, s:s}]", "index", 0, "value",
+			 (json_int_t)af, "op", "SCMP_CMP_EQ", "index", 1, "value",
+			 (json_int_t)EGR_CONFINE_TYPE_MASK, "valueTwo", (json_int_t)type, "op",
+			 "SCMP_CMP_MASKED_EQ");
+}
+
+/*
+ * An allowed family some of whose types the kernel turns into a refused one
+ * (AF_INET + SOCK_PACKET is a packet socket): one ALLOW per type that is
+ * not rewritten and an EPERM for those that are. Not one ALLOW of the family
+ * plus a narrower ERRNO: which of two overlapping rules with different
+ * actions wins is the runtime's libseccomp's business; disjoint rules leave
+ * it nothing to decide.
+ */
+static int add_typed_allows(const struct egr_confine *c, json_t *rules, int af)
+{
+	static const char *const calls[] = { "socket", "socketpair" };
+	int err = 0;
+
+	for (size_t k = 0; k < ARRAY_LEN(calls) && !err; k++)
+		for (int t = 0; t <= EGR_CONFINE_TYPE_MASK && !err; t++)
+			err = append(rules, rule(calls[k],
+						 rewritten(c, af, t) ? "SCMP_ACT_ERRNO" :
+								       "SCMP_ACT_ALLOW",
+						 family_type(af, t)));
+	return err;
+}
+
 /* egressd's rules: socket/socketpair by family, the refused calls. */
 static int add_owned_rules(const struct egr_confine *c, json_t *rules)
 {
@@ -216,6 +261,10 @@ static int add_owned_rules(const struct egr_confine *c, json_t *rules)
 		const char *act = egr_confine_family_allowed(c, af) ? "SCMP_ACT_ALLOW" :
 								       "SCMP_ACT_ERRNO";
 
+		if (egr_confine_family_allowed(c, af) && rewritten(c, af, -1)) {
+			err = add_typed_allows(c, rules, af);
+			continue;
+		}
 		err = append(rules, rule("socket", act, arg0((unsigned)af, "SCMP_CMP_EQ")));
 		if (!err)
 			err = append(rules, rule("socketpair", act,

@@ -85,6 +85,9 @@ def load_areas(e2e_dir, modules):
 def setup(ctx):
     ctx.work = tempfile.mkdtemp(prefix=RUN_ID + ".")
     CLEANUP.push("work dir", shutil.rmtree, ctx.work, True)
+    # egressd keeps its audit log, audit.state and billing.state append-only
+    # (FS_APPEND_FL): lift it first, or rmtree cannot unlink them.
+    CLEANUP.push("append-only flags", core.run, ["chattr", "-R", "-f", "-a", ctx.work])
     ctx.sock = os.path.join(ctx.work, "egressd.sock")
     ctx.state = os.path.join(ctx.work, "state")
     ctx.daemon_log = os.path.join(ctx.work, "egressd.log")

@@ -35,13 +35,14 @@ struct rebind_ctx {
 
 /* An address the host delivers to itself (egressd's namespace: the one a
  * sandbox without its own shares, and the one a namespaced sandbox reaches
- * through its veth), or the sandbox's own namespace does. */
+ * through its veth), or the sandbox's own namespace does: an interface's
+ * address, or one its routes deliver locally (issue 23, finding 7). */
 bool dnsp_sb_is_local(void *ctx, int family, const uint8_t *addr)
 {
 	const struct sb *sb = ctx;
 
-	return egr_localaddr_contains(sb->p->host_la, family, addr) ||
-	       (sb->ns_la && egr_localaddr_contains(sb->ns_la, family, addr));
+	return egr_localaddr_is_local(sb->p->host_la, family, addr) ||
+	       (sb->ns_la && egr_localaddr_is_local(sb->ns_la, family, addr));
 }
 
 static bool sb_rebind_blocked(const struct sb *sb, int family, const uint8_t *addr,

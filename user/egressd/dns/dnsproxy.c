@@ -568,7 +568,7 @@ bool egr_dnsproxy_is_local(void *ctx, int family, const uint8_t *addr)
 	sb = sb_find(lc->p, lc->sandbox_id);
 	if (sb)
 		return dnsp_sb_is_local((void *)sb, family, addr);
-	return egr_localaddr_contains(lc->p->host_la, family, addr);
+	return egr_localaddr_is_local(lc->p->host_la, family, addr);
 }
 
 int egr_dnsproxy_stats(const struct egr_dnsproxy *p, uint32_t sandbox_id,

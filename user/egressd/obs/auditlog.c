@@ -22,6 +22,9 @@
 #include "execobs.h"
 #include "fileio.h"
 #include "log.h"
+#include "macfile.h"
+#include <limits.h>
+#include <unistd.h>
 
 /* Destinations listed per execution record at most. */
 #define MAX_DESTS (EGR_DESTS_PER_SB + 8) /* a few over the cap when CPUs race */
@@ -81,9 +84,27 @@ int egr_auditlog_open(struct egr_auditlog **out, const struct egr_auditlog_opts 
 			free(al);
 			return err;
 		}
-		err = egr_audit_open(&al->a, o->path, o->state, key, keylen, o->rotate_bytes);
+		uint8_t *skey = NULL;
+		size_t skeylen = 0;
+		bool created = false;
+
+		err = egr_ledger_key_load(o->key_file, o->state_dir, &skey, &skeylen, &created);
+		if (err)
+			log_error("audit: the state key: %s", strerror(-err));
+		if (!err)
+			err = egr_audit_open_opts(&al->a, o->path, o->state,
+						  &(struct egr_audit_opts){
+							  .key = key, .keylen = keylen,
+							  .state_key = skey, .state_keylen = skeylen,
+							  .state_legacy_ok = created,
+							  .anchor = o->anchor,
+							  .anchor_every = o->anchor_every,
+							  .append_only = true,
+							  .rotate_bytes = o->rotate_bytes });
 		if (key)
 			egr_audit_free_key(key, keylen);
+		if (skey)
+			egr_audit_free_key(skey, skeylen);
 		if (err) {
 			egr_execobs_free(al->obs);
 			free(al);
@@ -105,6 +126,36 @@ int egr_auditlog_open(struct egr_auditlog **out, const struct egr_auditlog_opts 
 	}
 	*out = al;
 	return 0;
+}
+
+int egr_ledger_key_load(const char *key_file, const char *state_dir, uint8_t **key,
+			size_t *keylen, bool *created)
+{
+	char path[PATH_MAX];
+
+	*created = false;
+	if (key_file)
+		return egr_audit_load_key(key_file, key, keylen);
+	if (!state_dir)
+		return -EINVAL;
+	static bool made_here; /* by this process: audit.state's open, then billing's */
+
+	snprintf(path, sizeof(path), "%s/ledger.key", state_dir);
+	made_here |= access(path, F_OK) != 0;
+	*created = made_here;
+	return egr_key_load_or_create(path, key, keylen);
+}
+
+void egr_auditlog_report_open(struct egr_auditlog *al)
+{
+	if (!al || !egr_audit_state_tampered(al->a))
+		return;
+	egr_auditlog_tamper(al, "audit_state_tampered", 0, NULL,
+			    "audit.state fails its MAC (rewritten while egressd was down, or "
+			    "another key): the chain goes on from the log's last record; check "
+			    "the log against its anchors (egressctl audit verify --anchors)",
+			    json_pack("{s:s, s:I}", "log", al->path,
+				      "seq", (json_int_t)egr_audit_seq(al->a)));
 }
 
 void egr_auditlog_close(struct egr_auditlog *al)

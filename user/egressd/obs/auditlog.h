@@ -25,7 +25,20 @@ struct egr_auditlog_opts {
 	const char *state;       /* its chain state */
 	const char *key_file;    /* HMAC key, NULL: plain SHA-256 */
 	size_t rotate_bytes;     /* 0: no rotation */
+	const char *state_dir;   /* its ledger.key: the state's MAC without key_file */
+	const char *anchor;      /* --audit-anchor: "syslog", a file, NULL: none */
+	unsigned int anchor_every; /* records between anchors (0: every batch) */
 };
+
+/* The key audit.state and billing.state are authenticated with: the audit
+ * key file if one is given, else <state_dir>/ledger.key (made at first
+ * start; *created then). Free with egr_audit_free_key(). 0 or -errno. */
+int egr_ledger_key_load(const char *key_file, const char *state_dir, uint8_t **key,
+			size_t *keylen, bool *created);
+
+/* What open found that needs an alert (audit.state failing its MAC: the
+ * critical audit_state_tampered), raised once alerting subscribed. */
+void egr_auditlog_report_open(struct egr_auditlog *al);
 
 /* Subscribes to bus (DNS verdicts and denied kernel events for the
  * execution records, losses for gap records) and publishes the lifecycle

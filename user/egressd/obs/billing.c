@@ -29,6 +29,8 @@
 #include "billing.h"
 #include "fileio.h"
 #include "log.h"
+#include "auditlog.h"
+#include "macfile.h"
 
 /* What is exported, in line order. The first six come from the kernel
  * tenant meter; the DNS counts from the proxy (in memory). */
@@ -59,6 +61,10 @@ struct egr_billing {
 	uint64_t lines, exports, failures, last_ok_ms;
 	bool failing;         /* the last export failed: health reports it */
 	char last_error[512]; /* what failed, for that report */
+	uint8_t *key;         /* billing.state's MAC (macfile.h); NULL: none */
+	size_t keylen;
+	bool legacy_ok;       /* take a state without a MAC (its key was just made) */
+	char tampered[256];   /* why the state was not trusted ("": it was) */
 };
 
 static void iso_ms(uint64_t ms, char *buf, size_t len)
@@ -114,7 +120,15 @@ static int save_state(struct egr_billing *b)
 			json_object_set_new(t, fnames[f], json_integer((json_int_t)b->t[i].exported[f]));
 		json_object_set_new(ts, b->t[i].name, t);
 	}
-	err = egr_replace_file_json(b->state, o, JSON_COMPACT | JSON_SORT_KEYS, 0600);
+	if (b->key) {
+		int aerr = 0;
+
+		err = egr_macfile_write(b->state, o, b->key, b->keylen, &aerr);
+		if (aerr)
+			log_debug("billing: %s not append-only: %s", b->state, strerror(-aerr));
+	} else {
+		err = egr_replace_file_json(b->state, o, JSON_COMPACT | JSON_SORT_KEYS, 0600);
+	}
 	json_decref(o);
 	return err;
 }
@@ -130,13 +144,46 @@ static void take_values(struct tenant_state *t, const json_t *o)
 	}
 }
 
+/* Does the billing file hold any line? (A missing state is then no first
+ * start.) */
+static bool file_has_lines(const struct egr_billing *b)
+{
+	struct stat st;
+
+	return stat(b->file, &st) == 0 && st.st_size > 0;
+}
+
 static int load_state(struct egr_billing *b)
 {
 	json_error_t jerr;
-	json_t *o, *ts, *v;
-	const char *name;
+	json_t *o = NULL, *ts, *v;
+	const char *name, *why = NULL;
+	int err;
 
-	o = json_load_file(b->state, 0, &jerr);
+	if (b->key) {
+		err = egr_macfile_read(b->state, b->key, b->keylen, &o, &why);
+		if (err == -EBADMSG && b->legacy_ok && (o = json_load_file(b->state, 0, &jerr))) {
+			log_info("billing: %s has no MAC yet (written before this version); taken",
+				 b->state);
+			err = 0;
+		}
+		if (err == -ENOENT && file_has_lines(b))
+			why = "missing while the billing file has lines";
+		else if (err == -ENOENT)
+			return 0; /* first start */
+		else if (err && err != -EBADMSG)
+			return err;
+		if (err) {
+			/* Not trusted: what was exported is what the lines say. */
+			snprintf(b->tampered, sizeof(b->tampered), "billing.state %s",
+				 why ? why : "fails its MAC");
+			log_error("billing: %s %s; the exported values are taken from %s",
+				  b->state, why ? why : "fails its MAC", b->file);
+			return 0;
+		}
+	} else {
+		o = json_load_file(b->state, 0, &jerr);
+	}
 	if (!o) {
 		if (access(b->state, F_OK) == 0) {
 			log_error("billing: %s is unreadable (%s); refusing to guess what was "
@@ -160,6 +207,20 @@ static int load_state(struct egr_billing *b)
 	}
 	json_decref(o);
 	return 0;
+}
+
+/* Is a line's cumulative its tenant's exported values plus its deltas? */
+static bool line_follows(const struct tenant_state *t, const json_t *line, const json_t *cum)
+{
+	for (int f = 0; f < NKERNEL; f++) {
+		json_t *c = json_object_get(cum, fnames[f]), *d = json_object_get(line, fnames[f]);
+
+		if (!json_is_integer(c) || !json_is_integer(d) ||
+		    (uint64_t)json_integer_value(c) !=
+			    t->exported[f] + (uint64_t)json_integer_value(d))
+			return false;
+	}
+	return true;
 }
 
 /* Cut a torn last line, then take over the lines beyond the state's seq. */
@@ -229,6 +290,16 @@ static int recover(struct egr_billing *b)
 
 		if (o && name && json_is_object(cum) && seq > b->seq) {
 			t = tenant(b, name, true);
+			if (t && !b->tampered[0] && !line_follows(t, o, cum)) {
+				/* Lines beyond a trusted state come from a crash after
+				 * their export: each follows from the state by its
+				 * deltas. One that does not was written by hand. */
+				snprintf(b->tampered, sizeof(b->tampered),
+					 "line %llu of tenant %s does not follow from billing.state",
+					 (unsigned long long)seq, name);
+				log_error("billing: %s: %s; not taken", b->file, b->tampered);
+				t = NULL;
+			}
 			if (t) {
 				take_values(t, cum);
 				t->last_end_ms = (uint64_t)json_integer_value(
@@ -481,13 +552,24 @@ bool egr_billing_failing(const struct egr_billing *b, char *why, size_t len)
 }
 
 int egr_billing_new(struct egr_billing **out, struct egr_registry *reg, struct egr_metrics *m,
-		    const char *file, const char *state_path)
+		    const char *file, const char *state_path, const uint8_t *key, size_t keylen,
+		    bool legacy_ok)
 {
 	struct egr_billing *b = calloc(1, sizeof(*b));
 	int err;
 
 	if (!b)
 		return -ENOMEM;
+	if (key && keylen) {
+		b->key = malloc(keylen);
+		if (!b->key) {
+			free(b);
+			return -ENOMEM;
+		}
+		memcpy(b->key, key, keylen);
+		b->keylen = keylen;
+	}
+	b->legacy_ok = legacy_ok;
 	b->reg = reg;
 	b->m = m;
 	b->started_ms = egr_realtime_ms();
@@ -507,6 +589,53 @@ int egr_billing_new(struct egr_billing **out, struct egr_registry *reg, struct e
 	return 0;
 }
 
+void egr_billing_report_open(struct egr_billing *b, struct egr_auditlog *al)
+{
+	json_t *mism = json_array(), *detail;
+	struct egr_registry *r;
+
+	if (!b || !mism)
+		goto out;
+	r = b->reg;
+	/* The kernel's meters against what the state says was exported: the
+	 * kernel counts every byte since its maps were made, so an export can
+	 * never be ahead of it. (Behind is normal: traffic while egressd was
+	 * down, billed by the next export.) */
+	for (uint32_t tid = 1; r && tid <= egr_reg_tenant_count(r); tid++) {
+		const char *name = egr_reg_tenant_name(r, tid);
+		struct tenant_state *t = name ? tenant(b, name, false) : NULL;
+		struct egr_figures fg;
+		uint64_t now[NKERNEL];
+
+		if (!t)
+			continue;
+		egr_metrics_tenant(b->m, tid, &fg);
+		now[F_BYTES_OUT] = fg.m.bytes_out;
+		now[F_BYTES_IN] = fg.m.bytes_in;
+		now[F_PKTS_OUT] = fg.m.pkts_out;
+		now[F_PKTS_IN] = fg.m.pkts_in;
+		now[F_CONN_OK] = fg.m.conn_allowed;
+		now[F_CONN_DENY] = fg.m.conn_denied;
+		for (int f = 0; f < NKERNEL; f++)
+			if (t->exported[f] > now[f])
+				json_array_append_new(
+					mism, json_pack("{s:s, s:s, s:I, s:I}", "tenant", name, "field",
+							fnames[f], "exported", (json_int_t)t->exported[f],
+							"kernel", (json_int_t)now[f]));
+	}
+	if (!b->tampered[0] && !json_array_size(mism))
+		goto out;
+	detail = json_pack("{s:s, s:s, s:O}", "state", b->state, "reason",
+			   b->tampered[0] ? b->tampered : "exported values ahead of the kernel meter",
+			   "ahead_of_kernel", mism);
+	egr_auditlog_tamper(al, "billing_state_tampered", 0, NULL,
+			    "billing state not trusted: the next export bills from the kernel's "
+			    "meters (docs/metering.md)",
+			    detail);
+out:
+	json_decref(mism);
+}
+
 void egr_billing_free(struct egr_billing *b)
 {
 	if (!b)
@@ -514,5 +643,9 @@ void egr_billing_free(struct egr_billing *b)
 	for (size_t i = 0; i < b->nt; i++)
 		free(b->t[i].name);
 	free(b->t);
+	if (b->key) {
+		explicit_bzero(b->key, b->keylen);
+		free(b->key);
+	}
 	free(b);
 }

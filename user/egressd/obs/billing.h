@@ -24,7 +24,17 @@ struct egr_billing;
 /* Open the export: read the state, repair the file's tail, and take over
  * whatever lines a crash left beyond the state. 0 or -errno. */
 int egr_billing_new(struct egr_billing **out, struct egr_registry *reg, struct egr_metrics *m,
-		    const char *file, const char *state_path);
+		    const char *file, const char *state_path, const uint8_t *key, size_t keylen,
+		    bool legacy_ok);
+
+/* After open: a state that failed its MAC, was missing while the file has
+ * lines, was contradicted by a line beyond it, or claims more exported than
+ * the kernel counted raises the critical billing_state_tampered alert (and
+ * an audit record). What was exported is then taken from the billing
+ * file's lines, so the next export bills the rest of the kernel's meter
+ * (issue 23, finding 5). key (may be NULL: unauthenticated) is copied. */
+struct egr_auditlog;
+void egr_billing_report_open(struct egr_billing *b, struct egr_auditlog *al);
 void egr_billing_free(struct egr_billing *b);
 
 /* Export every interval_s seconds from loop (and its counters on /metrics). */

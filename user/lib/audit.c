@@ -786,3 +786,14 @@ void egr_audit_close(struct egr_audit *a)
 	free(a);
 }
 
+/* The chain head's state (audit_head.c keeps it). */
+bool egr_audit_state_tampered(const struct egr_audit *a)
+{
+	return a && a->state_tampered;
+}
+
+void egr_audit_anchor_stats(const struct egr_audit *a, uint64_t *written, uint64_t *failed)
+{
+	*written = a ? a->anchors : 0;
+	*failed = a ? a->anchor_failures : 0;
+}

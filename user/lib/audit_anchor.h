@@ -31,10 +31,7 @@ void egr_audit_anchor_free(struct egr_audit_anchor *an);
 int egr_audit_anchor_write(struct egr_audit_anchor *an, const char *log, uint64_t seq,
 			   const char *hash, const char *event);
 
-struct egr_audit_anchor_rec {
-	uint64_t seq;
-	char hash[EGR_AUDIT_HASH_HEX + 1];
-};
+/* struct egr_audit_anchor_rec: audit_read.h (verify reads them). */
 
 /* Parse one text line: 1 an anchor (into *r), 0 not one. */
 int egr_audit_anchor_parse(const char *line, size_t len, struct egr_audit_anchor_rec *r);

@@ -12,7 +12,6 @@
 
 #include <jansson.h>
 
-#include "audit.h"
 #include "audit_anchor.h"
 #include "audit_int.h"
 #include "audit_w.h"
@@ -130,14 +129,4 @@ int egr_audit_state_read_mac(struct egr_audit *a, bool legacy_ok, uint64_t *seq,
 	return 0;
 }
 
-bool egr_audit_state_tampered(const struct egr_audit *a)
-{
-	return a && a->state_tampered;
-}
-
-void egr_audit_anchor_stats(const struct egr_audit *a, uint64_t *written, uint64_t *failed)
-{
-	*written = a ? a->anchors : 0;
-	*failed = a ? a->anchor_failures : 0;
-}
 

@@ -27,7 +27,6 @@
 #include "audit_read.h"
 #include "fileio.h"
 #include "log.h"
-#include "audit_anchor.h"
 #include "audit_int.h"
 
 const char egr_audit_zero_hash[EGR_AUDIT_HASH_HEX + 1] =

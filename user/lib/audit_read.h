@@ -42,7 +42,11 @@ int egr_audit_verify(const char *const *files, size_t nfiles, const uint8_t *key
  * anchored record must be in the chain with the anchor's hash, and the chain
  * must reach the newest anchor's seq (a cut tail fails here even when the
  * state file was rewritten to match). */
-struct egr_audit_anchor_rec;
+/* One anchor of the chain head (audit_anchor.h writes and reads them). */
+struct egr_audit_anchor_rec {
+	uint64_t seq;
+	char hash[EGR_AUDIT_HASH_HEX + 1];
+};
 int egr_audit_verify_anchored(const char *const *files, size_t nfiles, const uint8_t *key,
 			      size_t keylen, const char *state_path,
 			      struct egr_audit_anchor_rec *anchors, size_t nanchors,

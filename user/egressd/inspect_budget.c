@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "clock.h"
-#include "inspect.h"
 #include "inspect_int.h"
 
 #define NS_PER_S 1000000000ull

@@ -24,7 +24,6 @@
 
 #include "clock.h"
 #include "httpframe.h"
-#include "inspect.h"
 #include "inspect_int.h"
 #include "log.h"
 

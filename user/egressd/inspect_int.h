@@ -13,7 +13,7 @@
 
 #include "dnspolicy.h"
 #include "httpframe.h"
-#include "inspect.h"
+#include "inspect_types.h"
 #include "loop.h"
 #include "tlshello.h"
 
@@ -151,6 +151,8 @@ void egr_insp_emit(struct conn *c, bool allowed, bool closed, const char *reason
 /* Adds the connection's bytes to its sandbox's destinations. */
 void egr_insp_note_dest(struct conn *c);
 void egr_insp_pipe_close(int fds[2]);
+/* A pipe pair for splicing, from the proxy's spares or new (inspect_conn.c). */
+int egr_insp_pipe_get(struct egr_inspect *p, int fds[2]);
 /* Unlinks and frees c; reset: RST to the client instead of FIN. */
 void egr_insp_conn_free(struct conn *c, bool reset);
 /* Refuse c (counters, event) and free it with a reset. */

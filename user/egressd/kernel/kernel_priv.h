@@ -140,6 +140,9 @@ int egr_kern_same_storage(int old_prog_fd, int new_prog_fd);
 /* A program attached per sandbox cgroup (a global tracing program is not);
  * the load and the upgrade count the same ones. */
 bool egr_kern_is_cgroup_prog(const struct bpf_program *prog);
+/* links_adopt.c: a program newer than sandboxes an earlier egressd
+ * attached (the bind guard): its missing link is no removed pin. */
+bool egr_kern_prog_is_late(const char *name);
 /* mkdir that is fine with an existing directory: 0 or -errno. */
 int egr_kern_mkdir(const char *path, mode_t mode);
 void egr_kern_watch_dirs(struct egr_bpf *b);

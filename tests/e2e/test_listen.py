@@ -284,18 +284,21 @@ def listen_squatters_get_nothing_while_egressd_is_down(c):
         # now that the ports are free. A process outside every sandbox
         # (no hook of ours) takes them: then it must get nothing.
         sq = LsSquatter(n.cg, specs, 300)
-        for name, r in sq.bound.items():
-            check(r == "EPERM", "with egressd down a neighbour sandbox's bind of the victim's "
-                  "%s port was not refused: %r" % (name, sq.bound))
         host = LsSquatter(None, [s for s in specs if "any" not in s], 300)
+        r = ls_victim_request(c, v, http.port)
+        ls_victim_dns(v)
+        got_sq, got_host = sq.received(), host.received()
+        ls_check_nothing_reached(got_host, "process outside every sandbox")
+        ls_check_nothing_reached(got_sq, "neighbour sandbox")
+        for name, b in sq.bound.items():
+            check(b == "EPERM", "with egressd down a neighbour sandbox's bind of the victim's "
+                  "%s port was not refused: %r" % (name, sq.bound))
+        check(r.startswith("err"), "with egressd down the victim's request did: %r" % r)
+        # What the outsider's squat proves: it held the ports (no hook of
+        # ours runs outside the sandboxes) and still got nothing.
         check(host.bound.get("ins4") == "bound" and host.bound.get("dns4") == "bound",
               "the process outside every sandbox could not take the freed ports: %r"
               % host.bound)
-        r = ls_victim_request(c, v, http.port)
-        check(r.startswith("err"), "with egressd down the victim's request did: %r" % r)
-        ls_victim_dns(v)
-        ls_check_nothing_reached(sq.received(), "neighbour sandbox")
-        ls_check_nothing_reached(host.received(), "process outside every sandbox")
     finally:
         if host:
             host.kill()

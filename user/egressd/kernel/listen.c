@@ -146,7 +146,7 @@ int egr_bpf_listen_sweep(struct egr_bpf *b, size_t *dropped)
 	return err < 0 ? err : 0;
 }
 
-static int count_one(void *ctx, const void *key, const void *value)
+static int listen_count_one(void *ctx, const void *key, const void *value)
 {
 	(void)key;
 	(void)value;
@@ -159,5 +159,5 @@ int egr_bpf_listen_count(struct egr_bpf *b, size_t *n)
 	*n = 0;
 	if (!b || b->fd_listen_ports < 0)
 		return b ? -EBADF : 0;
-	return egr_kmap_walk(b->fd_listen_ports, 0, count_one, n);
+	return egr_kmap_walk(b->fd_listen_ports, 0, listen_count_one, n);
 }

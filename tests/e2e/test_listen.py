@@ -39,15 +39,23 @@ res, socks = {}, {}
 for spec in sys.argv[2:]:
     name, proto, addr, port = spec.split("|")
     fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
-    typ = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
+    auto = proto.endswith("auto")  # no bind(): the port listen()/sendto() picks
+    typ = socket.SOCK_STREAM if proto.startswith("tcp") else socket.SOCK_DGRAM
     s = socket.socket(fam, typ)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        s.bind((addr, int(port)))
+        if auto and typ == socket.SOCK_DGRAM:
+            try:
+                s.sendto(b"x", ("127.0.0.1", 9))
+            except OSError:
+                pass  # refused by the hook, but bound by then
+        elif not auto:
+            s.bind((addr, int(port)))
         if typ == socket.SOCK_STREAM:
             s.listen(64)
         s.setblocking(False)
-        res[name] = "bound"
+        got_port = s.getsockname()[1]
+        res[name] = "bound" if not auto and int(port) else "bound:%d" % got_port
         socks[s] = name
     except OSError as e:
         res[name] = errno.errorcode.get(e.errno, str(e.errno))
@@ -183,8 +191,9 @@ def ls_specs(ins, dns):
 class LsSquatter:
     """LS_SQUATTER running in cgroup cg (None: outside every sandbox)."""
 
-    def __init__(self, cg, specs, secs):
-        self.p = subprocess.Popen([sys.executable, "-c", LS_SQUATTER, str(secs)] + specs,
+    def __init__(self, cg, specs, secs, netns=None):
+        pre = ["nsenter", "--net=" + netns] if netns else []
+        self.p = subprocess.Popen(pre + [sys.executable, "-c", LS_SQUATTER, str(secs)] + specs,
                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True,
                                   preexec_fn=join_cgroup_fn(cg))
@@ -256,7 +265,7 @@ def listen_neighbour_cannot_bind_proxy_ports_while_running(c):
                                "udp|udp|0.0.0.0|%d" % free, "zero|udp|127.0.0.1|0",
                                "zero6|tcp|::|0"], 0.1)
         ok.received()
-        check(all(r == "bound" for r in ok.bound.values()), "an ordinary bind in the "
+        check(all(r.startswith("bound") for r in ok.bound.values()), "an ordinary bind in the "
               "neighbour sandbox was refused: %r" % ok.bound)
         # The victim's inspected request and DNS go through normally.
         dns_ok(c, v, "api.test", want=LS_ADDR)
@@ -345,4 +354,69 @@ def listen_taken_ports_reopened_elsewhere_after_restart(c):
         if host:
             host.kill()
         c.ensure_daemon()
+        v.remove()
+
+
+def ls_sysctl(netns, key, value=None):
+    argv = ["nsenter", "--net=" + netns, "sysctl", "-n"] + (["-w", "%s=%s" % (key, value)]
+                                                            if value is not None else [key])
+    r = run(argv)
+    check(r.returncode == 0, "%s: %s" % (" ".join(argv), r.stderr.strip()))
+    return r.stdout.strip()
+
+
+@test
+def listen_autobound_port_in_netns_gets_nothing(c):
+    # The ports no bind hook sees: with egressd down and the namespace's
+    # ephemeral range narrowed to the victim's DNS port, a neighbour's
+    # bind(port 0) lands there (refused by post_bind), and listen() and
+    # sendto() on unbound sockets take it (no hook runs): the victim's
+    # redirected queries must still never reach them.
+    need_dnsmasq(c)
+    ns = c.need_netns()
+    nspath = "/run/netns/" + ns.name
+    v = NsSandbox(c, c.policy(["tcp/api.test:80"], extra_network={
+        "dns_rebind_allow": ["127.0.0.0/8"]} if b"dns_rebind_allow" in
+        open(c.egressd, "rb").read() else None), nspath, "lsnsvictim")
+    n = NsSandbox(c, c.policy([], extra_network={"inbound": "allow"}), nspath, "lsnssquat")
+    old_range, sq = None, None
+    try:
+        v.attach()
+        n.attach()
+        dns_ok(c, v, "api.test", want=LS_ADDR, netns=nspath)
+        port = (c.find_sandbox(v.cg).get("dns") or {}).get("port4")
+        check(port, "no DNS port listed for the victim")
+        c.daemon.kill9()
+        old_range = ls_sysctl(nspath, "net.ipv4.ip_local_port_range")
+        ls_sysctl(nspath, "net.ipv4.ip_local_port_range", "%d %d" % (port, port))
+        sq = LsSquatter(n.cg, ["zero|udp|127.0.0.1|0", "tcpauto|tcpauto||0",
+                               "udpauto|udpauto||0"], 300, netns=nspath)
+        check(sq.bound.get("tcpauto") == "bound:%d" % port and
+              sq.bound.get("udpauto") == "bound:%d" % port,
+              "the autobinding squatter did not get the victim's port %d: %r (the attack "
+              "did not happen)" % (port, sq.bound))
+        # The range back, so that the victim's own sockets get source ports.
+        ls_sysctl(nspath, "net.ipv4.ip_local_port_range", old_range.replace("\t", " "))
+        old_range = None
+        for mode in ("udp", "tcp"):
+            try:
+                dns_query(mode, "127.0.0.2", 53, "api.test", "A", timeout=1.5, cg=v.cg,
+                          netns=nspath)
+            except TestFailure as e:
+                log("victim DNS (%s): %s" % (mode, e))
+        got = sq.received()
+        ls_check_nothing_reached(got, "neighbour sandbox (autobound)")
+        check(sq.bound.get("zero") == "EPERM", "bind(port 0) in a sandbox landed on the "
+              "victim's reserved port %d: %r" % (port, sq.bound))
+        sq = None
+        # Sanity twin: with egressd back the victim resolves again.
+        c.daemon.start()
+        dns_ok(c, v, "api.test", want=LS_ADDR, netns=nspath)
+    finally:
+        if sq:
+            sq.kill()
+        if old_range is not None:
+            ls_sysctl(nspath, "net.ipv4.ip_local_port_range", old_range.replace("\t", " "))
+        c.ensure_daemon()
+        n.remove()
         v.remove()

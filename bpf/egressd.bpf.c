@@ -31,6 +31,7 @@
 #include "lib/dns.bpf.h"
 #include "lib/allow.bpf.h"
 #include "lib/inspect.bpf.h"
+#include "lib/listen.bpf.h"
 #include "lib/quota.bpf.h"
 #include "lib/sockaddr.bpf.h"
 
@@ -79,7 +80,7 @@ static __always_inline int egr_sock_addr(struct bpf_sock_addr *ctx, int v6, enum
 	if (sb && reason == EGR_R_ALLOW_DNS_REDIRECT)
 		reason = egr_redirect_dns(ctx, sb, v6, daddr);
 	else if (sb && reason == EGR_R_ALLOW_RULE && !peer && (sb->flags & EGR_SB_INSPECT))
-		reason = egr_inspect_redirect(ctx, sb, v6, daddr, port);
+		reason = egr_inspect_redirect(ctx, sandbox_id, sb, v6, daddr, port);
 	verdict = egr_apply_mode(sb, egr_reason_verdict(reason), auditable, &audited);
 	egr_account_addr(hook, sandbox_id, sb, v6, daddr, port, ctx->protocol, ctx->type, verdict,
 			 audited);
@@ -154,6 +155,79 @@ int egr_getpeername6(struct bpf_sock_addr *ctx)
 	if (egr_restore_inspected(ctx, sb, 1))
 		return 1;
 	return egr_restore_resolver6(ctx, sb);
+}
+
+/* --- bind: egressd's listener ports are nobody else's --------------------------- */
+
+/*
+ * A bind to a port one of egressd's listeners holds in this network
+ * namespace (egr_listen_ports, listen.bpf.h) is refused, whatever the
+ * address and the policy (also in audit mode: it is not the sandbox's own
+ * egress), and also while egressd is down, when the port is free: the
+ * moment a neighbour would take the proxy's place. bind4/6 judge the port
+ * asked for; post_bind4/6 the port the kernel chose for bind(port 0).
+ */
+static __always_inline int egr_bind_refuse(void *ctx, __u64 netns, __u32 family, __u32 type,
+					   __u32 proto, const __u32 addr[4], __u16 port)
+{
+	__u32 sandbox_id = 0;
+	const struct egr_sandbox *sb;
+	struct egr_event *e;
+
+	if (!egr_listen_reserved(netns, port))
+		return 1;
+	sb = egr_current_sandbox(&sandbox_id);
+	if (sb)
+		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(sock_denied), 1);
+	if (!egr_deny_budget_take(sandbox_id, family, proto, port, addr))
+		return 0;
+	e = egr_event_new(EGR_EV_BIND, sandbox_id, sb, 1);
+	if (!e)
+		return 0;
+	e->verdict = EGR_DENY;
+	e->family = family;
+	e->sock_type = type;
+	e->protocol = proto;
+	e->port = port;
+	__builtin_memcpy(e->addr, addr, family == EGR_AF_INET6 ? 16 : 4);
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("cgroup/bind4")
+int egr_bind4(struct bpf_sock_addr *ctx)
+{
+	__u32 addr[4] = { ctx->user_ip4 };
+
+	return egr_bind_refuse(ctx, bpf_get_netns_cookie(ctx), EGR_AF_INET, ctx->type,
+			       ctx->protocol, addr, bpf_ntohs((__u16)ctx->user_port));
+}
+
+SEC("cgroup/bind6")
+int egr_bind6(struct bpf_sock_addr *ctx)
+{
+	__u32 addr[4] = { ctx->user_ip6[0], ctx->user_ip6[1], ctx->user_ip6[2], ctx->user_ip6[3] };
+
+	return egr_bind_refuse(ctx, bpf_get_netns_cookie(ctx), EGR_AF_INET6, ctx->type,
+			       ctx->protocol, addr, bpf_ntohs((__u16)ctx->user_port));
+}
+
+SEC("cgroup/post_bind4")
+int egr_post_bind4(struct bpf_sock *sk)
+{
+	__u32 addr[4] = { sk->src_ip4 };
+
+	return egr_bind_refuse(sk, bpf_get_netns_cookie(sk), EGR_AF_INET, sk->type, sk->protocol,
+			       addr, (__u16)sk->src_port);
+}
+
+SEC("cgroup/post_bind6")
+int egr_post_bind6(struct bpf_sock *sk)
+{
+	__u32 addr[4] = { sk->src_ip6[0], sk->src_ip6[1], sk->src_ip6[2], sk->src_ip6[3] };
+
+	return egr_bind_refuse(sk, bpf_get_netns_cookie(sk), EGR_AF_INET6, sk->type, sk->protocol,
+			       addr, (__u16)sk->src_port);
 }
 
 /* --- sock_create and setsockopt ------------------------------------------------ */
@@ -334,6 +408,15 @@ int egr_skb_egress(struct __sk_buff *skb)
 		 * counted in full, reported within the allow sample budget. */
 		if (ip && egr_should_report(EGR_ALLOW))
 			egr_report_skb(EGR_EV_BACKSTOP, sandbox_id, sb, &l3, 0, EGR_VERDICT_AUDIT);
+	}
+	/* A datagram or SYN to a proxy port must reach egressd's own listener
+	 * there, never a socket someone else holds on it (listen.bpf.h); not
+	 * the allowlist's decision, so audit mode does not let it through. */
+	if (ip && !egr_listen_egress_ok(skb, sandbox_id, &l3, &sv, egr_proxy_kind(sb, &l3))) {
+		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(backstop_drops), 1);
+		egr_count(EGR_CNT_BACKSTOP_DROP);
+		egr_report_skb(EGR_EV_BACKSTOP, sandbox_id, sb, &l3, 0, EGR_DENY);
+		return EGR_DENY;
 	}
 	/* DNS to the proxy: over the sandbox's budget (counted there), or not
 	 * from a socket of that source (a forged one: a backstop drop),

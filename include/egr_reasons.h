@@ -46,6 +46,7 @@ enum egr_reason {
 	EGR_R_DENY_NO_PEER = 110,     /* a send without address on a socket with no peer */
 	EGR_R_DENY_INSPECT = 111,     /* inspection cannot take it (QUIC, a loop, no listener) */
 	EGR_R_DENY_INBOUND = 112,     /* ingress: unsolicited (a SYN to a listener, a stranger's datagram) */
+	EGR_R_DENY_NOT_OURS = 113,    /* the proxy port is held by a socket that is not egressd's listener */
 };
 
 /* The hook's verdict for a reason: only a known allow reason allows. */

@@ -273,6 +273,7 @@ enum egr_event_type {
 	EGR_EV_INBOUND = 6,       /* cgroup_skb/ingress drop */
 	EGR_EV_QUOTA = 7,         /* first drop of a window past a quota */
 	EGR_EV_ESCAPE = 8,        /* a task left its sandbox cgroup: struct egr_escape_event */
+	EGR_EV_BIND = 9,          /* refused bind() to a port of egressd's listeners */
 };
 
 /* What the cgroup_attach_task guard did about a move out of a sandbox. */
@@ -421,6 +422,44 @@ struct egr_deny_budget {
 	struct egr_deny_top top[EGR_DENY_TOP];
 };
 
+/*
+ * egressd's own listeners: the DNS proxy's (shared by a network namespace)
+ * and each inspected sandbox's inspecting proxy (docs/security.md "Redirect
+ * targets"). egressd claims each listener socket it opens (user/egressd/
+ * kernel/listen.c): its (network namespace, port, protocol, family) goes into
+ * egr_listen_ports, which cgroup/bind4,6 and post_bind4,6 of every sandbox
+ * consult to refuse a bind to that port, also while egressd is down (the
+ * map is pinned); and the socket itself gets egr_listen_sk socket storage
+ * (the mark), which only egressd can write. The redirects (DNS, inspect)
+ * look up the socket a connect or packet to the proxy port would reach and
+ * let it through only when that socket carries the mark of the right
+ * listener: a socket anyone else bound there (egressd down, a process
+ * outside every sandbox) is never reached.
+ */
+#define EGR_LISTEN_DNS     1 /* a DNS proxy listener (UDP or TCP), shared by a namespace */
+#define EGR_LISTEN_INSPECT 2 /* an inspected sandbox's inspecting proxy listener */
+
+struct egr_listen_key {
+	__u64 netns_cookie; /* SO_NETNS_COOKIE of the listener, bpf_get_netns_cookie */
+	__u16 port;         /* host order */
+	__u8 protocol;      /* IPPROTO_TCP / IPPROTO_UDP */
+	__u8 family;        /* of the listener: AF_INET / AF_INET6 */
+	__u32 pad;
+};
+
+/* Value of egr_listen_ports and of egr_listen_sk (the mark). */
+struct egr_listen_mark {
+	__u64 gen;         /* the egressd start that claimed it last (the sweep's) */
+	__u32 sandbox_id;  /* EGR_LISTEN_INSPECT: the sandbox it serves; DNS: 0 (shared) */
+	__u16 port;        /* host order */
+	__u8 kind;         /* EGR_LISTEN_* */
+	__u8 protocol;
+};
+
+/* Listeners egr_listen_ports holds: 4 DNS listeners per network namespace
+ * and 2 per inspected sandbox. */
+#define EGR_MAX_LISTENERS (EGR_MAX_SANDBOXES * 4)
+
 /* The sizes every map and event depend on (see the top of this file). */
 _Static_assert(sizeof(struct egr_lpm4_key) == 12, "egr_lpm4_key is ABI");
 _Static_assert(sizeof(struct egr_lpm6_key) == 24, "egr_lpm6_key is ABI");
@@ -444,4 +483,6 @@ _Static_assert(sizeof(struct egr_dns_client_rec) == 56, "egr_dns_client_rec is A
 _Static_assert(sizeof(struct egr_dests_count) == 16, "egr_dests_count is ABI");
 _Static_assert(sizeof(struct egr_deny_top) == 32, "egr_deny_top is ABI");
 _Static_assert(sizeof(struct egr_deny_budget) == 160, "egr_deny_budget is ABI");
+_Static_assert(sizeof(struct egr_listen_key) == 16, "egr_listen_key is ABI");
+_Static_assert(sizeof(struct egr_listen_mark) == 16, "egr_listen_mark is ABI");
 #endif /* EGRESSD_H */

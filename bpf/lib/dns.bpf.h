@@ -13,6 +13,7 @@
 #include "maps.bpf.h"
 #include "sandbox.bpf.h"
 #include "skb.bpf.h"
+#include "listen.bpf.h"
 #include "egr_reasons.h"
 
 #define EGR_LOOPBACK4 0x7f000001 /* host order */
@@ -103,11 +104,17 @@ static __always_inline int egr_redirect_dns(struct bpf_sock_addr *ctx,
 {
 	struct egr_dns_orig *orig;
 	struct bpf_sock *sk = ctx->sk;
+	__u32 any[4] = {};
 
 	if (v6 ? !sb->dns_port6 : !sb->dns_port4)
 		return EGR_R_DENY_NO_DNS_PROXY;
 	if (!sk)
 		return EGR_R_DENY_NO_STORAGE;
+	/* Only to egressd's own listener (listen.bpf.h): with egressd down a
+	 * socket someone else bound on the port would get the query. */
+	if (!egr_listener_ours(ctx, v6, any, 0, v6 ? sb->dns_port6 : sb->dns_port4, ctx->protocol,
+			       EGR_LISTEN_DNS, 0))
+		return EGR_R_DENY_NOT_OURS;
 	orig = bpf_sk_storage_get(&egr_dns_orig, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!orig)
 		return EGR_R_DENY_NO_STORAGE;

@@ -59,13 +59,13 @@ static __always_inline int egr_is_inspect6(const struct egr_sandbox *sb, const _
  * refused so clients fall back to TCP; other protocols are refused too.
  * Called only for destinations the allowlist already allowed.
  */
-static __always_inline int egr_inspect_redirect(struct bpf_sock_addr *ctx,
+static __always_inline int egr_inspect_redirect(struct bpf_sock_addr *ctx, __u32 sandbox_id,
 						const struct egr_sandbox *sb, int v6,
 						const __u32 daddr[4], __u16 port)
 {
 	struct egr_inspect_orig *orig;
 	struct bpf_sock *sk = ctx->sk;
-	__u32 v4;
+	__u32 v4, any[4] = {};
 
 	if (ctx->protocol == EGR_IPPROTO_UDP)
 		return port == EGR_QUIC_PORT ? EGR_R_DENY_INSPECT : EGR_R_ALLOW_NO_INSPECT;
@@ -76,6 +76,10 @@ static __always_inline int egr_inspect_redirect(struct bpf_sock_addr *ctx,
 		return EGR_R_DENY_INSPECT;
 	if (v6 ? !sb->inspect_port6 : !sb->inspect_port4)
 		return EGR_R_DENY_INSPECT;
+	/* Only to the sandbox's own listener of egressd's (listen.bpf.h). */
+	if (!egr_listener_ours(ctx, v6, any, 0, v6 ? sb->inspect_port6 : sb->inspect_port4,
+			       EGR_IPPROTO_TCP, EGR_LISTEN_INSPECT, sandbox_id))
+		return EGR_R_DENY_NOT_OURS;
 	orig = bpf_sk_storage_get(&egr_inspect_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!orig)
 		return EGR_R_DENY_NO_STORAGE;
@@ -190,6 +194,24 @@ static __always_inline int egr_inspect_publish(struct __sk_buff *skb, __u32 sand
 	if (bpf_map_update_elem(&egr_inspect_orig, &key, orig, BPF_ANY) == 0)
 		orig->published = 1;
 	return 1;
+}
+
+/* Which of egressd's listeners a packet of the sandbox is sent to: its DNS
+ * proxy's (EGR_LISTEN_DNS), its inspecting proxy's (EGR_LISTEN_INSPECT), or
+ * none (0). For the egress check of listen.bpf.h. */
+static __always_inline __u32 egr_proxy_kind(const struct egr_sandbox *sb, const struct egr_l3 *l3)
+{
+	int v6 = l3->family == EGR_AF_INET6;
+
+	if (!l3->has_ports)
+		return 0;
+	if (v6 ? egr_is_proxy6(sb, l3->daddr, l3->dport) : egr_is_proxy4(sb, l3->daddr[0], l3->dport))
+		return EGR_LISTEN_DNS;
+	if (l3->protocol == EGR_IPPROTO_TCP &&
+	    (v6 ? egr_is_inspect6(sb, l3->daddr, l3->dport)
+		: egr_is_inspect4(sb, l3->daddr[0], l3->dport)))
+		return EGR_LISTEN_INSPECT;
+	return 0;
 }
 
 #endif /* EGR_LIB_INSPECT_BPF_H */

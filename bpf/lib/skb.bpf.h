@@ -13,6 +13,7 @@
 #define ETH_P_IP   0x0800
 #define ETH_P_IPV6 0x86DD
 #define TCP_LISTEN 10
+#define EGR_TCP_SYN_SENT 2
 
 struct egr_l3 {
 	__u32 daddr[4];

@@ -392,9 +392,11 @@ def upg_from(c, commit):
     check(not os.path.exists(os.path.join(d.bpffs, "v1-retired")), "v1-retired left")
     check(os.path.isdir(new_maps), "no %s" % new_maps)
     progs_after = pinned_link_progs(d.bpffs)
-    # Every old link kept its pin; each sandbox got the one program new since
-    # version 1 (egr_sock_release), attached before the switch.
-    want_added = {os.path.join(os.path.dirname(p), "egr_sock_release") for p in progs_before}
+    # Every old link kept its pin; each sandbox got the programs new since
+    # version 1 (egr_sock_release, the bind guard), attached before the switch.
+    want_added = {os.path.join(os.path.dirname(p), n) for p in progs_before
+                  for n in ("egr_sock_release", "egr_bind4", "egr_bind6", "egr_post_bind4",
+                            "egr_post_bind6")}
     check(set(progs_before) <= set(progs_after), "link pins went: %r" %
           sorted(set(progs_before) - set(progs_after)))
     check(set(progs_after) - set(progs_before) == want_added, "links added: %r, expected %r" %
@@ -833,9 +835,14 @@ def upgrade_same_abi_from_last_release(c):
         check(after.get(os.path.realpath(cg), {}).get("id") == sid,
               "the sandbox was not adopted with its id %d: %r" % (sid, after))
         progs_after = pinned_link_progs(d.bpffs)
-        check(set(progs_after) == set(progs_before), "the pinned links changed: %r -> %r" %
-              (sorted(progs_before), sorted(progs_after)))
-        stale = [p for p in progs_after if progs_after[p] == progs_before[p]]
+        # The adopted links stay; the bind guard, newer than that release
+        # (docs/security.md "proxy listener ports"), is added by the adoption.
+        late = {"egr_bind4", "egr_bind6", "egr_post_bind4", "egr_post_bind6"}
+        added = set(progs_after) - set(progs_before)
+        check(set(progs_before) <= set(progs_after) and
+              {os.path.basename(p) for p in added} <= late,
+              "the pinned links changed: %r -> %r" % (sorted(progs_before), sorted(progs_after)))
+        stale = [p for p in progs_before if progs_after[p] == progs_before[p]]
         check(not stale, "links still run the old build's programs: %r" % stale[:3])
         st = json.loads(d.ctl_ok("status", "--json").stdout)
         check(st.get("adopted_links_refreshed", 0) >= len(progs_before),

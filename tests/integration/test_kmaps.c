@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include "../../user/egressd/kernel/bpfstate.c"
 #include "../../user/egressd/kernel/migrate.c"
 #include "../../user/egressd/kernel/migrate_carry.c"
+#include "../../user/egressd/kernel/listen.c"
 
 #define NKEYS 1000
 
@@ -260,6 +262,63 @@ static void test_private_quota_keep(void **state)
 	assert_int_equal(egr_bpf_quota_get(B, EGR_QUOTA_SANDBOX, 5, &q), -ENOENT);
 }
 
+/* A listener claimed is reserved (its port) and marked (its socket);
+ * released, neither; the sweep keeps this start's claims only. */
+static void test_private_listen_claim_release_sweep(void **state)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct egr_listen_mark m;
+	struct egr_listen_key k;
+	int t = socket(AF_INET, SOCK_STREAM, 0), u = socket(AF_INET, SOCK_DGRAM, 0);
+	socklen_t sl = sizeof(sa);
+	size_t n, dropped;
+
+	(void)state;
+	assert_true(t >= 0 && u >= 0);
+	assert_int_equal(bind(t, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(t, 1), 0);
+	assert_int_equal(bind(u, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(egr_bpf_listen_claim(B, t, EGR_LISTEN_INSPECT, 7), 0);
+	assert_int_equal(egr_bpf_listen_claim(B, u, EGR_LISTEN_DNS, 0), 0);
+	assert_int_equal(egr_bpf_listen_claim(B, t, EGR_LISTEN_INSPECT, 7), 0); /* again: fine */
+	assert_int_equal(egr_bpf_listen_count(B, &n), 0);
+	assert_int_equal(n, 2);
+	assert_int_equal(bpf_map_lookup_elem(B->fd_listen_sk, &t, &m), 0);
+	assert_int_equal(m.kind, EGR_LISTEN_INSPECT);
+	assert_int_equal(m.sandbox_id, 7);
+	assert_int_equal(m.protocol, IPPROTO_TCP);
+	assert_int_equal(getsockname(t, (struct sockaddr *)&sa, &sl), 0);
+	assert_int_equal(m.port, ntohs(sa.sin_port));
+	assert_int_equal(listen_key(t, &k), 0);
+	assert_int_equal(bpf_map_lookup_elem(B->fd_listen_ports, &k, &m), 0);
+	assert_int_equal(m.port, k.port);
+	/* An unbound socket has no port to reserve: refused. */
+	{
+		int x = socket(AF_INET, SOCK_STREAM, 0);
+
+		assert_int_equal(egr_bpf_listen_claim(B, x, EGR_LISTEN_DNS, 0), -EINVAL);
+		close(x);
+	}
+	/* The sweep of this start keeps both; a later start's drops both. */
+	assert_int_equal(egr_bpf_listen_sweep(B, &dropped), 0);
+	assert_int_equal(dropped, 0);
+	B->listen_gen += 2;
+	assert_int_equal(egr_bpf_listen_claim(B, u, EGR_LISTEN_DNS, 0), 0); /* reclaimed */
+	assert_int_equal(egr_bpf_listen_sweep(B, &dropped), 0);
+	assert_int_equal(dropped, 1);
+	assert_int_equal(egr_bpf_listen_count(B, &n), 0);
+	assert_int_equal(n, 1);
+	egr_bpf_listen_release(B, u);
+	assert_int_equal(egr_bpf_listen_count(B, &n), 0);
+	assert_int_equal(n, 0);
+	assert_int_not_equal(bpf_map_lookup_elem(B->fd_listen_sk, &u, &m), 0); /* mark gone */
+	close(t);
+	close(u);
+	/* Without the kernel side: a no-op. */
+	assert_int_equal(egr_bpf_listen_claim(NULL, 0, EGR_LISTEN_DNS, 0), 0);
+	assert_int_equal(egr_bpf_listen_sweep(NULL, NULL), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest walk[] = {
@@ -273,6 +332,7 @@ int main(void)
 		cmocka_unit_test(test_private_sandboxes),
 		cmocka_unit_test(test_private_rules_and_gc),
 		cmocka_unit_test(test_private_quota_keep),
+		cmocka_unit_test(test_private_listen_claim_release_sweep),
 	};
 	int rc = cmocka_run_group_tests(walk, NULL, NULL);
 

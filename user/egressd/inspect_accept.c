@@ -25,6 +25,7 @@
 #include "httphead.h"
 #include "inspect.h"
 #include "inspect_int.h"
+#include "kernel/listen.h"
 #include "kernel/maps.h"
 #include "dns/learned.h"
 #include "log.h"
@@ -348,7 +349,8 @@ static int load_lits(struct isb *sb, const struct egr_policy *pol)
 	return 0;
 }
 
-static int open_listener(int family, uint16_t want, int *fd_out, uint16_t *port)
+static int open_listener_on(struct egr_bpf *bpf, uint32_t sandbox_id, int family, uint16_t want,
+			    int *fd_out, uint16_t *port)
 {
 	struct sockaddr_storage ss = { 0 };
 	socklen_t sl;
@@ -381,10 +383,33 @@ static int open_listener(int family, uint16_t want, int *fd_out, uint16_t *port)
 		close(fd);
 		return err;
 	}
+	/* egressd's own in the kernel's eyes (kernel/listen.h): no sandbox may
+	 * bind the port, and only this socket gets the sandbox's redirected
+	 * connections; unclaimed it would get none. */
+	if ((err = egr_bpf_listen_claim(bpf, fd, EGR_LISTEN_INSPECT, sandbox_id))) {
+		close(fd);
+		return err;
+	}
 	*fd_out = fd;
 	*port = family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
 				  : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 	return 0;
+}
+
+/* want first (the port of a restarted egressd's sandbox); if someone took
+ * it meanwhile, a new one, as the DNS proxy does: the registry points the
+ * kernel's entry at whatever port this returns. */
+static int open_listener(struct egr_inspect *p, uint32_t sandbox_id, int family, uint16_t want,
+			 int *fd_out, uint16_t *port)
+{
+	int err = open_listener_on(p->cfg.bpf, sandbox_id, family, want, fd_out, port);
+
+	if (err == -EADDRINUSE && want) {
+		log_warn("inspect: sandbox %u: %s port %u is taken; listening on a new one",
+			 sandbox_id, family == AF_INET ? "127.0.0.1" : "[::1]", want);
+		err = open_listener_on(p->cfg.bpf, sandbox_id, family, 0, fd_out, port);
+	}
+	return err;
 }
 
 static void sb_close_conns(struct isb *sb)
@@ -407,10 +432,12 @@ static void sb_free(struct isb *sb)
 	egr_insp_report_suppressed(sb, egr_mono_ns(), true);
 	if (sb->l4.fd >= 0) {
 		egr_loop_del(p->loop, sb->l4.fd);
+		egr_bpf_listen_release(p->cfg.bpf, sb->l4.fd);
 		close(sb->l4.fd);
 	}
 	if (sb->l6.fd >= 0) {
 		egr_loop_del(p->loop, sb->l6.fd);
+		egr_bpf_listen_release(p->cfg.bpf, sb->l6.fd);
 		close(sb->l6.fd);
 	}
 	if (sb->netns_fd >= 0)
@@ -459,9 +486,9 @@ int egr_inspect_add_sandbox(struct egr_inspect *p, uint32_t sandbox_id, const ch
 			goto fail;
 		}
 	}
-	err = open_listener(AF_INET, want_port4, &sb->l4.fd, &sb->port4);
+	err = open_listener(p, sandbox_id, AF_INET, want_port4, &sb->l4.fd, &sb->port4);
 	if (!err)
-		err6 = open_listener(AF_INET6, want_port6, &sb->l6.fd, &sb->port6);
+		err6 = open_listener(p, sandbox_id, AF_INET6, want_port6, &sb->l6.fd, &sb->port6);
 	if (netns_fd >= 0 && setns(p->self_netns, CLONE_NEWNET) < 0) {
 		log_error("inspect: cannot return to egressd's network namespace: %m");
 		err = err ? err : -errno;

@@ -30,6 +30,7 @@
 #include "obs/events.h"
 #include "approvals.h"
 #include "kernel/escape.h"
+#include "kernel/listen.h"
 #include "guard.h"
 #include "lifetime.h"
 #include "harden.h"
@@ -470,6 +471,12 @@ int main(int argc, char **argv)
 		rc = 1;
 		goto out;
 	}
+	/* Adoption reopened (and claimed) every listener it could: the ports
+	 * an earlier egressd held and this one did not take again are the
+	 * sandboxes' to bind from now on (kernel/listen.h). */
+	err = egr_bpf_listen_sweep(bpf, NULL);
+	if (err)
+		log_warn("listener port reservations: sweep: %s", strerror(-err));
 	/* Pins removed from now on are pinned again within a second. */
 	err = egr_guard_start(&guard, loop, bpf, reg, audit);
 	if (err) {

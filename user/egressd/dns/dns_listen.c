@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "dns_internal.h"
+#include "kernel/listen.h"
 #include "kernel/maps.h"
 #include "log.h"
 
@@ -150,8 +151,8 @@ void dnsp_on_udp_listener(struct egr_loop *loop, int fd, uint32_t events, void *
 
 /* UDP on loopback:want (0 = any), then TCP on the same port; retried when
  * an ephemeral UDP port is taken for TCP. */
-static int open_family(int family, uint16_t want, bool shared, struct listener *u,
-		       struct listener *t, uint16_t *port)
+static int open_family(struct egr_bpf *bpf, int family, uint16_t want, bool shared,
+		       struct listener *u, struct listener *t, uint16_t *port)
 {
 	int err = 0;
 
@@ -206,6 +207,16 @@ static int open_family(int family, uint16_t want, bool shared, struct listener *
 				continue;
 			return err;
 		}
+		/* egressd's own, in the kernel's eyes (kernel/listen.h): no
+		 * sandbox may bind the port, and only these sockets get the
+		 * redirected queries. Unclaimed they would get none. */
+		if ((err = egr_bpf_listen_claim(bpf, ufd, EGR_LISTEN_DNS, 0)) ||
+		    (err = egr_bpf_listen_claim(bpf, tfd, EGR_LISTEN_DNS, 0))) {
+			egr_bpf_listen_release(bpf, ufd);
+			close(tfd);
+			close(ufd);
+			return err;
+		}
 		u->fd = ufd;
 		t->fd = tfd;
 		*port = family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port) :
@@ -236,13 +247,15 @@ static int open_family_unique(struct lgroup *g, int family, uint16_t want, struc
 	for (int attempt = 0; attempt < 16; attempt++) {
 		uint16_t try = attempt == 0 && !port_taken(g->p, g, family, want) ? want : 0;
 
-		err = open_family(family, try, g->shared, u, t, port);
+		err = open_family(g->p->cfg.bpf, family, try, g->shared, u, t, port);
 		if (err == -EADDRINUSE && try)
 			continue;
 		if (err)
 			return err;
 		if (!port_taken(g->p, g, family, *port))
 			return 0;
+		egr_bpf_listen_release(g->p->cfg.bpf, u->fd);
+		egr_bpf_listen_release(g->p->cfg.bpf, t->fd);
 		close(u->fd);
 		close(t->fd);
 		u->fd = t->fd = -1;
@@ -258,6 +271,7 @@ static void group_close(struct lgroup *g)
 			continue;
 		egr_loop_del(g->p->loop, g->lis[i].fd);
 		dnsp_tx_forget(g->p, g->lis[i].fd, NULL);
+		egr_bpf_listen_release(g->p->cfg.bpf, g->lis[i].fd);
 		close(g->lis[i].fd);
 		g->lis[i].fd = -1;
 	}
@@ -353,8 +367,10 @@ int dnsp_group_join(struct sb *sb, int netns_fd, uint16_t want4, uint16_t want6,
 	return 0;
 fail:
 	for (int j = 0; j < 4; j++)
-		if (g->lis[j].fd >= 0)
+		if (g->lis[j].fd >= 0) {
+			egr_bpf_listen_release(p->cfg.bpf, g->lis[j].fd);
 			close(g->lis[j].fd);
+		}
 	free(g);
 	return err;
 }

@@ -166,6 +166,8 @@ void egr_kern_maps_bind(struct egr_bpf *b)
 	b->fd_sb_cgroups = bpf_map__fd(b->skel->maps.egr_sandbox_cgroups);
 	b->fd_proc_home = bpf_map__fd(b->skel->maps.egr_proc_home);
 	b->fd_sock_counts = bpf_map__fd(b->skel->maps.egr_sock_counts);
+	b->fd_listen_ports = bpf_map__fd(b->skel->maps.egr_listen_ports);
+	b->fd_listen_sk = bpf_map__fd(b->skel->maps.egr_listen_sk);
 }
 
 /* The sizes of include/egressd.h, in force whatever the object says. */
@@ -180,7 +182,7 @@ static const struct {
 	{ "egr_dests_n", EGR_MAX_SANDBOXES },	     { "egr_dns_clients_n", EGR_MAX_SANDBOXES },
 	{ "egr_deny_budget", EGR_MAX_SANDBOXES },     { "egr_sb_dests", EGR_MAX_DESTS },
 	{ "egr_dns_budget", EGR_MAX_SANDBOXES },     { "egr_sock_counts", EGR_MAX_SANDBOXES },
-	{ "egr_proc_home", EGR_MAX_HOMED_PROCS },
+	{ "egr_proc_home", EGR_MAX_HOMED_PROCS },   { "egr_listen_ports", EGR_MAX_LISTENERS },
 };
 
 static int set_map_sizes(struct bpf_object *obj)

@@ -59,6 +59,8 @@ struct egr_bpf {
 	int fd_dests_n; /* per-sandbox entries and drops of fd_dests */
 	int fd_deny_budget; /* per-sandbox deny-event budgets and losses */
 	int fd_sock_counts; /* inet sockets each sandbox made (detach's walk) */
+	int fd_listen_ports, fd_listen_sk; /* egressd's own listeners (listen.h) */
+	uint64_t listen_gen; /* this start's claims (listen.c); 0 until the first */
 	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */
 	int migrated_from;   /* ABI version upgraded from at start, 0 = none */
 	struct egr_bpf_knobs knobs; /* what the programs were loaded with */
@@ -138,6 +140,9 @@ int egr_kern_same_storage(int old_prog_fd, int new_prog_fd);
 /* A program attached per sandbox cgroup (a global tracing program is not);
  * the load and the upgrade count the same ones. */
 bool egr_kern_is_cgroup_prog(const struct bpf_program *prog);
+/* links_adopt.c: a program newer than sandboxes an earlier egressd
+ * attached (the bind guard): its missing link is no removed pin. */
+bool egr_kern_prog_is_late(const char *name);
 /* mkdir that is fine with an existing directory: 0 or -errno. */
 int egr_kern_mkdir(const char *path, mode_t mode);
 void egr_kern_watch_dirs(struct egr_bpf *b);

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 /* Cgroup programs a sandbox gets one link each of, at most. */
-#define EGR_MAX_CGROUP_PROGS 16
+#define EGR_MAX_CGROUP_PROGS 24
 
 struct egr_bpf;
 

@@ -143,6 +143,16 @@ static int refresh_prog(struct egr_bpf *b, uint32_t sandbox_id, size_t p, int li
 	return moved ? 1 : 0;
 }
 
+/* Programs added after released egressds had attached sandboxes: the bind
+ * guard (bpf/lib/listen.bpf.h). A sandbox an earlier egressd attached has
+ * no link of theirs; it is whole without them (they only refuse binds to
+ * egressd's listener ports) and adoption attaches them (adopt.c). */
+bool egr_kern_prog_is_late(const char *name)
+{
+	return strcmp(name, "egr_bind4") == 0 || strcmp(name, "egr_bind6") == 0 ||
+	       strcmp(name, "egr_post_bind4") == 0 || strcmp(name, "egr_post_bind6") == 0;
+}
+
 int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
 {
 	size_t moved = 0;
@@ -167,6 +177,8 @@ int egr_bpf_adopt_links(struct egr_bpf *b, uint32_t sandbox_id)
 		if (fd < 0) {
 			if (errno != ENOENT)
 				log_warn("open pinned link %s: %m", path);
+			else if (egr_kern_prog_is_late(b->prog_names[p]))
+				continue; /* attached by the adoption */
 			err = -ENOENT;
 			continue;
 		}

@@ -45,6 +45,9 @@ static const struct {
 	{ "egr_proc_home", "rebuilt when the sandboxes are adopted" },
 	{ "egr_sock_counts", "counts only what it sees from now on: a detach skips its socket "
 			     "walk only for a sandbox this egressd made fresh, never an adopted one" },
+	{ "egr_listen_ports", "version 1 reserved no listener port: the adoption claims every "
+			      "listener it opens (kernel/listen.h)" },
+	{ "egr_listen_sk", "socket storage written when a listener is claimed" },
 };
 
 /* The programs version 1 attached to every sandbox: a sandbox that lacks one

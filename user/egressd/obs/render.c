@@ -41,6 +41,8 @@ const char *egr_render_type_name(uint32_t t)
 		return "quota";
 	case EGR_EV_ESCAPE:
 		return "escape";
+	case EGR_EV_BIND:
+		return "bind";
 	default:
 		return NULL;
 	}
@@ -103,6 +105,7 @@ bool egr_render_kernel_addr(const struct egr_event *e, char *buf, size_t len)
 	case EGR_EV_BACKSTOP:
 	case EGR_EV_INBOUND:
 	case EGR_EV_QUOTA:
+	case EGR_EV_BIND:
 		return inet_ntop(e->family == EGR_AF_INET6 ? AF_INET6 : AF_INET, e->addr, buf,
 				 (socklen_t)len) != NULL;
 	default:

@@ -267,6 +267,11 @@ static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st,
 		if (egr_bpf_put_sandbox(r->bpf, id, &ksb) || egr_state_save_sb(&r->st, sb, policy))
 			log_error("sandbox %u: cannot point DNS at the new proxy ports", id);
 	}
+	/* Programs newer than the egressd that attached it (the bind guard,
+	 * kernel/listen.h): attached now. */
+	if (!egr_bpf_links_complete(r->bpf, id) && egr_bpf_attach_missing(r->bpf, id, cgroup))
+		log_error("sandbox %u: cannot attach the bind guard to %s: its neighbours' proxy "
+			  "ports are not reserved against it", id, cgroup);
 	err = egr_bpf_set_cgroup_sandbox(r->bpf, cgid, id);
 	if (err && link_cg)
 		log_warn("sandbox %u: rewrite cgroup storage: %s", id, strerror(-err));

@@ -75,6 +75,9 @@ struct egr_inspect_config {
 	uint32_t idle_ms;             /* no byte either way (0: 300000) */
 	egr_inspect_event_fn event;   /* optional */
 	void *ctx;
+	/* The listener holder (hold/lhold.h; NULL: none): listeners outlive
+	 * egressd, a restart's adoption takes them back. Not owned. */
+	struct egr_lhold *hold;
 };
 
 struct egr_inspect_stats {

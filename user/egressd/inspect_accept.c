@@ -17,6 +17,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@
 #include "inspect_int.h"
 #include "kernel/maps.h"
 #include "dns/learned.h"
+#include "hold/lhold.h"
 #include "log.h"
 #include "netaddr.h"
 #include "tlshello.h"
@@ -386,6 +388,25 @@ static int open_listener(int family, uint16_t want, int *fd_out, uint16_t *port)
 	return 0;
 }
 
+/* The predecessor's listener on want, kept by the listener holder with the
+ * connections that queued on it while no egressd ran (they are inspected
+ * as any other: the original destination waits in egr_inspect_orig). */
+static bool claim_listener(struct egr_lhold *h, int nsfd, int family, uint16_t want,
+			   int *fd_out, uint16_t *port)
+{
+	struct stat st;
+	int fd;
+
+	if (!h || !want || nsfd < 0 || fstat(nsfd, &st) < 0)
+		return false;
+	fd = egr_lhold_claim(h, st.st_dev, st.st_ino, family, SOCK_STREAM, want);
+	if (fd < 0)
+		return false;
+	*fd_out = fd;
+	*port = want;
+	return true;
+}
+
 static void sb_close_conns(struct isb *sb)
 {
 	struct conn *c = sb->p->conns, *next;
@@ -402,12 +423,15 @@ static void sb_free(struct isb *sb)
 	struct egr_inspect *p = sb->p;
 
 	sb_close_conns(sb);
+	/* Closed for good: the holder lets go too (not at exit: frozen). */
 	if (sb->l4.fd >= 0) {
 		egr_loop_del(p->loop, sb->l4.fd);
+		egr_lhold_drop(p->cfg.hold, sb->l4.fd);
 		close(sb->l4.fd);
 	}
 	if (sb->l6.fd >= 0) {
 		egr_loop_del(p->loop, sb->l6.fd);
+		egr_lhold_drop(p->cfg.hold, sb->l6.fd);
 		close(sb->l6.fd);
 	}
 	if (sb->netns_fd >= 0)
@@ -424,7 +448,7 @@ int egr_inspect_add_sandbox(struct egr_inspect *p, uint32_t sandbox_id, const ch
 			    uint16_t *port6)
 {
 	struct isb *sb;
-	int err, err6 = 0;
+	int err = 0, err6 = 0, nsfd;
 
 	if (!p || !pol || !dpol || sandbox_id == EGR_ID_NONE) {
 		egr_dnspolicy_free(dpol);
@@ -456,8 +480,11 @@ int egr_inspect_add_sandbox(struct egr_inspect *p, uint32_t sandbox_id, const ch
 			goto fail;
 		}
 	}
-	err = open_listener(AF_INET, want_port4, &sb->l4.fd, &sb->port4);
-	if (!err)
+	nsfd = netns_fd >= 0 ? netns_fd : p->self_netns;
+	if (!claim_listener(p->cfg.hold, nsfd, AF_INET, want_port4, &sb->l4.fd, &sb->port4))
+		err = open_listener(AF_INET, want_port4, &sb->l4.fd, &sb->port4);
+	if (!err && !claim_listener(p->cfg.hold, nsfd, AF_INET6, want_port6, &sb->l6.fd,
+				    &sb->port6))
 		err6 = open_listener(AF_INET6, want_port6, &sb->l6.fd, &sb->port6);
 	if (netns_fd >= 0 && setns(p->self_netns, CLONE_NEWNET) < 0) {
 		log_error("inspect: cannot return to egressd's network namespace: %m");
@@ -484,6 +511,10 @@ int egr_inspect_add_sandbox(struct egr_inspect *p, uint32_t sandbox_id, const ch
 		egr_loop_del(p->loop, sb->l4.fd);
 		goto fail;
 	}
+	/* Held from now on: they outlive this egressd (hold/lhold.h). */
+	egr_lhold_put(p->cfg.hold, sb->l4.fd);
+	if (sb->l6.fd >= 0)
+		egr_lhold_put(p->cfg.hold, sb->l6.fd);
 	sb->next = p->sbs;
 	p->sbs = sb;
 	*port4 = sb->port4;

@@ -178,6 +178,7 @@ struct egr_dnsproxy {
 	int up4, up6;
 	int timer_fd;
 	int self_netns;
+	uint64_t self_ns_dev, self_ns_ino; /* its identity, for the listener holder */
 	struct egr_localaddr *host_la; /* egressd's network namespace's addresses */
 	struct sb *sbs;
 	uint32_t tcp_conns;        /* of every sandbox: the tick walks them only when some */

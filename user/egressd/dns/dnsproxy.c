@@ -30,6 +30,7 @@
 #include <sys/epoll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,6 +39,7 @@
 #include "kernel/maps.h"
 #include "dnsproxy.h"
 #include "log.h"
+#include "loop.h"
 
 /* --- timer ------------------------------------------------------------------------ */
 
@@ -113,6 +115,7 @@ int egr_dnsproxy_new(struct egr_loop *loop, const struct egr_dnsproxy_config *cf
 {
 	struct itimerspec its = { 0 };
 	struct egr_dnsproxy *p;
+	struct stat nst;
 	int err;
 
 	if (!loop || !cfg || !out || !cfg->learn)
@@ -203,6 +206,10 @@ int egr_dnsproxy_new(struct egr_loop *loop, const struct egr_dnsproxy_config *cf
 		}
 	}
 	p->self_netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (p->self_netns >= 0 && fstat(p->self_netns, &nst) == 0) {
+		p->self_ns_dev = nst.st_dev;
+		p->self_ns_ino = nst.st_ino;
+	}
 	if (p->self_netns < 0)
 		log_warn("dns: cannot open /proc/self/ns/net (%m): sandboxes with their own "
 			 "network namespace are not supported");
@@ -266,6 +273,37 @@ static void sb_free(struct sb *sb)
 	egr_exfil_free(sb->exfil);
 	free(sb->tenant);
 	free(sb);
+}
+
+/*
+ * A graceful exit (SIGTERM: a restart, an upgrade): read nothing more from
+ * the listeners, whose queues wait for the successor (the listener holder
+ * keeps the sockets), and answer the queries already read, each after its
+ * learned addresses are written as always, for up to the upstream timeout.
+ */
+void egr_dnsproxy_drain(struct egr_dnsproxy *p)
+{
+	uint64_t deadline;
+	uint32_t before;
+
+	if (!p)
+		return;
+	for (struct lgroup *g = p->groups; g; g = g->next)
+		for (int i = 0; i < 4; i++)
+			if (g->lis[i].fd >= 0)
+				egr_loop_del(p->loop, g->lis[i].fd);
+	before = p->inflight;
+	deadline = egr_mono_ns() + ((uint64_t)p->cfg.timeout_ms + 200) * 1000000ull;
+	while (p->inflight && egr_mono_ns() < deadline) {
+		int n = egr_loop_run_once(p->loop, 20);
+
+		if (n < 0 && n != -EINTR)
+			break;
+	}
+	dnsp_tx_flush(p);
+	if (before || p->inflight)
+		log_info("dns: exiting: %u of %u queries in flight answered; queued ones wait for "
+			 "the next egressd", before - p->inflight, before);
 }
 
 void egr_dnsproxy_free(struct egr_dnsproxy *p)

@@ -21,7 +21,7 @@
 #define HOLD_MAX_FDS 65536   /* held at once */
 #define HOLD_MAX_CLIENTS 8
 
-/* The holder's entry point (main.c, `egressd --listener-holder FD LINGER_S`):
+/* The holder's entry point (main.c, `egressd --run-listener-holder FD LINGER_S`):
  * lfd is its listening socket, linger_s how long it keeps the sockets with
  * no egressd connected. Returns the process's exit status. */
 int egr_holder_main(int lfd, unsigned linger_s);

@@ -255,7 +255,7 @@ static int spawn(struct egr_lhold *h)
 		else if (dup2(lfd, 3) < 0)
 			_exit(126);
 		syscall(SYS_close_range, 4U, ~0U, 0U);
-		execl(h->exe, "egressd", "--listener-holder", "3", linger, (char *)NULL);
+		execl(h->exe, "egressd", "--run-listener-holder", "3", linger, (char *)NULL);
 		_exit(127);
 	}
 	close(lfd);

@@ -33,7 +33,7 @@ struct egr_lhold_stats {
 };
 
 /*
- * Connect to the holder at path, or start one (self_exe --listener-holder,
+ * Connect to the holder at path, or start one (self_exe --run-listener-holder,
  * lingering linger_s without egressd), and take back what it holds. A
  * failure is logged and leaves *out NULL: egressd runs, its listeners die
  * with it as they did before the holder. loop: to notice the holder exit.

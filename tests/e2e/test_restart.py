@@ -1,0 +1,348 @@
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+"""DNS across egressd restarts (docs/operations.md "Restarts", issue 24):
+the listener holder keeps the sandboxes' DNS listeners, queries sent while
+no egressd runs wait in their queues and the successor answers them, each
+after its address is learned."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
+
+# A resolver inside the sandbox, as an application's stub behaves (glibc's
+# defaults: 5 s per attempt, 2 attempts): one new socket per query, a UDP
+# query every UDP_EVERY s and a TCP one every TCP_EVERY s, each in a thread
+# of its own (a slow answer does not hold the next query back), each name
+# asked once (its address learned by this very answer), and right after an
+# answer a TCP connect to the answered address. Runs until the stop file
+# exists; prints one JSON line per query.
+RESOLVER = r"""
+import errno, json, os, random, socket, struct, sys, threading, time
+cfg = json.load(open(sys.argv[1]))
+P, TMO, ATT = cfg["port"], cfg["timeout"], cfg["attempts"]
+rows, lock = [], threading.Lock()
+def build(name):
+    qid = random.getrandbits(16)
+    q = struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0)
+    for label in name.split("."):
+        q += bytes([len(label)]) + label.encode()
+    return qid, q + b"\0" + struct.pack(">HH", 1, 1)
+def parse(qid, m):
+    if len(m) < 12 or struct.unpack(">H", m[:2])[0] != qid:
+        return None, []
+    flags, qd, an = struct.unpack(">HHH", m[2:8])
+    def skip(i):
+        while True:
+            n = m[i]
+            if n == 0:
+                return i + 1
+            if n & 0xc0 == 0xc0:
+                return i + 2
+            i += n + 1
+    i = 12
+    for _ in range(qd):
+        i = skip(i) + 4
+    addrs = []
+    for _ in range(an):
+        i = skip(i)
+        t, _c, _ttl, rdlen = struct.unpack(">HHIH", m[i:i + 10])
+        i += 10
+        if t == 1:
+            addrs.append(socket.inet_ntop(socket.AF_INET, m[i:i + 4]))
+        i += rdlen
+    return flags & 15, addrs
+def once(tr, name):
+    qid, q = build(name)
+    if tr == "udp":
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.settimeout(TMO)
+        try:
+            s.sendto(q, ("127.0.0.2", 53))
+            end = time.monotonic() + TMO
+            while True:
+                s.settimeout(max(0.01, end - time.monotonic()))
+                m, _ = s.recvfrom(65535)
+                rc, addrs = parse(qid, m)
+                if rc is not None:
+                    return rc, addrs, None
+        finally:
+            s.close()
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(TMO)
+    try:
+        s.connect(("127.0.0.2", 53))
+        s.sendall(struct.pack(">H", len(q)) + q)
+        buf = b""
+        while len(buf) < 2 or len(buf) < 2 + struct.unpack(">H", buf[:2])[0]:
+            d = s.recv(65535)
+            if not d:
+                raise OSError(errno.ECONNRESET, "eof")
+            buf += d
+        rc, addrs = parse(qid, buf[2:])
+        return rc, addrs, None
+    finally:
+        s.close()
+def ask(tr, name, want):
+    r = {"tr": tr, "name": name, "want": want, "sent": time.monotonic(), "errors": []}
+    for att in range(1, ATT + 1):
+        r["attempts"] = att
+        t0 = time.monotonic()
+        try:
+            rc, addrs, _ = once(tr, name)
+            r["rcode"], r["addrs"] = rc, addrs
+            break
+        except socket.timeout:
+            r["errors"].append("timeout")
+        except OSError as e:
+            r["errors"].append(errno.errorcode.get(e.errno, str(e.errno)))
+            # A refused or reset TCP query is retried at once, as stubs do;
+            # what is left of the attempt's time is waited out first.
+            time.sleep(max(0.0, 0.05 - (time.monotonic() - t0)))
+    r["got"] = time.monotonic()
+    if r.get("rcode") == 0 and want in r.get("addrs", []):
+        c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        c.settimeout(2)
+        try:
+            c.connect((want, P))
+            r["connect"] = "ok"
+        except OSError as e:
+            r["connect"] = errno.errorcode.get(e.errno, str(e.errno))
+        finally:
+            c.close()
+    with lock:
+        rows.append(r)
+def stream(tr, every, names):
+    threads, nxt = [], time.monotonic()
+    for name, want in names:
+        if os.path.exists(cfg["stop"]):
+            break
+        t = threading.Thread(target=ask, args=(tr, name, want))
+        t.start()
+        threads.append(t)
+        nxt += every
+        time.sleep(max(0.0, nxt - time.monotonic()))
+    for t in threads:
+        t.join()
+print("start", flush=True)
+ts = [threading.Thread(target=stream, args=("udp", cfg["udp_every"], cfg["udp"])),
+      threading.Thread(target=stream, args=("tcp", cfg["tcp_every"], cfg["tcp"]))]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+for r in rows:
+    print(json.dumps(r))
+"""
+
+UDP_EVERY, TCP_EVERY = 0.02, 0.1
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))] if xs else 0.0
+
+
+class Targets:
+    """n names r<i>.<tag>.test, each on an address of its own in
+    127.77.0.0/16 that the test zone serves, and a TCP listener on each (the
+    handshake completes in the backlog: a connect succeeds when the address
+    was learned)."""
+
+    def __init__(self, c, tag, n):
+        self.names, self.socks = [], []
+        CLEANUP.push("restart test listeners", self.close)
+        for i in range(n):
+            self.names.append(("r%d.%s.test" % (i, tag), "127.77.%d.%d" % (i // 200, i % 200 + 1)))
+        self.port = None
+        for _ in range(20):
+            try:
+                self._listen(free_tcp_port())
+                break
+            except OSError:
+                self.close()
+        check(self.port, "no port free on every 127.77.x.y")
+        with open(c.dnsmasq.hosts, "a") as f:
+            for name, addr in self.names:
+                f.write("%s %s\n" % (addr, name))
+        c.dnsmasq.proc.send_signal(__import__("signal").SIGHUP)
+        last, addr = self.names[-1]
+        check(wait_until(lambda: addr in dns_query("udp", "127.0.0.1", c.dnsmasq.port, last,
+                                                   "A")[1], 5, 0.1),
+              "dnsmasq does not serve %s" % last)
+
+    def _listen(self, port):
+        self.socks = []
+        for _, addr in self.names:
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((addr, port))
+            s.listen(16)
+            self.socks.append(s)
+        self.port = port
+
+    def close(self):
+        for s in self.socks:
+            s.close()
+        self.socks = []
+
+
+class Resolver:
+    seq = 0
+
+    def __init__(self, c, sb, udp, tcp, port, attempts=2, timeout=5.0):
+        Resolver.seq += 1
+        self.stop_file = os.path.join(c.work, "resolver-%s-%d.stop" % (RAND, Resolver.seq))
+        cfgf = os.path.join(c.work, "resolver-%s-%d.json" % (RAND, Resolver.seq))
+        with open(cfgf, "w") as f:
+            json.dump({"port": port, "timeout": timeout, "attempts": attempts,
+                       "stop": self.stop_file, "udp_every": UDP_EVERY, "tcp_every": TCP_EVERY,
+                       "udp": udp, "tcp": tcp}, f)
+        self.p = subprocess.Popen([sys.executable, "-c", RESOLVER, cfgf],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True,
+                                  preexec_fn=join_cgroup_fn(sb.cg))
+        CLEANUP.push("resolver", lambda: self.p.poll() is None and self.p.kill())
+        check(self.p.stdout.readline().strip() == "start", "the resolver did not start")
+        self.t0 = time.monotonic()
+
+    def finish(self):
+        open(self.stop_file, "w").close()
+        out, err = self.p.communicate(timeout=40)
+        check(self.p.returncode == 0, "the resolver failed: %r" % err[-600:])
+        return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def judge(rows, strict_until, what):
+    """Every query answered with its address and connectable; those sent
+    before strict_until needed no second attempt (nothing lost). Returns
+    the latency report."""
+    bad = [r for r in rows if r.get("rcode") != 0 or r["want"] not in r.get("addrs", [])]
+    check(not bad, "%s: %d of %d queries failed, e.g. %s" % (what, len(bad), len(rows),
+                                                           json.dumps(bad[:3])))
+    unlearned = [r for r in rows if r.get("connect") != "ok"]
+    check(not unlearned, "%s: %d answers whose address did not connect right after "
+          "(answered before it was learned?), e.g. %s" % (what, len(unlearned),
+                                                           json.dumps(unlearned[:3])))
+    retried = [r for r in rows if r["attempts"] > 1 and r["sent"] < strict_until]
+    check(not retried, "%s: %d queries were lost (answered only on a second attempt), e.g. %s"
+          % (what, len(retried), json.dumps(retried[:3])))
+    rep = {}
+    for tr in ("udp", "tcp"):
+        lat = [(r["got"] - r["sent"]) * 1000 for r in rows if r["tr"] == tr]
+        rep[tr] = "n=%d p50=%.1f p99=%.1f max=%.1f ms" % (len(lat), pct(lat, 50), pct(lat, 99),
+                                                          max(lat) if lat else 0)
+    rep["retried_after_strict"] = sum(1 for r in rows if r["attempts"] > 1)
+    return rep
+
+
+def restart_sandbox(c, tag, n_udp, n_tcp):
+    need_dnsmasq(c)
+    tg = Targets(c, tag, n_udp + n_tcp)
+    sb = c.sandbox(["%s:%d" % (name, tg.port) for name, _ in tg.names],
+                   extra_network=DNS_REBIND_LO)
+    return tg, sb
+
+
+@test
+def restart_dns_no_failed_query(c):
+    """Three restarts (SIGTERM, start), then one whose successor is killed
+    -9 mid-start, while the sandbox asks every 20 ms over UDP and every
+    100 ms over TCP: every query answered, none needing a second attempt,
+    every answered address connectable at once."""
+    tg, sbctx = restart_sandbox(c, "rst%s" % RAND, 700, 140)
+    with sbctx as sb:
+        udp, tcp = tg.names[:700], tg.names[700:]
+        res = Resolver(c, sb, udp, tcp, tg.port)
+        marks = []
+        try:
+            time.sleep(0.6)
+            for i in range(3):
+                t = time.monotonic()
+                c.daemon.stop()
+                time.sleep(0.3)  # queries pile up with no egressd at all
+                c.daemon.start()
+                marks.append("restart %d: %.0f ms" % (i + 1, (time.monotonic() - t) * 1000))
+                time.sleep(0.4)
+            # kill -9 during the handover: the successor dies mid-start.
+            c.daemon.stop()
+            c.daemon.spawn()
+            time.sleep(0.25)
+            c.daemon.kill9()
+            c.daemon.start()
+            time.sleep(0.6)
+        finally:
+            c.ensure_daemon()
+            rows = res.finish()
+        rep = judge(rows, float("inf"), "across 3 restarts and a kill -9 mid-start")
+        check(len([r for r in rows if r["tr"] == "udp"]) >= 150,
+              "too few UDP queries were made: %d" % len(rows))
+        log("restart latency: udp %s; tcp %s; %s" % (rep["udp"], rep["tcp"], "; ".join(marks)))
+        print("    restart_dns_no_failed_query: udp %s; tcp %s" % (rep["udp"], rep["tcp"]),
+              flush=True)
+
+
+@test
+def restart_dns_kill9_serving(c):
+    """kill -9 of an egressd that is serving: the queries it had read die
+    with it (a stub's second attempt answers them); every other one, those
+    sent while no egressd ran among them, is answered at the first attempt
+    by the successor. None fails, none is answered before its address is
+    learned."""
+    tg, sbctx = restart_sandbox(c, "rsk%s" % RAND, 300, 60)
+    with sbctx as sb:
+        res = Resolver(c, sb, tg.names[:300], tg.names[300:], tg.port)
+        try:
+            time.sleep(0.5)
+            c.daemon.kill9()
+            time.sleep(0.3)
+            c.daemon.start()
+            time.sleep(0.5)
+        finally:
+            c.ensure_daemon()
+            rows = res.finish()
+        rep = judge(rows, 0, "across a kill -9")
+        lost = [r for r in rows if r["attempts"] > 1]
+        # At most what was in flight at the kill: a few queries.
+        check(len(lost) <= 10, "%d queries needed a second attempt: more than were in flight"
+              % len(lost))
+        print("    restart_dns_kill9_serving: udp %s; tcp %s; %d retried" %
+              (rep["udp"], rep["tcp"], len(lost)), flush=True)
+
+
+@test
+def restart_holder_gone_is_replaced(c):
+    """Killing the listener holder while egressd runs: egressd starts
+    another and hands it every listener again, so the next restart still
+    loses nothing."""
+    path = c.sock + ".hold"
+    a = holder_request(path, "PING")
+    check(a and a.startswith("OK "), "no listener holder answers at %s: %r" % (path, a))
+    pid = int(a.split()[1])
+    with c.sandbox(["api.test:1"], extra_network=DNS_REBIND_LO) as sb:
+        held = int(holder_request(path, "PING").split()[2])
+        check(held >= 2, "the holder holds %d sockets with a sandbox attached" % held)
+        os.kill(pid, 9)
+        check(wait_until(lambda: (holder_request(path, "PING") or "").startswith("OK ") and
+                         int(holder_request(path, "PING").split()[1]) != pid and
+                         int(holder_request(path, "PING").split()[2]) >= held, 5, 0.1),
+              "no new holder with the listeners after the old one was killed: %r" %
+              holder_request(path, "PING"))
+        c.daemon.stop()
+        got = []
+        # Asked while no egressd runs: the new holder's socket queues it.
+        t = threading.Thread(target=lambda: got.append(
+            dns_query("udp", "127.0.0.2", 53, "api.test", "A", timeout=8, cg=sb.cg)))
+        t.start()
+        try:
+            time.sleep(0.3)
+            c.daemon.start()
+        finally:
+            t.join()
+        check(got and got[0][0] == "NOERROR" and DNS_ZONE["api.test"] in got[0][1],
+              "a query sent while egressd was down, after the holder was replaced: %r" %
+              (got[0][3] if got else None,))

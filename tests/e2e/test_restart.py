@@ -346,3 +346,55 @@ def restart_holder_gone_is_replaced(c):
         check(got and got[0][0] == "NOERROR" and DNS_ZONE["api.test"] in got[0][1],
               "a query sent while egressd was down, after the holder was replaced: %r" %
               (got[0][3] if got else None,))
+
+
+# Root inside a sandbox that reaches the holder's socket path (the harness's
+# sandboxes share the host's mount namespace) asks for every listener, then
+# tries to make the holder let go of them.
+HOLDER_THIEF = r"""
+import array, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.settimeout(3)
+try:
+    s.connect(sys.argv[1])
+    s.send(sys.argv[2].encode())
+    fds = array.array("i")
+    msg, anc, _, _ = s.recvmsg(256, socket.CMSG_SPACE(64 * fds.itemsize))
+    for level, typ, data in anc:
+        if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    print("answer %r fds %d" % (msg.decode(errors="replace") or "(closed)", len(fds)))
+except OSError as e:
+    print("refused %s" % e.__class__.__name__)
+"""
+
+
+@test
+def restart_holder_refuses_sandboxed_root(c):
+    """The listener holder serves egressd only: root in a sandbox that can
+    reach its socket gets no listener (TAKE) and cannot make it drop one
+    (DEL); egressd itself (the sanity twin, from its cgroup) is served."""
+    path = c.sock + ".hold"
+    with c.sandbox(["api.test:1"], extra_network=DNS_REBIND_LO) as sb:
+        before = holder_request(path, "PING")
+        check(before and before.startswith("OK "), "egressd's own cgroup: PING got %r" % before)
+        held = int(before.split()[2])
+        check(held >= 2, "the holder holds %d sockets with a sandbox attached" % held)
+        took = run_in_sandbox(sb.cg, [sys.executable, "-c", HOLDER_THIEF, path, "TAKE"])
+        check(took.startswith("refused") or " fds 0" in took and "END" not in took,
+              "root in a sandbox asked the holder for the listeners: %s" % took)
+        s = (c.find_sandbox(sb.cg) or {}).get("dns") or {}
+        ns = os.stat("/proc/self/ns/net")  # egressd's, where the listeners are
+        key = "ip4/udp/%x/%x/%s" % (ns.st_dev, ns.st_ino, s.get("port4"))
+        dropped = run_in_sandbox(sb.cg, [sys.executable, "-c", HOLDER_THIEF, path,
+                                         "DEL " + key])
+        check(not dropped.startswith("answer 'OK"), "DEL from a sandbox: %s" % dropped)
+        after = holder_request(path, "PING")
+        check(after and int(after.split()[2]) == held,
+              "the holder's sockets changed after the sandbox's requests: %r -> %r" %
+              (before, after))
+        # The sanity twin: the same TAKE from egressd's cgroup is served.
+        mine = subprocess.run([sys.executable, "-c", HOLDER_THIEF, path, "TAKE"],
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+        check(mine.startswith("answer 'FD "), "TAKE from egressd's cgroup: %r" % mine)
+        dns_ok(c, sb, "api.test", want=DNS_ZONE["api.test"])

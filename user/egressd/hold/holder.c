@@ -9,8 +9,8 @@
  * egressd TAKEs them back and answers what waited.
  *
  * It does nothing else: no capability (all dropped at start), no socket
- * but its own listening one and its clients, a peer must have its own
- * uid (SO_PEERCRED; the socket is 0600 in egressd's directory as well).
+ * but its own listening one and its clients; a peer must have its uid and
+ * its cgroup (peer_ok; the socket is 0600 in egressd's directory as well).
  * It exits linger_s after the last egressd disconnected if none came back,
  * closing what it held (the sandboxes' DNS then fails at once, closed, as
  * when egressd is down without a holder), or on QUIT.
@@ -43,6 +43,8 @@ struct holder {
 	int cl[HOLD_MAX_CLIENTS];
 	size_t ncl;
 	bool quit;
+	unsigned refused;
+	char cgroup[4096]; /* ours, the "0::" line: egressd's */
 };
 
 static bool keep_none(int cap, void *ctx)
@@ -181,18 +183,59 @@ static int serve(struct holder *s, int fd)
 	return reply(fd, out, -1);
 }
 
-static void accept_one(struct holder *s, int lfd)
+/* The "0::" line of /proc/<pid>/cgroup (pid 0: ourselves); "" if none. */
+static void cgroup_of(pid_t pid, char *buf, size_t len)
 {
+	char path[64], line[4096];
+	FILE *f;
+
+	buf[0] = '\0';
+	if (pid)
+		snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	else
+		snprintf(path, sizeof(path), "/proc/self/cgroup");
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "0::", 3)) {
+			snprintf(buf, len, "%s", line);
+			break;
+		}
+	fclose(f);
+}
+
+/*
+ * Only egressd: its uid, and its cgroup, which is the holder's own (egressd
+ * started it; a restarted egressd is in the same service cgroup). No
+ * sandbox is egressd's cgroup (attach refuses it) and no sandboxed process
+ * leaves its own, so root inside a sandbox that reaches the socket path
+ * gets nothing: not the listeners (it would read other sandboxes'
+ * queries), not a DEL (their DNS after the next restart).
+ */
+static bool peer_ok(struct holder *s, int fd)
+{
+	char cg[4096];
 	struct ucred cr;
 	socklen_t cl = sizeof(cr);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || cr.uid != geteuid())
+		return false;
+	cgroup_of(cr.pid, cg, sizeof(cg));
+	return s->cgroup[0] && !strcmp(cg, s->cgroup);
+}
+
+static void accept_one(struct holder *s, int lfd)
+{
 	struct timeval tv = { .tv_sec = 2 };
 	int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 
 	if (fd < 0)
 		return;
-	/* Only egressd (its uid; the directory and the mode say root too). */
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || cr.uid != geteuid() ||
-	    s->ncl >= HOLD_MAX_CLIENTS) {
+	if (s->ncl >= HOLD_MAX_CLIENTS || !peer_ok(s, fd)) {
+		s->refused++;
+		log_warn("listener holder: refused a peer (not egressd's uid and cgroup; %u so far)",
+			 s->refused);
 		close(fd);
 		return;
 	}
@@ -215,6 +258,7 @@ int egr_holder_main(int lfd, unsigned linger_s)
 	if (egr_caps_restrict(keep_none, NULL, &dropped) < 0)
 		log_warn("listener holder: dropping capabilities: %m");
 	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+	cgroup_of(0, s.cgroup, sizeof(s.cgroup));
 	log_info("listener holder %ld: serving, lingering %u s without egressd", (long)getpid(),
 		 linger_s);
 	while (!s.quit) {

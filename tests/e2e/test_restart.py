@@ -398,3 +398,73 @@ def restart_holder_refuses_sandboxed_root(c):
                               capture_output=True, text=True, timeout=10).stdout.strip()
         check(mine.startswith("answer 'FD "), "TAKE from egressd's cgroup: %r" % mine)
         dns_ok(c, sb, "api.test", want=DNS_ZONE["api.test"])
+
+
+def oci_state(c, tag):
+    """A cgroup with a process in it (the container's init) and the state a
+    runtime hands its createRuntime hook, annotated with a policy."""
+    cg = c.mkcgroup(tag)
+    CLEANUP.push("cgroup", cgroup_remove_tree, cg)
+    bundle = os.path.join(c.work, "bundle-%s-%s" % (tag, RAND))
+    os.makedirs(bundle, exist_ok=True)
+    with open(os.path.join(bundle, "config.json"), "w") as f:
+        json.dump({"ociVersion": "1.0.2", "linux": {"cgroupsPath": cg[len(c.cg_mount):]}}, f)
+    init = subprocess.Popen(["sleep", "60"], preexec_fn=join_cgroup_fn(cg))
+    CLEANUP.push("container init", lambda: (init.kill(), init.wait()))
+    st = {"ociVersion": "1.0.2", "id": "c-%s-%s" % (tag, RAND), "status": "created",
+          "pid": init.pid, "bundle": bundle,
+          "annotations": {"io.egressd.policy": c.policy(["127.0.0.1:1"])}}
+    return cg, st
+
+
+def oci_hook(c, st, *opts):
+    return subprocess.Popen([c.egressctl, "--socket", c.sock, "oci-hook", "--policy-dir", c.work]
+                            + list(opts) + ["createRuntime"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@test
+def restart_oci_hook_waits_for_egressd(c):
+    """createRuntime during a restart waits for the new egressd (bounded, 10 s
+    by default) and confines the container then, instead of failing its
+    start; a hook started while egressd is down for longer than --wait
+    fails, closed, and attaches nothing."""
+    cg, st = oci_state(c, "ociwait")
+    try:
+        c.daemon.stop()
+        t0 = time.monotonic()
+        h = oci_hook(c, st)
+        h.stdin.write(json.dumps(st))
+        h.stdin.close()
+        time.sleep(1.5)
+        check(h.poll() is None, "createRuntime did not wait for egressd: exit %s %r" %
+              (h.returncode, h.stderr.read()[-400:] if h.returncode is not None else ""))
+        c.daemon.start()
+        rc = h.wait(30)
+        err = h.stderr.read()
+        took = time.monotonic() - t0
+        check(rc == 0, "createRuntime across the restart: exit %d %r" % (rc, err[-400:]))
+        check(took < 10.5, "createRuntime took %.1f s: longer than its bound" % took)
+        check(c.find_sandbox(cg) is not None, "createRuntime returned 0 but %s is not a "
+              "sandbox" % cg)
+        c.denied(cg, "tcp", "127.0.0.1", c.tcp("oci-wait").port)
+        sb = c.find_sandbox(cg)
+        c.ctl_ok("detach", "--id", str(sb["id"]))
+        # Past the bound: fails closed, and says why.
+        cg2, st2 = oci_state(c, "ociwait2")
+        c.daemon.stop()
+        t0 = time.monotonic()
+        h = oci_hook(c, st2, "--wait", "1")
+        out, err = h.communicate(json.dumps(st2), timeout=30)
+        took = time.monotonic() - t0
+        check(h.returncode != 0 and "not reachable" in err,
+              "createRuntime past --wait 1: exit %d %r" % (h.returncode, err[-400:]))
+        check(0.9 <= took < 5, "createRuntime --wait 1 gave up after %.1f s" % took)
+        c.daemon.start()
+        check(c.find_sandbox(cg2) is None, "a createRuntime that failed left %s attached" % cg2)
+    finally:
+        c.ensure_daemon()
+        for g in (cg,):
+            sb = c.find_sandbox(g)
+            if sb:
+                c.ctl("detach", "--id", str(sb["id"]))

@@ -6,6 +6,7 @@
  * again) if the one in use exits.
  */
 #include <arpa/inet.h>
+#include <signal.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sockios.h>
@@ -245,8 +246,20 @@ static int spawn(struct egr_lhold *h)
 		return err;
 	}
 	if (pid == 0) {
+		sigset_t none;
+
 		if (fork() != 0)
 			_exit(0);
+		/* egressd blocks the signals its loop reads from a signalfd: an
+		 * exec keeps the mask, and a holder deaf to SIGTERM is not what
+		 * an operator expects. */
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		/* Nothing of the service manager's is the holder's to use. */
+		unsetenv("NOTIFY_SOCKET");
+		unsetenv("WATCHDOG_USEC");
+		unsetenv("WATCHDOG_PID");
 		setsid();
 		if (chdir("/") < 0)
 			_exit(126);

@@ -66,6 +66,7 @@ class Daemon:
         self.proc = None
         self.logf = None
         self.extra_args = []  # more egressd options (a test restarts it with them)
+        self.env = None       # more environment (NOTIFY_SOCKET, WATCHDOG_USEC: a test's)
 
     def start(self):
         self.spawn()
@@ -84,7 +85,8 @@ class Daemon:
              # No grace past a learned address's TTL: the tests time its
              # expiry (test_learned_grace sets its own).
              "--dns-ttl-grace", "0"] + list(getattr(c, "dns_args", [])) + self.extra_args,
-            stdin=subprocess.DEVNULL, stdout=self.logf, stderr=self.logf)
+            stdin=subprocess.DEVNULL, stdout=self.logf, stderr=self.logf,
+            env=dict(os.environ, **self.env) if self.env else None)
         log("egressd pid %d" % self.proc.pid)
 
     def wait_ready(self):

@@ -105,6 +105,9 @@ struct tconn {
  * pipelines (cheap, refused) queries must not keep the loop to itself. The
  * socket is edge-triggered, so the rest is resumed on the next tick. */
 #define TCP_QUERIES_PER_WAKEUP 32
+/* Connections a sandbox may have waiting for one of its max_tcp_per_sb
+ * slots (dns_tcp.c): a burst, a restart's backlog, is served in turn. */
+#define TCP_PARKED_PER_SB 64
 
 struct sb {
 	struct egr_dnsproxy *p;
@@ -119,6 +122,11 @@ struct sb {
 	uint64_t la_batch;         /* ns_la refreshed in this upstream batch */
 	struct tconn *conns;
 	uint32_t nconns;
+	/* Accepted past the connection limit: not read until one of its own
+	 * closes (TCP_PARKED_PER_SB at most, in accept order). What queued on a
+	 * held listener while no egressd ran arrives at once. */
+	int *parked;
+	uint32_t nparked;
 	uint32_t inflight;
 	double tokens;             /* query rate bucket (rate_take) */
 	uint64_t tokens_ns;
@@ -311,5 +319,8 @@ void dnsp_on_localaddr(struct egr_loop *loop, int fd, uint32_t events, void *ctx
 /* dns_tcp.c */
 void dnsp_on_tcp_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
 void dnsp_on_tcp_listener(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
+/* Parked connections into the slots the sandbox has free; at removal
+ * (free_all) every parked one closed. */
+void dnsp_tcp_unpark(struct sb *sb, bool free_all);
 
 #endif /* EGR_DNS_INTERNAL_H */

@@ -84,6 +84,8 @@ static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 			if (!c->npending && c->last_ns + idle <= now)
 				dnsp_conn_close(c);
 		}
+		if (sb->nparked)
+			dnsp_tcp_unpark(sb, false);
 	}
 }
 
@@ -259,6 +261,7 @@ static void sb_free(struct sb *sb)
 	struct egr_dnsproxy *p = sb->p;
 
 	dnsp_tx_forget(p, -1, sb);
+	dnsp_tcp_unpark(sb, true);
 	while (sb->conns)
 		dnsp_conn_close(sb->conns);
 	for (uint32_t i = 0; i < p->npend; i++)

@@ -588,3 +588,42 @@ def restart_watchdog_hung_loop_loses_no_query(c):
         c.daemon.env = None
         c.daemon.stop()
         c.daemon.start()
+
+
+@test
+def restart_queued_queries_judged_by_policy(c):
+    """Queries sent while no egressd runs are answered by the successor
+    under the sandbox's policy: a name it allows resolves (and connects at
+    once), a name it does not is refused and never reaches the upstream,
+    over UDP and TCP alike."""
+    need_dnsmasq(c)
+    a = srv(c, "rst-api", "api.test")
+    denied = "rstq-%s.denied.test" % RAND
+    with c.sandbox(["api.test:%d" % a.port], extra_network=DNS_REBIND_LO) as sb:
+        dns_ok(c, sb, "api.test", want=DNS_ZONE["api.test"])
+        c.daemon.stop()
+        got = {}
+
+        def ask(key, mode, name):
+            got[key] = dns_query(mode, "127.0.0.2", 53, name, "A", timeout=15, cg=sb.cg)
+        ts = [threading.Thread(target=ask, args=(k, m, n)) for k, m, n in
+              (("ok-udp", "udp", "api.test"), ("ok-tcp", "tcp", "api.test"),
+               ("no-udp", "udp", denied), ("no-tcp", "tcp", "tcp-" + denied))]
+        for t in ts:
+            t.start()
+        try:
+            time.sleep(0.5)
+            check(not got, "answers while no egressd ran: %r" % got)
+            c.daemon.start()
+        finally:
+            for t in ts:
+                t.join()
+        for k in ("ok-udp", "ok-tcp"):
+            check(got[k][0] == "NOERROR" and DNS_ZONE["api.test"] in got[k][1],
+                  "%s queued during the restart: %r" % (k, got[k][3]))
+        for k in ("no-udp", "no-tcp"):
+            check(got[k][0] in ("NXDOMAIN", "REFUSED") and not got[k][1],
+                  "%s (a name the policy refuses) queued during the restart: %r" %
+                  (k, got[k][3]))
+        sb.allowed("tcp", DNS_ZONE["api.test"], a.port)
+    dns_not_upstream(c, "api.test", [denied, "tcp-" + denied])

@@ -352,6 +352,11 @@ def restart_holder_gone_is_replaced(c):
                          int(holder_request(path, "PING").split()[2]) >= held, 5, 0.1),
               "no new holder with the listeners after the old one was killed: %r" %
               holder_request(path, "PING"))
+        body = scrape(c)[2]
+        check("egressd_listener_holder_up 1" in body and
+              "egressd_listener_holder_failures_total 0" not in body,
+              "/metrics does not say the holder is up again after a failure: %r" %
+              [l for l in body.splitlines() if "listener" in l])
         c.daemon.stop()
         got = []
         # Asked while no egressd runs: the new holder's socket queues it.

@@ -469,6 +469,8 @@ int main(int argc, char **argv)
 		err = egr_metrics_add_source(metrics, egr_events_metrics, events);
 	if (!err)
 		err = egr_metrics_add_source(metrics, egr_guard_metrics, guard);
+	if (!err)
+		err = egr_metrics_add_source(metrics, egr_lhold_metrics, hold);
 	if (err) {
 		log_error("metrics: %s", strerror(-err));
 		rc = 1;

@@ -29,6 +29,7 @@
 #include "hold/lhold.h"
 #include "log.h"
 #include "loop.h"
+#include "obs/mbuf.h"
 
 struct lh_id {
 	uint64_t dev, ino;
@@ -559,4 +560,28 @@ void egr_lhold_stats(const struct egr_lhold *h, struct egr_lhold_stats *out)
 	memset(out, 0, sizeof(*out));
 	if (h)
 		*out = h->st;
+}
+
+void egr_lhold_metrics(void *ctx, struct egr_mbuf *mb)
+{
+	struct egr_lhold_stats st;
+
+	egr_lhold_stats(ctx, &st);
+	egr_mbuf_family(mb, "egressd_listener_holder_up", "gauge",
+			"1 while a listener holder keeps the DNS and inspecting listeners for the "
+			"next egressd (0: a restart now fails DNS while it lasts).");
+	egr_mbuf_printf(mb, "egressd_listener_holder_up %d\n",
+			ctx && ((const struct egr_lhold *)ctx)->conn >= 0);
+	egr_mbuf_family(mb, "egressd_listeners_held", "gauge",
+			"Listener sockets the holder keeps for this egressd.");
+	egr_mbuf_printf(mb, "egressd_listeners_held %u\n", st.held);
+	egr_mbuf_family(mb, "egressd_listeners_handed_over", "gauge",
+			"Listener sockets taken back from the holder at start, by what became of "
+			"them (claimed by an adopted sandbox, released: nobody's).");
+	egr_mbuf_printf(mb, "egressd_listeners_handed_over{fate=\"claimed\"} %u\n", st.claimed);
+	egr_mbuf_printf(mb, "egressd_listeners_handed_over{fate=\"released\"} %u\n", st.released);
+	egr_mbuf_family(mb, "egressd_listener_holder_failures_total", "counter",
+			"Hand-overs the holder did not confirm and holders that went away.");
+	egr_mbuf_printf(mb, "egressd_listener_holder_failures_total %llu\n",
+			(unsigned long long)st.failures);
 }

@@ -60,5 +60,8 @@ void egr_lhold_settle(struct egr_lhold *h);
  * proxies' teardown closes every fd; the holder keeps them all). */
 void egr_lhold_freeze(struct egr_lhold *h);
 void egr_lhold_stats(const struct egr_lhold *h, struct egr_lhold_stats *out);
+/* An egr_metrics_source_fn (obs/metrics.h); ctx: the egr_lhold (NULL: off). */
+struct egr_mbuf;
+void egr_lhold_metrics(void *ctx, struct egr_mbuf *mb);
 
 #endif /* EGR_LHOLD_H */

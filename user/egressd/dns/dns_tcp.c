@@ -121,6 +121,8 @@ void dnsp_tcp_unpark(struct sb *sb, bool free_all)
 {
 	uint32_t i = 0;
 
+	if (!sb->parked)
+		return;
 	while (i < sb->nparked && (free_all || sb->nconns < sb->p->cfg.max_tcp_per_sb)) {
 		if (free_all)
 			close(sb->parked[i]);

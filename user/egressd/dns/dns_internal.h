@@ -127,6 +127,7 @@ struct sb {
 	 * held listener while no egressd ran arrives at once. */
 	int *parked;
 	uint32_t nparked;
+	uint32_t ndeferred;        /* its UDP queries waiting in p->deferred */
 	uint32_t inflight;
 	double tokens;             /* query rate bucket (rate_take) */
 	uint64_t tokens_ns;
@@ -178,8 +179,28 @@ struct dns_tx {
 	uint8_t copy[DNS_QUERY_INLINE];
 };
 
+/* A UDP query of a sandbox at its in-flight limit, waiting for a slot
+ * (dns_query.c): a burst, a restart's queue, is answered rather than shed.
+ * Its rate token is taken; policy and exfiltration are judged when it runs. */
+struct deferred {
+	struct deferred *next;
+	struct sb *sb;
+	int lfd;
+	socklen_t calen;
+	struct sockaddr_storage caddr;
+	size_t len;
+	uint8_t msg[];
+};
+
+/* Deferred queries at most, all sandboxes (~5 MiB), and per sandbox this
+ * many times its in-flight limit. */
+#define DNS_DEFER_MAX 8192
+#define DNS_DEFER_PER_LIMIT 4
+
 struct egr_dnsproxy {
 	struct egr_loop *loop;
+	struct deferred *deferred, **deferred_tail; /* FIFO */
+	uint32_t ndeferred;
 	uint64_t answer_latency_ns; /* of the answer being reported, for emit() */
 	uint32_t answer_learned;    /* and which of its listed addresses were learned */
 	struct egr_dnsproxy_config cfg;
@@ -302,6 +323,10 @@ void dnsp_group_leave(struct sb *sb);
 
 /* dns_query.c */
 void dnsp_handle_query(struct sb *sb, const struct client *cl, const uint8_t *pkt, size_t len);
+/* Deferred queries of sandboxes with room again, in arrival order; at
+ * removal, every one of sb dropped. */
+void dnsp_run_deferred(struct egr_dnsproxy *p);
+void dnsp_forget_deferred(struct egr_dnsproxy *p, struct sb *sb);
 
 /* dns_upstream.c */
 const char *dnsp_sa_str(const struct sockaddr_storage *ss, char *buf, size_t len);

@@ -138,6 +138,9 @@ void dnsp_on_udp_listener(struct egr_loop *loop, int fd, uint32_t events, void *
 			continue;
 		dnsp_handle_query(sb, &cl, dnsp_rx_buf(p, i), p->rxmsg[i].msg_len);
 	}
+	/* Slots freed since: deferred queries first (dns_query.c). */
+	if (p->ndeferred)
+		dnsp_run_deferred(p);
 	/* The turn's forwarded queries leave together. */
 	dnsp_tx_flush(p);
 }

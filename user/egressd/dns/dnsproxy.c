@@ -87,6 +87,10 @@ static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 		if (sb->nparked)
 			dnsp_tcp_unpark(sb, false);
 	}
+	if (p->ndeferred) {
+		dnsp_run_deferred(p);
+		dnsp_tx_flush(p);
+	}
 }
 
 /* --- proxy and sandboxes --------------------------------------------------------- */
@@ -110,6 +114,18 @@ static int upstream_socket(int family)
 	int fd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
 	return fd < 0 ? -errno : fd;
+}
+
+/* Answers free in-flight slots: deferred queries take them at once. */
+static void on_upstream(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
+{
+	struct egr_dnsproxy *p = ctx;
+
+	dnsp_on_upstream_udp(loop, fd, events, ctx);
+	if (p->ndeferred) {
+		dnsp_run_deferred(p);
+		dnsp_tx_flush(p);
+	}
 }
 
 int egr_dnsproxy_new(struct egr_loop *loop, const struct egr_dnsproxy_config *cfg,
@@ -200,7 +216,7 @@ int egr_dnsproxy_new(struct egr_loop *loop, const struct egr_dnsproxy_config *cf
 			err = *fd;
 			goto fail;
 		}
-		err = egr_loop_add(loop, *fd, EPOLLIN, dnsp_on_upstream_udp, p);
+		err = egr_loop_add(loop, *fd, EPOLLIN, on_upstream, p);
 		if (err) {
 			close(*fd);
 			*fd = -1;
@@ -261,6 +277,7 @@ static void sb_free(struct sb *sb)
 	struct egr_dnsproxy *p = sb->p;
 
 	dnsp_tx_forget(p, -1, sb);
+	dnsp_forget_deferred(p, sb);
 	dnsp_tcp_unpark(sb, true);
 	while (sb->conns)
 		dnsp_conn_close(sb->conns);
@@ -295,18 +312,22 @@ void egr_dnsproxy_drain(struct egr_dnsproxy *p)
 		for (int i = 0; i < 4; i++)
 			if (g->lis[i].fd >= 0)
 				egr_loop_del(p->loop, g->lis[i].fd);
-	before = p->inflight;
+	before = p->inflight + p->ndeferred;
 	deadline = egr_mono_ns() + ((uint64_t)p->cfg.timeout_ms + 200) * 1000000ull;
-	while (p->inflight && egr_mono_ns() < deadline) {
-		int n = egr_loop_run_once(p->loop, 20);
+	while ((p->inflight || p->ndeferred) && egr_mono_ns() < deadline) {
+		int n;
+
+		dnsp_run_deferred(p);
+		dnsp_tx_flush(p);
+		n = egr_loop_run_once(p->loop, 20);
 
 		if (n < 0 && n != -EINTR)
 			break;
 	}
 	dnsp_tx_flush(p);
-	if (before || p->inflight)
-		log_info("dns: exiting: %u of %u queries in flight answered; queued ones wait for "
-			 "the next egressd", before - p->inflight, before);
+	if (before || p->inflight || p->ndeferred)
+		log_info("dns: exiting: %u of %u queries read answered; queued ones wait for the "
+			 "next egressd", before - p->inflight - p->ndeferred, before);
 }
 
 void egr_dnsproxy_free(struct egr_dnsproxy *p)

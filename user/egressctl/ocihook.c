@@ -540,9 +540,10 @@ int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv)
 			 parse_wait(argv[i + 1], &o.wait_s) == 0)
 			i++;
 		else
-			return ctl_usage_error("oci-hook", "oci-hook: unknown option %s (--policy-dir "
-					       "takes an absolute directory, --wait whole seconds "
-					       "0-%d)", argv[i], OCI_WAIT_MAX_S);
+			return ctl_usage_error("oci-hook",
+					       "oci-hook: unknown option %s (--policy-dir takes an "
+					       "absolute directory, --wait whole seconds 0-%d)",
+					       argv[i], OCI_WAIT_MAX_S);
 	}
 	if (i != argc - 1 ||
 	    (strcmp(argv[i], "createRuntime") != 0 && strcmp(argv[i], "poststop") != 0))

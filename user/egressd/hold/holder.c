@@ -234,8 +234,8 @@ static void accept_one(struct holder *s, int lfd)
 		return;
 	if (s->ncl >= HOLD_MAX_CLIENTS || !peer_ok(s, fd)) {
 		s->refused++;
-		log_warn("listener holder: refused a peer (not egressd's uid and cgroup; %u so far)",
-			 s->refused);
+		log_warn("listener holder: refused a peer (not egressd's uid and cgroup; %u so "
+			 "far)", s->refused);
 		close(fd);
 		return;
 	}

@@ -29,6 +29,7 @@ void dnsp_on_tcp_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 	struct tconn *c = ctx;
 	struct sb *sb = c->sb;
 	unsigned int handled = 0;
+	bool waiting = false;
 
 	c->in_cb = true;
 	c->more = false;
@@ -51,12 +52,19 @@ void dnsp_on_tcp_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 			}
 			if (c->rlen < 2 + mlen)
 				break;
+			/* Its sandbox at its in-flight limit (a restart's queue
+			 * on its UDP too): the rest waits in the buffer for the
+			 * tick, rather than a SERVFAIL. */
+			if (c->sb->inflight >= c->sb->p->cfg.max_inflight_per_sb) {
+				c->more = waiting = true;
+				break;
+			}
 			dnsp_handle_query(c->sb, &cl, c->rbuf + 2, mlen);
 			memmove(c->rbuf, c->rbuf + 2 + mlen, c->rlen - 2 - mlen);
 			c->rlen -= 2 + mlen;
 			handled++;
 		}
-		if (c->dead)
+		if (c->dead || waiting)
 			break;
 		if (handled >= TCP_QUERIES_PER_WAKEUP) {
 			c->more = true; /* even after EOF: what is buffered is still owed */

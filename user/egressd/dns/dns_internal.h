@@ -107,7 +107,7 @@ struct tconn {
 #define TCP_QUERIES_PER_WAKEUP 32
 /* Connections a sandbox may have waiting for one of its max_tcp_per_sb
  * slots (dns_tcp.c): a burst, a restart's backlog, is served in turn. */
-#define TCP_PARKED_PER_SB 64
+#define TCP_PARKED_PER_SB 256
 
 struct sb {
 	struct egr_dnsproxy *p;

@@ -1071,7 +1071,8 @@ static int teardown_hole(void **state)
 
 /* The table is full of one sandbox's unanswered queries: another
  * sandbox's query evicts the heaviest one's oldest (SERVFAIL to it, counted
- * on it), not the other way round. */
+ * on it), not the other way round; the heaviest one's deferred queries do
+ * not take the freed slot from the table's newcomer. */
 static void test_full_table_evicts_heaviest(void **state)
 {
 	struct egr_dnsproxy_stats a, b;
@@ -1081,7 +1082,10 @@ static void test_full_table_evicts_heaviest(void **state)
 	assert_int_equal(burst_to(fx.port4, 8, 0xc000, 200, &sf), 0);
 	assert_int_equal(egr_dnsproxy_stats(fx.p, SBID, &a), 0);
 	assert_int_equal(a.inflight, 8);
-	/* One more of its own: its own limit, its own SERVFAIL. */
+	/* More of its own wait for a slot (a burst, a restart's queue), up to
+	 * four times its limit: nothing answered yet. */
+	assert_int_equal(burst_to(fx.port4, 32, 0xc080, 200, &sf), 0);
+	/* One more: past that too, its own SERVFAIL. */
 	assert_int_equal(burst_to(fx.port4, 1, 0xc100, 200, &sf), 1);
 	assert_int_equal(sf, 1);
 	assert_int_equal(burst_to(other, 1, 0xc200, 200, &sf), 0);
@@ -1092,6 +1096,29 @@ static void test_full_table_evicts_heaviest(void **state)
 	assert_int_equal(a.shed_inflight, 1);
 	assert_int_equal(b.inflight, 1);
 	assert_int_equal(b.shed_inflight + b.evicted + b.servfail, 0);
+}
+
+static int setup_small(void **state)
+{
+	fx_limits.inflight = 64;
+	fx_limits.per_sb = 8;
+	return setup_with(dnsmasq_port, 2000);
+}
+
+/* A burst five times a sandbox's in-flight limit (a restart's queue, read
+ * at once) is answered in full: past the limit the queries wait for a slot
+ * instead of a SERVFAIL, and all are learned as usual. */
+static void test_burst_past_limit_waits(void **state)
+{
+	struct egr_dnsproxy_stats a;
+	int sf;
+
+	assert_int_equal(burst_to(fx.port4, 40, 0xd000, 1500, &sf), 40);
+	assert_int_equal(sf, 0);
+	assert_int_equal(egr_dnsproxy_stats(fx.p, SBID, &a), 0);
+	assert_int_equal(a.shed_inflight, 0);
+	assert_int_equal(a.allowed, 40);
+	assert_int_equal(a.inflight, 0);
 }
 
 int main(void)
@@ -1121,6 +1148,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_full_table_evicts_heaviest, setup_hole,
 						teardown_hole),
+		cmocka_unit_test_setup_teardown(test_burst_past_limit_waits, setup_small, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, start_dnsmasq, stop_dnsmasq_group);

@@ -20,7 +20,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cgroup.h"
@@ -30,13 +33,17 @@
 #define OCI_STATE_MAX (1u << 20) /* a state document is a few hundred bytes */
 #define OCI_POLICY_DIR_DEFAULT "/etc/egressd/policies"
 
+#define OCI_WAIT_DEFAULT_S 10
+#define OCI_WAIT_MAX_S 600
+
 struct hook_opts {
 	const char *policy_dir;   /* the annotation may name only files in it */
 	bool require_annotation;  /* createRuntime refuses unannotated containers */
+	unsigned wait_s;          /* createRuntime waits this long for egressd */
 };
 
 static const char ocihook_help[] =
-	"Usage: egressctl oci-hook [--policy-dir DIR] [--require-annotation] "
+	"Usage: egressctl oci-hook [--policy-dir DIR] [--require-annotation] [--wait SEC] "
 	"createRuntime|poststop\n"
 	"An OCI runtime hook (hooks.d: dist/oci/egressd.json). Reads the container's\n"
 	"state JSON on stdin. With the annotation " OCI_POLICY_ANNOTATION "=FILE (an\n"
@@ -48,7 +55,9 @@ static const char ocihook_help[] =
 	"(default " OCI_POLICY_DIR_DEFAULT "), a root-owned directory not writable by\n"
 	"group or others, and be a regular root-owned file not writable by group or\n"
 	"others. Attaching again with the same policy succeeds, so a retried hook is\n"
-	"harmless.\n";
+	"harmless. While egressd restarts (its socket gone or not answering),\n"
+	"createRuntime waits for it up to --wait seconds (default 10; 0: not at all)\n"
+	"and then fails, closed.\n";
 
 /* The hook's messages name the stage and the container. */
 static void hook_err(const char *stage, const char *id, const char *fmt, ...)
@@ -341,13 +350,52 @@ static int open_policy_in_dir(const char *dir, const char *path, const char **ru
 	return fd;
 }
 
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * egressd restarting: its socket is gone (the old one removed it at exit,
+ * the new one binds it once it has adopted the sandboxes) or nobody
+ * accepts on it (a crash). Wait for a connect to succeed until deadline
+ * (monotonic ms), polling every 50 ms. 0, or the last -errno: a
+ * permission error at once, it will not change.
+ */
+static int wait_for_egressd(const struct ctl *c, uint64_t deadline)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int err;
+
+	if (strlen(c->socket) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, c->socket, strlen(c->socket));
+	for (;;) {
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		if (fd < 0)
+			return -errno;
+		err = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
+		close(fd);
+		if (!err || (err != -ENOENT && err != -ECONNREFUSED && err != -EAGAIN))
+			return err;
+		if (mono_ms() >= deadline)
+			return err;
+		usleep(50 * 1000);
+	}
+}
+
 static int hook_attach(struct ctl *c, const struct hook_opts *o, const char *id, long pid,
 		       const char *bundle, const char *policy_path)
 {
-	char cg[PATH_MAX], ns[PATH_MAX], why[PATH_MAX + 128] = "", fdpath[64];
+	char cg[PATH_MAX], ns[PATH_MAX], why[PATH_MAX + 128] = "", fdpath[64], code[32];
 	json_t *policy = NULL, *req, *resp;
 	const char *rule = "";
-	int rc, fd;
+	uint64_t deadline;
+	int rc, fd, err;
 
 	if (policy_path[0] != '/') {
 		hook_err("createRuntime", id, "annotation " OCI_POLICY_ANNOTATION
@@ -367,11 +415,15 @@ static int hook_attach(struct ctl *c, const struct hook_opts *o, const char *id,
 		close(fd);
 		return CTL_EXIT_ERROR;
 	}
-	/* A missing socket said in our own words first: Podman cuts a hook's
-	 * stderr after a "No such file or directory". */
-	if (access(c->socket, F_OK)) {
-		hook_err("createRuntime", id, "egressd is not reachable at %s (%s); not "
-			 "starting it unconfined", c->socket, strerror(errno));
+	/* egressd restarting: wait for it, bounded. A missing socket said in
+	 * our own words first: Podman cuts a hook's stderr after a "No such
+	 * file or directory". */
+	deadline = mono_ms() + (uint64_t)o->wait_s * 1000;
+	err = wait_for_egressd(c, deadline);
+	if (err) {
+		hook_err("createRuntime", id, "egressd is not reachable at %s (%s%s); not "
+			 "starting it unconfined", c->socket, strerror(-err),
+			 o->wait_s ? ", waited --wait seconds" : "");
 		close(fd);
 		return CTL_EXIT_UNREACHABLE;
 	}
@@ -402,7 +454,15 @@ static int hook_attach(struct ctl *c, const struct hook_opts *o, const char *id,
 		hook_err("createRuntime", id, "out of memory");
 		return CTL_EXIT_ERROR;
 	}
-	rc = ctl_request(c, req, &resp, NULL, 0);
+	/* egressd gone between the wait and the request (no answer, no
+	 * code): the attach is idempotent, ask again while the wait lasts. */
+	for (;;) {
+		code[0] = '\0';
+		rc = ctl_request(c, req, &resp, code, sizeof(code));
+		if (rc == CTL_EXIT_OK || code[0] || mono_ms() >= deadline ||
+		    wait_for_egressd(c, deadline))
+			break;
+	}
 	json_decref(req);
 	if (rc) {
 		hook_err("createRuntime", id, "egressd did not confine %s (see above); not "
@@ -445,12 +505,25 @@ static int hook_detach(struct ctl *c, const char *id, long pid, const char *bund
 	return rc;
 }
 
+static int parse_wait(const char *s, unsigned *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (!*s || *end || s[0] == '-' || s[0] == '+' || errno || v > OCI_WAIT_MAX_S)
+		return -EINVAL;
+	*out = (unsigned)v;
+	return 0;
+}
+
 int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv)
 {
 	char why[256] = "";
 	const char *stage, *id, *bundle, *policy;
 	json_t *state = NULL, *ann;
-	struct hook_opts o = { .policy_dir = OCI_POLICY_DIR_DEFAULT };
+	struct hook_opts o = { .policy_dir = OCI_POLICY_DIR_DEFAULT, .wait_s = OCI_WAIT_DEFAULT_S };
 	json_int_t pid;
 	int rc, i;
 
@@ -463,9 +536,14 @@ int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv)
 			o.policy_dir = argv[++i];
 		else if (strcmp(argv[i], "--require-annotation") == 0)
 			o.require_annotation = true;
+		else if (strcmp(argv[i], "--wait") == 0 && i + 2 < argc &&
+			 parse_wait(argv[i + 1], &o.wait_s) == 0)
+			i++;
 		else
-			return ctl_usage_error("oci-hook", "oci-hook: unknown option %s (--policy-dir "
-					       "takes an absolute directory)", argv[i]);
+			return ctl_usage_error("oci-hook",
+					       "oci-hook: unknown option %s (--policy-dir takes an "
+					       "absolute directory, --wait whole seconds 0-%d)",
+					       argv[i], OCI_WAIT_MAX_S);
 	}
 	if (i != argc - 1 ||
 	    (strcmp(argv[i], "createRuntime") != 0 && strcmp(argv[i], "poststop") != 0))

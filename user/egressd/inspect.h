@@ -37,7 +37,6 @@
 
 #include "inspect_types.h"
 
-
 int egr_inspect_new(struct egr_loop *loop, const struct egr_inspect_config *cfg,
 		    struct egr_inspect **out);
 /* Closes every connection and listener. Before egr_loop_free(). */

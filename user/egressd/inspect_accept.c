@@ -17,6 +17,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@
 #include "kernel/listen.h"
 #include "kernel/maps.h"
 #include "dns/learned.h"
+#include "hold/lhold.h"
 #include "log.h"
 #include "netaddr.h"
 #include "tlshello.h"
@@ -412,6 +414,32 @@ static int open_listener(struct egr_inspect *p, uint32_t sandbox_id, int family,
 	return err;
 }
 
+/* The predecessor's listener on want, kept by the listener holder with the
+ * connections that queued on it while no egressd ran (they are inspected
+ * as any other: the original destination waits in egr_inspect_orig),
+ * claimed again as this egressd's in the kernel (kernel/listen.h). */
+static bool claim_listener(struct egr_inspect *p, uint32_t sandbox_id, int nsfd, int family,
+			   uint16_t want, int *fd_out, uint16_t *port)
+{
+	struct egr_lhold *h = p->cfg.hold;
+	struct stat st;
+	int fd;
+
+	if (!h || !want || nsfd < 0 || fstat(nsfd, &st) < 0)
+		return false;
+	fd = egr_lhold_claim(h, st.st_dev, st.st_ino, family, SOCK_STREAM, want);
+	if (fd < 0)
+		return false;
+	if (egr_bpf_listen_claim(p->cfg.bpf, fd, EGR_LISTEN_INSPECT, sandbox_id)) {
+		egr_lhold_drop(h, fd);
+		close(fd);
+		return false;
+	}
+	*fd_out = fd;
+	*port = want;
+	return true;
+}
+
 static void sb_close_conns(struct isb *sb)
 {
 	struct conn *c = sb->p->conns, *next;
@@ -430,14 +458,18 @@ static void sb_free(struct isb *sb)
 	sb_close_conns(sb);
 	/* What its budget still held back is not lost with it. */
 	egr_insp_report_suppressed(sb, egr_mono_ns(), true);
+	/* Closed for good: its port reservation goes, the holder lets go too
+	 * (not at exit: frozen). */
 	if (sb->l4.fd >= 0) {
 		egr_loop_del(p->loop, sb->l4.fd);
 		egr_bpf_listen_release(p->cfg.bpf, sb->l4.fd);
+		egr_lhold_drop(p->cfg.hold, sb->l4.fd);
 		close(sb->l4.fd);
 	}
 	if (sb->l6.fd >= 0) {
 		egr_loop_del(p->loop, sb->l6.fd);
 		egr_bpf_listen_release(p->cfg.bpf, sb->l6.fd);
+		egr_lhold_drop(p->cfg.hold, sb->l6.fd);
 		close(sb->l6.fd);
 	}
 	if (sb->netns_fd >= 0)
@@ -454,7 +486,7 @@ int egr_inspect_add_sandbox(struct egr_inspect *p, uint32_t sandbox_id, const ch
 			    uint16_t *port6)
 {
 	struct isb *sb;
-	int err, err6 = 0;
+	int err = 0, err6 = 0, nsfd;
 
 	if (!p || !pol || !dpol || sandbox_id == EGR_ID_NONE) {
 		egr_dnspolicy_free(dpol);
@@ -486,8 +518,11 @@ int egr_inspect_add_sandbox(struct egr_inspect *p, uint32_t sandbox_id, const ch
 			goto fail;
 		}
 	}
-	err = open_listener(p, sandbox_id, AF_INET, want_port4, &sb->l4.fd, &sb->port4);
-	if (!err)
+	nsfd = netns_fd >= 0 ? netns_fd : p->self_netns;
+	if (!claim_listener(p, sandbox_id, nsfd, AF_INET, want_port4, &sb->l4.fd, &sb->port4))
+		err = open_listener(p, sandbox_id, AF_INET, want_port4, &sb->l4.fd, &sb->port4);
+	if (!err && !claim_listener(p, sandbox_id, nsfd, AF_INET6, want_port6, &sb->l6.fd,
+				    &sb->port6))
 		err6 = open_listener(p, sandbox_id, AF_INET6, want_port6, &sb->l6.fd, &sb->port6);
 	if (netns_fd >= 0 && setns(p->self_netns, CLONE_NEWNET) < 0) {
 		log_error("inspect: cannot return to egressd's network namespace: %m");
@@ -514,6 +549,10 @@ int egr_inspect_add_sandbox(struct egr_inspect *p, uint32_t sandbox_id, const ch
 		egr_loop_del(p->loop, sb->l4.fd);
 		goto fail;
 	}
+	/* Held from now on: they outlive this egressd (hold/lhold.h). */
+	egr_lhold_put(p->cfg.hold, sb->l4.fd);
+	if (sb->l6.fd >= 0)
+		egr_lhold_put(p->cfg.hold, sb->l6.fd);
 	sb->next = p->sbs;
 	p->sbs = sb;
 	*port4 = sb->port4;

@@ -18,6 +18,7 @@ struct egr_bpf;
 #define EGR_INSPECT_RESERVE 16
 
 struct egr_learned;
+struct egr_lhold;
 
 /* What an event reports: a verdict (at decision time) or the end of a
  * connection that was let through (closed = true, with its byte counts). */
@@ -57,6 +58,9 @@ struct egr_inspect_config {
 	uint64_t deny_rate, deny_burst;
 	egr_inspect_event_fn event;   /* optional */
 	void *ctx;
+	/* The listener holder (hold/lhold.h; NULL: none): listeners outlive
+	 * egressd, a restart's adoption takes them back. Not owned. */
+	struct egr_lhold *hold;
 };
 
 struct egr_inspect_stats {

@@ -41,6 +41,8 @@
 #include "loop.h"
 #include "obs/metrics.h"
 #include "notify.h"
+#include "hold/hold_proto.h"
+#include "hold/lhold.h"
 #include "options.h"
 #include "obs/billing.h"
 #include "audit_read.h"
@@ -280,11 +282,16 @@ int main(int argc, char **argv)
 	struct egr_approvals *approvals = NULL;
 	struct dns_ctx dctx = { .bus = &bus };
 	struct egr_inspect *inspect = NULL;
+	struct egr_lhold *hold = NULL;
 	struct egr_guard *guard = NULL;
 	struct egr_lifetime *lifetime = NULL;
 	char why[512];
 	int lfd = -1, rc, err;
 
+	/* The listener holder egressd starts (hold/lhold.c): a process of its
+	 * own from the same binary, nothing of egressd's state in it. */
+	if (argc == 4 && !strcmp(argv[1], "--run-listener-holder"))
+		return egr_holder_main(atoi(argv[2]), (unsigned)strtoul(argv[3], NULL, 10));
 	rc = egr_options_load(argc, argv, &o, false);
 	if (rc >= 0 || o.check_config) {
 		/* Under systemd (ExecStartPre= --check-config too) the journal
@@ -372,6 +379,23 @@ int main(int argc, char **argv)
 		egr_options_free(&o);
 		return 1;
 	}
+	/* The predecessor's listeners, with what queued on them while no
+	 * egressd ran: adoption below takes them over (docs/operations.md
+	 * "Restarts"). Without a holder they are opened anew, as before. */
+	if (!o.holder || strcmp(o.holder, "off")) {
+		char hpath[128];
+
+		snprintf(hpath, sizeof(hpath), "%s", o.holder ? o.holder : "");
+		if (!o.holder && snprintf(hpath, sizeof(hpath), "%s.hold", o.socket) >=
+					 (int)sizeof(hpath))
+			hpath[0] = '\0';
+		egr_notify("STATUS=taking over the listeners of the previous egressd");
+		if (hpath[0])
+			egr_lhold_open(loop, hpath, "/proc/self/exe", o.holder_linger_s, &hold);
+		else
+			log_error("listener holder: %s.hold is too long a path; listeners will not "
+				  "outlive this egressd", o.socket);
+	}
 	/* The DNS proxy exists before adoption, which reopens the listeners of
 	 * every adopted sandbox. Without it sandboxes get no DNS (closed). */
 	if (egr_reg_new(&reg)) {
@@ -402,6 +426,7 @@ int main(int argc, char **argv)
 		 * the listener's own sandbox (docs/dns.md "Who asks"). */
 		o.dns.verify_clients = true;
 		o.dns.bpf = bpf;
+		o.dns.hold = hold;
 		err = egr_dnsproxy_new(loop, &o.dns, &dns);
 	}
 	if (!err)
@@ -413,7 +438,7 @@ int main(int argc, char **argv)
 	err = egr_inspect_new(loop, &(struct egr_inspect_config){
 		.bpf = bpf, .learned = learned,
 		.deny_rate = o.events_deny_rate, .deny_burst = o.events_deny_burst,
-		.event = on_inspect_event, .ctx = &dctx }, &inspect);
+		.event = on_inspect_event, .ctx = &dctx, .hold = hold }, &inspect);
 	if (err)
 		log_error("inspecting proxy: %s; inspected sandboxes will have no TCP",
 			  strerror(-err));
@@ -473,10 +498,13 @@ int main(int argc, char **argv)
 	}
 	/* Adoption reopened (and claimed) every listener it could: the ports
 	 * an earlier egressd held and this one did not take again are the
-	 * sandboxes' to bind from now on (kernel/listen.h). */
+	 * sandboxes' to bind from now on (kernel/listen.h). Every adopted
+	 * sandbox serves on its old sockets now; the rest of what the
+	 * predecessor held belongs to nobody. */
 	err = egr_bpf_listen_sweep(bpf, NULL);
 	if (err)
 		log_warn("listener port reservations: sweep: %s", strerror(-err));
+	egr_lhold_settle(hold);
 	/* Pins removed from now on are pinned again within a second. */
 	err = egr_guard_start(&guard, loop, bpf, reg, audit);
 	if (err) {
@@ -513,6 +541,8 @@ int main(int argc, char **argv)
 		err = egr_metrics_add_source(metrics, egr_events_metrics, events);
 	if (!err)
 		err = egr_metrics_add_source(metrics, egr_guard_metrics, guard);
+	if (!err)
+		err = egr_metrics_add_source(metrics, egr_lhold_metrics, hold);
 	if (err) {
 		log_error("metrics: %s", strerror(-err));
 		rc = 1;
@@ -604,11 +634,21 @@ int main(int argc, char **argv)
 	rc = err ? 1 : 0;
 	if (err)
 		log_error("event loop: %s", strerror(-err));
+	/* A graceful exit: no more requests, then the DNS queries already read
+	 * are answered; what queues meanwhile waits in the held sockets for
+	 * the next egressd. */
+	egr_lhold_freeze(hold);
+	egr_ctl_free(ctl);
+	ctl = NULL;
+	egr_dnsproxy_drain(dns);
 out_sock:
 	egr_ctl_free(ctl);
 	close(lfd);
 	unlink(o.socket);
 out:
+	/* Tearing the proxies down closes their listeners, which the holder
+	 * keeps for the next egressd: nothing is let go from here on. */
+	egr_lhold_freeze(hold);
 	/* The proxy, the breaker and the registry's hooks outlive the
 	 * subscribers: nothing is published to them once they go. */
 	dctx.bus = NULL;
@@ -629,6 +669,7 @@ out:
 	egr_approvals_free(approvals);
 	egr_inspect_free(inspect);
 	egr_learned_free(learned);
+	egr_lhold_free(hold);
 	egr_loop_free(loop);
 	egr_escape_close(&escape);
 	egr_bpf_close(bpf);

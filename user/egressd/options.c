@@ -60,6 +60,8 @@ enum {
 	OPT_EV_ALLOW_RATE,
 	OPT_BREAKER,
 	OPT_BREAKER_INTERVAL,
+	OPT_LISTENER_HOLDER,
+	OPT_LISTENER_HOLD,
 	OPT_CONFIG,
 	OPT_CHECK_CONFIG,
 	OPT_HELP,
@@ -110,6 +112,8 @@ static const struct option longopts[] = {
 	{ "events-allow-rate", required_argument, NULL, OPT_EV_ALLOW_RATE },
 	{ "breaker", required_argument, NULL, OPT_BREAKER },
 	{ "breaker-interval", required_argument, NULL, OPT_BREAKER_INTERVAL },
+	{ "listener-holder", required_argument, NULL, OPT_LISTENER_HOLDER },
+	{ "listener-hold", required_argument, NULL, OPT_LISTENER_HOLD },
 	{ "config", required_argument, NULL, OPT_CONFIG },
 	{ "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
 	{ "help", no_argument, NULL, OPT_HELP },
@@ -205,6 +209,11 @@ static void usage(FILE *out)
 		"                     quarantine a sandbox past N denies within S seconds\n"
 		"                     (default: none)\n"
 		"  --breaker-interval MS  how often the breaker reads the counters (default 200)\n"
+		"  --listener-holder PATH  the listener holder's socket, which keeps the DNS and\n"
+		"                     inspecting listeners across restarts (default\n"
+		"                     <socket>.hold; \"off\": they close with egressd)\n"
+		"  --listener-hold SEC  a holder started by this egressd keeps them this long\n"
+		"                     with no egressd running (default 300)\n"
 		"  --help             this text\n"
 		"  --version          print the version\n",
 		EGR_DEFAULT_SOCKET);
@@ -271,6 +280,7 @@ static void defaults(struct egr_options *o)
 	o->dns.ttl_grace_s = EGR_DNSPROXY_DEFAULT_TTL_GRACE_S;
 	egr_exfil_limits_default(&o->dns.exfil);
 	o->dns_max_learned = 4096;
+	o->holder_linger_s = 300;
 	o->audit_rotate_bytes = 64ull << 20;
 	o->audit_anchor = "syslog";
 	o->events_keep = EGR_EVENTS_KEEP_DEFAULT;
@@ -504,6 +514,18 @@ static int apply(struct egr_options *o, int c, const struct cursor *at, const ch
 		rc = num(o, at, arg, 10, 60000, &v);
 		if (!rc)
 			o->breaker.interval_ms = (uint32_t)v;
+		break;
+	case OPT_LISTENER_HOLDER:
+		if (strcmp(arg, "off") && arg[0] != '/')
+			return bad(o, at, "expected an absolute path or \"off\", got \"%s\"", arg);
+		if (strlen(arg) >= 100)
+			return bad(o, at, "a socket path of at most 99 bytes");
+		o->holder = arg;
+		break;
+	case OPT_LISTENER_HOLD:
+		rc = num(o, at, arg, 1, 86400, &v);
+		if (!rc)
+			o->holder_linger_s = (unsigned)v;
 		break;
 	case OPT_CHECK_CONFIG:
 		o->check_config = true;

@@ -55,6 +55,9 @@ struct egr_options {
 	const char *metrics_addr, *billing_file;
 	unsigned metrics_max_sandboxes, billing_interval_s;
 	struct egr_breaker_opts breaker; /* --breaker, --breaker-interval */
+	/* --listener-holder (NULL: <socket>.hold; "off") and --listener-hold */
+	const char *holder;
+	unsigned holder_linger_s;
 	const char *config;    /* --config FILE (NULL: none) */
 	bool check_config;     /* --check-config: validate and exit */
 

@@ -12,7 +12,8 @@ from .core import (CLEANUP, CTL_TIMEOUT_S, DAEMON_READY_S, PROBE_TIMEOUT_S, RUN_
                    cgroup_remove_tree, check, log, run, wait_until)
 from .servers import (NetNs, TcpServer, UdpServer, free_tcp_port, join_cgroup_fn, tcp_udp_pair)
 
-__all__ = ["Daemon", "ProbeResult", "Ctx", "Sandbox", "ctl_request"]
+__all__ = ["Daemon", "ProbeResult", "Ctx", "Sandbox", "ctl_request", "holder_request",
+           "quit_listener_holder"]
 
 
 # --- egressd and egressctl ------------------------------------------------------------
@@ -38,14 +39,41 @@ def ctl_request(sock, req, timeout=CTL_TIMEOUT_S):
     return json.loads(buf) if buf.strip() else {}
 
 
+def holder_request(path, msg, timeout=5):
+    """One request to egressd's listener holder (user/egressd/hold/hold_proto.h)
+    and its one-line answer; None when nothing listens at path."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(timeout)
+    try:
+        s.connect(path)
+        s.send(msg.encode())
+        return s.recv(256).decode()
+    except OSError:
+        return None
+    finally:
+        s.close()
+
+
+def quit_listener_holder(path):
+    """The holder egressd started lets go of its sockets and exits (it would
+    linger for --listener-hold seconds, waiting for an egressd)."""
+    holder_request(path, "QUIT")
+
+
 class Daemon:
     def __init__(self, ctx):
         self.ctx = ctx
         self.proc = None
         self.logf = None
         self.extra_args = []  # more egressd options (a test restarts it with them)
+        self.env = None       # more environment (NOTIFY_SOCKET, WATCHDOG_USEC: a test's)
 
     def start(self):
+        self.spawn()
+        self.wait_ready()
+
+    def spawn(self):
+        """Start egressd without waiting for it (a test kills it mid-start)."""
         c = self.ctx
         self.logf = open(c.daemon_log, "ab")
         self.logf.write(("--- egressd start at %s ---\n" % time.strftime("%T")).encode())
@@ -57,8 +85,12 @@ class Daemon:
              # No grace past a learned address's TTL: the tests time its
              # expiry (test_learned_grace sets its own).
              "--dns-ttl-grace", "0"] + list(getattr(c, "dns_args", [])) + self.extra_args,
-            stdin=subprocess.DEVNULL, stdout=self.logf, stderr=self.logf)
+            stdin=subprocess.DEVNULL, stdout=self.logf, stderr=self.logf,
+            env=dict(os.environ, **self.env) if self.env else None)
         log("egressd pid %d" % self.proc.pid)
+
+    def wait_ready(self):
+        c = self.ctx
 
         def ready():
             if self.proc.poll() is not None:

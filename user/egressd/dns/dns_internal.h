@@ -106,6 +106,9 @@ struct tconn {
  * pipelines (cheap, refused) queries must not keep the loop to itself. The
  * socket is edge-triggered, so the rest is resumed on the next tick. */
 #define TCP_QUERIES_PER_WAKEUP 32
+/* Connections a sandbox may have waiting for one of its max_tcp_per_sb
+ * slots (dns_tcp.c): a burst, a restart's backlog, is served in turn. */
+#define TCP_PARKED_PER_SB 256
 
 /* A held query's waiters: the first query and the retries that joined it
  * (docs/dns.md "Approvals"). */
@@ -142,6 +145,12 @@ struct sb {
 	uint64_t la_batch;         /* ns_la refreshed in this upstream batch */
 	struct tconn *conns;
 	uint32_t nconns;
+	/* Accepted past the connection limit: not read until one of its own
+	 * closes (TCP_PARKED_PER_SB at most, in accept order). What queued on a
+	 * held listener while no egressd ran arrives at once. */
+	int *parked;
+	uint32_t nparked;
+	uint32_t ndeferred;        /* its UDP queries waiting in p->deferred */
 	uint32_t inflight;
 	double tokens;             /* query rate bucket (rate_take) */
 	uint64_t tokens_ns;
@@ -195,14 +204,35 @@ struct dns_tx {
 	uint8_t copy[DNS_QUERY_INLINE];
 };
 
+/* A UDP query of a sandbox at its in-flight limit, waiting for a slot
+ * (dns_query.c): a burst, a restart's queue, is answered rather than shed.
+ * Its rate token is taken; policy and exfiltration are judged when it runs. */
+struct deferred {
+	struct deferred *next;
+	struct sb *sb;
+	int lfd;
+	socklen_t calen;
+	struct sockaddr_storage caddr;
+	size_t len;
+	uint8_t msg[];
+};
+
+/* Deferred queries at most, all sandboxes (~5 MiB), and per sandbox this
+ * many times its in-flight limit. */
+#define DNS_DEFER_MAX 8192
+#define DNS_DEFER_PER_LIMIT 4
+
 struct egr_dnsproxy {
 	struct egr_loop *loop;
+	struct deferred *deferred, **deferred_tail; /* FIFO */
+	uint32_t ndeferred;
 	uint64_t answer_latency_ns; /* of the answer being reported, for emit() */
 	uint32_t answer_learned;    /* and which of its listed addresses were learned */
 	struct egr_dnsproxy_config cfg;
 	int up4, up6;
 	int timer_fd;
 	int self_netns;
+	uint64_t self_ns_dev, self_ns_ino; /* its identity, for the listener holder */
 	struct egr_localaddr *host_la; /* egressd's network namespace's addresses */
 	struct sb *sbs;
 	uint32_t tcp_conns;        /* of every sandbox: the tick walks them only when some */
@@ -320,6 +350,10 @@ void dnsp_group_leave(struct sb *sb);
 
 /* dns_query.c */
 void dnsp_handle_query(struct sb *sb, const struct client *cl, const uint8_t *pkt, size_t len);
+/* Deferred queries of sandboxes with room again, in arrival order; at
+ * removal, every one of sb dropped. */
+void dnsp_run_deferred(struct egr_dnsproxy *p);
+void dnsp_forget_deferred(struct egr_dnsproxy *p, struct sb *sb);
 
 /* dns_ask.c: queries held for approval (docs/dns.md "Approvals"). */
 /* Hold (cl, pkt) for a decision on q->qname, or join the request already
@@ -358,5 +392,8 @@ void dnsp_on_localaddr(struct egr_loop *loop, int fd, uint32_t events, void *ctx
 /* dns_tcp.c */
 void dnsp_on_tcp_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
 void dnsp_on_tcp_listener(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
+/* Parked connections into the slots the sandbox has free; at removal
+ * (free_all) every parked one closed. */
+void dnsp_tcp_unpark(struct sb *sb, bool free_all);
 
 #endif /* EGR_DNS_INTERNAL_H */

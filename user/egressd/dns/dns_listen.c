@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "dns_internal.h"
+#include "hold/lhold.h"
 #include "kernel/listen.h"
 #include "kernel/maps.h"
 #include "log.h"
@@ -138,6 +139,9 @@ void dnsp_on_udp_listener(struct egr_loop *loop, int fd, uint32_t events, void *
 			continue;
 		dnsp_handle_query(sb, &cl, dnsp_rx_buf(p, i), p->rxmsg[i].msg_len);
 	}
+	/* Slots freed since: deferred queries first (dns_query.c). */
+	if (p->ndeferred)
+		dnsp_run_deferred(p);
 	/* The turn's forwarded queries leave together. */
 	dnsp_tx_flush(p);
 }
@@ -237,13 +241,58 @@ static bool port_taken(const struct egr_dnsproxy *p, const struct lgroup *self, 
 	return false;
 }
 
-/* want first (the port sockets adopted from before a restart know), any
- * port unique among the groups if it is taken. */
+/*
+ * The predecessor's UDP and TCP sockets on want in this group's namespace,
+ * kept by the listener holder across the restart with whatever queued on
+ * them: the same sockets, so no query sent meanwhile is lost. Both or
+ * neither (one alone is let go: a fresh pair is opened instead).
+ */
+static bool claim_family(struct lgroup *g, int family, uint16_t want, struct listener *u,
+			 struct listener *t, uint16_t *port)
+{
+	struct egr_lhold *h = g->p->cfg.hold;
+	uint64_t dev = g->own_ns ? g->p->self_ns_dev : g->ns_dev;
+	uint64_t ino = g->own_ns ? g->p->self_ns_ino : g->ns_ino;
+	int ufd, tfd;
+
+	if (!h || !want)
+		return false;
+	ufd = egr_lhold_claim(h, (dev_t)dev, (ino_t)ino, family, SOCK_DGRAM, want);
+	tfd = egr_lhold_claim(h, (dev_t)dev, (ino_t)ino, family, SOCK_STREAM, want);
+	/* The new egressd claims them again in the kernel (kernel/listen.h):
+	 * what it does not claim, the sweep after adoption releases. */
+	if (ufd >= 0 && tfd >= 0 && !egr_bpf_listen_claim(g->p->cfg.bpf, ufd, EGR_LISTEN_DNS, 0) &&
+	    !egr_bpf_listen_claim(g->p->cfg.bpf, tfd, EGR_LISTEN_DNS, 0)) {
+		u->fd = ufd;
+		t->fd = tfd;
+		*port = want;
+		return true;
+	}
+	for (int i = 0; i < 2; i++) {
+		int fd = i ? tfd : ufd;
+
+		if (fd >= 0) {
+			egr_lhold_drop(h, fd);
+			close(fd);
+		}
+	}
+	return false;
+}
+
+/* want first (the port sockets adopted from before a restart know: the
+ * very sockets if the listener holder kept them), any port unique among
+ * the groups if it is taken. */
 static int open_family_unique(struct lgroup *g, int family, uint16_t want, struct listener *u,
 			      struct listener *t, uint16_t *port)
 {
 	int err = -EADDRINUSE;
 
+	if (want && !port_taken(g->p, g, family, want) &&
+	    claim_family(g, family, want, u, t, port)) {
+		log_info("dns: %s listeners on port %u taken over from the previous egressd",
+			 family == AF_INET ? "127.0.0.1" : "[::1]", want);
+		return 0;
+	}
 	for (int attempt = 0; attempt < 16; attempt++) {
 		uint16_t try = attempt == 0 && !port_taken(g->p, g, family, want) ? want : 0;
 
@@ -271,7 +320,10 @@ static void group_close(struct lgroup *g)
 			continue;
 		egr_loop_del(g->p->loop, g->lis[i].fd);
 		dnsp_tx_forget(g->p, g->lis[i].fd, NULL);
+		/* Closed for good: its port reservation goes, the holder lets
+		 * go too (not at exit: frozen). */
 		egr_bpf_listen_release(g->p->cfg.bpf, g->lis[i].fd);
+		egr_lhold_drop(g->p->cfg.hold, g->lis[i].fd);
 		close(g->lis[i].fd);
 		g->lis[i].fd = -1;
 	}
@@ -358,6 +410,10 @@ int dnsp_group_join(struct sb *sb, int netns_fd, uint16_t want4, uint16_t want6,
 			goto fail;
 		}
 	}
+	/* Held from now on: they outlive this egressd (hold/lhold.h). */
+	for (int i = 0; i < 4; i++)
+		if (g->lis[i].fd >= 0)
+			egr_lhold_put(p->cfg.hold, g->lis[i].fd);
 	g->only = sb;
 	g->next = p->groups;
 	p->groups = g;
@@ -369,6 +425,7 @@ fail:
 	for (int j = 0; j < 4; j++)
 		if (g->lis[j].fd >= 0) {
 			egr_bpf_listen_release(p->cfg.bpf, g->lis[j].fd);
+			egr_lhold_drop(p->cfg.hold, g->lis[j].fd);
 			close(g->lis[j].fd);
 		}
 	free(g);

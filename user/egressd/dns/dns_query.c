@@ -273,13 +273,91 @@ static bool held_for_approval(struct sb *sb, const struct client *cl, const uint
 	return true;
 }
 
+/* A UDP query of a sandbox at its in-flight limit waits (bounded) instead
+ * of a SERVFAIL. 0: deferred. */
+static int defer(struct sb *sb, const struct client *cl, const uint8_t *pkt, size_t len)
+{
+	struct egr_dnsproxy *p = sb->p;
+	struct deferred *d;
+
+	if (cl->transport != IPPROTO_UDP || p->ndeferred >= DNS_DEFER_MAX ||
+	    sb->ndeferred >= DNS_DEFER_PER_LIMIT * p->cfg.max_inflight_per_sb ||
+	    cl->calen > sizeof(d->caddr))
+		return -ENOSPC;
+	d = malloc(sizeof(*d) + len);
+	if (!d)
+		return -ENOMEM;
+	d->next = NULL;
+	d->sb = sb;
+	d->lfd = cl->lfd;
+	d->calen = cl->calen;
+	memcpy(&d->caddr, cl->caddr, cl->calen);
+	d->len = len;
+	memcpy(d->msg, pkt, len);
+	if (!p->deferred_tail)
+		p->deferred_tail = &p->deferred;
+	*p->deferred_tail = d;
+	p->deferred_tail = &d->next;
+	p->ndeferred++;
+	sb->ndeferred++;
+	return 0;
+}
+
+static void handle(struct sb *sb, const struct client *cl, const uint8_t *pkt, size_t len);
+
+static void unlink_deferred(struct egr_dnsproxy *p, struct deferred **pd)
+{
+	struct deferred *d = *pd;
+
+	*pd = d->next;
+	if (p->deferred_tail == &d->next)
+		p->deferred_tail = pd;
+	p->ndeferred--;
+	d->sb->ndeferred--;
+}
+
+void dnsp_run_deferred(struct egr_dnsproxy *p)
+{
+	struct deferred **pd = &p->deferred;
+
+	while (*pd) {
+		struct deferred *d = *pd;
+		struct client cl = { .transport = IPPROTO_UDP, .lfd = d->lfd, .caddr = &d->caddr,
+				     .calen = d->calen };
+
+		/* A full table: they wait too (eviction is for lighter
+		 * sandboxes' new queries, and a deferred one is the heaviest's). */
+		if (p->inflight >= p->npend)
+			return;
+		if (d->sb->inflight >= p->cfg.max_inflight_per_sb) {
+			pd = &d->next;
+			continue;
+		}
+		unlink_deferred(p, pd);
+		handle(d->sb, &cl, d->msg, d->len);
+		free(d);
+	}
+}
+
+void dnsp_forget_deferred(struct egr_dnsproxy *p, struct sb *sb)
+{
+	struct deferred **pd = &p->deferred;
+
+	while (*pd && sb->ndeferred) {
+		struct deferred *d = *pd;
+
+		if (d->sb != sb) {
+			pd = &d->next;
+			continue;
+		}
+		unlink_deferred(p, pd);
+		free(d);
+	}
+}
+
 void dnsp_handle_query(struct sb *sb, const struct client *cl, const uint8_t *pkt, size_t len)
 {
 	struct egr_dnsproxy *p = sb->p;
-	struct egr_dnspolicy_match m;
-	enum egr_exfil_reason why;
-	struct egr_dns_query q;
-	int err;
 
 	if (!rate_take(p, sb)) {
 		/* Unanswered over UDP (the cheapest: nothing parsed, nothing
@@ -288,6 +366,21 @@ void dnsp_handle_query(struct sb *sb, const struct client *cl, const uint8_t *pk
 			dnsp_reply_rcode(sb, cl, pkt, len, EGR_DNS_R_SERVFAIL);
 		return;
 	}
+	/* Behind its earlier deferred ones, or at its limit: wait. */
+	if ((sb->ndeferred || sb->inflight >= p->cfg.max_inflight_per_sb) &&
+	    defer(sb, cl, pkt, len) == 0)
+		return;
+	handle(sb, cl, pkt, len);
+}
+
+static void handle(struct sb *sb, const struct client *cl, const uint8_t *pkt, size_t len)
+{
+	struct egr_dnsproxy *p = sb->p;
+	struct egr_dnspolicy_match m;
+	enum egr_exfil_reason why;
+	struct egr_dns_query q;
+	int err;
+
 	err = egr_dns_parse_query(pkt, len, &q);
 	if (err) {
 		sb->st.malformed++;

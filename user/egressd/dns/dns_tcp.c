@@ -27,7 +27,9 @@
 void dnsp_on_tcp_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
 	struct tconn *c = ctx;
+	struct sb *sb = c->sb;
 	unsigned int handled = 0;
+	bool waiting = false;
 
 	c->in_cb = true;
 	c->more = false;
@@ -50,12 +52,19 @@ void dnsp_on_tcp_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 			}
 			if (c->rlen < 2 + mlen)
 				break;
+			/* Its sandbox at its in-flight limit (a restart's queue
+			 * on its UDP too): the rest waits in the buffer for the
+			 * tick, rather than a SERVFAIL. */
+			if (c->sb->inflight >= c->sb->p->cfg.max_inflight_per_sb) {
+				c->more = waiting = true;
+				break;
+			}
 			dnsp_handle_query(c->sb, &cl, c->rbuf + 2, mlen);
 			memmove(c->rbuf, c->rbuf + 2 + mlen, c->rlen - 2 - mlen);
 			c->rlen -= 2 + mlen;
 			handled++;
 		}
-		if (c->dead)
+		if (c->dead || waiting)
 			break;
 		if (handled >= TCP_QUERIES_PER_WAKEUP) {
 			c->more = true; /* even after EOF: what is buffered is still owed */
@@ -81,6 +90,60 @@ void dnsp_on_tcp_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 	}
 	c->in_cb = false;
 	dnsp_conn_settle(c);
+	/* It may have closed: a parked one takes its slot. */
+	if (sb->nparked)
+		dnsp_tcp_unpark(sb, false);
+}
+
+/* A connection of sb, served from now on. 0 or -errno (cfd closed). */
+static int conn_start(struct sb *sb, int cfd)
+{
+	struct egr_dnsproxy *p = sb->p;
+	struct tconn *c = calloc(1, sizeof(*c));
+
+	if (c)
+		c->rbuf = malloc(2 + MSG_MAX);
+	if (!c || !c->rbuf) {
+		free(c);
+		close(cfd);
+		return -ENOMEM;
+	}
+	c->sb = sb;
+	c->fd = cfd;
+	c->last_ns = egr_mono_ns();
+	if (egr_loop_add(p->loop, cfd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, dnsp_on_tcp_conn,
+			 c)) {
+		free(c->rbuf);
+		free(c);
+		close(cfd);
+		return -ENOMEM;
+	}
+	c->next = sb->conns;
+	sb->conns = c;
+	sb->nconns++;
+	p->tcp_conns++;
+	return 0;
+}
+
+void dnsp_tcp_unpark(struct sb *sb, bool free_all)
+{
+	uint32_t i = 0;
+
+	if (!sb->parked)
+		return;
+	while (i < sb->nparked && (free_all || sb->nconns < sb->p->cfg.max_tcp_per_sb)) {
+		if (free_all)
+			close(sb->parked[i]);
+		else
+			conn_start(sb, sb->parked[i]);
+		i++;
+	}
+	memmove(sb->parked, sb->parked + i, (sb->nparked - i) * sizeof(int));
+	sb->nparked -= i;
+	if (free_all) {
+		free(sb->parked);
+		sb->parked = NULL;
+	}
 }
 
 void dnsp_on_tcp_listener(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
@@ -91,7 +154,6 @@ void dnsp_on_tcp_listener(struct egr_loop *loop, int fd, uint32_t events, void *
 	for (int i = 0; i < RX_BATCH; i++) {
 		struct sockaddr_storage peer;
 		socklen_t plen = sizeof(peer);
-		struct tconn *c;
 		struct sb *sb;
 		int cfd = accept4(fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
@@ -104,33 +166,19 @@ void dnsp_on_tcp_listener(struct egr_loop *loop, int fd, uint32_t events, void *
 			close(cfd);
 			continue;
 		}
-		if (sb->nconns >= p->cfg.max_tcp_per_sb) {
-			log_warn("dns: sandbox %u: more than %u tcp connections, refusing one",
-				 sb->id, p->cfg.max_tcp_per_sb);
+		if (sb->nconns >= p->cfg.max_tcp_per_sb || sb->nparked) {
+			/* Served in turn, as its own connections close. */
+			if (!sb->parked)
+				sb->parked = calloc(TCP_PARKED_PER_SB, sizeof(int));
+			if (sb->parked && sb->nparked < TCP_PARKED_PER_SB) {
+				sb->parked[sb->nparked++] = cfd;
+				continue;
+			}
+			log_warn("dns: sandbox %u: more than %u tcp connections and %u waiting, "
+				 "refusing one", sb->id, p->cfg.max_tcp_per_sb, TCP_PARKED_PER_SB);
 			close(cfd);
 			continue;
 		}
-		c = calloc(1, sizeof(*c));
-		if (c)
-			c->rbuf = malloc(2 + MSG_MAX);
-		if (!c || !c->rbuf) {
-			free(c);
-			close(cfd);
-			continue;
-		}
-		c->sb = sb;
-		c->fd = cfd;
-		c->last_ns = egr_mono_ns();
-		if (egr_loop_add(p->loop, cfd, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-				 dnsp_on_tcp_conn, c)) {
-			free(c->rbuf);
-			free(c);
-			close(cfd);
-			continue;
-		}
-		c->next = sb->conns;
-		sb->conns = c;
-		sb->nconns++;
-		p->tcp_conns++;
+		conn_start(sb, cfd);
 	}
 }

@@ -151,6 +151,10 @@ struct egr_dnsproxy_config {
 	 * sandbox has listeners of its own, which name it. */
 	bool verify_clients;
 	struct egr_bpf *bpf;
+	/* The listener holder (hold/lhold.h; NULL: none): listeners are
+	 * handed to it and a restart's adoption takes them back, with what
+	 * queued on them meanwhile. Not owned. */
+	struct egr_lhold *hold;
 	struct egr_exfil_limits exfil; /* all zero: egr_exfil_limits_default() */
 	egr_dnsproxy_learn_fn learn;  /* required */
 	egr_dnsproxy_event_fn event;  /* optional */

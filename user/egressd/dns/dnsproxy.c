@@ -30,6 +30,7 @@
 #include <sys/epoll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,6 +39,7 @@
 #include "kernel/maps.h"
 #include "dnsproxy.h"
 #include "log.h"
+#include "loop.h"
 
 /* --- timer ------------------------------------------------------------------------ */
 
@@ -84,6 +86,12 @@ static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 			if (!c->npending && c->last_ns + idle <= now)
 				dnsp_conn_close(c);
 		}
+		if (sb->nparked)
+			dnsp_tcp_unpark(sb, false);
+	}
+	if (p->ndeferred) {
+		dnsp_run_deferred(p);
+		dnsp_tx_flush(p);
 	}
 }
 
@@ -110,11 +118,24 @@ static int upstream_socket(int family)
 	return fd < 0 ? -errno : fd;
 }
 
+/* Answers free in-flight slots: deferred queries take them at once. */
+static void on_upstream(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
+{
+	struct egr_dnsproxy *p = ctx;
+
+	dnsp_on_upstream_udp(loop, fd, events, ctx);
+	if (p->ndeferred) {
+		dnsp_run_deferred(p);
+		dnsp_tx_flush(p);
+	}
+}
+
 int egr_dnsproxy_new(struct egr_loop *loop, const struct egr_dnsproxy_config *cfg,
 		     struct egr_dnsproxy **out)
 {
 	struct itimerspec its = { 0 };
 	struct egr_dnsproxy *p;
+	struct stat nst;
 	int err;
 
 	if (!loop || !cfg || !out || !cfg->learn)
@@ -197,7 +218,7 @@ int egr_dnsproxy_new(struct egr_loop *loop, const struct egr_dnsproxy_config *cf
 			err = *fd;
 			goto fail;
 		}
-		err = egr_loop_add(loop, *fd, EPOLLIN, dnsp_on_upstream_udp, p);
+		err = egr_loop_add(loop, *fd, EPOLLIN, on_upstream, p);
 		if (err) {
 			close(*fd);
 			*fd = -1;
@@ -205,6 +226,10 @@ int egr_dnsproxy_new(struct egr_loop *loop, const struct egr_dnsproxy_config *cf
 		}
 	}
 	p->self_netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (p->self_netns >= 0 && fstat(p->self_netns, &nst) == 0) {
+		p->self_ns_dev = nst.st_dev;
+		p->self_ns_ino = nst.st_ino;
+	}
 	if (p->self_netns < 0)
 		log_warn("dns: cannot open /proc/self/ns/net (%m): sandboxes with their own "
 			 "network namespace are not supported");
@@ -255,6 +280,8 @@ static void sb_free(struct sb *sb)
 
 	dnsp_tx_forget(p, -1, sb);
 	dnsp_ask_drop_sb(sb); /* before its connections: they hold none then */
+	dnsp_forget_deferred(p, sb);
+	dnsp_tcp_unpark(sb, true);
 	while (sb->conns)
 		dnsp_conn_close(sb->conns);
 	for (uint32_t i = 0; i < p->npend; i++)
@@ -269,6 +296,41 @@ static void sb_free(struct sb *sb)
 	egr_exfil_free(sb->exfil);
 	free(sb->tenant);
 	free(sb);
+}
+
+/*
+ * A graceful exit (SIGTERM: a restart, an upgrade): read nothing more from
+ * the listeners, whose queues wait for the successor (the listener holder
+ * keeps the sockets), and answer the queries already read, each after its
+ * learned addresses are written as always, for up to the upstream timeout.
+ */
+void egr_dnsproxy_drain(struct egr_dnsproxy *p)
+{
+	uint64_t deadline;
+	uint32_t before;
+
+	if (!p)
+		return;
+	for (struct lgroup *g = p->groups; g; g = g->next)
+		for (int i = 0; i < 4; i++)
+			if (g->lis[i].fd >= 0)
+				egr_loop_del(p->loop, g->lis[i].fd);
+	before = p->inflight + p->ndeferred;
+	deadline = egr_mono_ns() + ((uint64_t)p->cfg.timeout_ms + 200) * 1000000ull;
+	while ((p->inflight || p->ndeferred) && egr_mono_ns() < deadline) {
+		int n;
+
+		dnsp_run_deferred(p);
+		dnsp_tx_flush(p);
+		n = egr_loop_run_once(p->loop, 20);
+
+		if (n < 0 && n != -EINTR)
+			break;
+	}
+	dnsp_tx_flush(p);
+	if (before || p->inflight || p->ndeferred)
+		log_info("dns: exiting: %u of %u queries read answered; queued ones wait for the "
+			 "next egressd", before - p->inflight - p->ndeferred, before);
 }
 
 void egr_dnsproxy_free(struct egr_dnsproxy *p)

@@ -44,6 +44,10 @@
 #include "dns_types.h"
 #include "dns_upstream.h"
 
+/* Before egr_dnsproxy_free() at a graceful exit: stop reading the
+ * listeners (the next egressd answers what queues on them) and answer the
+ * queries in flight, bounded by the upstream timeout. */
+void egr_dnsproxy_drain(struct egr_dnsproxy *p);
 /* cfg is copied. Creates the upstream sockets and the timer. */
 int egr_dnsproxy_new(struct egr_loop *loop, const struct egr_dnsproxy_config *cfg,
 		     struct egr_dnsproxy **out);

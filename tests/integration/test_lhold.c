@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * The listener holder (user/egressd/hold/) with real sockets (root:
+ * SIOCGSKNS needs CAP_NET_ADMIN): a UDP socket and a TCP listener handed
+ * to a holder keep queueing what is sent to them while no other process
+ * holds them, and a successor claims exactly those sockets, by what the
+ * kernel says of them, with what queued.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "hold/hold_proto.h"
+#include "hold/lhold.h"
+#include "loop.h"
+
+static char path[108];
+static pid_t holder = -1;
+static struct stat self_ns;
+
+/* A holder as egressd starts one, from this process (fork, no exec). */
+static int setup(void **state)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int lfd;
+
+	snprintf(path, sizeof(path), "/tmp/egr-test-lhold-%d.sock", (int)getpid());
+	unlink(path);
+	memcpy(sa.sun_path, path, strlen(path));
+	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 8) < 0 ||
+	    stat("/proc/self/ns/net", &self_ns) < 0) {
+		fprintf(stderr, "holder socket: %s\n", strerror(errno));
+		return -1;
+	}
+	holder = fork();
+	if (holder == 0)
+		_exit(egr_holder_main(lfd, 30));
+	close(lfd);
+	return holder > 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0), status;
+
+	memcpy(sa.sun_path, path, strlen(path));
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+		send(fd, "QUIT", 4, 0);
+	if (fd >= 0)
+		close(fd);
+	if (holder > 0 && waitpid(holder, &status, 0) < 0)
+		kill(holder, SIGKILL);
+	unlink(path);
+	return 0;
+}
+
+static uint16_t bound_port(int fd)
+{
+	struct sockaddr_in a;
+	socklen_t l = sizeof(a);
+
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+	return ntohs(a.sin_port);
+}
+
+static void test_socket_outlives_its_process_and_is_claimed(void **state)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct egr_lhold_stats st;
+	struct egr_loop *loop;
+	struct egr_lhold *h;
+	char buf[16];
+	uint16_t port;
+	int u, t, cl, ct, fd;
+
+	assert_int_equal(egr_loop_new(&loop), 0);
+	assert_int_equal(egr_lhold_open(loop, path, "/nonexistent", 30, &h), 0);
+	u = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+	assert_int_equal(bind(u, (struct sockaddr *)&a, sizeof(a)), 0);
+	port = bound_port(u);
+	a.sin_port = htons(port);
+	t = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	assert_int_equal(bind(t, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(t, 8), 0);
+	assert_int_equal(egr_lhold_put(h, u), 0);
+	assert_int_equal(egr_lhold_put(h, t), 0);
+	egr_lhold_stats(h, &st);
+	assert_int_equal(st.held, 2);
+	/* egressd gone: only the holder has them. */
+	egr_lhold_freeze(h);
+	egr_lhold_free(h);
+	close(u);
+	close(t);
+
+	/* Still bound: a connected sender gets no ECONNREFUSED, its datagram
+	 * queues; a TCP connect completes into the backlog. */
+	cl = socket(AF_INET, SOCK_DGRAM, 0);
+	assert_int_equal(connect(cl, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(send(cl, "while-down", 10, 0), 10);
+	usleep(50 * 1000);
+	assert_int_equal(send(cl, "again", 5, 0), 5);
+	ct = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(connect(ct, (struct sockaddr *)&a, sizeof(a)), 0);
+
+	/* The successor. */
+	assert_int_equal(egr_lhold_open(loop, path, "/nonexistent", 30, &h), 0);
+	egr_lhold_stats(h, &st);
+	assert_int_equal(st.handed_over, 2);
+	assert_int_equal(egr_lhold_claim(h, self_ns.st_dev, self_ns.st_ino, AF_INET, SOCK_DGRAM,
+					 (uint16_t)(port + 1)), -ENOENT);
+	assert_int_equal(egr_lhold_claim(h, self_ns.st_dev, self_ns.st_ino + 1, AF_INET,
+					 SOCK_DGRAM, port), -ENOENT);
+	assert_int_equal(egr_lhold_claim(h, self_ns.st_dev, self_ns.st_ino, AF_INET6, SOCK_DGRAM,
+					 port), -ENOENT);
+	fd = egr_lhold_claim(h, self_ns.st_dev, self_ns.st_ino, AF_INET, SOCK_DGRAM, port);
+	assert_true(fd >= 0);
+	assert_int_equal(recv(fd, buf, sizeof(buf), 0), 10);
+	assert_memory_equal(buf, "while-down", 10);
+	assert_int_equal(recv(fd, buf, sizeof(buf), 0), 5);
+	u = fd;
+	fd = egr_lhold_claim(h, self_ns.st_dev, self_ns.st_ino, AF_INET, SOCK_STREAM, port);
+	assert_true(fd >= 0);
+	t = fd;
+	fd = accept(t, NULL, NULL);
+	assert_true(fd >= 0);
+	close(fd);
+	/* Claimed once only. */
+	assert_int_equal(egr_lhold_claim(h, self_ns.st_dev, self_ns.st_ino, AF_INET, SOCK_DGRAM,
+					 port), -ENOENT);
+	egr_lhold_settle(h);
+	egr_lhold_stats(h, &st);
+	assert_int_equal(st.claimed, 2);
+	assert_int_equal(st.released, 0);
+	assert_int_equal(st.held, 2);
+
+	/* Closed for good: the holder lets go, the port is free again. */
+	egr_lhold_drop(h, u);
+	egr_lhold_drop(h, t);
+	close(u);
+	close(t);
+	egr_lhold_stats(h, &st);
+	assert_int_equal(st.held, 0);
+	egr_lhold_free(h);
+	u = socket(AF_INET, SOCK_DGRAM, 0);
+	assert_int_equal(bind(u, (struct sockaddr *)&a, sizeof(a)), 0);
+	close(u);
+	close(cl);
+	close(ct);
+	egr_loop_free(loop);
+}
+
+/* A successor lets go of what no adoption claims. */
+static void test_unclaimed_released_at_settle(void **state)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct egr_lhold_stats st;
+	struct egr_loop *loop;
+	struct egr_lhold *h;
+	int u;
+
+	assert_int_equal(egr_loop_new(&loop), 0);
+	assert_int_equal(egr_lhold_open(loop, path, "/nonexistent", 30, &h), 0);
+	u = socket(AF_INET, SOCK_DGRAM, 0);
+	assert_int_equal(bind(u, (struct sockaddr *)&a, sizeof(a)), 0);
+	a.sin_port = htons(bound_port(u));
+	assert_int_equal(egr_lhold_put(h, u), 0);
+	egr_lhold_freeze(h);
+	egr_lhold_free(h);
+	close(u);
+	assert_int_equal(egr_lhold_open(loop, path, "/nonexistent", 30, &h), 0);
+	egr_lhold_settle(h);
+	egr_lhold_stats(h, &st);
+	assert_int_equal(st.handed_over, 1);
+	assert_int_equal(st.released, 1);
+	egr_lhold_free(h);
+	/* Released: nobody holds the port any more. */
+	u = socket(AF_INET, SOCK_DGRAM, 0);
+	assert_int_equal(bind(u, (struct sockaddr *)&a, sizeof(a)), 0);
+	close(u);
+	egr_loop_free(loop);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_socket_outlives_its_process_and_is_claimed),
+		cmocka_unit_test(test_unclaimed_released_at_settle),
+	};
+
+	return cmocka_run_group_tests_name("lhold", tests, setup, teardown);
+}

@@ -289,6 +289,9 @@ def listen_squatters_get_nothing_while_egressd_is_down(c):
         ins, dns = ls_ports(c, v)
         specs = ls_specs(ins, dns)
         c.daemon.kill9()
+        # And its listener holder (docs/operations.md "Restarts"), which
+        # would keep the ports taken: the kernel's marks are what is tested.
+        quit_listener_holder(c.sock + ".hold")
         # The neighbour (root in its sandbox, inbound allow): refused, also
         # now that the ports are free. A process outside every sandbox
         # (no hook of ours) takes them: then it must get nothing.
@@ -328,6 +331,9 @@ def listen_taken_ports_reopened_elsewhere_after_restart(c):
         ins, dns = ls_ports(c, v)
         specs = [s for s in ls_specs(ins, dns) if "any" not in s]
         c.daemon.kill9()
+        # And its listener holder (docs/operations.md "Restarts"), which
+        # would keep the ports taken: the kernel's marks are what is tested.
+        quit_listener_holder(c.sock + ".hold")
         # Someone outside every sandbox holds the victim's ports across
         # the restart (and would log what reaches it).
         host = LsSquatter(None, specs, 300)
@@ -387,6 +393,9 @@ def listen_autobound_port_in_netns_gets_nothing(c):
         port = (c.find_sandbox(v.cg).get("dns") or {}).get("port4")
         check(port, "no DNS port listed for the victim")
         c.daemon.kill9()
+        # And its listener holder (docs/operations.md "Restarts"), which
+        # would keep the ports taken: the kernel's marks are what is tested.
+        quit_listener_holder(c.sock + ".hold")
         old_range = ls_sysctl(nspath, "net.ipv4.ip_local_port_range")
         ls_sysctl(nspath, "net.ipv4.ip_local_port_range", "%d %d" % (port, port))
         sq = LsSquatter(n.cg, ["zero|udp|127.0.0.1|0", "tcpauto|tcpauto||0",

@@ -638,6 +638,7 @@ int main(int argc, char **argv)
 	 * are answered; what queues meanwhile waits in the held sockets for
 	 * the next egressd. */
 	egr_lhold_freeze(hold);
+	egr_bpf_listen_freeze(bpf);
 	egr_ctl_free(ctl);
 	ctl = NULL;
 	egr_dnsproxy_drain(dns);
@@ -647,8 +648,10 @@ out_sock:
 	unlink(o.socket);
 out:
 	/* Tearing the proxies down closes their listeners, which the holder
-	 * keeps for the next egressd: nothing is let go from here on. */
+	 * keeps for the next egressd: nothing is let go from here on, and
+	 * the kernel keeps their reservations and marks (kernel/listen.h). */
 	egr_lhold_freeze(hold);
+	egr_bpf_listen_freeze(bpf);
 	/* The proxy, the breaker and the registry's hooks outlive the
 	 * subscribers: nothing is published to them once they go. */
 	dctx.bus = NULL;

@@ -61,6 +61,7 @@ struct egr_bpf {
 	int fd_sock_counts; /* inet sockets each sandbox made (detach's walk) */
 	int fd_listen_ports, fd_listen_sk; /* egressd's own listeners (listen.h) */
 	uint64_t listen_gen; /* this start's claims (listen.c); 0 until the first */
+	bool listen_frozen;  /* exiting: releases are no-ops (egr_bpf_listen_freeze) */
 	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */
 	int migrated_from;   /* ABI version upgraded from at start, 0 = none */
 	struct egr_bpf_knobs knobs; /* what the programs were loaded with */

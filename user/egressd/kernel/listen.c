@@ -91,11 +91,17 @@ int egr_bpf_listen_claim(struct egr_bpf *b, int fd, int kind, uint32_t sandbox_i
 	return 0;
 }
 
+void egr_bpf_listen_freeze(struct egr_bpf *b)
+{
+	if (b)
+		b->listen_frozen = true;
+}
+
 void egr_bpf_listen_release(struct egr_bpf *b, int fd)
 {
 	struct egr_listen_key k;
 
-	if (!b || b->fd_listen_ports < 0 || fd < 0 || listen_key(fd, &k))
+	if (!b || b->listen_frozen || b->fd_listen_ports < 0 || fd < 0 || listen_key(fd, &k))
 		return;
 	bpf_map_delete_elem(b->fd_listen_sk, &fd);
 	if (bpf_map_delete_elem(b->fd_listen_ports, &k) < 0 && errno != ENOENT)

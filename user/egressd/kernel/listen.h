@@ -41,6 +41,10 @@ int egr_bpf_listen_claim(struct egr_bpf *b, int fd, int kind, uint32_t sandbox_i
  * left behind only refuses binds to a port nobody uses, until the sweep of
  * the next start. */
 void egr_bpf_listen_release(struct egr_bpf *b, int fd);
+/* egressd is exiting: from now on release does nothing, so that closing
+ * the proxies keeps every reservation and the marks of the sockets the
+ * listener holder keeps (hold/lhold.h) for the next egressd. */
+void egr_bpf_listen_freeze(struct egr_bpf *b);
 /* Drop every reservation not claimed since this egressd started; *dropped
  * (may be NULL) counts them. 0 or -errno. */
 int egr_bpf_listen_sweep(struct egr_bpf *b, size_t *dropped);

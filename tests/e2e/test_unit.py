@@ -25,8 +25,8 @@ DROPIN_DIR = "/run/systemd/system/egressd.service.d"
 DROPIN = os.path.join(DROPIN_DIR, "50-%s.conf" % RUN_ID)
 CONFIG = "/run/%s.json" % RUN_ID
 SOCK = "/run/egressd/%s.sock" % RUN_ID
-BPFFS = "/sys/fs/bpf/%s" % RUN_ID
-STATE = "/var/lib/egressd/%s" % RUN_ID
+BPFFS = "/sys/fs/bpf/%s-unit" % RUN_ID   # the harness's own egressd has /sys/fs/bpf/RUN_ID
+STATE = "/var/lib/egressd/%s-unit" % RUN_ID
 # The watchdog the test gives the unit (the package's is 30 s): twice that on
 # an emulated guest, where a ping can be late.
 WATCHDOG_S = int(10 * min(TIME_SCALE, 2))

@@ -103,8 +103,10 @@ def unit_started(c):
     if st["ActiveState"] != "active":
         t0 = time.monotonic()
         r = systemctl("start", UNIT, timeout=START_S + 30)
-        check(r.returncode == 0, "systemctl start %s: %s\n%s" %
-              (UNIT, r.stderr.strip(), unit_journal(60)))
+        if r.returncode != 0:
+            journal = unit_journal(60)
+            systemctl("stop", UNIT, timeout=START_S)   # no restart loop behind us
+            raise TestFailure("systemctl start %s: %s\n%s" % (UNIT, r.stderr.strip(), journal))
         log("systemctl start returned after %.1f s" % (time.monotonic() - t0))
         st = unit_show("ActiveState", "MainPID")
     check(st["ActiveState"] == "active" and int(st["MainPID"]) > 0, "unit state: %r" % st)

@@ -25,7 +25,7 @@ import types
 UPG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 UPG_ABI = 2                 # EGR_ABI_VERSION of this tree
 UPG_BUILD_S = 300           # building one earlier commit (cached afterwards)
-UPG_REFUSE_S = 15           # a refusing egressd exits within this
+UPG_REFUSE_S = int(15 * TIME_SCALE)  # a refusing egressd exits within this
 
 
 def upg_list(same_abi):

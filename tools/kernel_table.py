@@ -20,7 +20,7 @@ GROUPS = (("BPF tests", ("bpf:",)),
           ("package", ("package:",)),
           ("unit under systemd", ("test_unit",)),
           ("lsm_cgroup, strict", ("test_lsm_cgroup",)),
-          ("escape guard", ("test_hostile_kernel", "test_redteam2_escape")),
+          ("hostile kernel, escape guard", ("test_hostile_kernel", "test_redteam2_escape")),
           ("adversarial", ("test_adversarial",)),
           ("hostile run, limits", ("test_hostile_run",)),
           ("upgrade", ("test_upgrade",)))
@@ -89,9 +89,11 @@ def text(results):
     else:
         lines.append("No kernel of the last run passed every test of the matrix.")
     failing = [r for r in results if not ok(r)]
+    if failing:
+        lines.append("")
     for r in failing:
         bad = sorted(n for n, v in (r.get("tests") or {}).items() if v != "pass")
-        lines.append("%s: failed %s%s." % (r.get("version"), ", ".join("`%s`" % n for n in bad)
+        lines.append("- %s: failed %s%s." % (r.get("version"), ", ".join("`%s`" % n for n in bad)
                                           or "nothing",
                                           "; " + "; ".join(r.get("errors", []))
                                           if r.get("errors") else ""))

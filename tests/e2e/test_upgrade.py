@@ -224,7 +224,7 @@ print(json.dumps(r), flush=True)
 """
 
 
-def upg_start_loop(c, cg, ok_port, bad_port, udp_port, limit=120):
+def upg_start_loop(c, cg, ok_port, bad_port, udp_port, limit=int(120 * TIME_SCALE)):
     stop = os.path.join(c.work, "upg-loop-stop-%d" % c.cg_seq)
     p = subprocess.Popen([sys.executable, "-c", UPG_LOOP, "127.0.0.1", str(ok_port),
                           str(bad_port), str(udp_port), stop, str(limit)],

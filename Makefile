@@ -5,6 +5,8 @@
 # make test       deps + build + unit, integration, BPF, fuzz smoke and end-to-end
 #                 tests (root; docs/testing.md)
 # make test-bpf   tests/bpf: the BPF decisions run in the kernel (root)
+# make test-kernels  the kernel-dependent tests in QEMU guests of Debian 12's
+#                 6.1 and 6.12 (KERNELS=...), under systemd (root; docs/testing.md)
 # make test-asan  the same tests against an ASan/UBSan build
 # make demo       a sandboxed command with one allowed and one denied connection
 # make bench      benchmarks, written into docs/benchmarks.md (installs tinyproxy, gnuplot)
@@ -91,7 +93,7 @@ endif
 
 .DELETE_ON_ERROR:
 .SECONDARY:
-.PHONY: all deps test test-unit test-integration test-bpf test-e2e test-fuzz test-asan demo bench vmlinux clean fmt upgrade-from image install-oci-hooks
+.PHONY: all deps test test-kernels test-unit test-integration test-bpf test-e2e test-fuzz test-asan demo bench vmlinux clean fmt upgrade-from image install-oci-hooks
 
 MAN_PAGES := $(OUT)/man/egressd.8 $(OUT)/man/egressctl.8
 DOCS      := README.md $(sort $(wildcard docs/*.md))
@@ -297,8 +299,20 @@ test-bpf: $(BPFT_OUT)/test_bpf
 test-fuzz: $(FUZZ_BINS)
 	$(Q)tools/run-fuzz $(OUT) $(FUZZ_BINS)
 
+# The tests that need systemd as PID 1 or lsm programs are left out here
+# (the run lists them); make test-kernels runs them in its guests.
+E2E_WITHOUT ?= systemd,lsm_cgroup
 test-e2e: all $(E2E_BINS) upgrade-from
-	$(Q)python3 tests/e2e/run.py --build $(OUT)
+	$(Q)python3 tests/e2e/run.py --build $(OUT) $(if $(E2E_WITHOUT),--without $(E2E_WITHOUT))
+
+# Root. KERNELS: debian-6.1, debian-6.12, a linux-image .deb or a bzImage
+# path (tools/test-kernels); the guests' results and serial logs go to
+# $(OUT)/kernels/, the table into docs/testing.md and README.md.
+test-kernels:
+	$(Q)tools/install-deps --kernels
+	$(Q)$(MAKE) --no-print-directory all $(BPFT_OUT)/test_bpf $(E2E_BINS) upgrade-from
+	$(Q)$(MAKE) --no-print-directory deb
+	$(Q)tools/test-kernels --build $(OUT)
 
 # The earlier egressd builds the upgrade test replaces (tests/upgrade-from),
 # cached under $(OUT)/upgrade-from/.

@@ -282,8 +282,9 @@ def adv_status_layers(c):
           "oci-seccomp.json: %r" % str(prof)[:300])
 
 
-@test
+@test(needs=("no_lsm_cgroup",))
 def adv_trust_strict_needs_lsm_cgroup(c):
+    # Where lsm programs load, test_lsm_cgroup's strict test runs instead.
     if adv_host_has_lsm_progs() is not False:
         raise TestFailure("cannot tell whether this host loads lsm programs (bpftool)")
     cg = c.mkcgroup("strict")

@@ -172,8 +172,26 @@ def hr_findings(r, what):
     return found
 
 
+def hr_delegate(c, ctrl):
+    """The controller down to the run's cgroups (the cgroup2 root, then the
+    run's own), as an operator delegates it to a runtime: egressctl run
+    enables it only in its --cgroup-parent (issue 29: pure cgroup v2)."""
+    for d in (c.cg_mount, c.cg_root):
+        with open(os.path.join(d, "cgroup.subtree_control")) as f:
+            if ctrl in f.read().split():
+                continue
+        try:
+            with open(os.path.join(d, "cgroup.subtree_control"), "w") as f:
+                f.write("+" + ctrl)
+        except OSError as e:
+            raise TestFailure("enabling %s in %s/cgroup.subtree_control: %s" % (ctrl, d, e))
+
+
 def hr_parent(c):
     """A --cgroup-parent of our own, removed at the end."""
+    for ctrl in ("pids", "memory"):
+        if hr_cgroup2_offers(c, ctrl):
+            hr_delegate(c, ctrl)
     p = c.mkcgroup("runparent")
     CLEANUP.push("run parent", cgroup_remove_tree, p)
     return p

@@ -25,7 +25,7 @@ import types
 UPG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 UPG_ABI = 2                 # EGR_ABI_VERSION of this tree
 UPG_BUILD_S = 300           # building one earlier commit (cached afterwards)
-UPG_REFUSE_S = 15           # a refusing egressd exits within this
+UPG_REFUSE_S = int(15 * TIME_SCALE)  # a refusing egressd exits within this
 
 
 def upg_list(same_abi):
@@ -224,7 +224,7 @@ print(json.dumps(r), flush=True)
 """
 
 
-def upg_start_loop(c, cg, ok_port, bad_port, udp_port, limit=120):
+def upg_start_loop(c, cg, ok_port, bad_port, udp_port, limit=int(120 * TIME_SCALE)):
     stop = os.path.join(c.work, "upg-loop-stop-%d" % c.cg_seq)
     p = subprocess.Popen([sys.executable, "-c", UPG_LOOP, "127.0.0.1", str(ok_port),
                           str(bad_port), str(udp_port), stop, str(limit)],

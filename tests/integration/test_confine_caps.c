@@ -147,12 +147,79 @@ static int need_root(void **state)
 	return 0;
 }
 
+/* egressd under its unit: CapabilityBoundingSet= without CAP_SETPCAP and
+ * NoNewPrivileges=yes (issue 29: the unit failed to start under systemd,
+ * "dropping capabilities: Operation not permitted"). */
+static bool keep_bpf(int cap, void *ctx)
+{
+	return cap == CAP_BPF || cap == CAP_NET_ADMIN;
+}
+
+static void lose_setpcap(void)
+{
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct data[2];
+
+	if (syscall(SYS_capget, &hdr, data))
+		child_fail("capget: %s", strerror(errno));
+	data[0].effective &= ~(1u << CAP_SETPCAP);
+	data[0].permitted &= ~(1u << CAP_SETPCAP);
+	if (syscall(SYS_capset, &hdr, data))
+		child_fail("capset: %s", strerror(errno));
+}
+
+static void child_restrict_without_setpcap_nnp(void)
+{
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct data[2];
+	int err;
+
+	lose_setpcap();
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+		child_fail("PR_SET_NO_NEW_PRIVS: %s", strerror(errno));
+	err = egr_caps_restrict(keep_bpf, NULL, NULL);
+	if (err)
+		child_fail("egr_caps_restrict without CAP_SETPCAP, no_new_privs: %s", strerror(-err));
+	if (syscall(SYS_capget, &hdr, data))
+		child_fail("capget: %s", strerror(errno));
+	if ((data[0].effective | data[0].permitted) & (1u << CAP_NET_RAW))
+		child_fail("CAP_NET_RAW is still effective or permitted");
+	if (!((data[1].permitted) & (1u << (CAP_BPF % 32))))
+		child_fail("CAP_BPF, kept, is gone");
+	expect_socket_eperm(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL), "AF_PACKET after the drop");
+}
+
+static void test_restrict_without_setpcap_nnp(void **state)
+{
+	in_child(child_restrict_without_setpcap_nnp, "restrict without CAP_SETPCAP, nnp");
+}
+
+/* Twin: without no_new_privs an exec could raise a capability from the
+ * bounding set again, so a bounding set that cannot shrink is an error. */
+static void child_restrict_without_setpcap(void)
+{
+	int err;
+
+	lose_setpcap();
+	err = egr_caps_restrict(keep_bpf, NULL, NULL);
+	if (err != -EPERM)
+		child_fail("egr_caps_restrict without CAP_SETPCAP or no_new_privs: %d, want -EPERM",
+			   err);
+}
+
+static void test_restrict_without_setpcap(void **state)
+{
+	in_child(child_restrict_without_setpcap, "restrict without CAP_SETPCAP");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_drop_caps),
 		cmocka_unit_test(test_drop_all_caps),
 		cmocka_unit_test(test_drop_all_caps_user),
+		cmocka_unit_test(test_restrict_without_setpcap_nnp),
+		cmocka_unit_test(test_restrict_without_setpcap),
 	};
 
 	return cmocka_run_group_tests(tests, need_root, NULL);

@@ -284,25 +284,30 @@ int egr_caps_restrict(bool (*keep)(int cap, void *ctx), void *ctx, unsigned int 
 	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
 	struct __user_cap_data_struct data[2];
 
+	bool setpcap;
+
 	if (dropped)
 		*dropped = 0;
 	if (syscall(SYS_capget, &hdr, data) < 0)
 		return -errno;
+	setpcap = data[CAP_SETPCAP / 32].effective & (1u << (CAP_SETPCAP % 32));
 	/* The bounding set first: dropping from it needs CAP_SETPCAP, which
-	 * may itself go with the capset below. Without it (a non-root process
-	 * given ambient capabilities, e.g. a unit's User= with
-	 * AmbientCapabilities=) the bounding set stays: it limits only what an
-	 * execve() could gain, and the sets below are what the process has. */
-	for (int cap = 0; (data[CAP_SETPCAP / 32].effective & (1u << (CAP_SETPCAP % 32))) &&
-			  cap <= CAP_LAST_CAP; cap++) {
-		if (keep(cap, ctx) || prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 0)
+	 * may itself go with the capset below. A capability already out of
+	 * it needs no drop. Without CAP_SETPCAP (a systemd unit's
+	 * CapabilityBoundingSet= without it) the bounding set cannot shrink;
+	 * that is safe only under no_new_privs, where no exec can raise a
+	 * capability back from it (file capabilities and setuid are ignored):
+	 * the capset below then takes the capability away for good. */
+	for (int cap = 0; cap <= CAP_LAST_CAP; cap++) {
+		int in = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+
+		if (keep(cap, ctx) || in == 0 || (in < 0 && errno == EINVAL))
+			continue; /* EINVAL: the running kernel does not know it */
+		if (!setpcap && prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1)
 			continue;
-		/* EINVAL: the running kernel does not know this capability. */
 		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
 			return -errno;
 	}
-	if (syscall(SYS_capget, &hdr, data) < 0)
-		return -errno;
 	for (int cap = 0; cap <= CAP_LAST_CAP; cap++) {
 		uint32_t bit = 1u << (cap % 32);
 

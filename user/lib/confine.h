@@ -82,6 +82,8 @@ int egr_confine_keep_ns_caps(void);
 
 /* Drop every capability keep() refuses from the bounding, effective,
  * permitted and inheritable sets (*dropped: effective ones given up).
+ * Without CAP_SETPCAP the bounding set stays as it is when no_new_privs is
+ * set (systemd's NoNewPrivileges=), -EPERM otherwise.
  * 0 or -errno. egressd uses it for itself (harden.c). */
 int egr_caps_restrict(bool (*keep)(int cap, void *ctx), void *ctx, unsigned int *dropped);
 

@@ -11,18 +11,22 @@ import sys
 import threading
 import time
 
-__all__ = ["SUITE_TIMEOUT_S", "DAEMON_READY_S", "PROBE_TIMEOUT_S", "CTL_TIMEOUT_S", "PID", "RAND",
+__all__ = ["TIME_SCALE", "SUITE_TIMEOUT_S", "DAEMON_READY_S", "PROBE_TIMEOUT_S", "CTL_TIMEOUT_S", "PID", "RAND",
            "RUN_ID", "IF_TAG", "log", "prerequisite_missing", "find_cgroup2", "Cleanup",
            "CLEANUP", "on_signal", "on_alarm", "TestFailure", "check", "wait_until",
            "read_sysctl", "write_sysctl", "set_sysctl_for_run", "run", "must",
            "cgroup_remove_tree", "fd_open_on"]
 
 
+# E2E_TIME_SCALE (default 1) stretches the bounds below and every
+# wait_until for an emulated machine (make test-kernels' TCG guests, where
+# egressd takes a minute to load); it never shortens one.
+TIME_SCALE = max(1.0, float(os.environ.get("E2E_TIME_SCALE", "1") or 1))
 SUITE_TIMEOUT_S = 1500         # hard stop for the whole run (a hung test, not a slow machine)
-DAEMON_READY_S = 30            # egressd must answer `status` within this (loading
-                               # and verifying its programs took 6 s at load 17)
-PROBE_TIMEOUT_S = 10           # one netprobe run (its own calls are bounded by 2 s)
-CTL_TIMEOUT_S = 30             # one egressctl call
+DAEMON_READY_S = int(30 * TIME_SCALE)   # egressd must answer `status` within this (loading
+                                        # and verifying its programs took 6 s at load 17)
+PROBE_TIMEOUT_S = int(10 * TIME_SCALE)  # one netprobe run (its own calls are bounded by 2 s)
+CTL_TIMEOUT_S = int(30 * TIME_SCALE)    # one egressctl call
 
 PID = os.getpid()
 RAND = "%06x" % random.SystemRandom().getrandbits(24)
@@ -114,7 +118,7 @@ def check(cond, msg):
 
 
 def wait_until(pred, timeout, step=0.05):
-    end = time.monotonic() + timeout
+    end = time.monotonic() + timeout * TIME_SCALE
     while True:
         if pred():
             return True

@@ -1,17 +1,40 @@
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-"""The registry of tests: @test appends a test function, in load order."""
+"""The registry of tests: @test appends a test function, in load order.
 
-__all__ = ["TESTS", "test"]
+@test(needs=("systemd",)) says what a test needs of the host beyond what
+every e2e run has (root, cgroup2, bpffs): the runner checks each need
+before the test (harness.needs) and a test whose need is unmet fails under
+CI=true and is reported SKIP otherwise; never run silently on a host that
+cannot run it. `run.py --without NEED` leaves such tests out, and says so
+(make test on a host without systemd as PID 1; make test-kernels runs
+them in its guests)."""
+
+__all__ = ["TESTS", "test", "KNOWN_NEEDS"]
 
 TESTS = []
 _NAMES = set()
 
+# What a test may need (harness/needs.py probes each).
+KNOWN_NEEDS = ("systemd", "lsm_cgroup", "no_lsm_cgroup", "cgroup_pids", "cgroup_memory")
 
-def test(fn):
+
+def _register(fn, needs):
     # -k selects by name and the reports name tests: a name is one test.
     if fn.__name__ in _NAMES:
         raise RuntimeError("two e2e tests are named %s (the second in %s)" %
                            (fn.__name__, fn.__code__.co_filename))
+    for n in needs:
+        if n not in KNOWN_NEEDS:
+            raise RuntimeError("test %s needs %r, which is none of %s" %
+                               (fn.__name__, n, ", ".join(KNOWN_NEEDS)))
     _NAMES.add(fn.__name__)
+    fn.needs = tuple(needs)
     TESTS.append(fn)
     return fn
+
+
+def test(fn=None, *, needs=()):
+    """@test or @test(needs=(...))."""
+    if fn is not None:
+        return _register(fn, ())
+    return lambda f: _register(f, tuple(needs))

@@ -26,7 +26,8 @@ from .core import (CLEANUP, RUN_ID, SUITE_TIMEOUT_S, TestFailure, cgroup_remove_
 from .ctx import Ctx, Daemon, quit_listener_holder
 from .confine import outside_errno
 from .dns import start_dns_upstream
-from .registry import TESTS
+from .registry import KNOWN_NEEDS, TESTS
+from .needs import unmet_need
 
 __all__ = ["CORE_MODULES", "E2E_DIR", "load_tests", "load_areas", "setup", "detach_leftovers",
            "main"]
@@ -133,6 +134,11 @@ def main(description="egressd end-to-end tests", argv=None):
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--build", default="build", help="build directory (default build)")
     ap.add_argument("-k", dest="pattern", help="run only tests whose name contains PATTERN")
+    ap.add_argument("-m", "--module", action="append", default=[], metavar="MODULE",
+                    help="run only the tests of tests/e2e/MODULE.py (repeatable)")
+    ap.add_argument("--without", action="append", default=[], metavar="NEED[,NEED]",
+                    help="leave out the tests that need NEED (%s); the run says how many" %
+                    ", ".join(KNOWN_NEEDS))
     ap.add_argument("-v", "--verbose", action="store_true", help="show every probe")
     ap.add_argument("--suite-timeout", type=int, default=SUITE_TIMEOUT_S, metavar="S",
                     help="hard stop for the whole run in seconds (default %d)" % SUITE_TIMEOUT_S)
@@ -141,12 +147,28 @@ def main(description="egressd end-to-end tests", argv=None):
     args = ap.parse_args(argv)
     core.VERBOSE = args.verbose
 
-    load_tests()
-    tests = [t for t in TESTS if not args.pattern or args.pattern in t.__name__]
+    modules = load_tests()
+    names = {m.__name__ for m in modules}
+    for m in args.module:
+        if m not in names:
+            ap.error("no test module %s (tests/e2e/%s.py)" % (m, m))
+    without = {n for w in args.without for n in w.split(",") if n}
+    for n in without:
+        if n not in KNOWN_NEEDS:
+            ap.error("--without %s: not one of %s" % (n, ", ".join(KNOWN_NEEDS)))
+    tests = [t for t in TESTS if (not args.pattern or args.pattern in t.__name__) and
+             (not args.module or t.__module__ in args.module)]
+    left_out = [t for t in tests if without & set(t.needs)]
+    tests = [t for t in tests if t not in left_out]
     if args.list:
         for t in tests:
             print(t.__name__)
         return 0
+    if left_out:
+        # Never silent: what is left out, and why.
+        print("not selected (--without %s): %d test(s): %s" %
+              (",".join(sorted(without)), len(left_out), " ".join(t.__name__ for t in left_out)),
+              flush=True)
 
     ctx = Ctx(os.path.abspath(args.build))
     if os.geteuid() != 0:
@@ -172,7 +194,7 @@ def main(description="egressd end-to-end tests", argv=None):
     signal.alarm(args.suite_timeout)
 
     print("e2e run %s: %d test(s)" % (RUN_ID, len(tests)), flush=True)
-    passed = failed = 0
+    passed = failed = skipped = 0
     start = time.monotonic()
     try:
         setup(ctx)
@@ -188,6 +210,16 @@ def main(description="egressd end-to-end tests", argv=None):
         if timed_out:
             print("FAIL %s: not run, the suite timed out" % t.__name__, flush=True)
             failed += 1
+            continue
+        unmet = unmet_need(ctx, t)
+        if unmet:
+            if os.environ.get("CI", "").lower() == "true":
+                failed += 1
+                print("FAIL %s: cannot run here: needs %s (CI=true: a test that cannot run "
+                      "fails)" % (t.__name__, unmet), flush=True)
+            else:
+                skipped += 1
+                print("SKIP %s: needs %s" % (t.__name__, unmet), flush=True)
             continue
         mark = ctx.log_size()
         t0 = time.monotonic()
@@ -212,5 +244,6 @@ def main(description="egressd end-to-end tests", argv=None):
     signal.alarm(0)
     log("total %.1fs" % (time.monotonic() - start))
     CLEANUP.run()  # before the summary, so that it is the last line
-    print("%d passed, %d failed" % (passed, failed), flush=True)
+    print("%d passed, %d failed%s" % (passed, failed,
+                                      ", %d skipped" % skipped if skipped else ""), flush=True)
     return 1 if failed else 0

@@ -1,0 +1,66 @@
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+"""What a host offers a test (@test(needs=...), harness/registry.py): each
+probe returns None when the host has it, else why not."""
+
+import os
+import shutil
+
+from .adv import adv_host_has_lsm_progs
+
+__all__ = ["unmet_need"]
+
+_CACHE = {}
+
+
+def _systemd(c):
+    if not os.path.isdir("/run/systemd/system"):
+        return "PID 1 is not systemd (/proc/1/comm: %s)" % _read("/proc/1/comm")
+    if not shutil.which("systemctl"):
+        return "no systemctl"
+    for d in ("/lib/systemd/system", "/usr/local/lib/systemd/system", "/etc/systemd/system"):
+        if os.path.exists(os.path.join(d, "egressd.service")):
+            return None
+    return "egressd.service is not installed (our .deb: make deb; dpkg -i)"
+
+
+def _lsm(c):
+    has = adv_host_has_lsm_progs()
+    if has is None:
+        return "cannot tell whether lsm programs load (bpftool feature probe)"
+    return None if has else "this kernel does not load lsm programs (no BPF trampolines)"
+
+
+def _no_lsm(c):
+    has = adv_host_has_lsm_progs()
+    if has is None:
+        return "cannot tell whether lsm programs load (bpftool feature probe)"
+    return "this kernel loads lsm programs" if has else None
+
+
+def _controller(name):
+    def probe(c):
+        ctrls = _read(os.path.join(c.cg_mount, "cgroup.controllers")).split()
+        return None if name in ctrls else "cgroup2 does not offer the %s controller" % name
+    return probe
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+PROBES = {"systemd": _systemd, "lsm_cgroup": _lsm, "no_lsm_cgroup": _no_lsm,
+          "cgroup_pids": _controller("pids"), "cgroup_memory": _controller("memory")}
+
+
+def unmet_need(c, fn):
+    """None when the host has all fn needs, else "NEED: why"."""
+    for n in getattr(fn, "needs", ()):
+        if n not in _CACHE:
+            _CACHE[n] = PROBES[n](c)
+        if _CACHE[n]:
+            return "%s: %s" % (n, _CACHE[n])
+    return None

@@ -83,6 +83,8 @@ static int setup(void **state)
 	}
 	server_port = ntohs(sa.sin_port);
 	kmaps.fd_inspect_orig = map_fd;
+	/* No listener reservations or marks here (kernel/listen.h). */
+	kmaps.fd_listen_ports = kmaps.fd_listen_sk = -1;
 	cfg.bpf = &kmaps;
 	snprintf(text, sizeof(text),
 		 "{\"tenant\":\"t\",\"network\":{\"default\":\"deny\",\"inspect\":true,"

@@ -21,8 +21,8 @@
  *   listener of this start claimed (ports an earlier egressd held that
  *   this one did not reopen: taken meanwhile, or sandboxes gone).
  *
- * A NULL b (a proxy run without the kernel side: unit tests) makes each a
- * no-op that succeeds.
+ * A NULL b, or one without these two maps (a proxy run without the kernel
+ * side: unit and integration tests), makes each a no-op that succeeds.
  */
 #ifndef EGR_KERNEL_LISTEN_H
 #define EGR_KERNEL_LISTEN_H

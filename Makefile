@@ -280,6 +280,7 @@ deb: all
 # The whole suite, then the unit and end-to-end tests again against an
 # ASan/UBSan build of egressd, egressctl and the tests (issue 5).
 test: deps
+	$(Q)tools/install-deps --deb # the package tests build and lint a .deb
 	$(Q)$(MAKE) --no-print-directory all $(UNIT_BINS) $(INTEG_BINS) $(BPFT_OUT)/test_bpf $(E2E_BINS) $(FUZZ_BINS)
 	$(Q)tools/module-cycles --build $(OUT)
 	$(Q)$(MAKE) --no-print-directory test-unit test-integration test-bpf test-fuzz test-e2e

@@ -137,7 +137,9 @@ def hd_links_dir_and_map_pins_removed(c):
                   "no audit record of the removed map pin")
             c.daemon.kill9()
             c.daemon.start()
-            log_txt = c.log_tail(max_lines=400)
+            # The libbpf debug lines of a start are many (the guard's
+            # root programs too): look at all of this start's lines.
+            log_txt = c.log_tail(max_lines=5000)
             check("maps adopted" in log_txt, "the restarted egressd did not reuse the pinned maps")
             check(c.find_sandbox(sa.cg) and c.find_sandbox(sb.cg),
                   "sandboxes not adopted after the map pin was restored: %r" % c.list_json())

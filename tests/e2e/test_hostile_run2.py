@@ -19,7 +19,7 @@ import threading
 import time
 
 from harness import *  # noqa: F401,F403 (Ctx, Sandbox, check, ...: harness/__init__.py)
-from test_hostile_run import (HR_PY, NOBODY, hr_findings, hr_no_leftovers, hr_parent, hr_root_uid,
+from test_hostile_run import (HR_PY, NOBODY, hr_findings, hr_no_leftovers, hr_parent, hr_is_root_uid,
                               hr_run, run_has_userns, run_range_root)
 
 
@@ -167,7 +167,7 @@ def redteam1_run_root_cannot_write_host_files(c):
           "twin: uid 65534 could write the root-owned files: %r" % f)
     r = hr_run(c, pol, [HR_PY, "-c", RT1_WRITE_ROOT_FILE, path, newfile])
     f = hr_findings(r, "write script as uid 0")
-    check(f.get("uid") == hr_root_uid(c), "not uid %s: %r" % (hr_root_uid(c), f))
+    check(hr_is_root_uid(c, f.get("uid")), "not run's uid 0: %r" % f)
     with open(path) as fp:
         content = fp.read()
     check("sandbox" not in content and not os.path.exists(newfile),
@@ -486,6 +486,9 @@ def hostile_run2_root_is_nobody_to_the_host(c):
     f = hr_findings(r, "identity script under run")
     um = (f.get("uid_map") or "").split()
     base = int(um[1]) if len(um) == 3 else -1
+    if not run_has_userns(c):
+        # No user namespace (a chroot): the host id is the uid itself.
+        base = int((f.get("uid") or "-1:").split(":")[0] or -1)
     if run_has_userns(c):
         check(f.get("uid") == "0:0" and um[0::2] == ["0", "65536"] and run_range_root(base)
               and f.get("gid_map") == f.get("uid_map"),
@@ -528,7 +531,12 @@ def hostile_run2_map_root_to(c):
             os.unlink(made)
         r = hr_run(c, pol, [HR_PY, "-c", RT1_MAP_ROOT, d], opts)
         f = hr_findings(r, "map-root script %r" % opts)
-        if want is None:
+        if want is None and not run_has_userns(c):
+            # No user namespace (a chroot): uid 0 is its range's first id.
+            u = int((f.get("uid") or "-1:").split(":")[0] or -1)
+            check(run_range_root(u), "default: uid 0 not its range's first id: %r" % f)
+            want = (u, u)
+        elif want is None:
             um = (f.get("uid_map") or "").split()
             check(len(um) == 3 and um[0::2] == ["0", "65536"] and run_range_root(int(um[1])),
                   "default: uid 0 not mapped to a range of its own: %r" % f)

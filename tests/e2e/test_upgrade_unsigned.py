@@ -60,6 +60,9 @@ def uu_upgrade_keeps(c, tried_before):
         d.start(c.build)
         d.stop()
         check(os.path.exists(os.path.join(d.state, "state.key")), "this build made no state.key")
+        # Going back to a release before the append-only ledger files takes
+        # `chattr -a` first (docs/audit.md), as an operator's rollback does.
+        run(["chattr", "-R", "-f", "-a", d.state])
     d.start(old)
     cg = upg_cgroup(c, "uu-loop")
     d.attach(cg, c.policy(["127.0.0.1:%d" % ok_srv.port]))

@@ -38,8 +38,9 @@ static const char audit_help[] =
 	"current file also takes its rotated FILE.N.gz files, oldest first; several\n"
 	"FILEs are one chain in the order given. --state (default: audit.state\n"
 	"beside the log, when there is one) also catches a truncated tail; --anchors\n"
-	"(egressd's --audit-anchor file, a syslog file or `journalctl -t egressd -o cat`\n"
-	"output) catches one even when the state was rewritten to match. Prints\n"
+	"(the file egressd's audit-anchor option names, a syslog file or the output\n"
+	"of `journalctl -t egressd -o cat`) catches one even when the state was\n"
+	"rewritten to match. Prints\n"
 	"`file:line: message` for the first bad record and exits 1; a log that\n"
 	"verifies prints its record count and exits 0.\n";
 

@@ -167,6 +167,15 @@ int egr_harden(struct egr_hardening *h, const struct egr_run_as *as)
 	int err;
 
 	memset(h, 0, sizeof(*h));
+	/* no_new_privs first: without CAP_SETPCAP (a unit's bounding set, a
+	 * start as the user with ambient capabilities) the bounding set
+	 * cannot shrink, and egr_caps_restrict() accepts that only when no
+	 * exec can raise a capability again (user/lib/confine.c). */
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		err = -errno;
+		log_error("harden: no_new_privs: %s", strerror(-err));
+		return err;
+	}
 	err = egr_caps_restrict(kept, &k, &h->caps_dropped);
 	if (err) {
 		log_error("harden: dropping capabilities: %s", strerror(-err));

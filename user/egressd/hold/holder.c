@@ -252,12 +252,16 @@ int egr_holder_main(int lfd, unsigned linger_s)
 	uint64_t alone_since = now_ms();
 	unsigned dropped = 0;
 
+	egr_log_init_priority(getenv("EGRESSD_LOG_PRIORITY_PREFIX") != NULL);
+	unsetenv("EGRESSD_LOG_PRIORITY_PREFIX");
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGHUP, SIG_IGN);
 	signal(SIGINT, SIG_IGN);
+	/* no_new_privs first: it lets the capabilities go also without
+	 * CAP_SETPCAP (user/lib/confine.c). */
+	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
 	if (egr_caps_restrict(keep_none, NULL, &dropped) < 0)
 		log_warn("listener holder: dropping capabilities: %m");
-	prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
 	cgroup_of(0, s.cgroup, sizeof(s.cgroup));
 	log_info("listener holder %ld: serving, lingering %u s without egressd", (long)getpid(),
 		 linger_s);

@@ -269,6 +269,11 @@ static int spawn(struct egr_lhold *h)
 		else if (dup2(lfd, 3) < 0)
 			_exit(126);
 		syscall(SYS_close_range, 4U, ~0U, 0U);
+		/* Its log lines as egressd's: journald priorities when egressd
+		 * writes them (JOURNAL_STREAM is inherited, the forced kind is
+		 * said here). */
+		if (egr_log_priority_prefix())
+			setenv("EGRESSD_LOG_PRIORITY_PREFIX", "1", 1);
 		execl(h->exe, "egressd", "--run-listener-holder", "3", linger, (char *)NULL);
 		_exit(127);
 	}

@@ -198,8 +198,14 @@ def ctlpeer_race_moved_update_refused(c):
                 won += 1
                 break
         log("%d of %d tries moved the egressctl out while it ran" % (moved, i + 1))
-        check(won == 0, "a moved egressctl's update applied (try %d)\n%s" %
-              (i + 1, c.log_tail(mark)))
+        if won:
+            # What the kernel said of the moved processes (escape events are
+            # not de-duplicated like the alert), for whoever debugs this.
+            esc = [e for e in obs_events(c, "--sandbox", str(sandbox_id(c, sb)))
+                   if e.get("type") == "escape"]
+            log("escape events of the sandbox: %r" % esc)
+        check(won == 0, "a moved egressctl's update applied (try %d; pid %d)\n%s" %
+              (i + 1, pid, c.log_tail(mark)))
         check(moved > 0, "no try moved the egressctl out: the race was not run")
         sb.denied("tcp", "127.0.0.1", t.port)
 

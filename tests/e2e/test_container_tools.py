@@ -12,12 +12,10 @@
 # redirect to its DNS proxy.
 
 import os
-import socket
-import subprocess
 
 from harness import *  # noqa: F401,F403
 from test_containers import oci_need
-from test_run_tools import (NPM, RtHttp, rt_apt, rt_apt_repo, rt_need, rt_npm,
+from test_run_tools import (NPM, RtHttp, rt_git_daemon, rt_apt, rt_apt_repo, rt_need, rt_npm,
                             rt_npm_packument, rt_npm_registry, rt_pip, rt_pip_index,
                             rt_policy)
 
@@ -99,31 +97,8 @@ def container_tools_pip_download(c):
 @test
 def container_tools_git_clone_and_npm_pack(c):
     need_dnsmasq(c)
-    rt_need("git", NPM)
-    base = os.path.join(c.work, "ct-git")
-    src = os.path.join(base, "src")
-    os.makedirs(src, exist_ok=True)
-    genv = dict(os.environ, GIT_AUTHOR_NAME="e2e", GIT_AUTHOR_EMAIL="e2e@example.org",
-                GIT_COMMITTER_NAME="e2e", GIT_COMMITTER_EMAIL="e2e@example.org")
-    for argv in (["git", "init", "-q", src],
-                 ["git", "-C", src, "commit", "-q", "--allow-empty", "-m", "egressd-ct-commit"],
-                 ["git", "clone", "-q", "--bare", src, os.path.join(base, "repo.git")]):
-        subprocess.run(argv, env=genv, check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-    port = free_tcp_port()
-    d = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", "--base-path=" + base,
-                          "--listen=127.0.0.1", "--port=%d" % port, base],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
-    CLEANUP.push("git daemon", lambda: d.poll() is None and (d.kill(), d.wait(5)))
-
-    def up():
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return True
-        except OSError:
-            return d.poll() is not None
-    check(wait_until(up, 10) and d.poll() is None, "git daemon did not start")
+    rt_need(NPM)
+    port = rt_git_daemon(c, "ct-git", "egressd-ct-commit")
     pol = rt_policy(c, port)
     rc, out = ct_run(c, pol, "git clone -q git://127.0.0.1:%d/repo.git r && git -C r log "
                      "--format=%%s" % port)

@@ -202,19 +202,17 @@ def run_tools_pip_download(c):
 # --- git ----------------------------------------------------------------------------
 
 
-@test
-def run_tools_git_clone(c):
-    """git clone under run from a local `git daemon`. Refused: a repository
-    name the policy does not allow."""
-    need_dnsmasq(c)
+def rt_git_daemon(c, name, subject):
+    """A bare repository with one commit (subject) served by `git daemon`
+    on 127.0.0.1; its port."""
     rt_need("git")
-    base = os.path.join(c.work, "rt-git")
+    base = os.path.join(c.work, name)
     src = os.path.join(base, "src")
     os.makedirs(src, exist_ok=True)
     env = dict(os.environ, GIT_AUTHOR_NAME="e2e", GIT_AUTHOR_EMAIL="e2e@example.org",
                GIT_COMMITTER_NAME="e2e", GIT_COMMITTER_EMAIL="e2e@example.org")
     for argv in (["git", "init", "-q", src], ["git", "-C", src, "commit", "-q", "--allow-empty",
-                                              "-m", "egressd-e2e-commit"],
+                                              "-m", subject],
                  ["git", "clone", "-q", "--bare", src, os.path.join(base, "repo.git")]):
         subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
@@ -232,6 +230,15 @@ def run_tools_git_clone(c):
         except OSError:
             return d.poll() is not None
     check(wait_until(up, 10) and d.poll() is None, "git daemon did not start")
+    return port
+
+
+@test
+def run_tools_git_clone(c):
+    """git clone under run from a local `git daemon`. Refused: a repository
+    name the policy does not allow."""
+    need_dnsmasq(c)
+    port = rt_git_daemon(c, "rt-git", "egressd-e2e-commit")
     pol = rt_policy(c, port)
     rc, out = rt_run(c, pol, "git clone -q git://127.0.0.1:%d/repo.git r && git -C r log "
                      "--format=%%s" % port)

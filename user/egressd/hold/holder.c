@@ -60,30 +60,6 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static int reply(int fd, const char *msg, int pass_fd)
-{
-	struct iovec iov = { .iov_base = (void *)msg, .iov_len = strlen(msg) };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-
-	if (pass_fd >= 0) {
-		struct cmsghdr *c;
-
-		memset(&u, 0, sizeof(u));
-		mh.msg_control = u.buf;
-		mh.msg_controllen = sizeof(u.buf);
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
-	}
-	return sendmsg(fd, &mh, MSG_NOSIGNAL) < 0 ? -errno : 0;
-}
-
 static struct held *find(struct holder *s, const char *key)
 {
 	for (size_t i = 0; i < s->n; i++)
@@ -161,14 +137,14 @@ static int serve(struct holder *s, int fd)
 	} else if (!strcmp(buf, "TAKE") && got < 0) {
 		for (size_t i = 0; i < s->n; i++) {
 			snprintf(out, sizeof(out), "FD %s", s->h[i].key);
-			if (reply(fd, out, s->h[i].fd) < 0)
+			if (egr_hold_send(fd, out, s->h[i].fd) < 0)
 				return -1;
 		}
 		snprintf(out, sizeof(out), "END %zu", s->n);
-		return reply(fd, out, -1);
+		return egr_hold_send(fd, out, -1);
 	} else if (!strcmp(buf, "PING") && got < 0) {
 		snprintf(out, sizeof(out), "OK %ld %zu", (long)getpid(), s->n);
-		return reply(fd, out, -1);
+		return egr_hold_send(fd, out, -1);
 	} else if (!strcmp(buf, "QUIT") && got < 0) {
 		s->quit = true;
 	} else {
@@ -180,7 +156,7 @@ static int serve(struct holder *s, int fd)
 		snprintf(out, sizeof(out), "ERR %d", -err);
 	else
 		snprintf(out, sizeof(out), "OK");
-	return reply(fd, out, -1);
+	return egr_hold_send(fd, out, -1);
 }
 
 /* The "0::" line of /proc/<pid>/cgroup (pid 0: ourselves); "" if none. */

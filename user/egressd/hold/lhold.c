@@ -117,30 +117,6 @@ static void id_key(const struct lh_id *id, char *key, size_t len)
 		 (unsigned long long)id->ino, id->port);
 }
 
-static int send_msg(int conn, const char *msg, int fd)
-{
-	struct iovec iov = { .iov_base = (void *)msg, .iov_len = strlen(msg) };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-
-	if (fd >= 0) {
-		struct cmsghdr *c;
-
-		memset(&u, 0, sizeof(u));
-		mh.msg_control = u.buf;
-		mh.msg_controllen = sizeof(u.buf);
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof(int));
-	}
-	return sendmsg(conn, &mh, MSG_NOSIGNAL) < 0 ? -errno : 0;
-}
-
 /* One message: its text into buf, a descriptor it carried into *fd (-1). */
 static int recv_msg(int conn, char *buf, size_t len, int *fd)
 {
@@ -174,7 +150,7 @@ static int rpc(struct egr_lhold *h, const char *msg, int fd, char *out, size_t o
 
 	if (h->conn < 0)
 		return -ENOTCONN;
-	err = send_msg(h->conn, msg, fd);
+	err = egr_hold_send(h->conn, msg, fd);
 	if (!err)
 		err = recv_msg(h->conn, buf, sizeof(buf), &got);
 	if (err)
@@ -325,7 +301,7 @@ static int take(struct egr_lhold *h)
 	char buf[HOLD_MSG_MAX + 1];
 	int err, fd;
 
-	err = send_msg(h->conn, "TAKE", -1);
+	err = egr_hold_send(h->conn, "TAKE", -1);
 	while (!err) {
 		struct lh_sock *t;
 		struct lh_id id;

@@ -188,7 +188,8 @@ $(OUT)/tests/test_%: tests/unit/test_%.c $(OUT)/libegressd.a $(OUT)/libegr.a $(T
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -Iuser/egressd $< $(OUT)/libegressd.a $(OUT)/libegr.a $(LDFLAGS) $(LIBS) -lcmocka -o $@
 
-$(OUT)/tests/integration/test_%: tests/integration/test_%.c $(OUT)/libegressd.a $(OUT)/libegr.a $(TEST_HDRS)
+$(OUT)/tests/integration/test_%: tests/integration/test_%.c $(OUT)/libegressd.a $(OUT)/libegr.a $(TEST_HDRS) \
+				  $(wildcard tests/integration/*.h)
 	$(call msg,CC,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) -Iuser/egressd $< $(OUT)/libegressd.a $(OUT)/libegr.a $(LDFLAGS) $(LIBS) -lcmocka -o $@

@@ -77,7 +77,9 @@ D_LIB_OBJS:= $(filter-out $(OUT)/user/egressd/main.o,$(D_OBJS))
 CTL_OBJS  := $(CTL_SRCS:%.c=$(OUT)/%.o)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(OUT)/tests/%)
 INTEG_BINS:= $(INTEG_SRCS:tests/integration/%.c=$(OUT)/tests/integration/%)
-E2E_BINS  := $(E2E_SRCS:tests/e2e/%.c=$(OUT)/tests/%)
+# netprobe (tests/e2e/netprobe/) is one program of several modules.
+NETPROBE_SRCS := $(sort $(wildcard tests/e2e/netprobe/*.c))
+E2E_BINS  := $(E2E_SRCS:tests/e2e/%.c=$(OUT)/tests/%) $(OUT)/tests/netprobe
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(OUT)/fuzz/%)
 BENCH_BINS:= $(BENCH_SRCS:tools/bench/%.c=$(OUT)/bench/%)
 
@@ -210,6 +212,11 @@ $(OUT)/tests/%: tests/e2e/%.c $(wildcard include/*.h)
 	$(call msg,CC,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) $< $(LDFLAGS) -o $@
+
+$(OUT)/tests/netprobe: $(NETPROBE_SRCS) tests/e2e/netprobe/netprobe.h
+	$(call msg,CC,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $(NETPROBE_SRCS) $(LDFLAGS) -o $@
 
 $(OUT)/bench/%: tools/bench/%.c $(OUT)/libegr.a
 	$(call msg,CC,$@)

@@ -13,7 +13,7 @@ import time
 
 __all__ = ["TIME_SCALE", "SUITE_TIMEOUT_S", "DAEMON_READY_S", "PROBE_TIMEOUT_S", "CTL_TIMEOUT_S", "PID", "RAND",
            "RUN_ID", "IF_TAG", "log", "prerequisite_missing", "find_cgroup2", "Cleanup",
-           "CLEANUP", "on_signal", "on_alarm", "TestFailure", "check", "wait_until",
+           "CLEANUP", "kill_descendants", "on_signal", "on_alarm", "TestFailure", "check", "wait_until",
            "read_sysctl", "write_sysctl", "set_sysctl_for_run", "run", "must",
            "cgroup_remove_tree", "fd_open_on"]
 
@@ -94,6 +94,41 @@ class Cleanup:
 
 
 CLEANUP = Cleanup()
+
+
+def _children_of():
+    """pid -> [child pids] of every process /proc lists now."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        kids.setdefault(ppid, []).append(int(d))
+    return kids
+
+
+def kill_descendants():
+    """SIGKILL what is still running below this run (a server or tool a
+    test forked without a cleanup of its own), the last cleanup action: only
+    our own descendants, found by their parent chain, never anyone else's."""
+    kids = _children_of()
+    todo, found = list(kids.get(os.getpid(), [])), []
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(kids.get(pid, []))
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if found:
+        print("  cleanup: killed %d leftover process(es) of this run: %s" %
+              (len(found), " ".join(map(str, found))), file=sys.stderr, flush=True)
 
 
 def on_signal(signum, frame):

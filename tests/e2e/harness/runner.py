@@ -22,6 +22,7 @@ import traceback
 
 from . import core
 from .core import (CLEANUP, RUN_ID, SUITE_TIMEOUT_S, TestFailure, cgroup_remove_tree, find_cgroup2,
+                   kill_descendants,
                    log, on_alarm, on_signal, prerequisite_missing, read_sysctl, set_sysctl_for_run)
 from .ctx import Ctx, Daemon, quit_listener_holder
 from .confine import outside_errno
@@ -183,6 +184,7 @@ def main(description="egressd end-to-end tests", argv=None):
     if not shutil.which("ip"):
         prerequisite_missing("the `ip` command (iproute2) is missing")
 
+    CLEANUP.push("leftover processes", kill_descendants)  # pushed first: runs last
     atexit.register(CLEANUP.run)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

@@ -82,6 +82,8 @@ NETPROBE_SRCS := $(sort $(wildcard tests/e2e/netprobe/*.c))
 E2E_BINS  := $(E2E_SRCS:tests/e2e/%.c=$(OUT)/tests/%) $(OUT)/tests/netprobe
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(OUT)/fuzz/%)
 BENCH_BINS:= $(BENCH_SRCS:tools/bench/%.c=$(OUT)/bench/%)
+# Empty programs at egressd's hooks: the connect benchmark's floor (tools/bench_floor.py).
+BENCH_BPF := $(OUT)/bench/floor.bpf.o
 
 BPF_HDRS  := $(wildcard include/*.h) $(wildcard bpf/*.h bpf/lib/*.h)
 
@@ -218,6 +220,12 @@ $(OUT)/tests/netprobe: $(NETPROBE_SRCS) tests/e2e/netprobe/netprobe.h
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) $(NETPROBE_SRCS) $(LDFLAGS) -o $@
 
+$(OUT)/bench/floor.bpf.o: tools/bench/floor/empty.bpf.c vmlinux/vmlinux.h
+	$(call msg,BPF,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CLANG) $(BPF_CFLAGS) -c $< -o $@.tmp
+	$(Q)$(BPFTOOL) gen object $@ $@.tmp && rm -f $@.tmp
+
 $(OUT)/bench/%: tools/bench/%.c $(OUT)/libegr.a
 	$(call msg,CC,$@)
 	@mkdir -p $(@D)
@@ -338,7 +346,7 @@ demo: deps
 
 bench:
 	$(Q)tools/install-deps --bench
-	$(Q)$(MAKE) --no-print-directory all $(E2E_BINS) $(BENCH_BINS)
+	$(Q)$(MAKE) --no-print-directory all $(E2E_BINS) $(BENCH_BINS) $(BENCH_BPF)
 	$(Q)python3 tools/bench.py --build $(OUT)
 
 # The image. IMAGE_BUILD_ARGS takes e.g. --build-arg BASE=... --build-arg

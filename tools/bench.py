@@ -13,6 +13,10 @@
    timed end to end on the control socket (this script speaks the JSON
    protocol itself: spawning egressctl would dominate), p50/p99; plus the
    one-shot attach of a 1M-entry policy and egressd's RSS after it.
+3. The floor (tools/bench_floor.py, unless --no-floor): the same loop in a
+   cgroup whose hooks run empty programs, in the same rounds, so that what
+   egressd adds over the bare cost of that many program runs is one
+   subtraction within one run.
 
 Needs root. Everything it creates (egressd, cgroups, bpffs dir, state dir,
 the sysctl) is undone on exit, also on failure or Ctrl-C. Every loop and
@@ -33,6 +37,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_common as common  # noqa: E402  (egressd, dnsmasq, cgroups: the e2e harness)
+import bench_floor  # noqa: E402  (empty programs at the same hooks: the floor)
 
 PID = os.getpid()
 TAG = f"egressd-bench-{PID}"
@@ -43,6 +48,7 @@ TARGET_ADDR = "127.0.0.1"
 GOAL_RATIO = 0.95          # of the no-sandbox connect rate, at 100k entries
 GOAL_NS_PER_RUN = 500.0    # egr_connect4 ns per run, at 100k entries
 GOAL_ATTACH_P99_MS = 2.0   # 50-entry policy
+FLOOR_LABEL = "empty programs (floor)"
 
 
 def log(msg):
@@ -203,6 +209,7 @@ class Bench:
         self.stats_prev = None     # sysctl value to restore
         self.notes = []
         self.detach_big = {}
+        self.floor = None
 
     # -- lifecycle
 
@@ -317,6 +324,8 @@ class Bench:
                 log(f"cleanup: restore {STATS_SYSCTL}: {e}")
         if self.daemon_log:
             self.daemon_log.close()
+        if self.floor and not self.floor.cleanup():
+            log(f"cleanup: could not remove {self.floor.pin_dir}")
 
     # -- measurements
 
@@ -421,6 +430,18 @@ class Bench:
         # The programs measured: the sandboxes share them, so per-run deltas
         # come from whichever sandbox is running at the time.
         progs = dict(prepared[0][4])  # every program of the sandbox
+        # The loop runs every case; the floor (empty programs) is not one of
+        # egressd's sandboxes (no attach or detach figures).
+        looped = list(prepared)
+        if not a.no_floor:
+            self.floor = bench_floor.Floor(os.path.join(self.build, "bench", "floor.bpf.o"),
+                                           f"{self.bpffs_dir}-floor")
+            fcg = self.new_cgroup("floor")
+            fids = self.floor.attach(fcg, progs)
+            if self.floor.skipped:
+                self.notes.append("the floor has no empty program at the hooks of "
+                                  f"{', '.join(self.floor.skipped)}")
+            looped.append((FLOOR_LABEL, 0, 0, fcg, fids))
 
         log(f"attach latency under load: {a.attach_cycles} cycles with "
             f"{sum(c[1] for c in prepared)} rules loaded")
@@ -434,8 +455,8 @@ class Bench:
         # neighbours) that cancels drift in the machine's speed.
         base_rates, base_stray = [], 0
         res = {c[0]: {"rates": [], "paired": [], "ns": 0, "cnt": 0, "sc_ns": 0, "sc_cnt": 0,
-                      "prog": {}} for c in prepared}
-        total = a.rounds * (2 * len(prepared) + 1)
+                      "prog": {}} for c in looped}
+        total = a.rounds * (2 * len(looped) + 1)
         k = 0
 
         def baseline():
@@ -449,9 +470,9 @@ class Bench:
 
         for r in range(a.rounds):
             prev = baseline()
-            for label, n, net, cg, ids in prepared:
+            for label, n, net, cg, ids in looped:
                 k += 1
-                rate, delta = self.run_loop(cg, progs)
+                rate, delta = self.run_loop(cg, ids)
                 d = res[label]
                 d["rates"].append(rate)
                 d["ns"] += delta["egr_connect4"][0]
@@ -482,7 +503,7 @@ class Bench:
         for label, n, net, cg, ids in prepared:
             self.detach_big[label] = self.detach(cg)
 
-        return self.report(st, base_rates, prepared, res, big, rss_start, rss_loaded,
+        return self.report(st, base_rates, looped, res, big, rss_start, rss_loaded,
                            (att_idle, det_idle), (att_load, det_load))
 
     # -- report
@@ -522,6 +543,20 @@ class Bench:
             cells.append(f"**{t:,.0f} ns**{ok}" if t is not None else "—")
         w("| **all programs, ns per connect/close** | " + " | ".join(cells) + " |")
         w("")
+        floor = total.get(FLOOR_LABEL)
+        if floor:
+            fd = res[FLOOR_LABEL]
+            fpaired = statistics.median(fd["paired"]) if fd["paired"] else float("nan")
+            for c in prepared:
+                t = total.get(c[0])
+                if c[0] == FLOOR_LABEL or t is None:
+                    continue
+                paired = statistics.median(res[c[0]]["paired"])
+                w(f"{c[0]}: {t:,.0f} ns per connect/close, of which {floor:,.0f} ns the same "
+                  f"hooks cost with empty programs ({t - floor:,.0f} ns egressd's own work, "
+                  f"{t / floor:.2f}x the floor); connect rate {paired:.3f} of no sandbox, "
+                  f"the floor's {fpaired:.3f} ({paired / fpaired:.3f} of the floor's).")
+            w("")
 
     def report(self, st, base_rates, prepared, res, big, rss_start, rss_loaded, idle, load):
         a = self.args
@@ -554,7 +589,8 @@ class Bench:
                     met = "**no** (ns/run)"
             else:
                 goal, met = "—", "—"
-            w(f"| {label} entries | {med:,.0f} | {ratio:.3f} | {paired:.3f} | {ns:.0f} | {sc:.0f} "
+            name = label if label == FLOOR_LABEL else f"{label} entries"
+            w(f"| {name} | {med:,.0f} | {ratio:.3f} | {paired:.3f} | {ns:.0f} | {sc:.0f} "
               f"| {goal} | {met} |")
         w("")
         w(f"No-sandbox runs: median {base_med:,.0f}, min {min(base_rates):,.0f}, "
@@ -702,6 +738,9 @@ def main():
                     help="skip the start/scale/events benchmark (tools/bench_scale.py)")
     ap.add_argument("--no-docs", action="store_true",
                     help="write results only to build/, not into docs/benchmarks.md")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="skip the floor: the same loop with empty programs at the same hooks "
+                         "(tools/bench_floor.py)")
     ap.add_argument("--no-inspect", action="store_true",
                     help="skip the inspecting-proxy benchmark (tools/bench_inspect.py), which "
                          "otherwise runs last with its defaults")

@@ -48,7 +48,11 @@ TARGET_ADDR = "127.0.0.1"
 GOAL_RATIO = 0.95          # of the no-sandbox connect rate, at 100k entries
 GOAL_NS_PER_RUN = 500.0    # egr_connect4 ns per run, at 100k entries
 GOAL_ATTACH_P99_MS = 2.0   # 50-entry policy
-FLOOR_LABEL = "empty programs (floor)"
+# The floor's variants (tools/bench/floor/empty.bpf.c): object -> row label.
+FLOOR_LABELS = {"floor": "empty programs (floor)",
+                "floor-skcreate": "floor, skb programs creating socket storage",
+                "floor-sklookup": "floor, skb programs looking up socket storage"}
+FLOOR_LABEL = FLOOR_LABELS["floor"]
 
 
 def log(msg):
@@ -209,7 +213,7 @@ class Bench:
         self.stats_prev = None     # sysctl value to restore
         self.notes = []
         self.detach_big = {}
-        self.floor = None
+        self.floors = []
 
     # -- lifecycle
 
@@ -324,8 +328,9 @@ class Bench:
                 log(f"cleanup: restore {STATS_SYSCTL}: {e}")
         if self.daemon_log:
             self.daemon_log.close()
-        if self.floor and not self.floor.cleanup():
-            log(f"cleanup: could not remove {self.floor.pin_dir}")
+        for fl in self.floors:
+            if not fl.cleanup():
+                log(f"cleanup: could not remove {fl.pin_dir}")
 
     # -- measurements
 
@@ -433,15 +438,16 @@ class Bench:
         # The loop runs every case; the floor (empty programs) is not one of
         # egressd's sandboxes (no attach or detach figures).
         looped = list(prepared)
-        if not a.no_floor:
-            self.floor = bench_floor.Floor(os.path.join(self.build, "bench", "floor.bpf.o"),
-                                           f"{self.bpffs_dir}-floor")
-            fcg = self.new_cgroup("floor")
-            fids = self.floor.attach(fcg, progs)
-            if self.floor.skipped:
-                self.notes.append("the floor has no empty program at the hooks of "
-                                  f"{', '.join(self.floor.skipped)}")
-            looped.append((FLOOR_LABEL, 0, 0, fcg, fids))
+        if not a.no_floor and a.floor_objects:
+            for obj in a.floor_objects:
+                fl = bench_floor.Floor(os.path.join(self.build, "bench", f"{obj}.bpf.o"),
+                                       f"{self.bpffs_dir}-{obj}")
+                self.floors.append(fl)
+                fids = fl.attach(self.new_cgroup(obj), progs)
+                if fl.skipped:
+                    self.notes.append(f"{obj} has no program at the hooks of "
+                                      f"{', '.join(fl.skipped)}")
+                looped.append((FLOOR_LABELS[obj], 0, 0, self.cgroups[-1], fids))
 
         log(f"attach latency under load: {a.attach_cycles} cycles with "
             f"{sum(c[1] for c in prepared)} rules loaded")
@@ -549,13 +555,20 @@ class Bench:
             fpaired = statistics.median(fd["paired"]) if fd["paired"] else float("nan")
             for c in prepared:
                 t = total.get(c[0])
-                if c[0] == FLOOR_LABEL or t is None:
+                if c[0] in FLOOR_LABELS.values() or t is None:
                     continue
                 paired = statistics.median(res[c[0]]["paired"])
                 w(f"{c[0]}: {t:,.0f} ns per connect/close, of which {floor:,.0f} ns the same "
                   f"hooks cost with empty programs ({t - floor:,.0f} ns egressd's own work, "
                   f"{t / floor:.2f}x the floor); connect rate {paired:.3f} of no sandbox, "
                   f"the floor's {fpaired:.3f} ({paired / fpaired:.3f} of the floor's).")
+            for label in FLOOR_LABELS.values():
+                t = total.get(label)
+                if label == FLOOR_LABEL or t is None:
+                    continue
+                w(f"{label}: {t:,.0f} ns per connect/close, {t - floor:,.0f} ns over the "
+                  f"floor; connect rate {statistics.median(res[label]['paired']):.3f} of no "
+                  f"sandbox.")
             w("")
 
     def report(self, st, base_rates, prepared, res, big, rss_start, rss_loaded, idle, load):
@@ -589,7 +602,7 @@ class Bench:
                     met = "**no** (ns/run)"
             else:
                 goal, met = "—", "—"
-            name = label if label == FLOOR_LABEL else f"{label} entries"
+            name = label if label in FLOOR_LABELS.values() else f"{label} entries"
             w(f"| {name} | {med:,.0f} | {ratio:.3f} | {paired:.3f} | {ns:.0f} | {sc:.0f} "
               f"| {goal} | {met} |")
         w("")
@@ -741,6 +754,11 @@ def main():
     ap.add_argument("--no-floor", action="store_true",
                     help="skip the floor: the same loop with empty programs at the same hooks "
                          "(tools/bench_floor.py)")
+    ap.add_argument("--floor-objects", default="floor", metavar="LIST",
+                    help="the floors measured in the same rounds: 'floor' (empty programs, "
+                         "the default) first, then any of 'floor-skcreate', 'floor-sklookup' "
+                         "(skb programs adding to socket storage they create on a socket's "
+                         "first packet, or only look up: tools/bench/floor/empty.bpf.c)")
     ap.add_argument("--no-inspect", action="store_true",
                     help="skip the inspecting-proxy benchmark (tools/bench_inspect.py), which "
                          "otherwise runs last with its defaults")
@@ -752,6 +770,10 @@ def main():
         print("bench: needs root (BPF programs, cgroups, bpffs, sysctl)", file=sys.stderr)
         return 1
 
+    args.floor_objects = [o for o in args.floor_objects.split(",") if o]
+    if any(o not in FLOOR_LABELS for o in args.floor_objects) or \
+            (args.floor_objects and args.floor_objects[0] != "floor"):
+        ap.error(f"--floor-objects: a list of {', '.join(FLOOR_LABELS)}, the first 'floor'")
     rc = common.run_bench(lambda: Bench(args), log)
     if rc == 130:
         return rc

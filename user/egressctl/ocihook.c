@@ -28,19 +28,15 @@
 
 #include "cgroup.h"
 #include "ctl.h"
+#include "ocihook.h"
+#include "ocimeta.h"
 
-#define OCI_POLICY_ANNOTATION "io.egressd.policy"
+#define OCI_POLICY_ANNOTATION EGR_ANN_POLICY
 #define OCI_STATE_MAX (1u << 20) /* a state document is a few hundred bytes */
 #define OCI_POLICY_DIR_DEFAULT "/etc/egressd/policies"
 
 #define OCI_WAIT_DEFAULT_S 10
 #define OCI_WAIT_MAX_S 600
-
-struct hook_opts {
-	const char *policy_dir;   /* the annotation may name only files in it */
-	bool require_annotation;  /* createRuntime refuses unannotated containers */
-	unsigned wait_s;          /* createRuntime waits this long for egressd */
-};
 
 static const char ocihook_help[] =
 	"Usage: egressctl oci-hook [--policy-dir DIR] [--require-annotation] [--wait SEC] "
@@ -60,10 +56,7 @@ static const char ocihook_help[] =
 	"and then fails, closed.\n";
 
 /* The hook's messages name the stage and the container. */
-static void hook_err(const char *stage, const char *id, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void hook_err(const char *stage, const char *id, const char *fmt, ...)
+void oci_hook_err(const char *stage, const char *id, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -240,7 +233,7 @@ static int bundle_cgroup(const char *bundle, char *buf, size_t len, char *why, s
  * init process's own cgroup when pid is alive (createRuntime), else the
  * bundle's cgroupsPath (poststop: the process is gone).
  */
-static int container_cgroup(long pid, const char *bundle, char *out, size_t len, char *why,
+int oci_container_cgroup(long pid, const char *bundle, char *out, size_t len, char *why,
 			    size_t whylen)
 {
 	char mnt[PATH_MAX], rel[PATH_MAX];
@@ -277,7 +270,7 @@ static int container_cgroup(long pid, const char *bundle, char *out, size_t len,
  * /proc/PID/ns/net, and that path would name another process after a pid
  * reuse anyway.
  */
-static int container_netns(long pid, const char *bundle, char *buf, size_t len)
+int oci_container_netns(long pid, const char *bundle, char *buf, size_t len)
 {
 	char path[PATH_MAX];
 	struct stat ours, theirs;
@@ -350,7 +343,7 @@ static int open_policy_in_dir(const char *dir, const char *path, const char **ru
 	return fd;
 }
 
-static uint64_t mono_ms(void)
+uint64_t oci_mono_ms(void)
 {
 	struct timespec ts;
 
@@ -365,7 +358,7 @@ static uint64_t mono_ms(void)
  * (monotonic ms), polling every 50 ms. 0, or the last -errno: a
  * permission error at once, it will not change.
  */
-static int wait_for_egressd(const struct ctl *c, uint64_t deadline)
+int oci_wait_for_egressd(const struct ctl *c, uint64_t deadline)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int err;
@@ -382,46 +375,93 @@ static int wait_for_egressd(const struct ctl *c, uint64_t deadline)
 		close(fd);
 		if (!err || (err != -ENOENT && err != -ECONNREFUSED && err != -EAGAIN))
 			return err;
-		if (mono_ms() >= deadline)
+		if (oci_mono_ms() >= deadline)
 			return err;
 		usleep(50 * 1000);
 	}
 }
 
-static int hook_attach(struct ctl *c, const struct hook_opts *o, const char *id, long pid,
-		       const char *bundle, const char *policy_path)
+/*
+ * The container's identity in the policy it is attached with: "container"
+ * (its id and what the runtime recorded) and execution_id, the annotation
+ * io.egressd.execution-id or else the container id, so that audit records
+ * and `suggest --execution-id` tell containers of one policy apart
+ * (docs/containers.md "Identity"). 0 or -ENOMEM.
+ */
+static int set_identity(json_t *policy, const char *id, const struct egr_oci_meta *m,
+			const char *policy_name)
 {
-	char cg[PATH_MAX], ns[PATH_MAX], why[PATH_MAX + 128] = "", fdpath[64], code[32];
+	json_t *ctr = egr_container_json(id, m, policy_name);
+
+	if (!ctr || json_object_set_new(policy, "container", ctr) ||
+	    json_object_set_new(policy, "execution_id", json_string(m->execution_id ?: id)))
+		return -ENOMEM;
+	return 0;
+}
+
+int oci_send_attach(struct ctl *c, const struct hook_opts *o, const char *id, json_t *req,
+		    uint64_t deadline, json_t **resp)
+{
+	char code[32];
+	int rc, err;
+
+	(void)o;
+	/* egressd restarting: wait for it, bounded. A missing socket said in
+	 * our own words first: Podman cuts a hook's stderr after a "No such
+	 * file or directory". */
+	err = oci_wait_for_egressd(c, deadline);
+	if (err) {
+		oci_hook_err("createRuntime", id, "egressd is not reachable at %s (%s%s); not "
+			 "starting it unconfined", c->socket, strerror(-err),
+			 o->wait_s ? ", waited --wait seconds" : "");
+		json_decref(req);
+		return CTL_EXIT_UNREACHABLE;
+	}
+	/* egressd gone between the wait and the request (no answer, no
+	 * code): the attach is idempotent, ask again while the wait lasts. */
+	for (;;) {
+		code[0] = '\0';
+		rc = ctl_request(c, req, resp, code, sizeof(code));
+		if (rc == CTL_EXIT_OK || code[0] || oci_mono_ms() >= deadline ||
+		    oci_wait_for_egressd(c, deadline))
+			break;
+	}
+	json_decref(req);
+	return rc;
+}
+
+static int hook_attach(struct ctl *c, const struct hook_opts *o, const char *id, long pid,
+		       const char *bundle, const struct egr_oci_meta *m)
+{
+	char cg[PATH_MAX], ns[PATH_MAX], why[PATH_MAX + 128] = "", fdpath[64];
+	const char *policy_path = m->policy;
 	json_t *policy = NULL, *req, *resp;
 	const char *rule = "";
 	uint64_t deadline;
 	int rc, fd, err;
 
 	if (policy_path[0] != '/') {
-		hook_err("createRuntime", id, "annotation " OCI_POLICY_ANNOTATION
+		oci_hook_err("createRuntime", id, "annotation " OCI_POLICY_ANNOTATION
 			 " is not an absolute host path; not starting it");
 		return CTL_EXIT_USAGE;
 	}
 	fd = open_policy_in_dir(o->policy_dir, policy_path, &rule);
 	if (fd < 0) {
 		/* The path is the annotation's own text: saying it back leaks nothing. */
-		hook_err("createRuntime", id, "policy %s (annotation " OCI_POLICY_ANNOTATION
+		oci_hook_err("createRuntime", id, "policy %s (annotation " OCI_POLICY_ANNOTATION
 			 ") refused: %s (policy directory %s); not starting it", policy_path, rule,
 			 o->policy_dir);
 		return CTL_EXIT_USAGE;
 	}
-	if (container_cgroup(pid, bundle, cg, sizeof(cg), why, sizeof(why))) {
-		hook_err("createRuntime", id, "cannot find its cgroup: %s", why);
+	if (oci_container_cgroup(pid, bundle, cg, sizeof(cg), why, sizeof(why))) {
+		oci_hook_err("createRuntime", id, "cannot find its cgroup: %s", why);
 		close(fd);
 		return CTL_EXIT_ERROR;
 	}
-	/* egressd restarting: wait for it, bounded. A missing socket said in
-	 * our own words first: Podman cuts a hook's stderr after a "No such
-	 * file or directory". */
-	deadline = mono_ms() + (uint64_t)o->wait_s * 1000;
-	err = wait_for_egressd(c, deadline);
+	deadline = oci_mono_ms() + (uint64_t)o->wait_s * 1000;
+	err = oci_wait_for_egressd(c, deadline);
 	if (err) {
-		hook_err("createRuntime", id, "egressd is not reachable at %s (%s%s); not "
+		oci_hook_err("createRuntime", id, "egressd is not reachable at %s (%s%s); not "
 			 "starting it unconfined", c->socket, strerror(-err),
 			 o->wait_s ? ", waited --wait seconds" : "");
 		close(fd);
@@ -433,15 +473,20 @@ static int hook_attach(struct ctl *c, const struct hook_opts *o, const char *id,
 	rc = ctl_policy_load(fdpath, &policy);
 	close(fd);
 	if (rc) {
-		hook_err("createRuntime", id, "policy %s (annotation " OCI_POLICY_ANNOTATION
+		oci_hook_err("createRuntime", id, "policy %s (annotation " OCI_POLICY_ANNOTATION
 			 ") is not usable; not starting it", policy_path);
 		return rc;
 	}
-	if (container_netns(pid, bundle, ns, sizeof(ns))) {
-		hook_err("createRuntime", id, "it has a network namespace of its own that the "
+	if (oci_container_netns(pid, bundle, ns, sizeof(ns))) {
+		oci_hook_err("createRuntime", id, "it has a network namespace of its own that the "
 			 "bundle's linux.namespaces names no path for; egressd cannot open its DNS "
 			 "listeners there; not starting it");
 		json_decref(policy);
+		return CTL_EXIT_ERROR;
+	}
+	if (set_identity(policy, id, m, NULL)) {
+		json_decref(policy);
+		oci_hook_err("createRuntime", id, "out of memory");
 		return CTL_EXIT_ERROR;
 	}
 	req = json_pack("{s:s, s:s, s:o}", "op", egr_op_desc(EGR_OP_ATTACH)->name, "cgroup", cg,
@@ -451,21 +496,12 @@ static int hook_attach(struct ctl *c, const struct hook_opts *o, const char *id,
 		req = NULL;
 	}
 	if (!req) {
-		hook_err("createRuntime", id, "out of memory");
+		oci_hook_err("createRuntime", id, "out of memory");
 		return CTL_EXIT_ERROR;
 	}
-	/* egressd gone between the wait and the request (no answer, no
-	 * code): the attach is idempotent, ask again while the wait lasts. */
-	for (;;) {
-		code[0] = '\0';
-		rc = ctl_request(c, req, &resp, code, sizeof(code));
-		if (rc == CTL_EXIT_OK || code[0] || mono_ms() >= deadline ||
-		    wait_for_egressd(c, deadline))
-			break;
-	}
-	json_decref(req);
+	rc = oci_send_attach(c, o, id, req, deadline, &resp);
 	if (rc) {
-		hook_err("createRuntime", id, "egressd did not confine %s (see above); not "
+		oci_hook_err("createRuntime", id, "egressd did not confine %s (see above); not "
 			 "starting it", cg);
 		return rc;
 	}
@@ -479,14 +515,14 @@ static int hook_detach(struct ctl *c, const char *id, long pid, const char *bund
 	json_t *req, *resp;
 	int rc;
 
-	if (container_cgroup(pid, bundle, cg, sizeof(cg), why, sizeof(why))) {
-		hook_err("poststop", id, "cannot find its cgroup: %s", why);
+	if (oci_container_cgroup(pid, bundle, cg, sizeof(cg), why, sizeof(why))) {
+		oci_hook_err("poststop", id, "cannot find its cgroup: %s", why);
 		return CTL_EXIT_ERROR;
 	}
 	req = json_pack("{s:s, s:s, s:s}", "op", egr_op_desc(EGR_OP_DETACH)->name, "cgroup", cg,
 			"status", "container stopped");
 	if (!req) {
-		hook_err("poststop", id, "out of memory");
+		oci_hook_err("poststop", id, "out of memory");
 		return CTL_EXIT_ERROR;
 	}
 	c->quiet = true; /* not_found is fine: said below */
@@ -499,10 +535,21 @@ static int hook_detach(struct ctl *c, const char *id, long pid, const char *bund
 	/* Already gone (detached by hand, or egressd saw the cgroup go). */
 	if (egr_err_parse(code) == EGR_ERR_NOT_FOUND)
 		return CTL_EXIT_OK;
-	hook_err("poststop", id, "detach of %s failed (%s; exit %d)", cg,
+	oci_hook_err("poststop", id, "detach of %s failed (%s; exit %d)", cg,
 		 code[0] ? code : rc == CTL_EXIT_UNREACHABLE ? "egressd not reachable" : "error",
 		 rc);
 	return rc;
+}
+
+/* BUNDLE/config.json, or NULL. */
+static json_t *bundle_config(const char *bundle)
+{
+	char path[PATH_MAX];
+
+	if (!bundle || bundle[0] != '/' ||
+	    snprintf(path, sizeof(path), "%s/config.json", bundle) >= (int)sizeof(path))
+		return NULL;
+	return json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
 }
 
 static int parse_wait(const char *s, unsigned *out)
@@ -521,8 +568,10 @@ static int parse_wait(const char *s, unsigned *out)
 int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv)
 {
 	char why[256] = "";
-	const char *stage, *id, *bundle, *policy;
-	json_t *state = NULL, *ann;
+	const char *stage, *id, *bundle, *rule = "";
+	json_t *state = NULL, *ann, *cfg = NULL;
+	struct egr_oci_meta m;
+	bool createrun;
 	struct hook_opts o = { .policy_dir = OCI_POLICY_DIR_DEFAULT, .wait_s = OCI_WAIT_DEFAULT_S };
 	json_int_t pid;
 	int rc, i;
@@ -552,7 +601,7 @@ int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv)
 	stage = argv[i];
 	rc = read_state(&state, why, sizeof(why));
 	if (rc) {
-		hook_err(stage, NULL, "%s", rc == -ENOMEM ? "out of memory" : why);
+		oci_hook_err(stage, NULL, "%s", rc == -ENOMEM ? "out of memory" : why);
 		return CTL_EXIT_USAGE;
 	}
 	id = json_string_value(json_object_get(state, "id"));
@@ -560,45 +609,65 @@ int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv)
 	pid = json_integer_value(json_object_get(state, "pid"));
 	ann = json_object_get(state, "annotations");
 	if (ann && !json_is_object(ann)) {
-		hook_err(stage, id, "state: annotations is not an object");
+		oci_hook_err(stage, id, "state: annotations is not an object");
 		rc = CTL_EXIT_USAGE;
 		goto out;
 	}
-	if (!json_object_get(ann, OCI_POLICY_ANNOTATION)) {
-		if (o.require_annotation && strcmp(stage, "createRuntime") == 0) {
+	/* What the runtime wrote into the bundle is the record; the state's
+	 * copy (runc's is the same map) only when there is no config.json. */
+	cfg = bundle_config(bundle);
+	if (json_is_object(json_object_get(cfg, "annotations")))
+		ann = json_object_get(cfg, "annotations");
+	if (egr_oci_meta_parse(ann, &m, &rule)) {
+		oci_hook_err(stage, id, "annotations refused: %s; not starting it", rule);
+		rc = CTL_EXIT_USAGE;
+		goto out;
+	}
+	if ((m.namespace || m.policy) && (!id || !id[0])) {
+		oci_hook_err(stage, id, "state: no container id");
+		rc = CTL_EXIT_USAGE;
+		goto out;
+	}
+	if ((m.namespace || m.policy) && (pid < 0 || pid > INT_MAX)) {
+		oci_hook_err(stage, id, "state: pid %lld out of range", (long long)pid);
+		rc = CTL_EXIT_USAGE;
+		goto out;
+	}
+	createrun = strcmp(stage, "createRuntime") == 0;
+	if (createrun && (m.namespace || m.policy) && pid == 0) {
+		/* No process: no cgroup we could check it is in. */
+		oci_hook_err(stage, id, "state has no pid (is this hook at createRuntime?)");
+		rc = CTL_EXIT_USAGE;
+		goto out;
+	}
+	if (m.namespace && m.pod_sandbox) {
+		/* The pod's pause container runs no tool code; its pod's
+		 * containers are each confined. */
+		rc = CTL_EXIT_OK;
+	} else if (m.namespace) {
+		/* A Kubernetes container: a policy of its namespace or none. */
+		rc = createrun ? oci_hook_attach_ns(c, &o, id, (long)pid, bundle, &m)
+			       : hook_detach(c, id, 0, bundle);
+	} else if (!m.policy) {
+		if (o.require_annotation && createrun) {
 			/* A host where every container must be confined. */
-			hook_err(stage, id, "no annotation " OCI_POLICY_ANNOTATION " and "
+			oci_hook_err(stage, id, "no annotation " OCI_POLICY_ANNOTATION " and "
 				 "--require-annotation is set; not starting it");
 			rc = CTL_EXIT_USAGE;
 		} else {
 			rc = CTL_EXIT_OK; /* not ours to confine */
 		}
-		goto out;
-	}
-	policy = json_string_value(json_object_get(ann, OCI_POLICY_ANNOTATION));
-	if (!id || !id[0] || !policy || !policy[0]) {
-		hook_err(stage, id, "state: %s", !id || !id[0] ? "no container id" :
-			 "annotation " OCI_POLICY_ANNOTATION " is not a path string");
+	} else if (!m.policy[0]) {
+		oci_hook_err(stage, id, "state: annotation " OCI_POLICY_ANNOTATION
+			 " is not a path string");
 		rc = CTL_EXIT_USAGE;
-		goto out;
-	}
-	if (pid < 0 || pid > INT_MAX) {
-		hook_err(stage, id, "state: pid %lld out of range", (long long)pid);
-		rc = CTL_EXIT_USAGE;
-		goto out;
-	}
-	if (strcmp(stage, "createRuntime") == 0) {
-		if (pid == 0) {
-			/* No process: no cgroup we could check it is in. */
-			hook_err(stage, id, "state has no pid (is this hook at createRuntime?)");
-			rc = CTL_EXIT_USAGE;
-			goto out;
-		}
-		rc = hook_attach(c, &o, id, (long)pid, bundle, policy);
+	} else if (createrun) {
+		rc = hook_attach(c, &o, id, (long)pid, bundle, &m);
 	} else {
 		rc = hook_detach(c, id, 0, bundle);
 	}
 out:
+	json_decref(cfg);
 	json_decref(state);
 	return rc;
 }

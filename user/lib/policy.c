@@ -21,6 +21,7 @@
 #include "egressd.h"
 #include "policy.h"
 #include "policy_int.h"
+#include "ocimeta.h"
 
 /* --- the policy --------------------------------------------------------------------- */
 
@@ -35,6 +36,7 @@ void egr_policy_free(struct egr_policy *p)
 	free(p->principal);
 	free(p->tool);
 	free(p->version);
+	json_decref(p->container);
 	for (i = 0; p->allow && i < p->nallow; i++)
 		free(p->allow[i].name);
 	free(p->allow);
@@ -171,7 +173,7 @@ static int from_json(const json_t *root, struct egr_policy *out, struct egr_erro
 		     bool hash)
 {
 	static const char *const known[] = { "tenant", "execution_id", "principal", "tool",
-					     "version", "network", "limits", NULL };
+					     "version", "network", "limits", "container", NULL };
 	static const struct {
 		const char *key;
 		size_t off;
@@ -219,6 +221,22 @@ static int from_json(const json_t *root, struct egr_policy *out, struct egr_erro
 		ret = get_str(v, optional[i].key, 0, (char **)((char *)&p + optional[i].off), err);
 		if (ret)
 			goto fail;
+	}
+	v = json_object_get(root, "container");
+	if (v) {
+		const char *key = NULL, *rule = "";
+
+		if (egr_container_check(v, &key, &rule)) {
+			egr_pol_field(err, "container%s%.64s", key ? "." : "", key ? key : "");
+			egr_pol_msg(err, "%s", rule);
+			ret = -EINVAL;
+			goto fail;
+		}
+		p.container = json_deep_copy(v);
+		if (!p.container) {
+			ret = -ENOMEM;
+			goto fail;
+		}
 	}
 	ret = egr_pol_network(json_object_get(root, "network"), &p, &av, err);
 	if (ret)

@@ -54,12 +54,15 @@ struct egr_cidr {
 	uint8_t prefixlen;
 };
 
+struct json_t;
+
 struct egr_policy {
 	char *tenant;          /* required */
 	char *execution_id;    /* optional, NULL when absent */
 	char *principal;
 	char *tool;
 	char *version;
+	struct json_t *container; /* "container": the OCI hook's identity (ocimeta.h); NULL */
 	int inbound_allow;     /* network.inbound: "deny" (0, default) or "allow" (1) */
 	uint32_t sb_flags;     /* EGR_SB_ALLOW_* from network.allow_sockets */
 	uint64_t families;     /* network.allow_sockets address families ("packet",

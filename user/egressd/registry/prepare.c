@@ -50,6 +50,9 @@ void reg_sb_set_meta(struct egr_sb *sb, struct egr_policy *p, const struct egr_c
 	sb->tool = p->tool;
 	sb->version = p->version;
 	p->tenant = p->execution_id = p->principal = p->tool = p->version = NULL;
+	json_decref(sb->container);
+	sb->container = p->container;
+	p->container = NULL;
 	memcpy(sb->sha256, p->sha256, sizeof(sb->sha256));
 	sb->n4 = c->n4;
 	sb->n6 = c->n6;

@@ -28,6 +28,7 @@ struct egr_sb {
 	uint64_t cgroup_id;
 	char *cgroup;
 	char *tenant, *execution_id, *principal, *tool, *version;
+	struct json_t *container; /* the policy's "container" (OCI hook identity); NULL */
 	char sha256[65];
 	size_t n4, n6, nnames;
 	time_t attached_at, updated_at;

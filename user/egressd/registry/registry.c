@@ -286,6 +286,7 @@ void egr_sb_free(struct egr_sb *sb)
 	free(sb->principal);
 	free(sb->tool);
 	free(sb->version);
+	json_decref(sb->container);
 	free(sb->netns);
 	free(sb->end_status);
 	free(sb);

@@ -44,6 +44,7 @@
 #include "hold/hold_proto.h"
 #include "hold/lhold.h"
 #include "options.h"
+#include "ptree.h"
 #include "obs/billing.h"
 #include "audit_read.h"
 #include "breaker.h"
@@ -280,6 +281,7 @@ int main(int argc, char **argv)
 	struct egr_dnsproxy *dns = NULL;
 	struct egr_learned *learned = NULL;
 	struct egr_approvals *approvals = NULL;
+	struct egr_ptree *ptree = NULL;
 	struct dns_ctx dctx = { .bus = &bus };
 	struct egr_inspect *inspect = NULL;
 	struct egr_lhold *hold = NULL;
@@ -534,6 +536,17 @@ int main(int argc, char **argv)
 	srv.alerting = alerting;
 	srv.audit = audit;
 	srv.approvals = approvals;
+	/* The policy tree (ptree.h): attach by reference, and its watch. */
+	err = egr_ptree_new(&ptree, o.policy_dir, o.require_policy_ns);
+	if (!err)
+		err = egr_ptree_watch(ptree, reg, loop, alerting);
+	if (err) {
+		log_error("policy tree %s: %s", o.policy_dir ?: EGR_PTREE_DIR_DEFAULT,
+			  strerror(-err));
+		rc = 1;
+		goto out;
+	}
+	srv.ptree = ptree;
 	err = egr_metrics_add_source(metrics, layers_source, &feat);
 	if (!err)
 		err = egr_metrics_add_source(metrics, egr_dnsfair_metrics, reg);
@@ -665,6 +678,7 @@ out:
 	egr_events_free(events);
 	egr_lifetime_free(lifetime);
 	egr_guard_free(guard);
+	egr_ptree_free(ptree);
 	egr_reg_free(reg);
 	egr_alerting_free(alerting);
 	egr_auditlog_close(audit);

@@ -14,6 +14,7 @@
 #include "obs/events.h"
 #include "obs/metrics.h"
 #include "options.h"
+#include "ptree.h"
 #include "proto.h"
 
 enum {
@@ -62,6 +63,8 @@ enum {
 	OPT_BREAKER_INTERVAL,
 	OPT_LISTENER_HOLDER,
 	OPT_LISTENER_HOLD,
+	OPT_POLICY_DIR,
+	OPT_REQUIRE_POLICY_NS,
 	OPT_CONFIG,
 	OPT_CHECK_CONFIG,
 	OPT_HELP,
@@ -114,6 +117,8 @@ static const struct option longopts[] = {
 	{ "breaker-interval", required_argument, NULL, OPT_BREAKER_INTERVAL },
 	{ "listener-holder", required_argument, NULL, OPT_LISTENER_HOLDER },
 	{ "listener-hold", required_argument, NULL, OPT_LISTENER_HOLD },
+	{ "policy-dir", required_argument, NULL, OPT_POLICY_DIR },
+	{ "require-policy-namespaces", required_argument, NULL, OPT_REQUIRE_POLICY_NS },
 	{ "config", required_argument, NULL, OPT_CONFIG },
 	{ "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
 	{ "help", no_argument, NULL, OPT_HELP },
@@ -214,6 +219,13 @@ static void usage(FILE *out)
 		"                     <socket>.hold; \"off\": they close with egressd)\n"
 		"  --listener-hold SEC  a holder started by this egressd keeps them this long\n"
 		"                     with no egressd running (default 300)\n"
+		"  --policy-dir DIR   the policy tree, DIR/NAMESPACE/NAME.json (default\n"
+		"                     /etc/egressd/policies): the OCI hook's containers of a\n"
+		"                     Kubernetes namespace get their policy from it; watched,\n"
+		"                     a changed file is applied to the sandboxes using it\n"
+		"  --require-policy-namespaces LIST  comma-separated namespaces whose\n"
+		"                     containers without io.egressd.policy and without a\n"
+		"                     NAMESPACE/default.json are refused (default: none)\n"
 		"  --help             this text\n"
 		"  --version          print the version\n",
 		EGR_DEFAULT_SOCKET);
@@ -515,6 +527,24 @@ static int apply(struct egr_options *o, int c, const struct cursor *at, const ch
 		if (!rc)
 			o->breaker.interval_ms = (uint32_t)v;
 		break;
+	case OPT_POLICY_DIR:
+		if (arg[0] != '/' || strlen(arg) >= 4000)
+			return bad(o, at, "expected an absolute directory path, got \"%s\"", arg);
+		o->policy_dir = arg;
+		break;
+	case OPT_REQUIRE_POLICY_NS: {
+		struct egr_ptree *t;
+		int e = egr_ptree_new(&t, NULL, arg);
+
+		egr_ptree_free(t);
+		if (e == -EINVAL)
+			return bad(o, at, "expected comma-separated Kubernetes namespace names, got "
+				   "\"%s\"", arg);
+		if (e)
+			return bad(o, at, "out of memory");
+		o->require_policy_ns = arg;
+		break;
+	}
 	case OPT_LISTENER_HOLDER:
 		if (strcmp(arg, "off") && arg[0] != '/')
 			return bad(o, at, "expected an absolute path or \"off\", got \"%s\"", arg);

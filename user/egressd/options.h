@@ -58,6 +58,8 @@ struct egr_options {
 	/* --listener-holder (NULL: <socket>.hold; "off") and --listener-hold */
 	const char *holder;
 	unsigned holder_linger_s;
+	/* --policy-dir, --require-policy-namespaces (ptree.h; NULL: defaults) */
+	const char *policy_dir, *require_policy_ns;
 	const char *config;    /* --config FILE (NULL: none) */
 	bool check_config;     /* --check-config: validate and exit */
 

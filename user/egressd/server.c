@@ -23,6 +23,7 @@
 #include "guard.h"
 #include "lifetime.h"
 #include "proto.h"
+#include "ptree.h"
 #include "server.h"
 #include "control/approval_ops.h"
 #include "control/peer.h"
@@ -113,11 +114,47 @@ static json_t *sandbox_reply(const struct egr_sb *sb)
 	return json_pack("{s:b, s:o}", "ok", 1, "sandbox", egr_sb_json(sb));
 }
 
+static json_t *attach_with(struct egr_server *s, const json_t *req, json_t *cg, json_t *pol,
+			   json_t *netns, json_t *lpid);
+
 static json_t *do_attach(struct egr_server *s, const json_t *req)
 {
 	json_t *cg = json_object_get(req, "cgroup"), *pol = json_object_get(req, "policy");
 	json_t *netns = json_object_get(req, "netns");
 	json_t *lpid = json_object_get(req, "launcher_pid");
+	json_t *tree_doc = NULL, *reply;
+
+	if (!json_is_string(cg))
+		return error_reply(EGR_ERR_BAD_REQUEST, "cgroup",
+				   "cgroup (a path string) is required");
+	if (json_object_get(req, "policy_ref")) {
+		struct egr_ptree_err pe;
+
+		/* The OCI hook's container of a Kubernetes namespace: its policy
+		 * is the tree's (ptree.h). */
+		if (!s->ptree)
+			return error_reply(EGR_ERR_UNAVAILABLE, "policy_ref",
+					   "this egressd has no policy tree");
+		if (egr_ptree_attach_doc(s->ptree, req, &tree_doc, &pe))
+			return error_reply(pe.code, pe.field, pe.message);
+		if (!tree_doc)
+			return json_pack("{s:b, s:n, s:s}", "ok", 1, "sandbox", "unconfined",
+					 "the namespace has no default policy and does not require "
+					 "one");
+		pol = tree_doc;
+	} else if (json_object_get(req, "container") || json_object_get(req, "execution_id")) {
+		return error_reply(EGR_ERR_BAD_REQUEST, "container",
+				   "container and execution_id go with policy_ref (with policy, "
+				   "put them in the policy)");
+	}
+	reply = attach_with(s, req, cg, pol, netns, lpid);
+	json_decref(tree_doc);
+	return reply;
+}
+
+static json_t *attach_with(struct egr_server *s, const json_t *req, json_t *cg, json_t *pol,
+			   json_t *netns, json_t *lpid)
+{
 	json_t *create = json_object_get(req, "create");
 	struct egr_launcher l = { 0 };
 	char real[PATH_MAX], made[PATH_MAX];
@@ -128,9 +165,6 @@ static json_t *do_attach(struct egr_server *s, const json_t *req)
 	int pidfd = -1, err;
 	bool made_here = false;
 
-	if (!json_is_string(cg))
-		return error_reply(EGR_ERR_BAD_REQUEST, "cgroup",
-				   "cgroup (a path string) is required");
 	if (!json_is_object(pol))
 		return error_reply(EGR_ERR_BAD_REQUEST, "policy", "policy (an object) is required");
 	if (netns && !json_is_string(netns))

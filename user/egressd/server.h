@@ -23,6 +23,7 @@ struct egr_guard;
 struct egr_breaker;
 struct egr_lifetime;
 struct egr_approvals;
+struct egr_ptree;
 
 struct egr_server {
 	struct egr_registry *reg;
@@ -42,6 +43,7 @@ struct egr_server {
 	struct egr_health *health; /* status "healthy"/"problems" (NULL: not judged) */
 	struct egr_lifetime *lifetime; /* launcher ties (NULL: attach refuses launcher_pid) */
 	struct egr_approvals *approvals; /* approvals/approve/deny (NULL: unavailable) */
+	struct egr_ptree *ptree; /* attach "policy_ref" (NULL: unavailable) */
 	/* The connection of the request being served (a launcher is its peer). */
 	int peer_fd;
 	struct ucred peer;

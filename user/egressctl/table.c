@@ -100,6 +100,16 @@ void ctl_print_sandbox(const char *verb, const json_t *sb)
 	printf("  tenant:        %s\n", str(sb, "tenant"));
 	printf("  execution_id:  %s\n", str(sb, "execution_id"));
 	printf("  principal:     %s\n", str(sb, "principal"));
+	if (json_is_object(json_object_get(sb, "container"))) {
+		const json_t *c = json_object_get(sb, "container");
+
+		printf("  container:     %s", str(c, "id"));
+		if (json_is_string(json_object_get(c, "namespace")))
+			printf(" (namespace %s, pod %s uid %s, container %s, image %s, policy %s)",
+			       str(c, "namespace"), str(c, "pod"), str(c, "pod_uid"), str(c, "name"),
+			       str(c, "image"), str(c, "policy"));
+		putchar('\n');
+	}
 	printf("  tool:          %s", str(sb, "tool"));
 	if (json_is_string(json_object_get(sb, "version")))
 		printf(" %s", str(sb, "version"));
@@ -123,6 +133,7 @@ enum {
 	COL_TENANT,
 	COL_EXEC,
 	COL_CGROUP,
+	COL_CONTAINER,
 	COL_POLICY,
 	COL_RULES,
 	COL_STATE,
@@ -131,14 +142,29 @@ enum {
 };
 
 static const char *const heads[NCOLS] = {
-	"ID", "TENANT", "EXECUTION", "CGROUP", "POLICY", "RULES", "STATE", "ATTACHED",
+	"ID", "TENANT", "EXECUTION", "CGROUP", "CONTAINER", "POLICY", "RULES", "STATE", "ATTACHED",
 };
 
 /* One row's cells; long strings point into the JSON, short ones into bufs. */
 struct row {
 	const char *cell[NCOLS];
-	char id[24], policy[13], rules[64];
+	char id[24], policy[13], rules[64], container[3 * 256 + 3];
 };
+
+/* namespace/pod/name of an OCI hook's container, its id otherwise, "-". */
+static void container_cell(const json_t *sb, char *buf, size_t len)
+{
+	const json_t *c = json_object_get(sb, "container");
+	const char *ns = json_string_value(json_object_get(c, "namespace"));
+	const char *pod = json_string_value(json_object_get(c, "pod"));
+	const char *name = json_string_value(json_object_get(c, "name"));
+	const char *id = json_string_value(json_object_get(c, "id"));
+
+	if (ns)
+		snprintf(buf, len, "%s/%s/%s", ns, pod ?: "?", name ?: "?");
+	else
+		snprintf(buf, len, "%.12s", id ?: "-");
+}
 
 static void fill_row(const json_t *sb, struct row *r)
 {
@@ -149,6 +175,8 @@ static void fill_row(const json_t *sb, struct row *r)
 	r->cell[COL_TENANT] = str(sb, "tenant");
 	r->cell[COL_EXEC] = str(sb, "execution_id");
 	r->cell[COL_CGROUP] = str(sb, "cgroup");
+	container_cell(sb, r->container, sizeof(r->container));
+	r->cell[COL_CONTAINER] = r->container;
 	r->cell[COL_POLICY] = r->policy;
 	r->cell[COL_RULES] = r->rules;
 	/* enforce, audit, or quarantined (which trumps either). */

@@ -52,6 +52,8 @@ json_t *egr_sb_json(const struct egr_sb *sb)
 		if (sb->quarantined)
 			json_object_set_new(o, "quarantined_at", iso_time(sb->quarantined_at));
 		json_object_set_new(o, "netns", str_or_null(sb->netns));
+		json_object_set_new(o, "container",
+				    sb->container ? json_deep_copy(sb->container) : json_null());
 		json_object_set_new(o, "launcher_pid", sb->launcher.pid
 							       ? json_integer(sb->launcher.pid)
 							       : json_null());

@@ -302,12 +302,22 @@ static void append(struct egr_auditlog *al, json_t *rec)
 
 static json_t *identity(const struct egr_sb *sb)
 {
-	return json_pack("{s:I, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:s}", "sandbox",
-			 (json_int_t)sb->id, "cgroup", sb->cgroup ?: "", "cgroup_id",
-			 (json_int_t)sb->cgroup_id, "execution_id", str_or_null(sb->execution_id),
-			 "tenant", str_or_null(sb->tenant), "principal", str_or_null(sb->principal),
-			 "tool", str_or_null(sb->tool), "version", str_or_null(sb->version),
-			 "policy_sha256", sb->sha256);
+	json_t *o = json_pack("{s:I, s:s, s:I, s:o, s:o, s:o, s:o, s:o, s:s}", "sandbox",
+			      (json_int_t)sb->id, "cgroup", sb->cgroup ?: "", "cgroup_id",
+			      (json_int_t)sb->cgroup_id, "execution_id",
+			      str_or_null(sb->execution_id), "tenant", str_or_null(sb->tenant),
+			      "principal", str_or_null(sb->principal), "tool",
+			      str_or_null(sb->tool), "version", str_or_null(sb->version),
+			      "policy_sha256", sb->sha256);
+
+	/* The OCI hook's container (docs/audit.md "container"); absent for
+	 * sandboxes that are no container. */
+	if (o && sb->container &&
+	    json_object_set_new(o, "container", json_deep_copy(sb->container))) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
 }
 
 /* The registry's hooks are where lifecycle is seen: its record onto the

@@ -56,6 +56,7 @@ struct sub {
 struct gone {
 	uint32_t id;
 	char *tenant, *execution_id;
+	char *container; /* its "container", compact JSON; NULL: none */
 };
 
 /* Events handled per loop wake-up: a sandbox hammering denied connects
@@ -73,6 +74,7 @@ struct gone {
 struct kept {
 	struct egr_rec rec;
 	const char *tenant, *execution_id;
+	const char *container; /* compact JSON of the sandbox's container, or NULL */
 	union {
 		struct egr_escape_event kernel;
 		struct egr_dns_event dns;
@@ -115,19 +117,23 @@ static void put_time(json_t *o, uint64_t unix_ns)
 /* Tenant and execution id of a sandbox: the registry, else a recently
  * detached one, else (kernel events) the tenant the kernel named. */
 static void identity_of(struct egr_events *ev, uint32_t sandbox, uint32_t tenant_id,
-			const char **tenant, const char **exec)
+			const char **tenant, const char **exec, const json_t **ctr,
+			const char **ctr_text)
 {
 	struct egr_sb *sb = sandbox ? egr_reg_find(ev->reg, NULL, sandbox) : NULL;
 
-	*tenant = *exec = NULL;
+	*tenant = *exec = *ctr_text = NULL;
+	*ctr = NULL;
 	if (sb) {
 		*tenant = sb->tenant;
 		*exec = sb->execution_id;
+		*ctr = sb->container;
 	} else if (sandbox) {
 		for (size_t i = 0; i < GONE_MAX; i++)
 			if (ev->gone[i].id == sandbox) {
 				*tenant = ev->gone[i].tenant;
 				*exec = ev->gone[i].execution_id;
+				*ctr_text = ev->gone[i].container;
 			}
 	}
 	if (!*tenant && tenant_id)
@@ -135,20 +141,36 @@ static void identity_of(struct egr_events *ev, uint32_t sandbox, uint32_t tenant
 }
 
 static void rec_identity(struct egr_events *ev, const struct egr_rec *r, const char **tenant,
-			 const char **exec)
+			 const char **exec, const json_t **ctr, const char **ctr_text)
 {
 	identity_of(ev, r->sandbox, r->kind == EGR_REC_KERNEL ? r->kernel.e->tenant_id : 0,
-		    tenant, exec);
+		    tenant, exec, ctr, ctr_text);
+}
+
+/* The event with its sandbox's container (docs/events.md), from the
+ * object or its text. */
+static json_t *render_with(const struct egr_rec *r, const char *tenant, const char *exec,
+			   const json_t *ctr, const char *ctr_text)
+{
+	json_t *o = egr_render_event(r, tenant, exec);
+	json_t *c = ctr ? json_deep_copy(ctr) : ctr_text ? json_loads(ctr_text, 0, NULL) : NULL;
+
+	if (o && c)
+		json_object_set_new(o, "container", c);
+	else
+		json_decref(c);
+	return o;
 }
 
 json_t *egr_events_render(struct egr_events *ev, const struct egr_rec *r)
 {
-	const char *tenant, *exec;
+	const char *tenant, *exec, *ctr_text;
+	const json_t *ctr;
 
 	if (!ev)
 		return NULL;
-	rec_identity(ev, r, &tenant, &exec);
-	return egr_render_event(r, tenant, exec);
+	rec_identity(ev, r, &tenant, &exec, &ctr, &ctr_text);
+	return render_with(r, tenant, exec, ctr, ctr_text);
 }
 
 /* --- the history ------------------------------------------------------------------- */
@@ -195,9 +217,11 @@ static size_t strings_len(const struct egr_rec *r)
 }
 
 /* r and what it points to in one allocation. NULL on OOM. */
-static struct kept *kept_new(const struct egr_rec *r, const char *tenant, const char *exec)
+static struct kept *kept_new(const struct egr_rec *r, const char *tenant, const char *exec,
+			     const char *ctr_text)
 {
-	struct kept *k = malloc(sizeof(*k) + strings_len(r) + SLEN(tenant) + SLEN(exec));
+	struct kept *k = malloc(sizeof(*k) + strings_len(r) + SLEN(tenant) + SLEN(exec) +
+				SLEN(ctr_text));
 	char *p;
 
 	if (!k)
@@ -206,6 +230,7 @@ static struct kept *kept_new(const struct egr_rec *r, const char *tenant, const 
 	k->rec = *r;
 	k->tenant = copy_str(&p, tenant);
 	k->execution_id = copy_str(&p, exec);
+	k->container = copy_str(&p, ctr_text);
 	switch (r->kind) {
 	case EGR_REC_KERNEL:
 		memcpy(&k->u.kernel, r->kernel.e, r->kernel.e->type == EGR_EV_ESCAPE
@@ -272,7 +297,7 @@ static struct kept *kept_new(const struct egr_rec *r, const char *tenant, const 
 
 static json_t *kept_json(const struct kept *k)
 {
-	return egr_render_event(&k->rec, k->tenant, k->execution_id);
+	return render_with(&k->rec, k->tenant, k->execution_id, NULL, k->container);
 }
 
 /* --- subscribers --------------------------------------------------------------- */
@@ -528,6 +553,8 @@ static void remember_gone(struct egr_events *ev, const struct egr_sb *sb)
 
 	free(g->tenant);
 	free(g->execution_id);
+	free(g->container);
+	g->container = sb->container ? json_dumps(sb->container, JSON_COMPACT) : NULL;
 	g->id = sb->id;
 	g->tenant = sb->tenant ? strdup(sb->tenant) : NULL;
 	g->execution_id = sb->execution_id ? strdup(sb->execution_id) : NULL;
@@ -539,18 +566,22 @@ static void remember_gone(struct egr_events *ev, const struct egr_sb *sb)
 static void on_rec(void *ctx, const struct egr_rec *r)
 {
 	struct egr_events *ev = ctx;
-	const char *tenant, *exec;
+	const char *tenant, *exec, *ctr_text;
+	char *ctr_own = NULL;
+	const json_t *ctr;
 	struct sub *s, *next;
 	char *line = NULL;
 	size_t n = 0;
 
 	if (r->kind != EGR_REC_KERNEL)
 		ev->emitted++;
-	rec_identity(ev, r, &tenant, &exec);
+	rec_identity(ev, r, &tenant, &exec, &ctr, &ctr_text);
+	if (ctr && ev->keep)
+		ctr_text = ctr_own = json_dumps(ctr, JSON_COMPACT);
 	if (r->kind == EGR_REC_LIFECYCLE && r->life.what == EGR_LIFE_DETACH)
 		remember_gone(ev, r->life.sb);
 	if (ev->keep) {
-		struct kept *k = kept_new(r, tenant, exec);
+		struct kept *k = kept_new(r, tenant, exec, ctr_text);
 
 		if (k) {
 			free(ev->kept[ev->head]);
@@ -565,12 +596,14 @@ static void on_rec(void *ctx, const struct egr_rec *r)
 		if (s->closing || (s->sandbox && s->sandbox != r->sandbox))
 			continue;
 		if (!line) {
-			json_t *o = egr_render_event(r, tenant, exec);
+			json_t *o = render_with(r, tenant, exec, ctr, ctr_text);
 
 			line = o ? json_dumps(o, JSON_COMPACT) : NULL;
 			json_decref(o);
-			if (!line)
+			if (!line) {
+				free(ctr_own);
 				return;
+			}
 			n = strlen(line);
 			line[n++] = '\n'; /* overwrites the NUL: length is n */
 		}
@@ -591,6 +624,7 @@ static void on_rec(void *ctx, const struct egr_rec *r)
 		sub_flush(ev, s);
 	}
 	free(line);
+	free(ctr_own);
 }
 
 /* --- kernel events --------------------------------------------------------------- */
@@ -814,6 +848,7 @@ void egr_events_free(struct egr_events *ev)
 	for (size_t i = 0; i < GONE_MAX; i++) {
 		free(ev->gone[i].tenant);
 		free(ev->gone[i].execution_id);
+		free(ev->gone[i].container);
 	}
 	free(ev->kept);
 	free(ev);

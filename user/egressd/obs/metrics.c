@@ -330,6 +330,7 @@ static int cmp_u32(const void *a, const void *b)
  * bound; the audit log and `egressctl stats` carry it. */
 struct series {
 	const char *tenant;
+	const char *ns; /* the container's Kubernetes namespace; NULL: none (never the pod) */
 	char sandbox[16];
 	struct egr_figures f;
 };
@@ -352,6 +353,10 @@ static void emit_rows(struct egr_mbuf *b, const char *prefix, const struct serie
 			if (sandbox_labels) {
 				egr_mbuf_printf(b, "\",sandbox=\"");
 				egr_mbuf_label(b, rows[k].sandbox);
+				if (rows[k].ns) {
+					egr_mbuf_printf(b, "\",namespace=\"");
+					egr_mbuf_label(b, rows[k].ns);
+				}
 			}
 			egr_mbuf_printf(b, "\"");
 			if (fields[i].verdict)
@@ -396,6 +401,8 @@ static void emit_sandboxes(struct egr_metrics *m, struct egr_mbuf *b)
 		egr_metrics_sandbox(m, sb->id, sb->tenant_id, &f);
 		if (i < m->max_sandboxes) {
 			rows[nrows].tenant = sb->tenant;
+			rows[nrows].ns =
+			    json_string_value(json_object_get(sb->container, "namespace"));
 			snprintf(rows[nrows].sandbox, sizeof(rows[nrows].sandbox), "%u", sb->id);
 			rows[nrows++].f = f;
 			continue;

@@ -245,8 +245,23 @@ static json_t *do_update(struct egr_server *s, const json_t *req)
 	sb = target(s, req, &reply);
 	if (!sb)
 		return reply;
-	if (egr_reg_update(s->reg, sb, pol, &closed, &f))
+	/* A container stays that container: its identity is kept through an
+	 * update whose policy does not name one. */
+	if (sb->container && !json_object_get(pol, "container")) {
+		json_t *np = json_deep_copy(pol);
+		int rc;
+
+		if (!np || json_object_set_new(np, "container", json_deep_copy(sb->container))) {
+			json_decref(np);
+			return error_reply(EGR_ERR_INTERNAL, NULL, "out of memory");
+		}
+		rc = egr_reg_update(s->reg, sb, np, &closed, &f);
+		json_decref(np);
+		if (rc)
+			return fail_reply(&f);
+	} else if (egr_reg_update(s->reg, sb, pol, &closed, &f)) {
 		return fail_reply(&f);
+	}
 	reply = sandbox_reply(sb);
 	if (reply)
 		json_object_set_new(reply, "connections_closed", json_integer(closed));

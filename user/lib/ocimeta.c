@@ -34,7 +34,7 @@ static int ann_str(const json_t *ann, const char *key, const char **out, const c
 	}
 	/* An embedded NUL would make the C string a different one. */
 	if (strlen(json_string_value(v)) != json_string_length(v) ||
-	    !clean_str(json_string_value(v), EGR_META_STR_MAX + 1)) {
+	    !clean_str(json_string_value(v), EGR_META_STR_MAX)) {
 		*rule = "an annotation's value must be at most 255 bytes without control "
 			"characters";
 		return -EINVAL;
@@ -178,7 +178,7 @@ int egr_container_check(const json_t *c, const char **key, const char **rule)
 			return -EINVAL;
 		}
 		if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v) ||
-		    !clean_str(json_string_value(v), EGR_META_STR_MAX + 1)) {
+		    !clean_str(json_string_value(v), EGR_META_STR_MAX)) {
 			*rule = "must be a string of at most 255 bytes without control characters";
 			return -EINVAL;
 		}

@@ -60,17 +60,17 @@ int egr_policy_name_check(const char *name, const char **rule)
 {
 	size_t n = name ? strlen(name) : 0;
 
-	if (n == 0 || n > EGR_NAME_MAX) {
-		*rule = "a policy name is 1 to 63 characters";
-		return -EINVAL;
-	}
-	if (strchr(name, '/')) {
+	if (name && strchr(name, '/')) {
 		*rule = "a policy name is not a path: it selects a policy of the container's own "
 			"namespace (no '/')";
 		return -EINVAL;
 	}
-	if (name[0] == '.') {
+	if (n && name[0] == '.') {
 		*rule = "a policy name does not start with '.' (no '..', no hidden files)";
+		return -EINVAL;
+	}
+	if (n == 0 || n > EGR_NAME_MAX) {
+		*rule = "a policy name is 1 to 63 characters";
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < n; i++)

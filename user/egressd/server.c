@@ -385,6 +385,8 @@ static json_t *do_status(struct egr_server *s, const json_t *req)
 				    json_integer((json_int_t)egr_bpf_links_refreshed(
 					    egr_reg_bpf(s->reg))));
 		json_object_set_new(reply, "cgroup_namespace", json_string(s->cgroup_ns));
+		if (s->ptree)
+			json_object_set_new(reply, "policy_tree", egr_ptree_status(s->ptree));
 		json_object_set_new(reply, "hardening",
 				    json_pack("{s:b, s:b, s:i, s:i, s:I, s:b}", "capabilities",
 					      s->hardening.caps, "seccomp", s->hardening.seccomp,

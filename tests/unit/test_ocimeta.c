@@ -225,7 +225,9 @@ static void test_container_object(void **state)
 	bad = json_pack("{s:i}", "pod", 3);
 	assert_int_equal(egr_container_check(bad, &key, &rule), -EINVAL);
 	json_decref(bad);
-	assert_int_equal(egr_container_check(json_string("x"), &key, &rule), -EINVAL);
+	bad = json_string("x");
+	assert_int_equal(egr_container_check(bad, &key, &rule), -EINVAL);
+	json_decref(bad);
 	json_decref(c);
 }
 

@@ -284,3 +284,35 @@ def k8s_configmap_swap_reaches_running_sandbox(c):
         run(env.podman_base() + ["rm", "-f", "nsw-" + RAND], timeout=60)
         p.wait(30)
         t.join(5)
+
+
+@test
+def k8s_identity_survives_restart(c):
+    """The container object lives in the policy document of the state file:
+    a restarted egressd adopts the sandbox with it, and the watch still
+    applies the tree to it."""
+    env, tree = ns_setup(c)
+    target = c.tcp("nsr-target")
+    tree.configmap("team-s", {"app.json": policy_doc([], "team-s-" + RAND)})
+    cg = c.mkcgroup("ns-restart")
+    try:
+        r = ctl_request(c.sock, {"op": "attach", "cgroup": cg,
+                                 "policy_ref": {"namespace": "team-s", "name": "app"},
+                                 "container": {"id": "ctr-" + RAND, "pod": "p-" + RAND},
+                                 "execution_id": "exec-" + RAND})
+        check(r.get("ok") and r["sandbox"]["container"]["namespace"] == "team-s",
+              "attach by policy_ref: %r" % r)
+        restart_daemon(c, list(c.daemon.extra_args))
+        s = c.find_sandbox(cg)
+        check(s is not None and s["container"] == {"id": "ctr-" + RAND, "pod": "p-" + RAND,
+                                                   "namespace": "team-s", "policy": "app"} and
+              s["execution_id"] == "exec-" + RAND, "after the restart: %r" % s)
+        c.denied(cg, "tcp", "127.0.0.1", target.port)
+        tree.configmap("team-s", {"app.json": policy_doc(["127.0.0.1:%d" % target.port],
+                                                         "team-s-" + RAND)})
+        check(wait_until(lambda: c.find_sandbox(cg)["policy_sha256"] != s["policy_sha256"],
+                         10, 0.1), "the adopted sandbox did not get the new version")
+        c.allowed(cg, "tcp", "127.0.0.1", target.port)
+    finally:
+        c.ctl("detach", "--cgroup", cg)
+        cgroup_remove_tree(cg)

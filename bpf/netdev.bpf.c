@@ -1,0 +1,464 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * Device sandboxes: a sandbox the socket hooks cannot see (gVisor's own
+ * network stack, a microVM's guest kernel) is confined at the host side of
+ * its network device (a veth peer, a tap). Its egress is that device's
+ * ingress; what goes towards it is the device's egress. Two tc programs
+ * (attached with TCX links, or tc clsact filters on kernels without TCX):
+ *
+ *  egr_nd_ingress  every frame the sandbox sends: parsed fail-closed (only
+ *                  plain IPv4 without options, plain IPv6 without extension
+ *                  headers, no fragments, no VLAN tag; ARP and neighbour
+ *                  discovery for the link itself), the source must route back
+ *                  through this device (strict reverse path, bpf_fib_lookup),
+ *                  then the sandbox's allowlist, quota, meters and events of
+ *                  bpf/lib/ decide, and an allowed flow is noted;
+ *  egr_nd_egress   every frame towards the sandbox: only replies of flows it
+ *                  opened pass (a new connection into it never does, unless
+ *                  network.inbound is "allow"), re-judged against the
+ *                  allowlist in force so that an update takes effect at once.
+ *
+ * The sandbox id is a read-only constant of the loaded program (egressd loads
+ * one instance per device, user/egressd/netdev*): the device never has to be
+ * looked up, and a program can only ever serve the sandbox it was loaded for.
+ * The maps are egressd's own (the same allowlist, meters, quotas, deny
+ * budgets and event ring as cgroup sandboxes) plus egr_nd_flows and
+ * egr_nd_counters (include/egr_netdev.h).
+ *
+ * Verdicts: -1 (TC_ACT_UNSPEC / TCX_NEXT: the next program, if any, or
+ * pass) and 2 (TC_ACT_SHOT / TCX_DROP). Every path that cannot prove an
+ * allow drops.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "egressd.h"
+#include "egr_netdev.h"
+#include "egr_decide.h"
+#include "egr_reasons.h"
+#include "lib/maps.bpf.h"
+#include "lib/sandbox.bpf.h"
+#include "lib/skb.bpf.h"
+#include "lib/meter.bpf.h"
+#include "lib/events.bpf.h"
+#include "lib/allow.bpf.h"
+#include "lib/quota.bpf.h"
+
+#define ND_PASS (-1)
+#define ND_DROP 2
+
+#define ETH_P_ARP   0x0806
+#define ETH_P_8021Q 0x8100
+#define ETH_P_8021AD 0x88A8
+#define ND_ETH_HLEN 14
+
+/* Set by egressd before load. */
+const volatile __u32 egr_nd_sandbox_id = 0;
+/* Link-layer header length of the device: 14 (Ethernet: veth, tap) or 0
+ * (an L3 device: tun). */
+const volatile __u32 egr_nd_l2_len = ND_ETH_HLEN;
+/* A flow whose last egress packet is older than this lets no reply in. */
+const volatile __u64 egr_nd_flow_idle_ns = 300ull * 1000000000ull;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, EGR_ND_MAX_FLOWS);
+	__type(key, struct egr_nd_flow_key);
+	__type(value, struct egr_nd_flow);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_nd_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EGR_ND_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_nd_counters SEC(".maps");
+
+static __always_inline void nd_count(enum egr_nd_counter c)
+{
+	__u32 key = c;
+	__u64 *v = bpf_map_lookup_elem(&egr_nd_counters, &key);
+
+	if (v)
+		*v += 1;
+}
+
+/* What a frame is, once parsed. */
+enum nd_kind {
+	ND_IP = 0,     /* IPv4 or IPv6 with l3 filled in */
+	ND_ARP = 1,    /* ARP: the link's own */
+	ND_NDISC = 2,  /* IPv6 neighbour or router discovery, link-local scope */
+	ND_BAD = 3,    /* dropped; the counter says why */
+};
+
+struct nd_pkt {
+	struct egr_l3 l3;
+	__u8 icmp_type;
+	__u8 tcp_flags;
+	__u16 icmp_id;
+};
+
+#define TCP_FL_SYN 0x02
+#define TCP_FL_ACK 0x10
+
+/* The transport header at off: ports (TCP, UDP), flags (TCP), type and id
+ * (ICMP). Anything else is not something a policy can allow. */
+static __always_inline int nd_parse_l4(struct __sk_buff *skb, __u32 off, struct nd_pkt *p)
+{
+	__u8 h[14];
+
+	switch (p->l3.protocol) {
+	case EGR_IPPROTO_TCP:
+		if (bpf_skb_load_bytes(skb, off, h, 14))
+			return -1;
+		p->tcp_flags = h[13];
+		break;
+	case EGR_IPPROTO_UDP:
+		if (bpf_skb_load_bytes(skb, off, h, 8))
+			return -1;
+		break;
+	case EGR_IPPROTO_ICMP:
+	case EGR_IPPROTO_ICMPV6:
+		if (bpf_skb_load_bytes(skb, off, h, 8))
+			return -1;
+		p->icmp_type = h[0];
+		p->icmp_id = ((__u16)h[4] << 8) | h[5];
+		return 0;
+	default:
+		nd_count(EGR_ND_CNT_PROTO);
+		return -1;
+	}
+	p->l3.sport = ((__u16)h[0] << 8) | h[1];
+	p->l3.dport = ((__u16)h[2] << 8) | h[3];
+	p->l3.has_ports = 1;
+	return 0;
+}
+
+/* Parse a frame, failing closed on everything a policy does not describe. */
+static __always_inline enum nd_kind nd_parse(struct __sk_buff *skb, struct nd_pkt *p)
+{
+	__u32 l2 = egr_nd_l2_len ? ND_ETH_HLEN : 0;
+	__u16 proto;
+
+	/* An offloaded tag (the kernel took it out of the frame before tc). */
+	if (skb->vlan_present) {
+		nd_count(EGR_ND_CNT_VLAN);
+		return ND_BAD;
+	}
+	if (l2) {
+		__be16 eth_proto;
+
+		if (bpf_skb_load_bytes(skb, 12, &eth_proto, sizeof(eth_proto))) {
+			nd_count(EGR_ND_CNT_MALFORMED);
+			return ND_BAD;
+		}
+		proto = bpf_ntohs(eth_proto);
+		if (proto == ETH_P_8021Q || proto == ETH_P_8021AD) {
+			nd_count(EGR_ND_CNT_VLAN);
+			return ND_BAD;
+		}
+		/* The frame and the kernel must agree on what it carries. */
+		if (eth_proto != skb->protocol) {
+			nd_count(EGR_ND_CNT_MALFORMED);
+			return ND_BAD;
+		}
+	} else {
+		proto = bpf_ntohs(skb->protocol);
+	}
+	if (proto == ETH_P_ARP) {
+		if (!l2) {
+			nd_count(EGR_ND_CNT_NOT_IP);
+			return ND_BAD;
+		}
+		nd_count(EGR_ND_CNT_ARP);
+		return ND_ARP;
+	}
+	if (proto == ETH_P_IP) {
+		struct iphdr ip;
+
+		if (bpf_skb_load_bytes(skb, l2, &ip, sizeof(ip)) || ip.version != 4 ||
+		    bpf_ntohs(ip.tot_len) < sizeof(ip) || bpf_ntohs(ip.tot_len) > skb->len - l2) {
+			nd_count(EGR_ND_CNT_MALFORMED);
+			return ND_BAD;
+		}
+		if (ip.ihl != 5) {
+			nd_count(EGR_ND_CNT_IP_OPTIONS);
+			return ND_BAD;
+		}
+		/* Every fragment, the first too: the later ones carry no ports
+		 * to judge, and a first one alone is of no use. */
+		if (ip.frag_off & bpf_htons(0x3fff)) {
+			nd_count(EGR_ND_CNT_FRAGMENT);
+			return ND_BAD;
+		}
+		p->l3.family = EGR_AF_INET;
+		p->l3.daddr[0] = ip.daddr;
+		p->l3.saddr[0] = ip.saddr;
+		p->l3.protocol = ip.protocol;
+		if (nd_parse_l4(skb, l2 + sizeof(ip), p)) {
+			nd_count(EGR_ND_CNT_MALFORMED);
+			return ND_BAD;
+		}
+		return ND_IP;
+	}
+	if (proto == ETH_P_IPV6) {
+		struct ipv6hdr ip6;
+
+		if (bpf_skb_load_bytes(skb, l2, &ip6, sizeof(ip6)) || ip6.version != 6) {
+			nd_count(EGR_ND_CNT_MALFORMED);
+			return ND_BAD;
+		}
+		p->l3.family = EGR_AF_INET6;
+		__builtin_memcpy(p->l3.daddr, &ip6.daddr, 16);
+		__builtin_memcpy(p->l3.saddr, &ip6.saddr, 16);
+		p->l3.protocol = ip6.nexthdr;
+		if (ip6.nexthdr == 44) {
+			nd_count(EGR_ND_CNT_FRAGMENT);
+			return ND_BAD;
+		}
+		/* Hop-by-hop, routing, destination options, ...: none. */
+		if (ip6.nexthdr != EGR_IPPROTO_TCP && ip6.nexthdr != EGR_IPPROTO_UDP &&
+		    ip6.nexthdr != EGR_IPPROTO_ICMPV6) {
+			nd_count(EGR_ND_CNT_EXT_HDR);
+			return ND_BAD;
+		}
+		if (nd_parse_l4(skb, l2 + sizeof(ip6), p)) {
+			nd_count(EGR_ND_CNT_MALFORMED);
+			return ND_BAD;
+		}
+		/* Router solicitation/advertisement, neighbour solicitation/
+		 * advertisement: the link's own, and only with hop limit 255
+		 * (never forwarded, RFC 4861). */
+		if (ip6.nexthdr == EGR_IPPROTO_ICMPV6 && p->icmp_type >= 133 && p->icmp_type <= 136 &&
+		    ip6.hop_limit == 255) {
+			nd_count(EGR_ND_CNT_ND);
+			return ND_NDISC;
+		}
+		return ND_IP;
+	}
+	nd_count(EGR_ND_CNT_NOT_IP);
+	return ND_BAD;
+}
+
+/* Strict reverse path: would a packet to the source leave through this very
+ * device? A source the host routes elsewhere (another sandbox's, the host's
+ * own, an address nobody routes) is spoofed. */
+static __always_inline int nd_source_ok(struct __sk_buff *skb, const struct egr_l3 *l3)
+{
+	struct bpf_fib_lookup f = {};
+	__u32 ifindex = skb->ifindex;
+	long rc;
+
+	f.ifindex = ifindex;
+	f.l4_protocol = (__u8)l3->protocol;
+	if (l3->family == EGR_AF_INET) {
+		f.family = EGR_AF_INET;
+		f.ipv4_dst = l3->saddr[0];
+		f.ipv4_src = l3->daddr[0];
+	} else {
+		f.family = EGR_AF_INET6;
+		__builtin_memcpy(f.ipv6_dst, l3->saddr, 16);
+		__builtin_memcpy(f.ipv6_src, l3->daddr, 16);
+	}
+	rc = bpf_fib_lookup(skb, &f, sizeof(f), BPF_FIB_LOOKUP_OUTPUT);
+	/* No neighbour entry yet still names the device the route goes by. */
+	return (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH) &&
+	       f.ifindex == ifindex;
+}
+
+static __always_inline void nd_flow_key(struct egr_nd_flow_key *k, __u32 sandbox_id,
+					const struct nd_pkt *p, int inbound)
+{
+	const struct egr_l3 *l3 = &p->l3;
+
+	__builtin_memset(k, 0, sizeof(*k));
+	k->sandbox_id = sandbox_id;
+	k->family = (__u8)l3->family;
+	k->protocol = (__u8)l3->protocol;
+	if (l3->has_ports) {
+		k->sport = inbound ? l3->dport : l3->sport;
+		k->dport = inbound ? l3->sport : l3->dport;
+	} else {
+		k->sport = p->icmp_id;
+	}
+	__builtin_memcpy(k->saddr, inbound ? l3->daddr : l3->saddr, 16);
+	__builtin_memcpy(k->daddr, inbound ? l3->saddr : l3->daddr, 16);
+}
+
+/* ICMP echo out, echo reply in: the only ICMP a device sandbox exchanges
+ * (errors included: fail closed). */
+static __always_inline int nd_is_icmp(const struct nd_pkt *p)
+{
+	return p->l3.protocol == EGR_IPPROTO_ICMP || p->l3.protocol == EGR_IPPROTO_ICMPV6;
+}
+
+static __always_inline int nd_icmp_echo(const struct nd_pkt *p, int reply)
+{
+	if (p->l3.protocol == EGR_IPPROTO_ICMP)
+		return p->icmp_type == (reply ? 0 : 8);
+	return p->icmp_type == (reply ? 129 : 128);
+}
+
+/* The allowlist's word on the remote end of a packet. */
+static __always_inline int nd_judge(const struct egr_sandbox *sb, const struct nd_pkt *p,
+				    int inbound)
+{
+	const __u32 *remote = inbound ? p->l3.saddr : p->l3.daddr;
+	__u16 port = p->l3.has_ports ? (inbound ? p->l3.sport : p->l3.dport) : 0;
+	__u32 r[4];
+
+	__builtin_memcpy(r, remote, sizeof(r));
+	if (p->l3.family == EGR_AF_INET)
+		return egr_decide4(sb, r[0], port, p->l3.protocol);
+	return egr_decide6(sb, r, port, p->l3.protocol);
+}
+
+static __always_inline __u32 nd_l3_len(struct __sk_buff *skb)
+{
+	__u32 l2 = egr_nd_l2_len ? ND_ETH_HLEN : 0;
+
+	return skb->len > l2 ? skb->len - l2 : 0;
+}
+
+/* The sandbox's egress. */
+SEC("tc")
+int egr_nd_ingress(struct __sk_buff *skb)
+{
+	__u32 sandbox_id = egr_nd_sandbox_id, len = nd_l3_len(skb);
+	const struct egr_sandbox *sb = egr_sandbox_of(sandbox_id);
+	struct nd_pkt p = {};
+	struct egr_nd_flow_key fk;
+	struct egr_nd_flow fv;
+	enum nd_kind kind;
+	int reason, verdict, audited = 0;
+	__u64 now;
+
+	if (!sb) {
+		nd_count(EGR_ND_CNT_NO_SANDBOX);
+		egr_count(EGR_CNT_NO_SANDBOX);
+		return ND_DROP;
+	}
+	kind = nd_parse(skb, &p);
+	if (kind == ND_ARP || kind == ND_NDISC) {
+		if (sb->quarantined)
+			return ND_DROP;
+		return ND_PASS;
+	}
+	if (kind != ND_IP)
+		goto drop_silent;
+	if (!nd_source_ok(skb, &p.l3)) {
+		nd_count(EGR_ND_CNT_SPOOFED);
+		goto drop;
+	}
+	/* DNS to any address is the DNS proxy's (docs/dns.md); device
+	 * sandboxes have none yet, so none at all, whatever the allowlist. */
+	if (p.l3.has_ports && p.l3.dport == EGR_DNS_PORT) {
+		nd_count(EGR_ND_CNT_DNS);
+		goto drop;
+	}
+	if (nd_is_icmp(&p)) {
+		/* Echo requests, where the policy allows ICMP and the address
+		 * outright (HOST:*, egr_rule_allows without ports). */
+		if (!nd_icmp_echo(&p, 0) || !(sb->flags & EGR_SB_ALLOW_ICMP))
+			goto drop;
+	}
+	reason = nd_judge(sb, &p, 0);
+	verdict = egr_apply_mode(sb, egr_reason_verdict(reason), 1, &audited);
+	if (verdict != EGR_ALLOW)
+		goto drop;
+	if (audited) {
+		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(would_deny_backstop), 1);
+		if (egr_should_report(EGR_ALLOW))
+			egr_report_skb(EGR_EV_BACKSTOP, sandbox_id, sb, &p.l3, 0,
+				       EGR_VERDICT_AUDIT);
+	}
+	now = bpf_ktime_get_boot_ns();
+	reason = egr_quota_egress(sb, sandbox_id, len, now);
+	if (reason != EGR_R_ALLOW_QUOTA) {
+		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(quota_drops), 1);
+		egr_count(EGR_CNT_QUOTA_DROP);
+		if (reason == EGR_R_DENY_QUOTA_FIRST)
+			egr_report_skb(EGR_EV_QUOTA, sandbox_id, sb, &p.l3, 0, EGR_DENY);
+		return ND_DROP;
+	}
+	nd_flow_key(&fk, sandbox_id, &p, 0);
+	fv.last_ns = now;
+	if (bpf_map_update_elem(&egr_nd_flows, &fk, &fv, BPF_ANY))
+		nd_count(EGR_ND_CNT_FLOW_FULL); /* its replies are dropped: fail closed */
+	egr_meter_pkt(sandbox_id, sb->tenant_id, 1, len);
+	egr_note_dest(sandbox_id, &p.l3, len, now);
+	return ND_PASS;
+drop:
+	egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(backstop_drops), 1);
+	egr_count(EGR_CNT_BACKSTOP_DROP);
+	egr_report_skb(EGR_EV_BACKSTOP, sandbox_id, sb, &p.l3, 0, EGR_DENY);
+	return ND_DROP;
+drop_silent:
+	/* Not IP (or not parseable as such): counted, nothing to name. */
+	egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(backstop_drops), 1);
+	egr_count(EGR_CNT_BACKSTOP_DROP);
+	return ND_DROP;
+}
+
+/* Towards the sandbox. */
+SEC("tc")
+int egr_nd_egress(struct __sk_buff *skb)
+{
+	__u32 sandbox_id = egr_nd_sandbox_id, len = nd_l3_len(skb);
+	const struct egr_sandbox *sb = egr_sandbox_of(sandbox_id);
+	struct nd_pkt p = {};
+	struct egr_nd_flow_key fk;
+	struct egr_nd_flow *fv;
+	enum nd_kind kind;
+	int reason, audited;
+
+	if (!sb) {
+		nd_count(EGR_ND_CNT_NO_SANDBOX);
+		egr_count(EGR_CNT_NO_SANDBOX);
+		return ND_DROP;
+	}
+	kind = nd_parse(skb, &p);
+	if (kind == ND_ARP || kind == ND_NDISC)
+		return sb->quarantined ? ND_DROP : ND_PASS;
+	if (kind != ND_IP) {
+		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(inbound_drops), 1);
+		egr_count(EGR_CNT_INBOUND_DROP);
+		return ND_DROP;
+	}
+	if (sb->flags & EGR_SB_INBOUND_ALLOW) {
+		reason = EGR_R_ALLOW_REPLY;
+	} else {
+		reason = EGR_R_DENY_INBOUND;
+		nd_flow_key(&fk, sandbox_id, &p, 1);
+		fv = bpf_map_lookup_elem(&egr_nd_flows, &fk);
+		/* A reply: to a flow the sandbox opened, recently; never a
+		 * new TCP connection (a bare SYN), never ICMP but echo
+		 * replies; and what it answers is still allowed (an update
+		 * that removed it ends its replies too). */
+		if (fv && bpf_ktime_get_boot_ns() - fv->last_ns <= egr_nd_flow_idle_ns &&
+		    !(p.l3.protocol == EGR_IPPROTO_TCP &&
+		      (p.tcp_flags & (TCP_FL_SYN | TCP_FL_ACK)) == TCP_FL_SYN) &&
+		    (!nd_is_icmp(&p) || nd_icmp_echo(&p, 1))) {
+			reason = nd_judge(sb, &p, 1);
+			if (nd_is_icmp(&p) && !(sb->flags & EGR_SB_ALLOW_ICMP))
+				reason = EGR_R_DENY_INBOUND;
+			if (egr_reason_verdict(reason) == EGR_ALLOW)
+				reason = EGR_R_ALLOW_REPLY;
+		}
+	}
+	if (egr_apply_mode(sb, egr_reason_verdict(reason), 0, &audited) != EGR_ALLOW) {
+		nd_count(EGR_ND_CNT_INBOUND_NEW);
+		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(inbound_drops), 1);
+		egr_count(EGR_CNT_INBOUND_DROP);
+		egr_report_skb(EGR_EV_INBOUND, sandbox_id, sb, &p.l3, 1, EGR_DENY);
+		return ND_DROP;
+	}
+	nd_count(EGR_ND_CNT_REPLY);
+	egr_meter_pkt(sandbox_id, sb->tenant_id, 0, len);
+	return ND_PASS;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Device sandboxes (bpf/netdev.bpf.c): the maps only the device programs
+ * use. Additive to the ABI of include/egressd.h: new maps under new names,
+ * no struct of egressd.h changed, so EGR_ABI_VERSION is not touched; the
+ * rules at the top of egressd.h apply to these structs as well (explicit
+ * layout, sizes asserted, enum values never renumbered).
+ */
+#ifndef EGR_NETDEV_H
+#define EGR_NETDEV_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+/* A flow a device sandbox opened (egr_nd_flows): the sandbox's side first.
+ * Written by the ingress program (the sandbox's egress) for every allowed
+ * packet; the egress program (towards the sandbox) lets a packet in only
+ * when it answers such a flow. */
+struct egr_nd_flow_key {
+	__u32 sandbox_id;
+	__u8 family;     /* AF_INET / AF_INET6 */
+	__u8 protocol;   /* TCP, UDP, ICMP, ICMPv6 */
+	__u16 sport;     /* the sandbox's port, host order (ICMP echo: the id) */
+	__u16 dport;     /* the remote port, host order (ICMP: 0) */
+	__u16 pad;
+	__u32 saddr[4];  /* the sandbox's address; IPv4 in [0] */
+	__u32 daddr[4];  /* the remote address */
+};
+
+struct egr_nd_flow {
+	__u64 last_ns;   /* bpf_ktime_get_boot_ns() of its last allowed egress packet */
+};
+
+/* Counters of the device programs (egr_nd_counters, per CPU): why packets
+ * were dropped or let through without the allowlist. Never renumbered. */
+enum egr_nd_counter {
+	EGR_ND_CNT_NO_SANDBOX = 0,  /* program without a sandbox entry: dropped */
+	EGR_ND_CNT_NOT_IP = 1,      /* ethertype neither IP nor ARP: dropped */
+	EGR_ND_CNT_VLAN = 2,        /* a VLAN tag (in the frame or offloaded): dropped */
+	EGR_ND_CNT_MALFORMED = 3,   /* truncated, wrong version, ethertype and header disagree */
+	EGR_ND_CNT_FRAGMENT = 4,    /* any IPv4 or IPv6 fragment: dropped */
+	EGR_ND_CNT_IP_OPTIONS = 5,  /* IPv4 with options: dropped */
+	EGR_ND_CNT_EXT_HDR = 6,     /* IPv6 with any extension header: dropped */
+	EGR_ND_CNT_SPOOFED = 7,     /* a source address not routed back through the device */
+	EGR_ND_CNT_PROTO = 8,       /* a transport neither TCP, UDP nor ICMP echo: dropped */
+	EGR_ND_CNT_DNS = 9,         /* port 53 to anyone (no DNS proxy for devices yet): dropped */
+	EGR_ND_CNT_ARP = 10,        /* ARP let through (the link needs it) */
+	EGR_ND_CNT_ND = 11,         /* IPv6 neighbour/router discovery let through */
+	EGR_ND_CNT_INBOUND_NEW = 12, /* towards the sandbox, answering no flow of it: dropped */
+	EGR_ND_CNT_REPLY = 13,      /* towards the sandbox, answering a flow: let through */
+	EGR_ND_CNT_FLOW_FULL = 14,  /* an allowed egress packet whose flow could not be noted */
+	EGR_ND_CNT_MAX = 15,
+};
+
+/* Flows all device sandboxes together hold (an LRU: a sandbox opening many
+ * can age out another's, whose replies are then dropped: fail closed). */
+#define EGR_ND_MAX_FLOWS (1u << 18)
+
+_Static_assert(sizeof(struct egr_nd_flow_key) == 44, "egr_nd_flow_key is ABI");
+_Static_assert(sizeof(struct egr_nd_flow) == 8, "egr_nd_flow is ABI");
+
+#endif /* EGR_NETDEV_H */

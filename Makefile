@@ -159,7 +159,7 @@ $(OUT)/%.o: %.c $(wildcard include/*.h) $(wildcard user/lib/*.h) $(wildcard user
 	$(Q)$(CC) $(CFLAGS) -Iuser/$(word 2,$(subst /, ,$<)) -c $< -o $@
 
 # Only the daemon includes the skeleton.
-$(D_OBJS): $(OUT)/egressd.skel.h $(OUT)/escape.skel.h $(OUT)/escape_root.skel.h
+$(D_OBJS): $(OUT)/netdev.skel.h $(OUT)/egressd.skel.h $(OUT)/escape.skel.h $(OUT)/escape_root.skel.h
 
 $(OUT)/libegr.a: $(LIB_OBJS)
 	$(call msg,AR,$@)

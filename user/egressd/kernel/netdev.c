@@ -1,0 +1,271 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* Device sandboxes, the kernel side (netdev.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <net/if.h>
+#include <net/if_arp.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "kernel_priv.h"
+#include "netdev.h"
+#include "netdev.skel.h"
+#include "log.h"
+
+/* One tc filter per direction and device is egressd's: this handle and
+ * priority name it (the tc path). */
+#define ND_TC_HANDLE 0xe9d
+#define ND_TC_PRIO 1
+
+/* This thread into the network namespace at path (NULL: stay); *self gets
+ * the one to return to (-1: none). */
+static int enter_netns(const char *path, int *self)
+{
+	int fd, err = 0;
+
+	*self = -1;
+	if (!path)
+		return 0;
+	*self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (*self < 0)
+		return -errno;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || setns(fd, CLONE_NEWNET) < 0)
+		err = -errno;
+	if (fd >= 0)
+		close(fd);
+	if (err) {
+		close(*self);
+		*self = -1;
+	}
+	return err;
+}
+
+static void leave_netns(int self)
+{
+	if (self < 0)
+		return;
+	/* Back into egressd's own namespace; failing that, this thread must
+	 * not go on in the sandbox's. */
+	if (setns(self, CLONE_NEWNET) < 0) {
+		log_error("netdev: cannot return to egressd's network namespace: %s",
+			  strerror(errno));
+		abort();
+	}
+	close(self);
+}
+
+/* The device's link-layer header length: 14 (Ethernet) or 0 (none: tun). */
+static int l2_len_of(const char *ifname, unsigned *l2)
+{
+	struct ifreq ifr = { 0 };
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0), err = 0;
+
+	if (s < 0)
+		return -errno;
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", ifname);
+	if (ioctl(s, SIOCGIFHWADDR, &ifr) < 0)
+		err = errno == ENODEV ? -ENODEV : -errno;
+	close(s);
+	if (err)
+		return err;
+	if (ifr.ifr_hwaddr.sa_family == ARPHRD_ETHER)
+		*l2 = 14;
+	else if (ifr.ifr_hwaddr.sa_family == ARPHRD_NONE)
+		*l2 = 0;
+	else
+		return -EOPNOTSUPP;
+	return 0;
+}
+
+static int pin_dir(const struct egr_bpf *b, uint32_t id, char *buf, size_t len, bool make)
+{
+	char top[PATH_MAX];
+
+	if (snprintf(top, sizeof(top), "%s/netdev", b->dir) >= (int)sizeof(top) ||
+	    snprintf(buf, len, "%s/%u", top, id) >= (int)len)
+		return -ENAMETOOLONG;
+	if (make && ((mkdir(top, 0700) < 0 && errno != EEXIST) ||
+		     (mkdir(buf, 0700) < 0 && errno != EEXIST)))
+		return -errno;
+	return 0;
+}
+
+static bool force_tc(void)
+{
+	const char *v = getenv("EGRESSD_TEST_NETDEV_TC");
+
+	return v && strcmp(v, "1") == 0;
+}
+
+static int tc_attach(struct bpf_program *prog, int ifindex, enum bpf_tc_attach_point where)
+{
+	LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = where);
+	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = ND_TC_HANDLE, .priority = ND_TC_PRIO,
+		    .prog_fd = bpf_program__fd(prog), .flags = BPF_TC_F_REPLACE);
+	int err = bpf_tc_hook_create(&hook);
+
+	if (err && err != -EEXIST)
+		return err;
+	return bpf_tc_attach(&hook, &opts);
+}
+
+static void tc_detach(int ifindex, enum bpf_tc_attach_point where)
+{
+	LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = where);
+	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = ND_TC_HANDLE, .priority = ND_TC_PRIO);
+
+	bpf_tc_detach(&hook, &opts);
+}
+
+/* TCX (6.6+), not in this libbpf's or these headers' names yet: the
+ * kernel's values (include/uapi/linux/bpf.h). */
+#define ND_BPF_TCX_INGRESS 46
+#define ND_BPF_TCX_EGRESS 47
+#define ND_BPF_F_BEFORE (1U << 3)
+
+/* Attach both programs with TCX links, first in each chain (our drop comes
+ * before anyone's pass), and pin them. A kernel without TCX answers EINVAL
+ * (an attach type it does not know), for the caller to fall back. */
+static int tcx_attach(struct netdev_bpf *skel, int ifindex, const char *dir)
+{
+	LIBBPF_OPTS(bpf_link_create_opts, first, .flags = ND_BPF_F_BEFORE);
+	char pin_in[PATH_MAX], pin_out[PATH_MAX];
+	int in, out = -1, err = 0;
+
+	snprintf(pin_in, sizeof(pin_in), "%s/ingress", dir);
+	snprintf(pin_out, sizeof(pin_out), "%s/egress", dir);
+	in = bpf_link_create(bpf_program__fd(skel->progs.egr_nd_ingress), ifindex,
+			     ND_BPF_TCX_INGRESS, &first);
+	if (in < 0)
+		return -errno;
+	out = bpf_link_create(bpf_program__fd(skel->progs.egr_nd_egress), ifindex,
+			      ND_BPF_TCX_EGRESS, &first);
+	if (out < 0) {
+		err = -errno;
+		goto done;
+	}
+	unlink(pin_in);
+	unlink(pin_out);
+	if (bpf_obj_pin(in, pin_in) < 0 || bpf_obj_pin(out, pin_out) < 0) {
+		err = -errno;
+		unlink(pin_in);
+		unlink(pin_out);
+	}
+done:
+	/* Closing detaches what is not pinned; the pins hold the rest. */
+	close(in);
+	if (out >= 0)
+		close(out);
+	return err;
+}
+
+int egr_nd_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *netns, const char *ifname,
+		  enum egr_nd_mode *mode)
+{
+	LIBBPF_OPTS(bpf_object_open_opts, oopts, .pin_root_path = b->maps);
+	struct netdev_bpf *skel = NULL;
+	char dir[PATH_MAX];
+	unsigned l2 = 14;
+	int self, ifindex, err;
+
+	if (!sandbox_id || !ifname || !*ifname || strlen(ifname) >= IFNAMSIZ)
+		return -EINVAL;
+	err = pin_dir(b, sandbox_id, dir, sizeof(dir), true);
+	if (err)
+		return err;
+	err = enter_netns(netns, &self);
+	if (err) {
+		log_error("netdev: enter %s: %s", netns, strerror(-err));
+		return err;
+	}
+	ifindex = (int)if_nametoindex(ifname);
+	if (!ifindex) {
+		err = -ENODEV;
+		goto out;
+	}
+	err = l2_len_of(ifname, &l2);
+	if (err)
+		goto out;
+	/* Pinned by name beside egressd's maps: the very same maps. */
+	skel = netdev_bpf__open_opts(&oopts);
+	if (!skel) {
+		err = -errno;
+		goto out;
+	}
+	skel->rodata->egr_nd_sandbox_id = sandbox_id;
+	skel->rodata->egr_nd_l2_len = l2;
+	err = netdev_bpf__load(skel);
+	if (err) {
+		log_error("netdev: load the device programs for sandbox %u: %s", sandbox_id,
+			  strerror(-err));
+		goto out;
+	}
+	err = force_tc() ? -EOPNOTSUPP : tcx_attach(skel, ifindex, dir);
+	if (!err) {
+		*mode = EGR_ND_TCX;
+		goto out;
+	}
+	if (err != -EINVAL && err != -EOPNOTSUPP && err != -ENOTSUP && err != -ENOSYS)
+		goto out;
+	err = tc_attach(skel->progs.egr_nd_ingress, ifindex, BPF_TC_INGRESS);
+	if (!err) {
+		err = tc_attach(skel->progs.egr_nd_egress, ifindex, BPF_TC_EGRESS);
+		if (err)
+			tc_detach(ifindex, BPF_TC_INGRESS);
+	}
+	if (!err)
+		*mode = EGR_ND_TC;
+out:
+	if (err)
+		log_error("netdev: attach sandbox %u to %s%s%s: %s", sandbox_id, ifname,
+			  netns ? " in " : "", netns ? netns : "", strerror(-err));
+	netdev_bpf__destroy(skel); /* links are pinned, filters hold their programs */
+	leave_netns(self);
+	if (err)
+		rmdir(dir);
+	return err;
+}
+
+int egr_nd_detach(struct egr_bpf *b, uint32_t sandbox_id, const char *netns, const char *ifname)
+{
+	static const char *const names[] = { "ingress", "egress" };
+	char dir[PATH_MAX], pin[PATH_MAX + 16];
+	int self, ifindex, err;
+
+	err = pin_dir(b, sandbox_id, dir, sizeof(dir), false);
+	if (err)
+		return err;
+	for (size_t i = 0; i < 2; i++) {
+		int fd;
+
+		snprintf(pin, sizeof(pin), "%s/%s", dir, names[i]);
+		fd = bpf_obj_get(pin);
+		if (fd < 0)
+			continue;
+		bpf_link_detach(fd);
+		close(fd);
+		unlink(pin);
+	}
+	rmdir(dir);
+	/* The tc path's filters, where there are any. */
+	if (!ifname || enter_netns(netns, &self))
+		return 0;
+	ifindex = (int)if_nametoindex(ifname);
+	if (ifindex) {
+		tc_detach(ifindex, BPF_TC_INGRESS);
+		tc_detach(ifindex, BPF_TC_EGRESS);
+	}
+	leave_netns(self);
+	return 0;
+}

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Device sandboxes, the kernel side (bpf/netdev.bpf.c; issue 25): load the
+ * two device programs for one sandbox on egressd's maps (its pinned maps by
+ * name, plus egr_nd_flows and egr_nd_counters pinned beside them) and attach
+ * them to a device of a network namespace: TCX links where the kernel has
+ * them (6.6+), pinned under <bpffs-dir>/netdev/<sandbox-id>/{ingress,egress}
+ * so that they keep enforcing while egressd is down; tc clsact filters
+ * elsewhere (they stay on the device by themselves). Both programs or
+ * neither: an attach that cannot put both in place leaves nothing.
+ *
+ * Not yet called by the registry (egressctl attach --netdev is to come).
+ * Test only: EGRESSD_TEST_NETDEV_TC=1 takes the tc path on a kernel with
+ * TCX, so that both paths are tested on one host.
+ */
+#ifndef EGR_KERNEL_NETDEV_H
+#define EGR_KERNEL_NETDEV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct egr_bpf;
+
+/* How a device sandbox's programs are attached. */
+enum egr_nd_mode { EGR_ND_TCX = 1, EGR_ND_TC = 2 };
+
+/* Attach sandbox_id's programs to device ifname of the network namespace
+ * at netns (NULL: egressd's own). *mode says which path was taken. 0 or
+ * -errno (-ENODEV: no such device; -EOPNOTSUPP: a link type the programs
+ * do not parse); on error nothing of ours is on the device. */
+int egr_nd_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *netns, const char *ifname,
+		  enum egr_nd_mode *mode);
+/* Remove them (TCX links and their pins, or the tc filters): idempotent.
+ * 0 or -errno. */
+int egr_nd_detach(struct egr_bpf *b, uint32_t sandbox_id, const char *netns, const char *ifname);
+
+#endif /* EGR_KERNEL_NETDEV_H */

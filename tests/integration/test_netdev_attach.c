@@ -226,12 +226,30 @@ static void test_attach_to_a_missing_device_fails_and_leaves_nothing(void **stat
 	assert_int_equal(egr_nd_attach(B, SB_ID, netns, "vs", &mode), -ENODEV);
 }
 
+/* Last: it deletes the device. A deleted device takes its TCX links with
+ * it (they go defunct); the detach still removes the pins. */
+static void test_device_deleted_then_detach_cleans_up(void **state)
+{
+	char netns[64], dir[128];
+	enum egr_nd_mode mode = 0;
+
+	unsetenv("EGRESSD_TEST_NETDEV_TC");
+	snprintf(netns, sizeof(netns), "/run/netns/%s", ns_h);
+	snprintf(dir, sizeof(dir), "%s/netdev/%d", bpfdir, SB_ID);
+	assert_int_equal(egr_nd_attach(B, SB_ID, netns, dev_h, &mode), 0);
+	assert_int_equal(access(dir, F_OK), 0);
+	assert_int_equal(sh("ip -n %s link del %s", ns_h, dev_h), 0);
+	assert_int_equal(egr_nd_detach(B, SB_ID, netns, dev_h), 0);
+	assert_int_equal(access(dir, F_OK), -1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_tcx_links_enforce_and_detach),
 		cmocka_unit_test(test_tc_filters_enforce_and_detach),
 		cmocka_unit_test(test_attach_to_a_missing_device_fails_and_leaves_nothing),
+		cmocka_unit_test(test_device_deleted_then_detach_cleans_up),
 	};
 
 	return cmocka_run_group_tests_name("netdev_attach", tests, setup, teardown);

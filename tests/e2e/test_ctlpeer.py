@@ -264,3 +264,108 @@ def ctlpeer_rejudged_at_request(c):
         time.sleep(0.3)
         out, _ = p.communicate("go\n", timeout=CTL_TIMEOUT_S)
         check(json.loads(out.strip()).get("ok") is True, "the twin's ping: %r" % out)
+
+
+# A client that sends its request, says so, and then either exits at once
+# ("exit": with a large address space, so its exit takes a while) or waits
+# for the reply ("reply") as egressctl does.
+CP_EXITING_CLIENT = r"""
+import mmap, os, socket, sys
+m = mmap.mmap(-1, int(sys.argv[3]))
+m[::4096] = b"\x01" * (len(m) // 4096)  # every page populated: exit_mm() takes long
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+s.sendall((sys.argv[2] + "\n").encode())
+print("sent", flush=True)
+if sys.stdin.readline().strip() == "exit":
+    os._exit(0)
+buf = b""
+while not buf.endswith(b"\n"):
+    d = s.recv(65536)
+    if not d:
+        break
+    buf += d
+print(buf.decode().strip(), flush=True)
+"""
+CP_EXIT_MM = 512 << 20
+PF_EXITING = 0x4
+
+
+def cp_exiting(pid):
+    """Has pid begun to exit (PF_EXITING), or is it gone?"""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        return rest[0] in ("Z", "X") or int(rest[6]) & PF_EXITING != 0
+    except (OSError, IndexError, ValueError):
+        return True
+
+
+def cp_exit_race(c, cg, req, then):
+    """egressd stopped; a client (in cg, or outside when cg is None) sends
+    req into the backlog; the sandboxed helper moves it to the root (when
+    cg); then it exits (then "exit", egressd continued once it is exiting)
+    or waits for its reply ("reply"). Its output and the log mark."""
+    pid = c.daemon.proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    CLEANUP.push("SIGCONT egressd", lambda: c.daemon.alive() and c.daemon.proc.pid == pid and
+                 os.kill(pid, signal.SIGCONT))
+    try:
+        argv = [sys.executable, "-c", CP_EXITING_CLIENT, c.sock, json.dumps(req),
+                str(CP_EXIT_MM)]
+        p = subprocess.Popen((CP_NOCAPS if cg else []) + argv, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=join_cgroup_fn(cg))
+        CLEANUP.push("cp exiting client", lambda: p.poll() is None and (p.kill(), p.wait(5)))
+        check(p.stdout.readline().strip() == "sent", "the client did not send its request: %r"
+              % (p.stderr.read() if p.poll() is not None else ""))
+        if cg:
+            cp_move_out(c, cg, p)
+        p.stdin.write(then + "\n")
+        p.stdin.flush()
+        if then == "exit":
+            check(wait_until(lambda: cp_exiting(p.pid), 5, 0.001),
+                  "the client never began to exit")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    out, _ = p.communicate(timeout=CTL_TIMEOUT_S)
+    return out
+
+
+@test
+def ctlpeer_exiting_moved_peer_refused(c):
+    """The hole the no-signal race found: a moved peer that exits (or is
+    killed for its escape) after sending its request. The guard deletes its
+    record at sched_process_exit, before exit_mm(), and its pidfd reads as
+    exited only at exit_notify(): judged in between, /proc says the root,
+    there is no record and the pidfd is alive. Here the exit is made long
+    (512 MiB to unmap) and egressd continues once the peer is exiting.
+    Secure: refused, the policy in force is the old one. Twin: the
+    administrator's client, outside every sandbox, the same backlogged
+    request, waiting for its reply: served."""
+    hk_need_guard(c)
+    t = c.tcp("cp-open")
+    with c.sandbox(["127.0.0.9:1"], name="cp-exit") as sb:
+        before = cp_policy_sha(c, sb.cg)
+        with open(c.policy(["tcp/127.0.0.1:%d" % t.port])) as f:
+            open_pol = json.load(f)
+        req = {"op": "update", "cgroup": sb.cg, "policy": open_pol}
+        mark = c.log_size()
+        cp_exit_race(c, sb.cg, req, "exit")
+
+        def judged():
+            tail = c.log_tail(mark, 400)
+            return "control: refused" in tail or "op update" in tail
+        check(wait_until(judged, CTL_TIMEOUT_S, 0.05),
+              "egressd never judged the backlogged request:\n" + c.log_tail(mark))
+        check(cp_policy_sha(c, sb.cg) == before, "a moved peer that exited after its request had it applied (a policy_change "
+              "for the tool)\n" + c.log_tail(mark))
+        check("control: refused" in c.log_tail(mark, 400),
+              "egressd logged no refusal:\n" + c.log_tail(mark))
+        sb.denied("tcp", "127.0.0.1", t.port)
+        # Sanity twin: the administrator, same backlogged request, waits.
+        out = cp_exit_race(c, None, req, "reply")
+        reply = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+        check(reply.get("ok") is True, "the admin's backlogged update: %r" % reply)
+        check(cp_policy_sha(c, sb.cg) != before, "the admin's update did not apply")
+        sb.allowed("tcp", "127.0.0.1", t.port)

@@ -18,6 +18,8 @@
 #define SO_PEERPIDFD 77
 #endif
 
+#define EGR_PF_EXITING 0x00000004UL /* include/linux/sched.h PF_EXITING, stable since 2.6 */
+
 static int peer_pidfd_state; /* 0: not probed, 1: SO_PEERPIDFD, -1: pidfd_open fallback */
 
 bool egr_peer_pidfd_supported(void)
@@ -93,6 +95,45 @@ static bool peer_in_sandbox(const struct egr_peer_rules *r, pid_t pid)
 	return inside;
 }
 
+/* Has the peer begun to exit (PF_EXITING in /proc/<pid>/stat's flags, or
+ * a zombie)? Read AFTER egr_proc_home: do_exit() sets PF_EXITING before the
+ * guard's sched_process_exit program deletes the record, and the pidfd
+ * turns readable only at exit_notify(), long after (exit_mm, exit_files
+ * come between). In that window a moved peer has no record and a live
+ * pidfd; this is what refuses it. Unreadable: exiting (fail closed). */
+static bool peer_exiting(pid_t pid)
+{
+	char path[64], buf[1024], *p, *end;
+	unsigned long flags;
+	size_t n;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return true;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
+	if (!p || p[1] != ' ' || !p[2])
+		return true;
+	p += 2;
+	if (*p == 'Z' || *p == 'X' || *p == 'x')
+		return true;
+	/* state ppid pgrp session tty_nr tpgid flags: the 7th field from here */
+	for (int i = 0; i < 6; i++) {
+		p = strchr(p, ' ');
+		if (!p)
+			return true;
+		p++;
+	}
+	flags = strtoul(p, &end, 10);
+	if (end == p)
+		return true;
+	return flags & EGR_PF_EXITING;
+}
+
 /* Is group among the peer's groups (primary or supplementary, /proc)? */
 static bool peer_in_group(pid_t pid, const struct ucred *cred, gid_t group)
 {
@@ -129,7 +170,7 @@ static const char *judge_held(const struct egr_peer_rules *r, const struct ucred
 {
 	int held;
 
-	/* /proc first, the guard's record second (peer.h). */
+	/* /proc first, the guard's record second, exiting third (peer.h). */
 	if (peer_in_sandbox(r, cred->pid))
 		return "peer is in a sandbox";
 	if (r->bpf) {
@@ -141,6 +182,9 @@ static const char *judge_held(const struct egr_peer_rules *r, const struct ucred
 		if (held < 0)
 			return "peer's escape-guard record cannot be read"; /* fail closed */
 	}
+	/* After the record: an exiting peer may have lost it already. */
+	if (peer_exiting(cred->pid))
+		return "peer is exiting";
 	if (cred->uid == 0)
 		return NULL;
 	if (r->group == (gid_t)-1)

@@ -9,6 +9,12 @@
  *     escaped, or at home in a sandbox still managed), read after /proc:
  *     a move out is in the map before /proc shows it elsewhere (both under
  *     cgroup_mutex), so a move between the two reads is seen by one of them,
+ *   - it has begun to exit (PF_EXITING in /proc/<pid>/stat, read after
+ *     the record: the guard deletes the record of an exiting process at
+ *     sched_process_exit, after PF_EXITING and well before its pidfd says
+ *     it exited; without this a moved peer that exits, or is killed for
+ *     its escape, between its request and egressd's judgement has neither
+ *     record nor dead pidfd and is admitted: the race test's failure), or
  *   - it has exited (its pid says nothing any more), or
  *   - it is neither root nor in the control group.
  * The process is held by a pidfd (SO_PEERPIDFD, Linux 6.5+; pidfd_open of

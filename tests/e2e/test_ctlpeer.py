@@ -189,9 +189,11 @@ def ctlpeer_race_moved_update_refused(c):
                                preexec_fn=join_cgroup_fn(sb.cg))
             pid = int(r.stdout.split()[0])
             # Killed: it moved its egressctl. Else that one was done (refused
-            # from inside) before the move, and the kernel moved nothing.
-            check(r.returncode == -signal.SIGKILL or cp_pid_gone(pid),
-                  "the tool's shell was not killed: %r" % r)
+            # from inside) before the move, and the kernel moved nothing: it
+            # skips a task that has begun to exit (PF_EXITING), which can
+            # take a while to become a zombie on a loaded machine.
+            check(r.returncode == -signal.SIGKILL or cp_exiting(pid),
+                  "the tool's shell was not killed: %r; its egressctl: %s" % (r, cp_proc(pid)))
             moved += r.returncode == -signal.SIGKILL
             check(wait_until(lambda: cp_pid_gone(pid), CTL_TIMEOUT_S, 0.02),
                   "the moved egressctl %d did not finish" % pid)
@@ -290,6 +292,18 @@ print(buf.decode().strip(), flush=True)
 """
 CP_EXIT_MM = 512 << 20
 PF_EXITING = 0x4
+
+
+def cp_proc(pid):
+    """pid's stat and cgroup, for a failure message."""
+    out = []
+    for name in ("stat", "cgroup"):
+        try:
+            with open("/proc/%d/%s" % (pid, name)) as f:
+                out.append(f.read().strip().replace("\n", " "))
+        except OSError as e:
+            out.append(str(e))
+    return " | ".join(out)
 
 
 def cp_exiting(pid):

@@ -95,27 +95,12 @@ static bool peer_in_sandbox(const struct egr_peer_rules *r, pid_t pid)
 	return inside;
 }
 
-/* Has the peer begun to exit (PF_EXITING in /proc/<pid>/stat's flags, or
- * a zombie)? Read AFTER egr_proc_home: do_exit() sets PF_EXITING before the
- * guard's sched_process_exit program deletes the record, and the pidfd
- * turns readable only at exit_notify(), long after (exit_mm, exit_files
- * come between). In that window a moved peer has no record and a live
- * pidfd; this is what refuses it. Unreadable: exiting (fail closed). */
-static bool peer_exiting(pid_t pid)
+bool egr_peer_stat_exiting(const char *stat)
 {
-	char path[64], buf[1024], *p, *end;
+	const char *p = strrchr(stat, ')'); /* comm may hold spaces and parentheses */
 	unsigned long flags;
-	size_t n;
-	FILE *f;
+	char *end;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	f = fopen(path, "re");
-	if (!f)
-		return true;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	p = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
 	if (!p || p[1] != ' ' || !p[2])
 		return true;
 	p += 2;
@@ -128,10 +113,33 @@ static bool peer_exiting(pid_t pid)
 			return true;
 		p++;
 	}
+	if (*p < '0' || *p > '9')
+		return true;
 	flags = strtoul(p, &end, 10);
-	if (end == p)
+	if (*end != ' ' && *end != '\n' && *end != '\0')
 		return true;
 	return flags & EGR_PF_EXITING;
+}
+
+/* Has the peer begun to exit? Read AFTER egr_proc_home (peer.h): do_exit()
+ * sets PF_EXITING before the guard's sched_process_exit program deletes the
+ * record, and the pidfd turns readable only at exit_notify(), long after
+ * (exit_mm, exit_files come between). In that window a moved peer has no
+ * record and a live pidfd; this is what refuses it. Unreadable: exiting. */
+static bool peer_exiting(pid_t pid)
+{
+	char path[64], buf[1024];
+	size_t n;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return true;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return egr_peer_stat_exiting(buf);
 }
 
 /* Is group among the peer's groups (primary or supplementary, /proc)? */

@@ -40,6 +40,9 @@ struct egr_peer_rules {
 
 /* 0: admitted; -EPERM: refused, *why says why; cred as far as known. */
 int egr_peer_judge(const struct egr_peer_rules *r, int cfd, struct ucred *cred, const char **why);
+/* Does this /proc/<pid>/stat text say the process has begun to exit
+ * (PF_EXITING in its flags, or a zombie)? Text it cannot parse: true. */
+bool egr_peer_stat_exiting(const char *stat);
 /* Does this kernel give SO_PEERPIDFD (6.5+)? Probed once. Without it the
  * peer's pid is held from the judgement on, not from its connect(). */
 bool egr_peer_pidfd_supported(void);

@@ -166,6 +166,82 @@ static void test_socket_outlives_its_process_and_is_claimed(void **state)
 	egr_loop_free(loop);
 }
 
+/* One answer of the holder at p to msg ("" when it closed without one). */
+static void ask(const char *p, const char *msg, char *out, size_t len)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	ssize_t n = -1;
+
+	out[0] = '\0';
+	memcpy(sa.sun_path, p, strlen(p));
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	    send(fd, msg, strlen(msg), 0) == (ssize_t)strlen(msg))
+		n = recv(fd, out, len - 1, 0);
+	if (n > 0)
+		out[n] = '\0';
+	if (fd >= 0)
+		close(fd);
+}
+
+/*
+ * A holder killed while egressd runs is replaced, every time, with every
+ * socket handed to the new one. The race this guards: the dying holder's
+ * connection to egressd closes before its listening socket does, so
+ * egressd's first connect() could reach the dying listener and be reset
+ * ("cannot start another: Connection reset by peer", then no holder at
+ * all). Many rounds: one lost race in them fails the test.
+ */
+static void test_killed_holder_replaced_every_time(void **state)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	char p[108], exe[256], out[256];
+	struct egr_lhold_stats st;
+	struct egr_loop *loop;
+	struct egr_lhold *h;
+	ssize_t n;
+	int u;
+
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	assert_true(n > 0);
+	exe[n] = '\0';
+	snprintf(p, sizeof(p), "/tmp/egr-test-lhold-repl-%d.sock", (int)getpid());
+	unlink(p);
+	assert_int_equal(egr_loop_new(&loop), 0);
+	assert_int_equal(egr_lhold_open(loop, p, exe, 30, &h), 0);
+	u = socket(AF_INET, SOCK_DGRAM, 0);
+	assert_int_equal(bind(u, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(egr_lhold_put(h, u), 0);
+	for (int round = 0; round < 100; round++) {
+		long old;
+
+		egr_lhold_stats(h, &st);
+		old = st.holder_pid;
+		assert_true(old > 0);
+		assert_int_equal(kill((pid_t)old, SIGKILL), 0);
+		/* egressd's loop sees the connection go and starts another. */
+		for (int i = 0; i < 100; i++) {
+			egr_lhold_stats(h, &st);
+			if (st.holder_pid != old)
+				break;
+			egr_loop_run_once(loop, 50);
+		}
+		egr_lhold_stats(h, &st);
+		if (st.holder_pid <= 0 || st.holder_pid == old)
+			fail_msg("round %d: holder %ld killed, none replaced it (pid %ld)", round, old,
+				 st.holder_pid);
+		ask(p, "PING", out, sizeof(out));
+		if (strncmp(out, "OK ", 3) || strtol(out + 3, NULL, 10) != st.holder_pid ||
+		    !strstr(out + 3, " 1"))
+			fail_msg("round %d: the new holder answers %s", round, out);
+	}
+	ask(p, "QUIT", out, sizeof(out));
+	egr_lhold_free(h);
+	close(u);
+	unlink(p);
+	egr_loop_free(loop);
+}
+
 /* A successor lets go of what no adoption claims. */
 static void test_unclaimed_released_at_settle(void **state)
 {
@@ -197,12 +273,17 @@ static void test_unclaimed_released_at_settle(void **state)
 	egr_loop_free(loop);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_socket_outlives_its_process_and_is_claimed),
 		cmocka_unit_test(test_unclaimed_released_at_settle),
+		cmocka_unit_test(test_killed_holder_replaced_every_time),
 	};
+
+	/* The holders egr_lhold starts: this binary, as egressd's main does. */
+	if (argc == 4 && !strcmp(argv[1], "--run-listener-holder"))
+		return egr_holder_main(atoi(argv[2]), (unsigned)strtoul(argv[3], NULL, 10));
 
 	return cmocka_run_group_tests_name("lhold", tests, setup, teardown);
 }

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hold/hold_proto.h"
@@ -49,6 +51,7 @@ struct egr_lhold {
 	char exe[256];
 	unsigned linger_s;
 	int conn;
+	int pidfd; /* the holder in use: its exit is what on_conn waits for */
 	bool warned;
 	bool frozen; /* exiting: nothing is let go any more */
 	struct lh_sock *taken; /* handed over at start, not claimed (yet) */
@@ -261,32 +264,79 @@ static int spawn(struct egr_lhold *h)
 
 static void on_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
 
+/*
+ * A holder that is exiting (killed, QUIT, its linger over) releases its
+ * files in an order of the kernel's: our connection to it can be gone
+ * while its listening socket still takes a connect(), which the release
+ * of that socket then resets. That holder is gone, not refusing us: wait
+ * until its listener no longer accepts (connect() says ECONNREFUSED, and
+ * a new one is started) instead of giving up. Bounded: a holder that
+ * keeps accepting and resetting is not one that exits.
+ */
+#define HOLD_DYING_TRIES 50
+#define HOLD_DYING_PAUSE_MS 20
+
+static void pause_ms(unsigned ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* The holder's pid as a pidfd, opened while it answers us (it is alive:
+ * the pid is its own); -1 if the kernel has none (then on_conn relies on
+ * the retries above alone). */
+static int holder_pidfd(long pid)
+{
+	int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0U);
+
+	return fd < 0 ? -1 : fd;
+}
+
 /* Connected to a holder (started if none answers); its pid in the stats. */
 static int connect_holder(struct egr_lhold *h, bool *started)
 {
 	char out[HOLD_MSG_MAX + 1];
 	long pid = 0;
-	int fd, err;
+	int fd, err = -ECONNRESET;
 
 	*started = false;
-	fd = dial(h->path);
-	if (fd == -ECONNREFUSED || fd == -ENOENT) {
-		err = spawn(h);
-		if (err)
-			return err;
-		*started = true;
+	for (int tries = 0; tries < HOLD_DYING_TRIES; tries++) {
+		if (tries)
+			pause_ms(HOLD_DYING_PAUSE_MS);
 		fd = dial(h->path);
-	}
-	if (fd < 0)
-		return fd;
-	h->conn = fd;
-	err = rpc(h, "PING", -1, out, sizeof(out));
-	if (err || sscanf(out, "OK %ld", &pid) != 1) {
+		if (fd == -ECONNREFUSED || fd == -ENOENT) {
+			err = spawn(h);
+			if (err)
+				return err;
+			*started = true;
+			fd = dial(h->path);
+		}
+		if (fd < 0)
+			return fd;
+		h->conn = fd;
+		err = rpc(h, "PING", -1, out, sizeof(out));
+		if (!err && sscanf(out, "OK %ld", &pid) != 1)
+			err = -EPROTO;
+		if (!err)
+			break;
 		close(fd);
 		h->conn = -1;
-		return err ? err : -EPROTO;
+		/* Reset by one that was going away (above); anything else, or a
+		 * holder we just started, is an answer. */
+		if (*started || (err != -ECONNRESET && err != -EPIPE))
+			return err;
+		if (!tries)
+			log_info("listener holder at %s was exiting when we connected; waiting "
+				 "for it to be gone", h->path);
 	}
+	if (err)
+		return err;
 	h->st.holder_pid = pid;
+	if (h->pidfd >= 0)
+		close(h->pidfd);
+	h->pidfd = holder_pidfd(pid);
 	err = egr_loop_add(h->loop, fd, EPOLLIN | EPOLLRDHUP, on_conn, h);
 	if (err) {
 		close(fd);
@@ -379,6 +429,18 @@ static void on_conn(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 	log_warn("listener holder %ld went away; starting another and handing it %zu socket(s)",
 		 h->st.holder_pid, h->nmine);
 	h->st.holder_pid = 0;
+	/* Our connection closes before the holder's listener does (see
+	 * connect_holder): a connect() now can reach the dying holder. Its
+	 * pidfd is readable once it has exited, its files all released; a
+	 * holder that only dropped us (still running) is dialled again. */
+	if (h->pidfd >= 0) {
+		struct pollfd pf = { .fd = h->pidfd, .events = POLLIN };
+
+		while (poll(&pf, 1, HOLD_DYING_TRIES * HOLD_DYING_PAUSE_MS) < 0 && errno == EINTR)
+			;
+		close(h->pidfd);
+		h->pidfd = -1;
+	}
 	err = connect_holder(h, &started);
 	for (size_t i = 0; !err && i < h->nmine; i++) {
 		char msg[HOLD_MSG_MAX];
@@ -406,6 +468,7 @@ int egr_lhold_open(struct egr_loop *loop, const char *path, const char *self_exe
 		return -ENOMEM;
 	h->loop = loop;
 	h->conn = -1;
+	h->pidfd = -1;
 	h->linger_s = linger_s;
 	snprintf(h->path, sizeof(h->path), "%s", path);
 	snprintf(h->exe, sizeof(h->exe), "%s", self_exe);
@@ -432,6 +495,8 @@ void egr_lhold_free(struct egr_lhold *h)
 		egr_loop_del(h->loop, h->conn);
 		close(h->conn); /* the holder keeps everything */
 	}
+	if (h->pidfd >= 0)
+		close(h->pidfd);
 	for (size_t i = 0; i < h->ntaken; i++)
 		close(h->taken[i].fd);
 	free(h->taken);

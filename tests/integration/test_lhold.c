@@ -192,10 +192,24 @@ static void ask(const char *p, const char *msg, char *out, size_t len)
  * ("cannot start another: Connection reset by peer", then no holder at
  * all). Many rounds: one lost race in them fails the test.
  */
+static char repl_path[108];
+
+/* Also when the test failed: the last holder quits, its socket goes. */
+static int repl_teardown(void **state)
+{
+	char out[64];
+
+	if (repl_path[0]) {
+		ask(repl_path, "QUIT", out, sizeof(out));
+		unlink(repl_path);
+	}
+	return 0;
+}
+
 static void test_killed_holder_replaced_every_time(void **state)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	char p[108], exe[256], out[256];
+	char *p = repl_path, exe[256], out[256];
 	struct egr_lhold_stats st;
 	struct egr_loop *loop;
 	struct egr_lhold *h;
@@ -205,7 +219,7 @@ static void test_killed_holder_replaced_every_time(void **state)
 	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	assert_true(n > 0);
 	exe[n] = '\0';
-	snprintf(p, sizeof(p), "/tmp/egr-test-lhold-repl-%d.sock", (int)getpid());
+	snprintf(p, sizeof(repl_path), "/tmp/egr-test-lhold-repl-%d.sock", (int)getpid());
 	unlink(p);
 	assert_int_equal(egr_loop_new(&loop), 0);
 	assert_int_equal(egr_lhold_open(loop, p, exe, 30, &h), 0);
@@ -235,10 +249,8 @@ static void test_killed_holder_replaced_every_time(void **state)
 		    !strstr(out + 3, " 1"))
 			fail_msg("round %d: the new holder answers %s", round, out);
 	}
-	ask(p, "QUIT", out, sizeof(out));
 	egr_lhold_free(h);
 	close(u);
-	unlink(p);
 	egr_loop_free(loop);
 }
 
@@ -278,7 +290,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_socket_outlives_its_process_and_is_claimed),
 		cmocka_unit_test(test_unclaimed_released_at_settle),
-		cmocka_unit_test(test_killed_holder_replaced_every_time),
+		cmocka_unit_test_teardown(test_killed_holder_replaced_every_time, repl_teardown),
 	};
 
 	/* The holders egr_lhold starts: this binary, as egressd's main does. */

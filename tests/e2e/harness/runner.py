@@ -135,8 +135,9 @@ def main(description="egressd end-to-end tests", argv=None):
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--build", default="build", help="build directory (default build)")
     ap.add_argument("-k", dest="pattern", help="run only tests whose name contains PATTERN")
-    ap.add_argument("-m", "--module", action="append", default=[], metavar="MODULE",
-                    help="run only the tests of tests/e2e/MODULE.py (repeatable)")
+    ap.add_argument("-m", "--module", action="append", default=[], metavar="MODULE[:PATTERN]",
+                    help="run only the tests of tests/e2e/MODULE.py (repeatable); with "
+                    ":PATTERN only those of its tests whose name contains PATTERN")
     ap.add_argument("--without", action="append", default=[], metavar="NEED[,NEED]",
                     help="leave out the tests that need NEED (%s); the run says how many" %
                     ", ".join(KNOWN_NEEDS))
@@ -150,7 +151,8 @@ def main(description="egressd end-to-end tests", argv=None):
 
     modules = load_tests()
     names = {m.__name__ for m in modules}
-    for m in args.module:
+    sel = [m.partition(":")[::2] for m in args.module]
+    for m, _ in sel:
         if m not in names:
             ap.error("no test module %s (tests/e2e/%s.py)" % (m, m))
     without = {n for w in args.without for n in w.split(",") if n}
@@ -158,7 +160,10 @@ def main(description="egressd end-to-end tests", argv=None):
         if n not in KNOWN_NEEDS:
             ap.error("--without %s: not one of %s" % (n, ", ".join(KNOWN_NEEDS)))
     tests = [t for t in TESTS if (not args.pattern or args.pattern in t.__name__) and
-             (not args.module or t.__module__ in args.module)]
+             (not sel or any(t.__module__ == m and p in t.__name__ for m, p in sel))]
+    for m, p in sel:
+        if p and not any(t.__module__ == m and p in t.__name__ for t in tests):
+            ap.error("-m %s:%s selects no test" % (m, p))   # never an empty selection
     left_out = [t for t in tests if without & set(t.needs)]
     tests = [t for t in tests if t not in left_out]
     if args.list:

@@ -230,6 +230,27 @@ static int open_cgroup_root(char *path, size_t len)
 	return fd;
 }
 
+/* Does a program of this type that calls helper (with 0) load? A real
+ * load, not libbpf_probe_bpf_helper(): libbpf 1.1 (Debian 12) takes the
+ * verifier's "program of this type cannot use helper" of kernels after 6.1
+ * for "supported", and the root programs then fail to load (6.12). */
+static bool helper_loads(enum bpf_prog_type type, enum bpf_attach_type at, int helper)
+{
+	const struct bpf_insn insns[] = {
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_1, .imm = 0 },
+		{ .code = BPF_JMP | BPF_CALL, .imm = helper },
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 1 },
+		{ .code = BPF_JMP | BPF_EXIT },
+	};
+	LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = at);
+	int fd = bpf_prog_load(type, NULL, "GPL", insns, sizeof(insns) / sizeof(insns[0]), &opts);
+
+	if (fd < 0)
+		return false;
+	close(fd);
+	return true;
+}
+
 static void root_close(struct egr_escape *g)
 {
 	for (size_t i = 0; i < EGR_ESCAPE_ROOT_LINKS; i++) {
@@ -260,12 +281,13 @@ int egr_escape_root_start(struct egr_escape *g, const struct egr_bpf *b)
 		log_error("escape guard: open the root programs: %s", strerror(-err));
 		return err;
 	}
-	/* 6.10 and later let cgroup programs signal; elsewhere the call is
-	 * dead code the verifier never sees. */
-	g->root_kills = libbpf_probe_bpf_helper(BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
-						BPF_FUNC_send_signal, NULL) > 0 &&
-			libbpf_probe_bpf_helper(BPF_PROG_TYPE_CGROUP_SOCK, BPF_FUNC_send_signal,
-						NULL) > 0;
+	/* Some kernels let cgroup programs signal (6.18 does, Debian 12's 6.1
+	 * and 6.12 do not); elsewhere the call is dead code the verifier never
+	 * sees. */
+	g->root_kills = helper_loads(BPF_PROG_TYPE_CGROUP_SOCK_ADDR, BPF_CGROUP_INET4_CONNECT,
+				     BPF_FUNC_send_signal) &&
+			helper_loads(BPF_PROG_TYPE_CGROUP_SOCK, BPF_CGROUP_INET_SOCK_CREATE,
+				     BPF_FUNC_send_signal);
 	g->root_skel->rodata->egr_kill_in_hook = g->root_kills;
 	err = share_maps(g->root_skel->obj, b);
 	if (!err)

@@ -103,7 +103,9 @@ endif
 MAN_PAGES := $(OUT)/man/egressd.8 $(OUT)/man/egressctl.8
 DOCS      := README.md $(sort $(wildcard docs/*.md))
 
-all: $(OUT)/egressd $(OUT)/egressctl $(MAN_PAGES) $(OUT)/egressd.service
+# ASan cannot link statically: SAN=1 builds no egressctl-static.
+STATIC_CTL := $(if $(filter 1,$(SAN)),,$(OUT)/egressctl-static)
+all: $(OUT)/egressd $(OUT)/egressctl $(STATIC_CTL) $(MAN_PAGES) $(OUT)/egressd.service
 
 deps:
 	$(Q)tools/install-deps
@@ -180,6 +182,17 @@ CTL_LIBS := -Wl,--as-needed $(filter-out -lcrypto,$(LIBS))
 $(OUT)/egressctl: $(CTL_OBJS) $(OUT)/libegr.a
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(LDFLAGS) $^ $(CTL_LIBS) -o $@
+
+# The same egressctl linked statically, for the OCI hook a DaemonSet copies
+# onto nodes whose libraries it cannot know (dist/kubernetes/daemonset.yaml:
+# no libjansson, libseccomp or glibc version needed on the host). Debian's
+# -dev packages ship every .a it needs; libcrypto stays off it (lazycrypto:
+# `audit verify` is not a hook's job and says so there). The link warnings
+# about dlopen/getpwuid are about those paths only; the hook uses neither.
+$(OUT)/egressctl-static: $(CTL_OBJS) $(OUT)/libegr.a
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(LDFLAGS) -static $^ -lbpf -lelf -lz -ljansson -lseccomp -o $@ 2>$@.ldlog || \
+		{ cat $@.ldlog >&2; exit 1; }
 
 # lazycrypto.c's test links as egressctl does: no -lcrypto.
 $(OUT)/tests/test_lazycrypto: tests/unit/test_lazycrypto.c $(OUT)/user/egressctl/lazycrypto.o \

@@ -622,6 +622,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 	}
 	if (strcmp(method, MHD_HTTP_METHOD_GET) != 0)
 		return reply_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET\n", "GET");
+	/* A liveness probe without an exec into egressd's container: MHD runs
+	 * in egressd's event loop (on_mhd), so an answer means the loop runs. */
+	if (!strcmp(url, "/livez"))
+		return reply_text(conn, MHD_HTTP_OK, "ok\n", NULL);
 	if (strcmp(url, "/metrics") != 0)
 		return reply_text(conn, MHD_HTTP_NOT_FOUND, "not found; try /metrics\n", NULL);
 	m->scrapes++;

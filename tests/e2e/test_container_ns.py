@@ -13,7 +13,7 @@ import threading
 import time
 
 from harness import *  # noqa: F401,F403
-from test_containers import oci_need, probe_lines, our_sandboxes
+from test_containers import oci_need, probe_lines, our_sandboxes, oci_hook_argv
 
 NS_TREE = [None]
 
@@ -316,3 +316,41 @@ def k8s_identity_survives_restart(c):
     finally:
         c.ctl("detach", "--cgroup", cg)
         cgroup_remove_tree(cg)
+
+
+@test
+def k8s_forged_pause_container_not_skipped_when_required(c):
+    """rt-k8s finding 4: on a host without a CRI runtime whoever sets
+    annotations sets the type keys too; with --require-annotation (every
+    container must be confined) io.kubernetes.cri-o.ContainerType=sandbox
+    made the hook skip the container as a pod's pause container: exit 0,
+    any image unconfined. Twin: without --require-annotation the pause
+    container is still skipped (exit 0, nothing attached)."""
+    cg = c.mkcgroup("pause")
+    CLEANUP.push("cgroup", cgroup_remove_tree, cg)
+    holder = subprocess.Popen(["sleep", "30"], preexec_fn=join_cgroup_fn(cg))
+    CLEANUP.push("holder", lambda: (holder.kill(), holder.wait()))
+    st = {"ociVersion": "1.0.2", "id": "p-" + RAND, "status": "created", "pid": holder.pid,
+          "bundle": os.path.join(c.work, "no-bundle-" + RAND),
+          "annotations": {"io.kubernetes.pod.namespace": "nodefault-" + RAND.lower(),
+                          "io.kubernetes.pod.name": "evil",
+                          "io.kubernetes.cri-o.ContainerType": "sandbox"}}
+
+    def hook(*opts):
+        return subprocess.run(oci_hook_argv(c, "createRuntime", "--wait", "0", *opts),
+                              input=json.dumps(st), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, timeout=CTL_TIMEOUT_S)
+    try:
+        r = hook("--require-annotation")
+        check(r.returncode != 0 and "not starting it" in r.stderr,
+              "a forged pause container under --require-annotation: exit %d %r"
+              % (r.returncode, r.stderr))
+        check(c.find_sandbox(cg) is None, "refused, yet attached")
+        r = hook()
+        check(r.returncode == 0 and c.find_sandbox(cg) is None,
+              "the pause container without --require-annotation: %d %r"
+              % (r.returncode, r.stderr))
+    finally:
+        sb = c.find_sandbox(cg)
+        if sb:
+            c.ctl("detach", "--id", str(sb["id"]))

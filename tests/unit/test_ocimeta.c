@@ -160,6 +160,87 @@ static void test_forged_namespace(void **state)
 	json_decref(a);
 }
 
+/*
+ * rt-k8s finding 2: with both runtimes' namespace keys agreeing, the other
+ * runtime's identity keys are a pod's annotations too: on CRI-O a pod that
+ * also sets io.kubernetes.cri.sandbox-namespace to its own namespace chose
+ * its pod, uid, container name and image in audit and list. Two keys of one
+ * field that disagree are refused like two namespaces; one present is taken.
+ */
+static void test_forged_identity(void **state)
+{
+	struct egr_oci_meta m;
+	const char *rule = NULL;
+	json_t *a = ann("{\"io.kubernetes.pod.namespace\":\"team-a\","
+			"\"io.kubernetes.pod.name\":\"evil-0\","
+			"\"io.kubernetes.pod.uid\":\"u-evil\","
+			"\"io.kubernetes.container.name\":\"app\","
+			"\"io.kubernetes.cri-o.ImageName\":\"evil.example/x:1\","
+			"\"io.kubernetes.cri-o.ContainerType\":\"container\","
+			"\"io.kubernetes.cri.sandbox-namespace\":\"team-a\","
+			"\"io.kubernetes.cri.sandbox-name\":\"payments-0\"}");
+
+	(void)state;
+	assert_int_equal(egr_oci_meta_parse(a, &m, &rule), -EINVAL);
+	assert_non_null(strstr(rule, "forgery"));
+	json_decref(a);
+	a = ann("{\"io.kubernetes.pod.namespace\":\"team-a\","
+		"\"io.kubernetes.pod.name\":\"evil-0\","
+		"\"io.kubernetes.cri-o.ImageName\":\"evil.example/x:1\","
+		"\"io.kubernetes.cri.sandbox-namespace\":\"team-a\","
+		"\"io.kubernetes.cri.image-name\":\"trusted.example/y:1\"}");
+	assert_int_equal(egr_oci_meta_parse(a, &m, &rule), -EINVAL);
+	json_decref(a);
+	/* Twin: both namespace keys, the one runtime's identity only (or the
+	 * same values twice): the identity is the one written. */
+	a = ann("{\"io.kubernetes.pod.namespace\":\"team-a\","
+		"\"io.kubernetes.pod.name\":\"evil-0\","
+		"\"io.kubernetes.pod.uid\":\"u-evil\","
+		"\"io.kubernetes.cri-o.ImageName\":\"evil.example/x:1\","
+		"\"io.kubernetes.cri.sandbox-namespace\":\"team-a\","
+		"\"io.kubernetes.cri.sandbox-name\":\"evil-0\"}");
+	assert_int_equal(egr_oci_meta_parse(a, &m, &rule), 0);
+	assert_string_equal(m.pod, "evil-0");
+	assert_string_equal(m.pod_uid, "u-evil");
+	assert_string_equal(m.image, "evil.example/x:1");
+	json_decref(a);
+}
+
+/*
+ * rt-k8s finding 3: identity values are printed raw by `list` and in
+ * logs; C1 controls (U+009B is CSI to an 8-bit terminal) and bidi
+ * overrides (U+202E) passed the C0/DEL check. Kubernetes names, uids and
+ * image references are ASCII: anything else is refused.
+ */
+static void test_non_ascii_values(void **state)
+{
+	static const char *const bad[] = {
+		"{\"io.kubernetes.pod.name\":\"a\\u009b2Jb\"}",
+		"{\"io.kubernetes.pod.name\":\"payments\\u202e0-lave\"}",
+		"{\"io.kubernetes.cri.image-name\":\"\\u0085x\"}",
+		"{\"io.egressd.execution-id\":\"r\\u00e9sum\\u00e9\"}",
+		NULL,
+	};
+	struct egr_oci_meta m;
+	const char *rule = NULL, *key = NULL;
+	json_t *a;
+
+	(void)state;
+	for (size_t i = 0; bad[i]; i++) {
+		a = ann(bad[i]);
+		assert_int_equal(egr_oci_meta_parse(a, &m, &rule), -EINVAL);
+		json_decref(a);
+	}
+	a = ann("{\"pod\":\"x\\u009b31m\"}");
+	assert_int_equal(egr_container_check(a, &key, &rule), -EINVAL);
+	json_decref(a);
+	/* Twin: printable ASCII, spaces included, passes. */
+	a = ann("{\"io.kubernetes.pod.name\":\"web-7d9f\","
+		"\"io.egressd.execution-id\":\"run 42: build #7\"}");
+	assert_int_equal(egr_oci_meta_parse(a, &m, &rule), 0);
+	json_decref(a);
+}
+
 static void test_bad_values(void **state)
 {
 	static const char *const bad[] = {
@@ -352,6 +433,8 @@ int main(void)
 		cmocka_unit_test(test_containerd),
 		cmocka_unit_test(test_crio),
 		cmocka_unit_test(test_forged_namespace),
+		cmocka_unit_test(test_forged_identity),
+		cmocka_unit_test(test_non_ascii_values),
 		cmocka_unit_test(test_bad_values),
 		cmocka_unit_test(test_container_object),
 		cmocka_unit_test_setup_teardown(test_tree, tree_setup, tree_teardown),

@@ -649,9 +649,14 @@ int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv)
 		rc = CTL_EXIT_USAGE;
 		goto out;
 	}
-	if (m.namespace && m.pod_sandbox) {
+	if (m.namespace && m.pod_sandbox && !o.require_annotation) {
 		/* The pod's pause container runs no tool code; its pod's
-		 * containers are each confined. */
+		 * containers are each confined. Not with --require-annotation:
+		 * on a host without a CRI runtime the type keys are whoever
+		 * set annotations (podman --annotation), so "sandbox" would
+		 * run any image unconfined (rt-k8s finding 4); a real pause
+		 * container carries its pod's annotations, so it gets the
+		 * pod's policy. */
 		rc = CTL_EXIT_OK;
 	} else if (m.namespace) {
 		/* A Kubernetes container: a policy of its namespace or none. */

@@ -14,8 +14,11 @@ static bool clean_str(const char *s, size_t max)
 {
 	size_t n = 0;
 
+	/* Printable ASCII only: Kubernetes names, uids and image references
+	 * are ASCII, and `list` prints these raw; UTF-8 would let through C1
+	 * controls (U+009B is CSI) and bidi overrides (U+202E). */
 	for (; s[n]; n++)
-		if ((unsigned char)s[n] < 0x20 || s[n] == 0x7f || n >= max)
+		if ((unsigned char)s[n] < 0x20 || (unsigned char)s[n] > 0x7e || n >= max)
 			return false;
 	return true;
 }
@@ -35,8 +38,7 @@ static int ann_str(const json_t *ann, const char *key, const char **out, const c
 	/* An embedded NUL would make the C string a different one. */
 	if (strlen(json_string_value(v)) != json_string_length(v) ||
 	    !clean_str(json_string_value(v), EGR_META_STR_MAX)) {
-		*rule = "an annotation's value must be at most 255 bytes without control "
-			"characters";
+		*rule = "an annotation's value must be at most 255 bytes of printable ASCII";
 		return -EINVAL;
 	}
 	*out = json_string_value(v);
@@ -126,13 +128,30 @@ int egr_oci_meta_parse(const json_t *ann, struct egr_oci_meta *m, const char **r
 			" name different namespaces (one is a pod's forgery)";
 		return -EINVAL;
 	}
+	/* Both namespace keys (equal): either runtime's identity keys may be
+	 * the pod's, so the same test for each field (rt-k8s finding 2). */
+	if (cd_ns && crio_ns &&
+	    ((cd_pod && crio_pod && strcmp(cd_pod, crio_pod)) ||
+	     (cd_uid && crio_uid && strcmp(cd_uid, crio_uid)) ||
+	     (cd_name && crio_name && strcmp(cd_name, crio_name)) ||
+	     (cd_img && crio_img && strcmp(cd_img, crio_img)))) {
+		*rule = "both runtimes' annotations are present and name a different pod, uid, "
+			"container or image (one is a pod's forgery)";
+		return -EINVAL;
+	}
 	m->namespace = cd_ns ?: crio_ns;
 	if (m->namespace && !egr_k8s_namespace_ok(m->namespace)) {
 		*rule = "the container's namespace is not a Kubernetes namespace name (DNS-1123 "
 			"label)";
 		return -EINVAL;
 	}
-	if (cd_ns) {
+	if (cd_ns && crio_ns) {
+		/* Which runtime wrote which cannot be told: none is named. */
+		m->pod = cd_pod ?: crio_pod;
+		m->pod_uid = cd_uid ?: crio_uid;
+		m->name = cd_name ?: crio_name;
+		m->image = cd_img ?: crio_img;
+	} else if (cd_ns) {
 		m->runtime = "containerd";
 		m->pod = cd_pod;
 		m->pod_uid = cd_uid;
@@ -179,7 +198,7 @@ int egr_container_check(const json_t *c, const char **key, const char **rule)
 		}
 		if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v) ||
 		    !clean_str(json_string_value(v), EGR_META_STR_MAX)) {
-			*rule = "must be a string of at most 255 bytes without control characters";
+			*rule = "must be a string of at most 255 bytes of printable ASCII";
 			return -EINVAL;
 		}
 	}

@@ -70,7 +70,7 @@ int egr_policy_name_check(const char *name, const char **rule);
 /*
  * The policy's "container" object: keys id, name, pod, namespace, pod_uid,
  * image, runtime, policy; each a string of at most EGR_META_STR_MAX bytes
- * without control characters. 0, or -EINVAL with *key the key at fault
+ * of printable ASCII (no control characters, no UTF-8). 0, or -EINVAL with *key the key at fault
  * (NULL: not an object) and *rule why.
  */
 int egr_container_check(const json_t *c, const char **key, const char **rule);

@@ -354,3 +354,46 @@ def k8s_forged_pause_container_not_skipped_when_required(c):
         sb = c.find_sandbox(cg)
         if sb:
             c.ctl("detach", "--id", str(sb["id"]))
+
+
+@test
+def k8s_tree_policy_cannot_claim_another_tenant(c):
+    """rt-k8s finding 1: whoever writes namespace A's ConfigMap wrote a
+    policy whose tenant is B's, with limits.tenant_egress_bytes: the
+    attach of A's container capped every sandbox of B's tenant (and B's
+    tenant-scoped approvals and billing would be A's too). A tree policy's
+    tenant is its namespace. Twin: the victim sends 1 MiB freely before,
+    and its own tenant's cap (a policy naming that tenant) does bind it."""
+    from test_fastbpf import fb_policy, fb_check_free, fb_check_bound, CAP
+    env, tree = ns_setup(c)
+    sink = SinkServer()
+    victim_tenant = "victim-" + RAND
+    free = fb_policy(c, ["tcp/127.0.0.1:%d" % sink.port], victim_tenant, None)
+    capper = fb_policy(c, ["tcp/127.0.0.1:9"], victim_tenant, CAP)
+    ns = "rta-" + RAND
+    tree.configmap(ns, {"evil.json": {"tenant": victim_tenant,
+                                      "network": {"default": "deny", "outbound_allow": []},
+                                      "limits": {"tenant_egress_bytes": CAP}}})
+    cg = c.mkcgroup("claim")
+    CLEANUP.push("cgroup", cgroup_remove_tree, cg)
+    holder = subprocess.Popen(["sleep", "60"], preexec_fn=join_cgroup_fn(cg))
+    CLEANUP.push("holder", lambda: (holder.kill(), holder.wait()))
+    st = {"ociVersion": "1.0.2", "id": "t-" + RAND, "status": "created", "pid": holder.pid,
+          "bundle": os.path.join(c.work, "no-bundle-" + RAND), "annotations": {
+              "io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.name": "evil",
+              "io.kubernetes.cri-o.ContainerType": "container", "io.egressd.policy": "evil"}}
+    with Sandbox(c, free, "claim-victim") as victim:
+        fb_check_free(c, victim, sink, "the victim before")
+        r = subprocess.run(oci_hook_argv(c, "createRuntime"), input=json.dumps(st),
+                           capture_output=True, text=True, timeout=CTL_TIMEOUT_S)
+        sb = c.find_sandbox(cg)
+        try:
+            check(r.returncode == 0 and sb, "A's container: %d %r" % (r.returncode, r.stderr))
+            check(sb["tenant"] == ns, "A's container is of tenant %r, not its namespace %r"
+                  % (sb["tenant"], ns))
+            fb_check_free(c, victim, sink, "the victim after A's ConfigMap named its tenant")
+        finally:
+            if sb:
+                c.ctl("detach", "--id", str(sb["id"]))
+        with Sandbox(c, capper, "claim-own-cap"):
+            fb_check_bound(c, victim, sink, "the victim under its own tenant's cap")

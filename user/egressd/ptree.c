@@ -146,13 +146,18 @@ static void set_err(struct egr_ptree_err *e, enum egr_err code, const char *fiel
 }
 
 /* The container's identity into doc; container.namespace and .policy are
- * the tree's. 0 or -ENOMEM. */
+ * the tree's, and so is the tenant: it is the namespace. A namespace's
+ * file is whoever writes its ConfigMap; a tenant it named would be another
+ * namespace's (tenant_egress_bytes caps that tenant's sandboxes, approvals
+ * of scope tenant reach it, billing goes to it; red team rt-k8s finding 1).
+ * 0 or -ENOMEM. */
 static int put_identity(json_t *doc, const json_t *ctr, const char *ns, const char *name,
 			const char *exec_id)
 {
 	json_t *c = ctr ? json_deep_copy(ctr) : json_object();
 
-	if (!c || json_object_set_new(c, "namespace", json_string(ns)) ||
+	if (!c || json_object_set_new(doc, "tenant", json_string(ns)) ||
+	    json_object_set_new(c, "namespace", json_string(ns)) ||
 	    json_object_set_new(c, "policy", json_string(name)) ||
 	    json_object_set_new(doc, "container", c))
 		return -ENOMEM;

@@ -13,7 +13,8 @@
 #include <limits.h>
 #include <string.h>
 
-#include "ocihook.h"
+#include "ocihook_ns.h"
+#include "ocihook_util.h"
 #include "proto.h"
 
 int oci_hook_attach_ns(struct ctl *c, const struct hook_opts *o, const char *id, long pid,

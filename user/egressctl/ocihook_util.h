@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
-/* The OCI hook's parts (ocihook.c: state, cgroup, netns, the flat policy
- * directory; ocihook_ns.c: containers of a Kubernetes namespace). */
-#ifndef EGR_CTL_OCIHOOK_H
-#define EGR_CTL_OCIHOOK_H
+/* What the OCI hook's createRuntime paths share (ocihook_util.c). */
+#ifndef EGR_CTL_OCIHOOK_UTIL_H
+#define EGR_CTL_OCIHOOK_UTIL_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -10,7 +9,6 @@
 #include <jansson.h>
 
 #include "ctl.h"
-#include "ocimeta.h"
 
 struct hook_opts {
 	const char *policy_dir;   /* the annotation may name only files in it (flat) */
@@ -30,9 +28,4 @@ int oci_container_netns(long pid, const char *bundle, char *buf, size_t len);
 int oci_send_attach(struct ctl *c, const struct hook_opts *o, const char *id, json_t *req,
 		    uint64_t deadline, json_t **resp);
 
-/* createRuntime of a container of a Kubernetes namespace (m->namespace):
- * egressd picks the policy in its policy tree. */
-int oci_hook_attach_ns(struct ctl *c, const struct hook_opts *o, const char *id, long pid,
-		       const char *bundle, const struct egr_oci_meta *m);
-
-#endif /* EGR_CTL_OCIHOOK_H */
+#endif /* EGR_CTL_OCIHOOK_UTIL_H */

@@ -397,3 +397,106 @@ def k8s_tree_policy_cannot_claim_another_tenant(c):
                 c.ctl("detach", "--id", str(sb["id"]))
         with Sandbox(c, capper, "claim-own-cap"):
             fb_check_bound(c, victim, sink, "the victim under its own tenant's cap")
+
+
+@test
+def k8s_unreadable_config_json_refused(c):
+    """rt-k8s finding: a bundle whose config.json does not parse made the
+    hook take the state's annotations instead, as if the bundle had none.
+    The bundle's file is the record: one that is there but unreadable
+    refuses the start. Twin: the same state with a readable config.json
+    (a namespace whose default confines) attaches."""
+    env, tree = ns_setup(c)
+    ns = "cfg-" + RAND.lower()
+    tree.configmap(ns, {"default.json": policy_doc(["127.0.0.1:9"], ns)})
+    cg = c.mkcgroup("cfgjson")
+    CLEANUP.push("cgroup", cgroup_remove_tree, cg)
+    holder = subprocess.Popen(["sleep", "30"], preexec_fn=join_cgroup_fn(cg))
+    CLEANUP.push("holder", lambda: (holder.kill(), holder.wait()))
+    bundle = os.path.join(c.work, "bundle-cfg-" + RAND)
+    os.makedirs(bundle, exist_ok=True)
+    CLEANUP.push("bundle", shutil.rmtree, bundle, True)
+    ann = {"io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.name": "p",
+           "io.kubernetes.cri-o.ContainerType": "container"}
+    st = {"ociVersion": "1.0.2", "id": "c-" + RAND, "status": "created", "pid": holder.pid,
+          "bundle": bundle, "annotations": ann}
+
+    def hook():
+        return subprocess.run(oci_hook_argv(c, "createRuntime", "--wait", "0"),
+                              input=json.dumps(st), capture_output=True, text=True,
+                              timeout=CTL_TIMEOUT_S)
+    cfg = os.path.join(bundle, "config.json")
+    try:
+        for what, text in (("truncated", '{"ociVersion": "1.0.2", "annotations": {'),
+                           ("not an object", '["annotations"]')):
+            with open(cfg, "w") as f:
+                f.write(text)
+            r = hook()
+            check(r.returncode != 0 and "config.json is not usable" in r.stderr,
+                  "a %s config.json: exit %d %r" % (what, r.returncode, r.stderr))
+            check(c.find_sandbox(cg) is None, "a %s config.json, yet attached" % what)
+        with open(cfg, "w") as f:
+            json.dump({"ociVersion": "1.0.2", "annotations": ann}, f)
+        r = hook()
+        sb = c.find_sandbox(cg)
+        check(r.returncode == 0 and sb is not None,
+              "a readable config.json: exit %d %r" % (r.returncode, r.stderr))
+    finally:
+        sb = c.find_sandbox(cg)
+        if sb:
+            c.ctl("detach", "--id", str(sb["id"]))
+
+
+@test
+def k8s_unwatchable_namespace_is_polled_not_dropped(c):
+    """rt-k8s finding: past 4,096 namespaces (or when the kernel refused an
+    inotify watch) a namespace's directory was silently not watched: its
+    ConfigMap updates never reached its sandboxes. Now it is polled, and
+    an alert names it. 4,100 namespace directories make the cap real; a
+    ConfigMap swap in one that is polled reaches its running sandbox
+    within 10 s (the twin: the same swap in a watched one, earlier tests)."""
+    env, tree = ns_setup(c)
+    extra = ["zz%04d-%s" % (i, RAND.lower()) for i in range(4100)]
+    for ns in extra:
+        os.mkdir(os.path.join(tree.root, ns), 0o755)
+    CLEANUP.push("namespaces", lambda: [shutil.rmtree(os.path.join(tree.root, ns), True)
+                                        for ns in extra])
+    alerts0 = len(obs_alerts(c))
+    polled = []
+
+    def find_polled():
+        polled[:] = [a["evidence"]["file"].rsplit("/", 1)[1]
+                     for a in obs_alerts(c, "policy_watch_degraded")[alerts0:]
+                     if "namespaces are watched" in a.get("summary", "")]
+        return polled
+    check(wait_until(find_polled, 30, 0.5),
+          "no policy_watch_degraded alert past 4,096 namespaces: %r"
+          % obs_alerts(c)[alerts0:][-3:])
+    pt = obs_status(c)["policy_tree"]
+    check(pt["watched"] == 4096 and pt["polled"] == pt["namespaces"] - 4096 > 0,
+          "status policy_tree: %r" % pt)
+    ns = polled[0]
+    tree.configmap(ns, {"app.json": policy_doc([], ns)})
+    cg = c.mkcgroup("polled")
+    CLEANUP.push("cgroup", cgroup_remove_tree, cg)
+    holder = subprocess.Popen(["sleep", "60"], preexec_fn=join_cgroup_fn(cg))
+    CLEANUP.push("holder", lambda: (holder.kill(), holder.wait()))
+    st = {"ociVersion": "1.0.2", "id": "pl-" + RAND, "status": "created", "pid": holder.pid,
+          "bundle": os.path.join(c.work, "no-bundle-" + RAND), "annotations": {
+              "io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.name": "p",
+              "io.kubernetes.cri-o.ContainerType": "container", "io.egressd.policy": "app"}}
+    r = subprocess.run(oci_hook_argv(c, "createRuntime"), input=json.dumps(st),
+                       capture_output=True, text=True, timeout=CTL_TIMEOUT_S)
+    sb = c.find_sandbox(cg)
+    try:
+        check(r.returncode == 0 and sb, "the polled namespace's container: %d %r"
+              % (r.returncode, r.stderr))
+        sha0 = sb["policy_sha256"]
+        tree.configmap(ns, {"app.json": policy_doc(["127.0.0.1:9"], ns)})
+        check(wait_until(lambda: (c.find_sandbox(cg) or {}).get("policy_sha256") != sha0,
+                         10, 0.2),
+              "a ConfigMap swap in a polled namespace did not reach its sandbox in 10 s")
+    finally:
+        sb = c.find_sandbox(cg)
+        if sb:
+            c.ctl("detach", "--id", str(sb["id"]))

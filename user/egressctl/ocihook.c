@@ -293,15 +293,28 @@ static int hook_detach(struct ctl *c, const char *id, long pid, const char *bund
 	return rc;
 }
 
-/* BUNDLE/config.json, or NULL. */
-static json_t *bundle_config(const char *bundle)
+/* BUNDLE/config.json into *out: 0, -ENOENT when the bundle has none (or
+ * the state names no bundle), -EBADMSG (why filled) when it is there but not
+ * a JSON object. */
+static int bundle_config(const char *bundle, json_t **out, char *why, size_t whylen)
 {
 	char path[PATH_MAX];
+	json_error_t je;
 
+	*out = NULL;
 	if (!bundle || bundle[0] != '/' ||
 	    snprintf(path, sizeof(path), "%s/config.json", bundle) >= (int)sizeof(path))
-		return NULL;
-	return json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
+		return -ENOENT;
+	if (access(path, F_OK) && errno == ENOENT)
+		return -ENOENT;
+	*out = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+	if (!json_is_object(*out)) {
+		snprintf(why, whylen, "%s: %s", path, *out ? "not a JSON object" : je.text);
+		json_decref(*out);
+		*out = NULL;
+		return -EBADMSG;
+	}
+	return 0;
 }
 
 static int parse_wait(const char *s, unsigned *out)
@@ -367,7 +380,17 @@ int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv)
 	}
 	/* What the runtime wrote into the bundle is the record; the state's
 	 * copy (runc's is the same map) only when there is no config.json. */
-	cfg = bundle_config(bundle);
+	/* One that is there but unreadable is refused at createRuntime: its
+	 * annotations (the namespace, the policy) are unknown, and the
+	 * state's copy is not the record (rt-k8s finding). poststop still
+	 * detaches by the state's. */
+	if (bundle_config(bundle, &cfg, why, sizeof(why)) == -EBADMSG &&
+	    strcmp(stage, "createRuntime") == 0) {
+		oci_hook_err(stage, id, "the bundle's config.json is not usable (%s); not "
+			     "starting it", why);
+		rc = CTL_EXIT_USAGE;
+		goto out;
+	}
 	if (json_is_object(json_object_get(cfg, "annotations")))
 		ann = json_object_get(cfg, "annotations");
 	if (egr_oci_meta_parse(ann, &m, &rule)) {

@@ -36,13 +36,18 @@
 #define PT_DEBOUNCE_MS 300
 #define PT_TICK_MS 250
 #define PT_RETRY_MS 2000
-#define PT_MAX_NS 4096
+/* Namespaces watched with inotify at most; more (or one whose watch the
+ * kernel refuses: fs.inotify.max_user_watches) are polled every
+ * PT_RETRY_MS instead, and an alert says so: never silently unwatched. */
+#define PT_MAX_WATCHED 4096
 
 struct pt_ns {
 	char name[EGR_NAME_MAX + 1];
 	int wd;          /* -1: not watched */
 	bool dirty;
+	bool polled;     /* exists, cannot be watched: polled */
 	uint64_t due_ms; /* process at or after */
+	uint64_t poll_ms;
 };
 
 struct egr_ptree {
@@ -58,6 +63,8 @@ struct egr_ptree {
 	bool all_dirty;
 	uint64_t all_due_ms, retry_ms;
 	uint64_t applied, invalid, removed, failed;
+	size_t nwatched, npolled;
+	bool top_polled;
 };
 
 static uint64_t now_ms(void)
@@ -404,6 +411,51 @@ static struct pt_ns *ns_find(struct egr_ptree *t, const char *name)
 	return NULL;
 }
 
+static void count_watches(struct egr_ptree *t)
+{
+	t->nwatched = t->npolled = 0;
+	for (size_t i = 0; i < t->nns; i++) {
+		t->nwatched += t->ns[i].wd >= 0;
+		t->npolled += t->ns[i].polled;
+	}
+}
+
+/* Watch N's directory, or poll it when it cannot be watched (the first
+ * time with an alert naming why). Re-adding a watched directory returns
+ * its watch, so this is also how a retargeted ..data link is followed. */
+static void watch_ns(struct egr_ptree *t, struct pt_ns *n)
+{
+	char path[sizeof(t->dir) + EGR_NAME_MAX + 2], why[128];
+	bool was_polled = n->polled;
+	int wd = -1;
+
+	snprintf(path, sizeof(path), "%s/%s", t->dir, n->name);
+	if (n->wd < 0 && t->nwatched >= PT_MAX_WATCHED) {
+		snprintf(why, sizeof(why), "more than %d namespaces are watched", PT_MAX_WATCHED);
+	} else {
+		/* Follows a link: a tree that is itself a ConfigMap volume has
+		 * NS -> ..data/NS; a swap re-targets it, and this call then
+		 * watches the new directory. */
+		wd = inotify_add_watch(t->ifd, path, IN_CREATE | IN_DELETE | IN_MOVED_TO |
+						     IN_MOVED_FROM | IN_CLOSE_WRITE | IN_ATTRIB |
+						     IN_ONLYDIR);
+		if (wd < 0)
+			snprintf(why, sizeof(why), "inotify_add_watch: %s%s", strerror(errno),
+				 errno == ENOSPC ? " (fs.inotify.max_user_watches)" : "");
+	}
+	n->wd = wd;
+	/* A directory that is gone is not polled: the tree's watch sees it back. */
+	n->polled = wd < 0 && access(path, F_OK) == 0;
+	if (n->polled && !was_polled) {
+		n->poll_ms = 0;
+		alert(t, NULL, "policy_watch_degraded", path, "%s is not watched (%s); its "
+		      "changes are picked up by polling every %d ms", path, why, PT_RETRY_MS);
+	} else if (!n->polled && was_polled && wd >= 0) {
+		log_info("policy tree: %s is watched again", path);
+	}
+	count_watches(t);
+}
+
 /* (Re)watch every namespace directory of the tree; all due for a pass. */
 static void rescan(struct egr_ptree *t, uint64_t due)
 {
@@ -414,39 +466,44 @@ static void rescan(struct egr_ptree *t, uint64_t due)
 		t->top_wd = inotify_add_watch(t->ifd, t->dir, IN_CREATE | IN_DELETE | IN_MOVED_TO |
 							      IN_MOVED_FROM | IN_ONLYDIR |
 							      IN_DELETE_SELF | IN_MOVE_SELF);
-		if (t->top_wd < 0)
+		if (t->top_wd < 0 && errno == ENOENT)
 			return; /* not there yet: retried */
+		if (t->top_wd < 0 && !t->top_polled) {
+			/* Scanned every PT_RETRY_MS instead (on_tick). */
+			t->top_polled = true;
+			alert(t, NULL, "policy_watch_degraded", t->dir, "%s is not watched "
+			      "(inotify_add_watch: %s); new namespaces are picked up by polling "
+			      "every %d ms", t->dir, strerror(errno), PT_RETRY_MS);
+		} else if (t->top_wd >= 0) {
+			t->top_polled = false;
+		}
 	}
 	d = opendir(t->dir);
 	if (!d)
 		return;
 	while ((de = readdir(d))) {
-		char path[sizeof(t->dir) + EGR_NAME_MAX + 2];
 		struct pt_ns *n;
 
 		if (!egr_k8s_namespace_ok(de->d_name))
 			continue;
 		n = ns_find(t, de->d_name);
 		if (!n) {
-			struct pt_ns *nn;
+			struct pt_ns *nn = realloc(t->ns, (t->nns + 1) * sizeof(*nn));
 
-			if (t->nns >= PT_MAX_NS)
+			if (!nn) {
+				log_error("policy tree: %s/%s: out of memory; retried", t->dir,
+					  de->d_name);
+				t->all_dirty = true;
+				t->all_due_ms = due + PT_RETRY_MS;
 				continue;
-			nn = realloc(t->ns, (t->nns + 1) * sizeof(*nn));
-			if (!nn)
-				continue;
+			}
 			t->ns = nn;
 			n = &t->ns[t->nns++];
 			memset(n, 0, sizeof(*n));
+			n->wd = -1;
 			snprintf(n->name, sizeof(n->name), "%s", de->d_name);
 		}
-		snprintf(path, sizeof(path), "%s/%s", t->dir, de->d_name);
-		/* Follows a link: a tree that is itself a ConfigMap volume has
-		 * NS -> ..data/NS; a swap re-targets it, and this call then
-		 * watches the new directory. */
-		n->wd = inotify_add_watch(t->ifd, path, IN_CREATE | IN_DELETE | IN_MOVED_TO |
-							   IN_MOVED_FROM | IN_CLOSE_WRITE | IN_ATTRIB |
-							   IN_ONLYDIR);
+		watch_ns(t, n);
 		n->dirty = true;
 		n->due_ms = due;
 	}
@@ -478,8 +535,10 @@ static void on_inotify(struct egr_loop *loop, int fd, uint32_t events, void *ctx
 			for (size_t i = 0; i < t->nns; i++) {
 				if (t->ns[i].wd != ev->wd)
 					continue;
-				if (ev->mask & IN_IGNORED)
+				if (ev->mask & IN_IGNORED) {
 					t->ns[i].wd = -1;
+					count_watches(t);
+				}
 				t->ns[i].dirty = true;
 				t->ns[i].due_ms = due;
 			}
@@ -503,6 +562,16 @@ static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 	if (t->all_dirty && now >= t->all_due_ms) {
 		t->all_dirty = false;
 		rescan(t, now);
+	}
+	for (size_t i = 0; i < t->nns; i++) {
+		struct pt_ns *n = &t->ns[i];
+
+		if (!n->polled || now < n->poll_ms)
+			continue;
+		n->poll_ms = now + PT_RETRY_MS;
+		watch_ns(t, n); /* watched again once the kernel allows */
+		n->dirty = true;
+		n->due_ms = now;
 	}
 	for (size_t i = 0; i < t->nns; i++) {
 		if (!t->ns[i].dirty || now < t->ns[i].due_ms)
@@ -541,9 +610,10 @@ json_t *egr_ptree_status(const struct egr_ptree *t)
 
 	for (size_t i = 0; req && i < t->nrequire; i++)
 		json_array_append_new(req, json_string(t->require[i]));
-	return json_pack("{s:s, s:o, s:b, s:I, s:I, s:I, s:I, s:I}", "dir", t->dir, "require",
-			 req ?: json_null(), "watching", t->top_wd >= 0, "namespaces",
-			 (json_int_t)t->nns, "applied", (json_int_t)t->applied, "invalid",
+	return json_pack("{s:s, s:o, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "dir", t->dir,
+			 "require", req ?: json_null(), "watching", t->top_wd >= 0, "namespaces",
+			 (json_int_t)t->nns, "watched", (json_int_t)t->nwatched, "polled",
+			 (json_int_t)t->npolled, "applied", (json_int_t)t->applied, "invalid",
 			 (json_int_t)t->invalid, "removed", (json_int_t)t->removed, "failed",
 			 (json_int_t)t->failed);
 }

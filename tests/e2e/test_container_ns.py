@@ -465,9 +465,9 @@ def k8s_unwatchable_namespace_is_polled_not_dropped(c):
     polled = []
 
     def find_polled():
-        polled[:] = [a["evidence"]["file"].rsplit("/", 1)[1]
-                     for a in obs_alerts(c, "policy_watch_degraded")[alerts0:]
-                     if "namespaces are watched" in a.get("summary", "")]
+        polled[:] = [a["evidence"]["file"].rsplit("/", 1)[1] for a in obs_alerts(c)[alerts0:]
+                     if a["type"] == "policy_watch_degraded" and
+                     "namespaces are watched" in a.get("summary", "")]
         return polled
     check(wait_until(find_polled, 30, 0.5),
           "no policy_watch_degraded alert past 4,096 namespaces: %r"

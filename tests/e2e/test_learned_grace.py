@@ -46,10 +46,18 @@ def resolve():
     for label in name.split("."):
         q += bytes([len(label)]) + label.encode()
     q += b"\0" + struct.pack(">HH", 1, 1)
+    # As glibc's stub does: 5 s per attempt, 2 attempts (what is judged
+    # here is EPERM, not how fast a loaded machine answers).
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(2)
-    s.sendto(q, ("127.0.0.2", 53))
-    m = s.recv(4096)
+    s.settimeout(5)
+    for attempt in (1, 2):
+        s.sendto(q, ("127.0.0.2", 53))
+        try:
+            m = s.recv(4096)
+            break
+        except socket.timeout:
+            if attempt == 2:
+                raise
     s.close()
     an, i = struct.unpack(">H", m[6:8])[0], 12
     while m[i]:

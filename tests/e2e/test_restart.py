@@ -215,13 +215,14 @@ class Targets:
 class Resolver:
     seq = 0
 
-    def __init__(self, c, sb, udp, tcp, port, attempts=2, timeout=5.0):
+    def __init__(self, c, sb, udp, tcp, port, attempts=2, timeout=5.0, every=None):
         Resolver.seq += 1
         self.stop_file = os.path.join(c.work, "resolver-%s-%d.stop" % (RAND, Resolver.seq))
         cfgf = os.path.join(c.work, "resolver-%s-%d.json" % (RAND, Resolver.seq))
         with open(cfgf, "w") as f:
             json.dump({"port": port, "timeout": timeout, "attempts": attempts,
-                       "stop": self.stop_file, "udp_every": UDP_EVERY, "tcp_every": TCP_EVERY,
+                       "stop": self.stop_file, "udp_every": (every or (UDP_EVERY, TCP_EVERY))[0],
+                       "tcp_every": (every or (UDP_EVERY, TCP_EVERY))[1],
                        "udp": udp, "tcp": tcp}, f)
         self.p = subprocess.Popen([sys.executable, "-c", RESOLVER, cfgf],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

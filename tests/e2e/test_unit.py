@@ -10,6 +10,7 @@ its own configuration file (a drop-in in /run points --config at it):
 a socket, bpffs dir and state dir of this run, and the run's dnsmasq as
 the only DNS upstream; the drop-in goes and the unit stops at the end."""
 
+import copy
 import grp
 import json
 import os
@@ -17,8 +18,8 @@ import re
 import shutil
 import time
 
-from harness import (CLEANUP, RUN_ID, TIME_SCALE, TestFailure, check, free_tcp_port, log, run,
-                     test, wait_until)
+from harness import (CLEANUP, DNS_REBIND_LO, RAND, RUN_ID, TIME_SCALE, Sandbox, TestFailure, check,
+                     free_tcp_port, log, need_dnsmasq, run, test, wait_until)
 
 UNIT = "egressd.service"
 DROPIN_DIR = "/run/systemd/system/egressd.service.d"
@@ -209,3 +210,58 @@ def unit_watchdog_restarts_a_hung_egressd(c):
                             timeout=60).stdout.lower(),
           "the journal does not say the watchdog fired")
     check(unit_status().returncode in (0, 5), "the restarted egressd does not answer")
+
+
+class _UnitDaemon:
+    """What Sandbox asks of a context's daemon, for the unit's egressd."""
+
+    def alive(self):
+        return unit_show("ActiveState")["ActiveState"] == "active"
+
+
+@test(needs=("systemd",))
+def unit_restart_three_times_loses_no_dns(c):
+    """Issue 24 under a real systemd: `systemctl restart` three times while
+    a sandbox of the unit's egressd resolves a name every 20 ms over UDP and
+    every 100 ms over TCP (both stretched by E2E_TIME_SCALE on an emulated
+    guest, as is the stub's 5 s timeout): KillMode=process keeps the
+    listener holder across each restart, so every query is answered at its
+    first transmission, each after its address is learned."""
+    from test_restart import Resolver, Targets, judge
+    need_dnsmasq(c)
+    unit_started(c)
+    udp_every, tcp_every = 0.02 * TIME_SCALE, 0.1 * TIME_SCALE
+    # Names for 60 s of asking (three restarts of a TCG guest's egressd fit;
+    # checked below); the resolver stops when told. One listener each.
+    n_udp, n_tcp = int(60 / udp_every), int(60 / tcp_every)
+    tg = Targets(c, "unit%s" % RAND, n_udp + n_tcp)
+    u = copy.copy(c)          # the harness's context, on the unit's socket
+    u.sock, u.daemon = SOCK, _UnitDaemon()
+    policy = c.policy(["%s:%d" % (name, tg.port) for name, _ in tg.names],
+                      extra_network=DNS_REBIND_LO)
+    marks = []
+    with Sandbox(u, policy, "unit-dns") as sb:
+        res = Resolver(c, sb, tg.names[:n_udp], tg.names[n_udp:], tg.port,
+                       timeout=5.0 * TIME_SCALE, every=(udp_every, tcp_every))
+        try:
+            time.sleep(0.6 * TIME_SCALE)
+            for i in range(3):
+                pid = int(unit_show("MainPID")["MainPID"])
+                t = time.monotonic()
+                r = systemctl("restart", UNIT, timeout=START_S + 30)
+                check(r.returncode == 0, "systemctl restart %d: %s\n%s" %
+                      (i + 1, r.stderr.strip(), unit_journal(40)))
+                check(int(unit_show("MainPID")["MainPID"]) not in (0, pid),
+                      "restart %d kept pid %d" % (i + 1, pid))
+                marks.append("restart %d: %.0f ms" % (i + 1, (time.monotonic() - t) * 1000))
+                time.sleep(0.4 * TIME_SCALE)
+        finally:
+            rows = res.finish()
+    check(rows and max(r["got"] for r in rows) - min(r["sent"] for r in rows) <
+          n_udp * udp_every, "the restarts outlasted the names the resolver had")
+    rep = judge(rows, lambda r: True, "across 3 systemctl restarts")
+    check(len([r for r in rows if r["tr"] == "udp"]) >= 50,
+          "too few UDP queries were made: %d" % len(rows))
+    log("systemctl restart: udp %s; tcp %s; %s" % (rep["udp"], rep["tcp"], "; ".join(marks)))
+    print("    unit_restart_three_times_loses_no_dns: udp %s; tcp %s; %s" %
+          (rep["udp"], rep["tcp"], "; ".join(marks)), flush=True)

@@ -237,6 +237,22 @@ out:
 	return err;
 }
 
+int egr_nd_ifindex(const char *netns, const char *ifname, int *ifindex)
+{
+	int self, err;
+
+	*ifindex = 0;
+	if (!ifname || !*ifname || strlen(ifname) >= IFNAMSIZ)
+		return -EINVAL;
+	err = enter_netns(netns, &self);
+	if (err)
+		return err;
+	*ifindex = (int)if_nametoindex(ifname);
+	err = *ifindex ? 0 : -ENODEV;
+	leave_netns(self);
+	return err;
+}
+
 int egr_nd_detach(struct egr_bpf *b, uint32_t sandbox_id, const char *netns, const char *ifname)
 {
 	static const char *const names[] = { "ingress", "egress" };

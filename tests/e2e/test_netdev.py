@@ -527,6 +527,15 @@ def netdev_attach_fails_closed(c):
         r = c.ctl("attach", "--netdev", "vh", "--netns", topo.netns, "--policy",
                   nd_policy(c, ALLOW, extra_network={"inspect": True}))
         check(r.returncode != 0 and "inspect" in r.stderr + r.stdout, "inspect: %s" % r.stderr)
+        # A device the programs cannot be put on (loopback: no Ethernet
+        # header to parse): refused after its entry and state were written,
+        # which the attach then takes back.
+        states = set(os.listdir(os.path.join(c.state, "sandboxes")))
+        r = c.ctl("attach", "--netdev", "lo", "--netns", topo.netns, "--policy", pol)
+        check(r.returncode != 0 and "device programs" in r.stderr + r.stdout,
+              "attach to lo: %s" % (r.stderr + r.stdout))
+        check(set(os.listdir(os.path.join(c.state, "sandboxes"))) == states,
+              "a failed attach left a state file")
         # None of that left a sandbox or a program behind.
         check(not [s for s in c.list_json() if s.get("kind") == "netdev"], "a half-made sandbox")
         check(topo.guest("tcp", "ND-f1", S_IP, "8001", "10") == "ok", "something stayed on vh")
@@ -547,3 +556,39 @@ def netdev_attach_fails_closed(c):
             check(r.returncode == 2, "--netns without --netdev: %d" % r.returncode)
         finally:
             nd_detach(c, topo)
+
+
+@test
+def netdev_tc_filters_enforce_and_adopt(c):
+    """Kernels without TCX (Debian 12's 6.1): the tc clsact path, forced on
+    this kernel (EGRESSD_TEST_NETDEV_TC=1, test only)."""
+    with Topo() as topo:
+        old_env = c.daemon.env
+        c.daemon.stop()
+        c.daemon.env = dict(old_env or {}, EGRESSD_TEST_NETDEV_TC="1")
+        try:
+            c.daemon.start()
+            sb = nd_attach(c, topo, nd_policy(c, ALLOW))
+            check(sb["attach_mode"] == "tc", "not the tc path: %r" % sb)
+            out = run(["ip", "netns", "exec", topo.h, "tc", "filter", "show", "dev", "vh",
+                       "ingress"]).stdout
+            check("egr_nd_ingress" in out, "no tc filter on vh: %s" % out)
+            check(topo.guest("tcp", "ND-c1", S_IP, "8000", "10") == "ok", "allowed (tc)")
+            check(topo.guest("tcp", "ND-c2", S_IP, "8001", "10") != "ok", "denied (tc)")
+            c.daemon.kill9()
+            check(topo.guest("tcp", "ND-c3", S_IP, "8001", "10") != "ok", "denied while down")
+            check(topo.guest("tcp", "ND-c4", S_IP, "8000", "10") == "ok", "allowed while down")
+            c.daemon.start()
+            check([s for s in c.list_json() if s["id"] == sb["id"]], "tc sandbox not adopted")
+            fr = topo.frames()
+            check(not topo.arrived("ND-c2", fr) and not topo.arrived("ND-c3", fr) and
+                  topo.arrived("ND-c1", fr) and topo.arrived("ND-c4", fr), "tc path arrivals")
+            nd_detach(c, topo)
+            out = run(["ip", "netns", "exec", topo.h, "tc", "filter", "show", "dev", "vh",
+                       "ingress"]).stdout
+            check("egr_nd" not in out, "the tc filter stayed after detach: %s" % out)
+            check(topo.guest("tcp", "ND-c5", S_IP, "8001", "10") == "ok", "detach (tc)")
+        finally:
+            c.daemon.stop()
+            c.daemon.env = old_env
+            c.daemon.start()

@@ -592,3 +592,33 @@ def netdev_tc_filters_enforce_and_adopt(c):
             c.daemon.stop()
             c.daemon.env = old_env
             c.daemon.start()
+
+
+@test
+def netdev_quota_and_tenant_meters(c):
+    """A device sandbox's egress quota stops what it sends past it (the same
+    quota maps as cgroup sandboxes), and its bytes are its tenant's."""
+    with Topo() as topo:
+        tenant = "ndq-" + RUN_ID[-8:]
+        raw = {"tenant": tenant, "execution_id": "ndq-" + RUN_ID,
+               "network": {"default": "deny", "outbound_allow": ALLOW},
+               "limits": {"egress_bytes": 30000, "window_seconds": 3600}}
+        sb = nd_attach(c, topo, c.policy([], raw=raw))
+        try:
+            base = topo.ask("tcp").get("%s:8000" % S_IP, 0)
+            check(topo.guest("tcp", "ND-q1", S_IP, "8000", "20000") == "ok", "within the quota")
+            check(topo.guest("tcp", "ND-q2", S_IP, "8000", "40000") != "ok",
+                  "40 kB more went through a 30 kB quota")
+            got = topo.ask("tcp").get("%s:8000" % S_IP, 0) - base
+            log("netdev quota: the server got %d bytes of 60012 sent past a 30000-byte quota"
+                % got)
+            check(20006 <= got < 30000, "the server got %d bytes" % got)
+            row = nd_row(c, sb["id"])
+            check(row["bytes_out"] <= 30000, "metered past the quota: %r" % row)
+            ten = [t for t in stats(c, tenant)["tenants"] if t["tenant"] == tenant]
+            check(ten and ten[0]["bytes_out"] == row["bytes_out"],
+                  "tenant %s meters %r, its one sandbox %d" % (tenant, ten, row["bytes_out"]))
+            ev = obs_events(c, "--sandbox", str(sb["id"]))
+            check(any(e.get("type") == "quota" for e in ev), "no quota event: %r" % ev[-5:])
+        finally:
+            nd_detach(c, topo)

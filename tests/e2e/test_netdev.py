@@ -502,8 +502,35 @@ def netdev_survives_egressd_restart_and_device_loss(c):
                      nd_policy(c, ["tcp/%s:8001" % S_IP]))
             check(topo.guest("tcp", "ND-k4", S_IP, "8001", "10") == "ok", "update did not apply")
             check(topo.guest("tcp", "ND-k5", S_IP, "8000", "10") != "ok", "update kept 8000")
-            # The VM exits: its device goes; egressd detaches it and closes the record.
-            run(["ip", "-n", topo.h, "link", "del", "vh"])
+            # Renamed, the device is still the sandbox's (the programs are on
+            # its ifindex): listed and enforcing past a few checks.
+            sh("ip", "-n", topo.h, "link", "set", "vh", "down")
+            sh("ip", "-n", topo.h, "link", "set", "vh", "name", "vhr")
+            sh("ip", "-n", topo.h, "link", "set", "vhr", "up")
+            time.sleep(2.5)
+            check([s for s in c.list_json() if s["id"] == sb["id"]], "renamed device: detached")
+            check(wait_until(lambda: topo.guest("tcp", "ND-k6", S_IP, "8001", "1") == "ok", 10,
+                             0.5), "the renamed device does not pass the allowed port")
+            check(topo.guest("tcp", "ND-k7", S_IP, "8000", "10") != "ok", "renamed: 8000")
+            # The namespace's path goes while a process keeps it alive (a
+            # VMM after `ip netns del`): the TCX link still names the device.
+            keep = subprocess.Popen(["ip", "netns", "exec", topo.h, "sleep", "120"])
+            try:
+                time.sleep(0.5)
+                sh("ip", "netns", "del", topo.h)
+                time.sleep(2.5)
+                check([s for s in c.list_json() if s["id"] == sb["id"]],
+                      "detached while its namespace (and device) lived on")
+                check(topo.guest("tcp", "ND-k8", S_IP, "8000", "10") != "ok",
+                      "8000 passed after the namespace's path went")
+                fr = topo.frames()
+                check(topo.arrived("ND-k6", fr) and not topo.arrived("ND-k7", fr) and
+                      not topo.arrived("ND-k8", fr), "renamed/unnamed namespace arrivals")
+            finally:
+                # The VM exits: its namespace, and the device with it, go;
+                # egressd detaches it and closes the record.
+                keep.kill()
+                keep.wait(10)
             gone = True
             check(wait_until(lambda: not [s for s in c.list_json() if s["id"] == sb["id"]], 15, 0.3),
                   "the device sandbox outlived its device")

@@ -248,14 +248,21 @@ int reg_detach_netdev(struct egr_registry *r, struct egr_sb *sb)
 	return 0;
 }
 
-/* Is the sandbox's device still the one it was attached to? A namespace
- * that went (the VM's, with its tap) or a device deleted or replaced by
- * another of the same name (a new ifindex, without our programs) is not. */
-static bool device_there(const struct egr_sb *sb)
+/* Is the device the programs were attached to still there? They are on
+ * its ifindex: renamed, it is still the sandbox's (and still judged); a
+ * namespace that went (the VM's, with its tap) or the device deleted is
+ * the end of the sandbox. A new device of the old name is not it. Any
+ * other error (say EMFILE) says yes: never detach on a doubt. */
+static bool device_there(struct egr_registry *r, const struct egr_sb *sb)
 {
-	int ifindex = 0, err = egr_nd_ifindex(sb->netns, sb->netdev, &ifindex);
+	int ifindex = 0, err;
 
-	return !err && ifindex == sb->ifindex;
+	/* TCX: the link knows its device, even where the namespace's path
+	 * went while the namespace lives on (`ip netns del` under a VMM). */
+	if (sb->nd_mode == EGR_ND_TCX && egr_nd_link_ifindex(r->bpf, sb->id, &ifindex) == 0)
+		return ifindex != 0;
+	err = egr_nd_has_ifindex(sb->netns, sb->ifindex);
+	return !(err == -ENODEV || err == -ENOENT || err == -EINVAL);
 }
 
 unsigned egr_reg_netdev_check(struct egr_registry *r)
@@ -269,7 +276,7 @@ unsigned egr_reg_netdev_check(struct egr_registry *r)
 		return 0;
 	last = now;
 	for (struct egr_sb *sb; (sb = egr_reg_next(r, &it));) {
-		if (!sb->netdev || device_there(sb))
+		if (!sb->netdev || device_there(r, sb))
 			continue;
 		log_info("sandbox %u: device %s is gone; detaching it", sb->id, sb->cgroup);
 		if (!sb->end_status)
@@ -335,7 +342,7 @@ struct egr_sb *reg_adopt_netdev(struct egr_registry *r, uint32_t id, json_t *st)
 			reg_deny_all(r, id, sb->tenant_id);
 		}
 	}
-	if (!device_there(sb)) {
+	if (!device_there(r, sb)) {
 		gone = sb;
 	} else if (egr_nd_attach(r->bpf, id, netns, ifname, &mode)) {
 		/* The pinned links (or tc filters) of the earlier egressd stay. */

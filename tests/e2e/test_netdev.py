@@ -577,6 +577,23 @@ def netdev_attach_fails_closed(c):
             check(r.returncode != 0 and "update" in r.stderr + r.stdout, "second attach: %s" %
                   (r.stderr + r.stdout))
             check(topo.guest("tcp", "ND-f2", S_IP, "8001", "10") != "ok", "the first policy went")
+            # The same device through another path of its namespace: exists.
+            # (egressd cannot open /proc/PID/ns/net without CAP_SYS_PTRACE:
+            # a second name of it under /run/netns, as `ip netns attach` makes.)
+            alias = "nda-" + RUN_ID
+            keep = subprocess.Popen(["ip", "netns", "exec", topo.h, "sleep", "60"])
+            try:
+                time.sleep(0.5)
+                sh("ip", "netns", "attach", alias, str(keep.pid))
+                r = c.ctl("attach", "--netdev", "vh", "--netns", "/run/netns/" + alias,
+                          "--policy", nd_policy(c, ["tcp/%s:8001" % S_IP]))
+            finally:
+                run(["ip", "netns", "del", alias])
+                keep.kill()
+                keep.wait(10)
+            check(r.returncode != 0 and "already sandbox %d" % sb["id"] in r.stderr + r.stdout,
+                  "the same device under another namespace path: %s" % (r.stderr + r.stdout))
+            check(topo.guest("tcp", "ND-f3", S_IP, "8001", "10") != "ok", "the first policy went")
             r = c.ctl("detach", "--netdev", "vh")
             check(r.returncode != 0, "detach without its --netns found the sandbox")
             r = c.ctl("detach", "--netns", topo.netns, "--id", str(sb["id"]))

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "clock.h"
@@ -56,6 +57,30 @@ struct egr_sb *egr_reg_find_netdev(struct egr_registry *r, const char *ifname, c
 		return NULL;
 	for (struct egr_sb *sb; (sb = egr_reg_next(r, &it));)
 		if (sb->netdev && strcmp(sb->cgroup, key) == 0)
+			return sb;
+	return NULL;
+}
+
+/* The namespace at path (NULL: egressd's) as the kernel names it. */
+static int netns_ino(const char *path, struct stat *st)
+{
+	return stat(path ? path : "/proc/self/ns/net", st) < 0 ? -errno : 0;
+}
+
+/* A device sandbox already on this device under another spelling of its
+ * namespace's path (/run/netns/X and /proc/PID/ns/net): two sandboxes on
+ * one device would share its tc filter slot, and the detach of one would
+ * open the device under the other. */
+static struct egr_sb *same_device(struct egr_registry *r, const char *netns, int ifindex)
+{
+	struct egr_reg_iter it = { 0 };
+	struct stat want, have;
+
+	if (netns_ino(netns, &want))
+		return NULL;
+	for (struct egr_sb *sb; (sb = egr_reg_next(r, &it));)
+		if (sb->netdev && sb->ifindex == ifindex && netns_ino(sb->netns, &have) == 0 &&
+		    have.st_dev == want.st_dev && have.st_ino == want.st_ino)
 			return sb;
 	return NULL;
 }
@@ -142,6 +167,13 @@ int egr_reg_attach_netdev(struct egr_registry *r, const char *ifname, const char
 		else
 			reg_fail(f, EGR_REG_BAD_REQUEST, "netns", "network namespace %s: %s",
 				 netns ? netns : "(egressd's)", strerror(-err));
+		goto undo_policy;
+	}
+	sb = same_device(r, netns, ifindex);
+	if (sb) {
+		reg_fail(f, EGR_REG_EXISTS, "netdev", "%s is already sandbox %u (attached as %s)", key,
+			 sb->id, sb->cgroup);
+		err = -EEXIST;
 		goto undo_policy;
 	}
 

@@ -241,6 +241,10 @@ class Topo:
               (self.proc.stderr.read() if self.proc.poll() is not None else "no answer"))
         check(wait_until(lambda: self.guest("tcp", "warm", S_IP, "8000", "1") == "ok", 20, 0.3),
               "G cannot reach S with nothing attached (the topology is broken)")
+        # IPv6 too: H's neighbour entry of S (link-local addresses past
+        # DAD), so that a first v6 frame is not left in a queue.
+        check(wait_until(lambda: self.guest("udp", "warm6", S_IP6, "9000") == "ok", 20, 0.3),
+              "G cannot reach S over IPv6 with nothing attached (the topology is broken)")
 
     def _line(self, timeout):
         r, _, _ = select.select([self.proc.stdout], [], [], timeout)

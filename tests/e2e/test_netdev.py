@@ -163,6 +163,10 @@ elif act == "raw_vlan":   send(udp4(G, S, 9000, m), 0x0800, tag=100)
 elif act == "raw_ethertype": send(m + b"\0" * 40, 0x88b5)
 elif act == "raw6_clean": send(ip6(G6, S6, 17, udp6(G6, S6, 9000, m)), 0x86dd)
 elif act == "raw6_spoof": send(ip6("fd77::9", S6, 17, udp6("fd77::9", S6, 9000, m)), 0x86dd)
+elif act == "raw6_frag":  # one datagram in two fragments (fragment header, 44)
+    u = udp6(G6, S6, 9000, m + b"f" * 40)
+    send(ip6(G6, S6, 44, u[:24], ext=struct.pack("!BBHI", 17, 0, 0x0001, 999)), 0x86dd)
+    send(ip6(G6, S6, 44, u[24:], ext=struct.pack("!BBHI", 17, 0, 3 << 3, 999)), 0x86dd)
 elif act == "raw6_hbh":
     send(ip6(G6, S6, 0, udp6(G6, S6, 9000, m), ext=b"\x11\x00\x01\x04\0\0\0\0"), 0x86dd)
 elif act == "raw6_dstopt":
@@ -424,6 +428,7 @@ VECTORS = [
     ("IPv4 fragments", "raw_frag", "raw_clean"),
     ("another IP protocol (GRE)", "raw_proto", "raw_clean"),
     ("spoofed IPv6 source", "raw6_spoof", "raw6_clean"),
+    ("IPv6 fragments", "raw6_frag", "raw6_clean"),
     ("IPv6 hop-by-hop header", "raw6_hbh", "raw6_clean"),
     ("IPv6 destination options", "raw6_dstopt", "raw6_clean"),
 ]

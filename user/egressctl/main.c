@@ -25,7 +25,7 @@ static const char top_help[] =
 	"\n"
 	"Commands:\n"
 	"  status                       the daemon's version, features and counters\n"
-	"  attach                       make a cgroup a sandbox with a policy\n"
+	"  attach                       make a cgroup or a network device a sandbox\n"
 	"  update                       replace a sandbox's policy (atomically)\n"
 	"  detach                       stop confining a sandbox\n"
 	"  list                         the sandboxes\n"
@@ -66,20 +66,27 @@ static const char status_help[] =
 	"probe. --live: exit 0 whenever egressd answers (a liveness probe).\n";
 
 static const char attach_help[] =
-	"Usage: egressctl attach --cgroup PATH --policy FILE [--netns PATH] [--json]\n"
+	"Usage: egressctl attach (--cgroup PATH | --netdev IFACE) --policy FILE\n"
+	"                        [--netns PATH] [--json]\n"
 	"Make the cgroup v2 directory PATH a sandbox confined by the policy in FILE\n"
 	"(\"-\" reads it from stdin). The policy is validated locally first.\n"
 	"--netns PATH: the sandbox runs in that network namespace (e.g.\n"
-	"/run/netns/NAME); egressd opens its DNS proxy listeners inside it.\n";
+	"/run/netns/NAME); egressd opens its DNS proxy listeners inside it.\n"
+	"--netdev IFACE: a device sandbox (gVisor, a microVM): IFACE is the host side\n"
+	"of its link (a veth peer, a tap), in the namespace --netns names (default:\n"
+	"egressd's); every packet it sends is judged on that device.\n";
 
 static const char update_help[] =
-	"Usage: egressctl update (--cgroup PATH | --id N) --policy FILE [--json]\n"
+	"Usage: egressctl update (--cgroup PATH | --id N | --netdev IFACE [--netns PATH])\n"
+	"                        --policy FILE [--json]\n"
 	"Replace a sandbox's policy with the one in FILE (\"-\" is stdin). The change\n"
 	"is atomic: a rejected policy leaves the previous one in force.\n";
 
 static const char detach_help[] =
-	"Usage: egressctl detach (--cgroup PATH | --id N) [--json]\n"
-	"Stop confining a sandbox. Its processes are no longer restricted.\n";
+	"Usage: egressctl detach (--cgroup PATH | --id N | --netdev IFACE [--netns PATH])\n"
+	"                        [--json]\n"
+	"Stop confining a sandbox. Its processes (a device sandbox: its device) are no\n"
+	"longer restricted.\n";
 
 static const char release_help[] =
 	"Usage: egressctl release (--cgroup PATH | --id N) [--json]\n"
@@ -101,6 +108,7 @@ struct cmd_args {
 	const char *cgroup;
 	const char *policy;
 	const char *netns;
+	const char *netdev;
 	unsigned long id;
 	bool json;
 	bool held;
@@ -109,7 +117,7 @@ struct cmd_args {
 };
 
 enum { OPT_SOCKET = 256, OPT_TIMEOUT, OPT_JSON, OPT_CGROUP, OPT_POLICY, OPT_ID, OPT_HELP,
-       OPT_NETNS, OPT_HELD, OPT_LIVE, OPT_PAGE };
+       OPT_NETNS, OPT_HELD, OPT_LIVE, OPT_PAGE, OPT_NETDEV };
 
 /* Options every command takes: --socket, --timeout, --help. */
 #define COMMON_OPTS                                                   \
@@ -153,7 +161,8 @@ static int common_opt(struct ctl *c, const char *cmd, const char *help, int opt)
 
 /*
  * Parse a command's options: want is a string of the options it takes
- * ('c' cgroup, 'i' id, 'p' policy, 'j' json, 'n' netns). Returns -1 to go on, else the
+ * ('c' cgroup, 'i' id, 'p' policy, 'j' json, 'n' netns, 'd' netdev, 'N' netns
+ * only with netdev). Returns -1 to go on, else the
  * exit status to end with (INT_MAX for 0 after --help).
  */
 /* arg as an integer from 1 to max; 0 when it is not one. */
@@ -180,6 +189,7 @@ static int parse_cmd(struct ctl *c, const char *cmd, const char *help, const cha
 		{ "held", no_argument, NULL, OPT_HELD },
 		{ "live", no_argument, NULL, OPT_LIVE },
 		{ "page", required_argument, NULL, OPT_PAGE },
+		{ "netdev", required_argument, NULL, OPT_NETDEV },
 		{ NULL, 0, NULL, 0 },
 	};
 	int opt, rc, li = 0;
@@ -214,9 +224,14 @@ static int parse_cmd(struct ctl *c, const char *cmd, const char *help, const cha
 			a->policy = optarg;
 			break;
 		case OPT_NETNS:
-			if (!strchr(want, 'n'))
+			if (!strchr(want, 'n') && !strchr(want, 'N'))
 				goto unexpected;
 			a->netns = optarg;
+			break;
+		case OPT_NETDEV:
+			if (!strchr(want, 'd'))
+				goto unexpected;
+			a->netdev = optarg;
 			break;
 		case OPT_LIVE:
 			if (!strchr(want, 'l'))
@@ -243,12 +258,19 @@ static int parse_cmd(struct ctl *c, const char *cmd, const char *help, const cha
 	}
 	if (optind < argc)
 		return ctl_usage_error(cmd, "%s: unexpected argument '%s'", cmd, argv[optind]);
-	if (strchr(want, 'i')) {
+	if (a->netdev) {
+		if (a->cgroup || a->id)
+			return ctl_usage_error(cmd, "%s: --netdev names the sandbox; not with "
+					       "--cgroup or --id", cmd);
+	} else if (a->netns && strchr(want, 'N')) {
+		return ctl_usage_error(cmd, "%s: --netns goes with --netdev", cmd);
+	} else if (strchr(want, 'i')) {
 		if (!a->cgroup == !a->id)
 			return ctl_usage_error(cmd, "%s: give exactly one of --cgroup PATH or --id N",
 					       cmd);
 	} else if (strchr(want, 'c') && !a->cgroup) {
-		return ctl_usage_error(cmd, "%s: --cgroup PATH is required", cmd);
+		return ctl_usage_error(cmd, strchr(want, 'd') ? "%s: --cgroup PATH or --netdev IFACE "
+				       "is required" : "%s: --cgroup PATH is required", cmd);
 	}
 	if (strchr(want, 'p') && !a->policy)
 		return ctl_usage_error(cmd, "%s: --policy FILE is required", cmd);
@@ -263,7 +285,9 @@ static int add_target(json_t *req, const struct cmd_args *a)
 	char path[PATH_MAX];
 	int err;
 
-	if (a->cgroup) {
+	if (a->netdev) {
+		err = json_object_set_new(req, "netdev", json_string(a->netdev));
+	} else if (a->cgroup) {
 		err = ctl_abs_path(a->cgroup, path, sizeof(path));
 		if (err) {
 			fprintf(stderr, "egressctl: --cgroup %s: %s\n", a->cgroup, strerror(-err));
@@ -370,17 +394,17 @@ static int cmd_sandbox(struct ctl *c, enum egr_op op, const char *help, const ch
 
 static int cmd_attach(struct ctl *c, int argc, char **argv)
 {
-	return cmd_sandbox(c, EGR_OP_ATTACH, attach_help, "cpjn", "attached", argc, argv);
+	return cmd_sandbox(c, EGR_OP_ATTACH, attach_help, "cpjnd", "attached", argc, argv);
 }
 
 static int cmd_update(struct ctl *c, int argc, char **argv)
 {
-	return cmd_sandbox(c, EGR_OP_UPDATE, update_help, "cipj", "updated", argc, argv);
+	return cmd_sandbox(c, EGR_OP_UPDATE, update_help, "cipjdN", "updated", argc, argv);
 }
 
 static int cmd_detach(struct ctl *c, int argc, char **argv)
 {
-	return cmd_sandbox(c, EGR_OP_DETACH, detach_help, "cij", "detached", argc, argv);
+	return cmd_sandbox(c, EGR_OP_DETACH, detach_help, "cijdN", "detached", argc, argv);
 }
 
 static int cmd_release(struct ctl *c, int argc, char **argv)

@@ -96,7 +96,14 @@ void ctl_print_sandbox(const char *verb, const json_t *sb)
 
 	rules(sb, r, sizeof(r));
 	printf("sandbox %lld %s\n", num(sb, "id"), verb);
-	printf("  cgroup:        %s\n", str(sb, "cgroup"));
+	if (json_is_string(json_object_get(sb, "netdev"))) {
+		printf("  netdev:        %s (ifindex %lld, %s)\n", str(sb, "netdev"),
+		       num(sb, "ifindex"), str(sb, "attach_mode"));
+		printf("  netns:         %s\n", json_is_string(json_object_get(sb, "netns"))
+							? str(sb, "netns") : "egressd's");
+	} else {
+		printf("  cgroup:        %s\n", str(sb, "cgroup"));
+	}
 	printf("  tenant:        %s\n", str(sb, "tenant"));
 	printf("  execution_id:  %s\n", str(sb, "execution_id"));
 	printf("  principal:     %s\n", str(sb, "principal"));
@@ -130,6 +137,7 @@ void ctl_print_sandbox(const char *verb, const json_t *sb)
 
 enum {
 	COL_ID,
+	COL_KIND,
 	COL_TENANT,
 	COL_EXEC,
 	COL_CGROUP,
@@ -142,7 +150,7 @@ enum {
 };
 
 static const char *const heads[NCOLS] = {
-	"ID", "TENANT", "EXECUTION", "CGROUP", "CONTAINER", "POLICY", "RULES", "STATE", "ATTACHED",
+	"ID", "KIND", "TENANT", "EXECUTION", "CGROUP", "CONTAINER", "POLICY", "RULES", "STATE", "ATTACHED",
 };
 
 /* One row's cells; long strings point into the JSON, short ones into bufs. */
@@ -172,6 +180,7 @@ static void fill_row(const json_t *sb, struct row *r)
 	snprintf(r->policy, sizeof(r->policy), "%s", str(sb, "policy_sha256"));
 	rules(sb, r->rules, sizeof(r->rules));
 	r->cell[COL_ID] = r->id;
+	r->cell[COL_KIND] = str(sb, "kind");
 	r->cell[COL_TENANT] = str(sb, "tenant");
 	r->cell[COL_EXEC] = str(sb, "execution_id");
 	r->cell[COL_CGROUP] = str(sb, "cgroup");

@@ -424,7 +424,9 @@ static void check(struct egr_lifetime *lt, bool all)
 		uint64_t now = 0;
 		int err;
 
-		if (!sb)
+		/* A device sandbox has no cgroup: its device is watched by the
+		 * registry (egr_reg_netdev_check). */
+		if (!sb || sb->netdev)
 			continue;
 		/* cgroup2 refuses rename (EPERM): a path that no longer names
 		 * the cgroup means it was removed. Other errors: kept. */

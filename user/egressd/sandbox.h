@@ -88,6 +88,22 @@ void egr_reg_set_host_lsm_cgroup(struct egr_registry *r, bool on);
 int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns,
 		   const json_t *policy, const struct egr_launcher *launcher, bool fresh,
 		   struct egr_sb **out, struct egr_fail *f);
+/* A device sandbox (issue 25): the host-side device ifname of the network
+ * namespace at netns (NULL: egressd's) gets the policy, judged per packet
+ * by the device programs (kernel/netdev.h). The same policy, rules, meters,
+ * quotas, events and audit as a cgroup sandbox; no DNS proxy (port 53 is
+ * dropped), no inspection (refused), no launcher. Nothing half-applied on
+ * error. registry/netdev_sb.c. */
+int egr_reg_attach_netdev(struct egr_registry *r, const char *ifname, const char *netns,
+			  const json_t *policy, struct egr_sb **out, struct egr_fail *f);
+/* The device sandbox of ifname in netns (the same path string as its
+ * attach), or NULL. */
+struct egr_sb *egr_reg_find_netdev(struct egr_registry *r, const char *ifname, const char *netns);
+/* Device sandboxes whose device went (deleted, replaced, its namespace
+ * gone) are detached, their audit records closed ("device gone"); at most
+ * once a second (egr_reg_reclaim calls it). Returns how many. */
+unsigned egr_reg_netdev_check(struct egr_registry *r);
+
 /*
  * The attach request's "create" (root peers only: the caller checks): make
  * the cgroup directory at path; real gets the path as made (its parent

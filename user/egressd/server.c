@@ -82,17 +82,37 @@ static json_t *fail_reply(const struct egr_fail *f)
 }
 
 
-/* The sandbox a request names by "cgroup" or "id". */
+/* A device sandbox named by "netdev" (and "netns"). */
+static struct egr_sb *target_netdev(struct egr_server *s, const json_t *req, json_t **reply)
+{
+	json_t *nd = json_object_get(req, "netdev"), *ns = json_object_get(req, "netns");
+	struct egr_sb *sb;
+
+	if (!json_is_string(nd) || (ns && !json_is_string(ns))) {
+		*reply = error_reply(EGR_ERR_BAD_REQUEST, json_is_string(nd) ? "netns" : "netdev",
+				     "netdev (a device name) and netns (a path) must be strings");
+		return NULL;
+	}
+	sb = egr_reg_find_netdev(s->reg, json_string_value(nd), json_string_value(ns));
+	if (!sb)
+		*reply = error_reply(EGR_ERR_NOT_FOUND, "netdev", "no such device sandbox");
+	return sb;
+}
+
+/* The sandbox a request names by "cgroup", "id" or "netdev". */
 static struct egr_sb *target(struct egr_server *s, const json_t *req, json_t **reply)
 {
 	json_t *cg = json_object_get(req, "cgroup"), *id = json_object_get(req, "id");
+	json_t *nd = json_object_get(req, "netdev");
 	struct egr_sb *sb;
 
-	if ((cg && id) || (!cg && !id)) {
-		*reply =
-		    error_reply(EGR_ERR_BAD_REQUEST, "cgroup", "give exactly one of cgroup or id");
+	if (!!cg + !!id + !!nd != 1) {
+		*reply = error_reply(EGR_ERR_BAD_REQUEST, "cgroup",
+				     "give exactly one of cgroup, id or netdev");
 		return NULL;
 	}
+	if (nd)
+		return target_netdev(s, req, reply);
 	if (cg && !json_is_string(cg)) {
 		*reply = error_reply(EGR_ERR_BAD_REQUEST, "cgroup", "cgroup must be a string");
 		return NULL;
@@ -117,6 +137,34 @@ static json_t *sandbox_reply(const struct egr_sb *sb)
 static json_t *attach_with(struct egr_server *s, const json_t *req, json_t *cg, json_t *pol,
 			   json_t *netns, json_t *lpid);
 
+/* {"op":"attach","netdev":IFACE,"netns":PATH,"policy":{...}}: a device
+ * sandbox (docs/control-protocol.md). */
+static json_t *attach_netdev(struct egr_server *s, const json_t *req)
+{
+	json_t *nd = json_object_get(req, "netdev"), *ns = json_object_get(req, "netns");
+	json_t *pol = json_object_get(req, "policy");
+	static const char *const not_here[] = { "cgroup", "create", "launcher_pid", "policy_ref",
+						"container", "execution_id" };
+	struct egr_fail f;
+	struct egr_sb *sb;
+
+	for (size_t i = 0; i < sizeof(not_here) / sizeof(not_here[0]); i++)
+		if (json_object_get(req, not_here[i]))
+			return error_reply(EGR_ERR_BAD_REQUEST, not_here[i],
+					   "not with netdev: a device sandbox has no cgroup, "
+					   "launcher or policy tree (put identity in the policy)");
+	if (!json_is_string(nd))
+		return error_reply(EGR_ERR_BAD_REQUEST, "netdev", "netdev must be a device name");
+	if (ns && !json_is_string(ns))
+		return error_reply(EGR_ERR_BAD_REQUEST, "netns", "netns must be a path string");
+	if (!json_is_object(pol))
+		return error_reply(EGR_ERR_BAD_REQUEST, "policy", "policy (an object) is required");
+	if (egr_reg_attach_netdev(s->reg, json_string_value(nd), json_string_value(ns), pol, &sb,
+				  &f))
+		return fail_reply(&f);
+	return sandbox_reply(sb);
+}
+
 static json_t *do_attach(struct egr_server *s, const json_t *req)
 {
 	json_t *cg = json_object_get(req, "cgroup"), *pol = json_object_get(req, "policy");
@@ -124,6 +172,8 @@ static json_t *do_attach(struct egr_server *s, const json_t *req)
 	json_t *lpid = json_object_get(req, "launcher_pid");
 	json_t *tree_doc = NULL, *reply;
 
+	if (json_object_get(req, "netdev"))
+		return attach_netdev(s, req);
 	if (!json_is_string(cg))
 		return error_reply(EGR_ERR_BAD_REQUEST, "cgroup",
 				   "cgroup (a path string) is required");

@@ -61,7 +61,7 @@ enum egr_op {
 /* What an operation does, for callers that treat kinds of op alike. */
 #define EGR_OPF_STREAMS (1u << 0) /* may keep the connection ("follow": server.c) */
 
-#define EGR_OP_MAX_FIELDS 8
+#define EGR_OP_MAX_FIELDS 10
 
 struct egr_op_desc {
 	const char *name;                           /* the wire "op" */

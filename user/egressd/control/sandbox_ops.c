@@ -47,6 +47,13 @@ json_t *egr_sb_json(const struct egr_sb *sb)
 	json_t *o = sb_json_base(sb);
 
 	if (o) {
+		json_object_set_new(o, "kind", json_string(sb->netdev ? "netdev" : "cgroup"));
+		if (sb->netdev) {
+			json_object_set_new(o, "netdev", json_string(sb->netdev));
+			json_object_set_new(o, "ifindex", json_integer(sb->ifindex));
+			json_object_set_new(o, "attach_mode",
+					    json_string(sb->nd_mode == 2 ? "tc" : "tcx"));
+		}
 		json_object_set_new(o, "mode", json_string(sb->audit_mode ? "audit" : "enforce"));
 		json_object_set_new(o, "quarantined", json_boolean(sb->quarantined));
 		if (sb->quarantined)

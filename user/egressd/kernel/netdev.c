@@ -237,6 +237,66 @@ out:
 	return err;
 }
 
+int egr_nd_ifindex(const char *netns, const char *ifname, int *ifindex)
+{
+	int self, err;
+
+	*ifindex = 0;
+	if (!ifname || !*ifname || strlen(ifname) >= IFNAMSIZ)
+		return -EINVAL;
+	err = enter_netns(netns, &self);
+	if (err)
+		return err;
+	*ifindex = (int)if_nametoindex(ifname);
+	err = *ifindex ? 0 : -ENODEV;
+	leave_netns(self);
+	return err;
+}
+
+/* struct bpf_link_info of a TCX link (6.6+; not in these headers): its
+ * type, and the device's ifindex first in the union (offset 16), 0 once
+ * the device is gone (the link is then defunct). */
+#define ND_BPF_LINK_TYPE_TCX 11
+
+int egr_nd_link_ifindex(struct egr_bpf *b, uint32_t sandbox_id, int *ifindex)
+{
+	char dir[PATH_MAX], pin[PATH_MAX + 16];
+	__u32 info[64] = { 0 }, len = sizeof(info);
+	int fd, err;
+
+	*ifindex = 0;
+	err = pin_dir(b, sandbox_id, dir, sizeof(dir), false);
+	if (err)
+		return err;
+	snprintf(pin, sizeof(pin), "%s/ingress", dir);
+	fd = bpf_obj_get(pin);
+	if (fd < 0)
+		return -errno;
+	err = bpf_obj_get_info_by_fd(fd, info, &len) < 0 ? -errno : 0;
+	close(fd);
+	if (err)
+		return err;
+	if (info[0] != ND_BPF_LINK_TYPE_TCX)
+		return -EOPNOTSUPP;
+	*ifindex = (int)info[4];
+	return 0;
+}
+
+int egr_nd_has_ifindex(const char *netns, int ifindex)
+{
+	char name[IF_NAMESIZE];
+	int self, err;
+
+	if (ifindex <= 0)
+		return -EINVAL;
+	err = enter_netns(netns, &self);
+	if (err)
+		return err;
+	err = if_indextoname((unsigned)ifindex, name) ? 0 : -ENODEV;
+	leave_netns(self);
+	return err;
+}
+
 int egr_nd_detach(struct egr_bpf *b, uint32_t sandbox_id, const char *netns, const char *ifname)
 {
 	static const char *const names[] = { "ingress", "egress" };

@@ -9,7 +9,7 @@
  * elsewhere (they stay on the device by themselves). Both programs or
  * neither: an attach that cannot put both in place leaves nothing.
  *
- * Not yet called by the registry (egressctl attach --netdev is to come).
+ * The registry's device sandboxes (registry/netdev_sb.c) call it.
  * Test only: EGRESSD_TEST_NETDEV_TC=1 takes the tc path on a kernel with
  * TCX, so that both paths are tested on one host.
  */
@@ -30,6 +30,17 @@ enum egr_nd_mode { EGR_ND_TCX = 1, EGR_ND_TC = 2 };
  * do not parse); on error nothing of ours is on the device. */
 int egr_nd_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *netns, const char *ifname,
 		  enum egr_nd_mode *mode);
+/* The index of device ifname in the network namespace at netns (NULL:
+ * egressd's). 0, -ENODEV (no such device) or -errno (the namespace). */
+int egr_nd_ifindex(const char *netns, const char *ifname, int *ifindex);
+/* The ifindex the sandbox's pinned TCX ingress link is on: 0 when its
+ * device is gone (the kernel's word, whatever became of the namespace's
+ * path). 0 or -errno (-ENOENT: no pin, the tc path). */
+int egr_nd_link_ifindex(struct egr_bpf *b, uint32_t sandbox_id, int *ifindex);
+/* Is there a device of that index in the namespace at netns? 0, -ENODEV
+ * or -errno (the namespace). The programs are on the ifindex: a renamed
+ * device is still the sandbox's, a new one of the old name is not. */
+int egr_nd_has_ifindex(const char *netns, int ifindex);
 /* Remove them (TCX links and their pins, or the tc filters): idempotent.
  * 0 or -errno. */
 int egr_nd_detach(struct egr_bpf *b, uint32_t sandbox_id, const char *netns, const char *ifname);

@@ -310,6 +310,13 @@ static json_t *identity(const struct egr_sb *sb)
 			      str_or_null(sb->tool), "version", str_or_null(sb->version),
 			      "policy_sha256", sb->sha256);
 
+	/* A device sandbox names its device and namespace (docs/audit.md). */
+	if (o && sb->netdev &&
+	    (json_object_set_new(o, "netdev", json_string(sb->netdev)) ||
+	     json_object_set_new(o, "netns", sb->netns ? json_string(sb->netns) : json_null()))) {
+		json_decref(o);
+		return NULL;
+	}
 	/* The OCI hook's container (docs/audit.md "container"); absent for
 	 * sandboxes that are no container. */
 	if (o && sb->container &&

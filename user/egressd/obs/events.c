@@ -204,7 +204,7 @@ static size_t strings_len(const struct egr_rec *r)
 		sb = r->life.sb;
 		return SLEN(sb->cgroup) + SLEN(sb->tenant) + SLEN(sb->execution_id) +
 		       SLEN(sb->principal) + SLEN(sb->tool) + SLEN(sb->version) +
-		       SLEN(r->life.old_sha256);
+		       SLEN(sb->netdev) + SLEN(sb->netns) + SLEN(r->life.old_sha256);
 	case EGR_REC_LOSS:
 		return SLEN(r->loss.reason);
 	case EGR_REC_APPROVAL:
@@ -268,6 +268,8 @@ static struct kept *kept_new(const struct egr_rec *r, const char *tenant, const 
 		k->u.sb.principal = (char *)copy_str(&p, sb->principal);
 		k->u.sb.tool = (char *)copy_str(&p, sb->tool);
 		k->u.sb.version = (char *)copy_str(&p, sb->version);
+		k->u.sb.netdev = (char *)copy_str(&p, sb->netdev);
+		k->u.sb.netns = (char *)copy_str(&p, sb->netns);
 		k->rec.life.sb = &k->u.sb;
 		k->rec.life.old_sha256 = copy_str(&p, r->life.old_sha256);
 		break;

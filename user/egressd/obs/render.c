@@ -271,6 +271,10 @@ static json_t *lifecycle_json(const struct egr_rec_lifecycle *l)
 
 	if (!o)
 		return NULL;
+	if (sb->netdev) {
+		json_object_set_new(o, "netdev", json_string(sb->netdev));
+		json_object_set_new(o, "netns", sb->netns ? json_string(sb->netns) : json_null());
+	}
 	json_object_set_new(o, "type", json_string(egr_life_name(l->what)));
 	if (l->old_sha256)
 		json_object_set_new(o, "previous_policy_sha256", json_string(l->old_sha256));

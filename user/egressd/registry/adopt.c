@@ -146,6 +146,13 @@ static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st,
 	char why[256];
 	int err;
 
+	if (json_is_string(json_object_get(st, "netdev"))) {
+		/* Device sandboxes are newer than unsigned state files. */
+		if (!legacy)
+			return reg_adopt_netdev(r, id, st);
+		quarantine(r, id, "state_tampered", "a device sandbox's state file has no MAC");
+		return NULL;
+	}
 	if (!cgroup || !policy || reg_prepare(NULL, policy, &p, &c, &f)) {
 		quarantine(r, id, "state_tampered", "its state file has no usable policy");
 		goto out;

@@ -43,6 +43,7 @@ bool egr_reg_reclaim(struct egr_registry *r, uint64_t budget_ns)
 {
 	uint64_t start = egr_mono_ns();
 
+	egr_reg_netdev_check(r);
 	for (size_t i = 0; i < r->nheld;) {
 		struct egr_held *h = &r->held[i];
 		uint64_t cg = 0;
@@ -184,9 +185,12 @@ static int retire(struct egr_registry *r, const struct egr_sb *sb, const json_t 
 
 int egr_reg_detach(struct egr_registry *r, struct egr_sb *sb, struct egr_fail *f)
 {
-	json_t *policy = egr_state_load_policy(&r->st, sb->id);
+	json_t *policy;
 	int err;
 
+	if (sb->netdev)
+		return reg_detach_netdev(r, sb);
+	policy = egr_state_load_policy(&r->st, sb->id);
 	if (r->hooks.detaching)
 		r->hooks.detaching(r->hooks.ctx, sb);
 	err = retire(r, sb, policy, f);

@@ -46,6 +46,14 @@ struct egr_sb {
 	/* Attached by this process into a cgroup it made with no process
 	 * before its links (attach "create"); never set when adopted. */
 	bool fresh;
+	/* A device sandbox (docs/architecture.md "Device sandboxes"): the
+	 * host-side device its programs judge, in netns; NULL for a cgroup
+	 * sandbox. Its cgroup is then the key "netdev:IFACE[@NETNS]" and
+	 * cgroup_id 0. ifindex: the device's when attached (a device of the
+	 * same name made later is not it). */
+	char *netdev;
+	int ifindex;
+	int nd_mode; /* enum egr_nd_mode: 1 TCX links, 2 tc filters */
 };
 
 /* A cgroup egressd holds under deny-all without a policy of its own

@@ -288,6 +288,7 @@ void egr_sb_free(struct egr_sb *sb)
 	free(sb->version);
 	json_decref(sb->container);
 	free(sb->netns);
+	free(sb->netdev);
 	free(sb->end_status);
 	free(sb);
 }

@@ -106,4 +106,9 @@ void reg_close_refused(struct egr_registry *r, const struct egr_sb *sb,
 int reg_teardown(struct egr_registry *r, uint32_t id, uint32_t policy_id, const json_t *policy);
 void reg_release_held(struct egr_registry *r, struct egr_held *h);
 
+/* netdev_sb.c: device sandboxes (the record's cgroup is their key). */
+int reg_netdev_key(const char *ifname, const char *netns, char *buf, size_t len);
+int reg_detach_netdev(struct egr_registry *r, struct egr_sb *sb);
+struct egr_sb *reg_adopt_netdev(struct egr_registry *r, uint32_t id, json_t *st);
+
 #endif /* EGR_REGISTRY_IMPL_H */

@@ -304,6 +304,13 @@ int egr_state_save_sb(struct egr_statedir *st, const struct egr_sb *sb, const js
 	json_object_set_new(o, "inspect_port6", json_integer(sb->inspect_port6));
 	if (sb->netns)
 		json_object_set_new(o, "netns", json_string(sb->netns));
+	if (sb->netdev) {
+		/* A device sandbox: adoption attaches its programs again there. */
+		json_object_set_new(o, "kind", json_string("netdev"));
+		json_object_set_new(o, "netdev", json_string(sb->netdev));
+		json_object_set_new(o, "ifindex", json_integer(sb->ifindex));
+		json_object_set_new(o, "nd_mode", json_integer(sb->nd_mode));
+	}
 	if (sb->launcher.pid)
 		json_object_set_new(o, "launcher", json_pack("{s:i, s:I}", "pid", sb->launcher.pid,
 							     "start",

@@ -50,7 +50,13 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	}
 	/* Before the switch: the listeners must exist when the kernel starts
 	 * redirecting to them (a policy turning inspection on). */
-	err = reg_start_inspect(r, sb, &p, sb->inspect_port4, sb->inspect_port6, f);
+	if (sb->netdev && p.inspect) {
+		reg_fail(f, EGR_REG_INVALID_POLICY, "policy.network.inspect",
+			 "inspection is not available for device sandboxes yet (docs/inspect.md)");
+		err = -EINVAL;
+	} else {
+		err = reg_start_inspect(r, sb, &p, sb->inspect_port4, sb->inspect_port6, f);
+	}
 	if (err) {
 		egr_dnspolicy_free(dpol);
 		egr_compiled_free(&c);
@@ -112,7 +118,7 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	sb->updated_at = next.updated_at;
 	reg_sb_set_meta(sb, &p, &c);
 	reg_quota_apply(r, sb, &p, false);
-	if (r->dns) {
+	if (r->dns && !sb->netdev) {
 		/* The proxy owns dpol from here. */
 		if (egr_dnsproxy_update_sandbox(r->dns, sb->id, dpol))
 			log_error("sandbox %u: DNS proxy kept the old DNS policy", sb->id);
@@ -120,7 +126,9 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	}
 	/* Audit mode refuses nothing; an update to enforce tears down. */
 	*closed = 0;
-	if (!p.audit_mode)
+	/* A device sandbox has no socket here: its flows' replies are judged
+	 * against the entry in force, packet by packet (bpf/netdev.bpf.c). */
+	if (!p.audit_mode && !sb->netdev)
 		reg_close_refused(r, sb, &c, p.inbound_allow, closed);
 	if (r->hooks.updated)
 		r->hooks.updated(r->hooks.ctx, sb, old_sha, policy, *closed);
@@ -162,7 +170,7 @@ int egr_reg_set_quarantine(struct egr_registry *r, struct egr_sb *sb, bool on, u
 	}
 	sb->quarantined = on;
 	sb->quarantined_at = on ? time(NULL) : 0;
-	if (!on)
+	if (!on || sb->netdev)
 		return 0;
 	/* Established connections were judged at connect time: end them all,
 	 * in its network namespace too (the backstop already drops their

@@ -123,7 +123,11 @@ class Rt5Attacker:
 
 def rt5_move(c, sb, pid):
     """A sandboxed shell writes pid into the cgroup2 root's cgroup.procs (the
-    guard kills this writer in the kernel, as designed)."""
+    guard kills this writer in the kernel, as designed). The kernel skips an
+    exiting process without an error (and then no move happens): the target
+    must still be alive, or the attack proved nothing."""
+    check(rt5_alive(pid), "the attacker %d had ended before the move (a slow machine: its "
+          "window is too short), so nothing was moved" % pid)
     r = subprocess.run(["sh", "-c", "echo %d > %s; echo moved" % (pid, hk_root_procs(c))],
                        stdin=subprocess.DEVNULL, capture_output=True, text=True,
                        timeout=PROBE_TIMEOUT_S, preexec_fn=join_cgroup_fn(sb.cg))
@@ -196,7 +200,9 @@ def redteam5_moved_loop_egressd_running(c):
     total = (0, 0)
     for attempt in range(3):
         with c.sandbox(["127.0.0.9:1"], name="rt5-loop") as sb:
-            got, a = rt5_attack_moved(c, sb, "loop", "rt5-loop-%d" % attempt, secs=1.0)
+            # 3 s: the mover must start while the loop still runs, even at a
+            # load of 50 (1 s was not enough on a fresh machine under load).
+            got, a = rt5_attack_moved(c, sb, "loop", "rt5-loop-%d" % attempt, secs=3.0)
             res = a.result()
             log("attacker counts: %r" % res)
             total = (total[0] + got[0], total[1] + got[1])

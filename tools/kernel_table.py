@@ -28,6 +28,26 @@ GROUPS = (("BPF tests", ("bpf:",)),
           ("upgrade", ("test_upgrade",)))
 
 
+def parse_e2e(text):
+    """run.py's verdict lines: test name -> pass, fail or skip."""
+    tests = {}
+    for line in text.splitlines():
+        m = re.match(r"^(PASS|FAIL|SKIP) ([A-Za-z0-9_]+)", line)
+        if m and m.group(2) not in ("setup", "e2e"):
+            tests[m.group(2)] = m.group(1).lower()
+    return tests
+
+
+def parse_cmocka(text):
+    """test_bpf's cmocka lines: bpf:NAME -> pass or fail."""
+    tests = {}
+    for line in text.splitlines():
+        m = re.match(r"^\[\s+(OK|FAILED)\s+\] (\S+)", line)
+        if m:
+            tests["bpf:" + m.group(2)] = "pass" if m.group(1) == "OK" else "fail"
+    return tests
+
+
 def test_modules():
     """e2e test name -> its module (the registry of this tree)."""
     sys.path.insert(0, os.path.join(TREE, "tests/e2e"))

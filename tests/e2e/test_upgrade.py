@@ -22,6 +22,12 @@ import re
 import struct
 import types
 
+# Each test's egressds, pins and cgroups go at its end, not at the run's:
+# every UpgDaemon's pinned maps hold ~200 MiB of kernel memory, and a 3 GiB
+# kernel-matrix guest ran out of memory (soft lockups, kcompactd stuck) by
+# upgrade_rolls_back_a_failed_switch when six tests' pins were still there.
+E2E_CLEANUP_PER_TEST = True
+
 UPG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 UPG_ABI = 2                 # EGR_ABI_VERSION of this tree
 UPG_BUILD_S = 300           # building one earlier commit (cached afterwards)

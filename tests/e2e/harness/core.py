@@ -80,6 +80,16 @@ class Cleanup:
         self.actions.append((what, fn, args))
         return len(self.actions) - 1
 
+    def run_since(self, mark):
+        """Run (LIFO) the actions pushed since len(actions) was mark: a
+        test's own, at its end (a module's E2E_CLEANUP_PER_TEST)."""
+        while len(self.actions) > mark:
+            what, fn, args = self.actions.pop()
+            try:
+                fn(*args)
+            except Exception as e:  # keep going: clean up everything else
+                print("  cleanup %s: %s" % (what, e), file=sys.stderr, flush=True)
+
     def run(self):
         with self.lock:
             if self.done:

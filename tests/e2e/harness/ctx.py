@@ -263,7 +263,7 @@ class Ctx:
         if key not in self.lo:
             s = TcpServer(host)
             self.lo[key] = s
-            CLEANUP.push("tcp server", s.close)
+            CLEANUP.push("tcp server", self._drop_server, key, s.close)
         return self.lo[key]
 
     def udp(self, name, host="127.0.0.1"):
@@ -271,8 +271,14 @@ class Ctx:
         if key not in self.lo:
             s = UdpServer(host)
             self.lo[key] = s
-            CLEANUP.push("udp server", s.close)
+            CLEANUP.push("udp server", self._drop_server, key, s.close)
         return self.lo[key]
+
+    def _drop_server(self, key, close):
+        """A server's cleanup: closed and out of the cache (a test's own
+        cleanup may run before the next test asks for the same name)."""
+        self.lo.pop(key, None)
+        close()
 
     def pair(self, name, host="127.0.0.1"):
         key = ("pair", name, host)

@@ -230,6 +230,7 @@ def main(description="egressd end-to-end tests", argv=None):
             continue
         mark = ctx.log_size()
         t0 = time.monotonic()
+        cleanup_mark = len(CLEANUP.actions)
         try:
             ctx.ensure_daemon()
             t(ctx)
@@ -248,6 +249,8 @@ def main(description="egressd end-to-end tests", argv=None):
             tail = ctx.log_tail(mark)
             if tail:
                 print("  egressd log during the test:\n%s" % tail, flush=True)
+        if getattr(sys.modules.get(t.__module__), "E2E_CLEANUP_PER_TEST", False):
+            CLEANUP.run_since(cleanup_mark)
     signal.alarm(0)
     log("total %.1fs" % (time.monotonic() - start))
     CLEANUP.run()  # before the summary, so that it is the last line

@@ -22,6 +22,7 @@ import subprocess
 import urllib.request
 
 from harness import *  # noqa: F401,F403 (check, run, CLEANUP, ...: harness/__init__.py)
+from test_container_ns import Tree, crio_annotations
 
 IMG_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMG_BUILD_TIMEOUT_S = 900   # a cold cache: debootstrap, the runtime stage's apt-get
@@ -30,6 +31,8 @@ IMG_PODMAN_TIMEOUT_S = 120
 # (filled per run). /sys/fs/cgroup is the host's: sandboxes are host cgroups.
 IMG_HOST = {}
 IMG_POLICY_DIR = "/etc/egressd/policies"   # the hooks.d files' --policy-dir (dist/oci)
+IMG_CONFIGMAPS = {}   # a configMap volume's name -> the test's kubelet-style directory of it
+IMG_NS = "default"    # the namespace of the manifest's example policy ConfigMap
 
 
 IMG_CG_PARENT = "/%s-image" % RUN_ID   # every container's cgroup parent, removed at the end
@@ -136,12 +139,18 @@ def img_run_argv(pod, ctr, image, name, host_ip, extra_args=()):
             env[e["name"]] = host_ip
         argv += ["--env", "%s=%s" % (e["name"], env[e["name"]])]
     for m in ctr.get("volumeMounts", []):
-        hp = vols[m["name"]].get("hostPath")
-        check(hp, "volume %s is not a hostPath: %r" % (m["name"], vols[m["name"]]))
-        src = img_host_path(hp["path"])
-        if hp.get("type") == "DirectoryOrCreate":
+        v = vols[m["name"]]
+        hp = v.get("hostPath")
+        if "configMap" in v:
+            src = IMG_CONFIGMAPS.get(v["configMap"]["name"])
+            check(src, "configMap %s has no content in this test" % v["configMap"]["name"])
+            check(m.get("readOnly"), "configMap %s mounted writable" % m["name"])
+        else:
+            check(hp, "volume %s is neither a hostPath nor a configMap: %r" % (m["name"], v))
+            src = img_host_path(hp["path"])
+        if hp and hp.get("type") == "DirectoryOrCreate":
             os.makedirs(src, exist_ok=True)
-        check(os.path.isdir(src), "hostPath %s (%s) is not a directory" % (hp["path"], src))
+        check(os.path.isdir(src), "volume %s (%s) is not a directory" % (m["name"], src))
         prop = {"Bidirectional": "rshared", "HostToContainer": "rslave"}.get(
             m.get("mountPropagation", "None"), "rprivate")
         opts = [prop] + (["ro"] if m.get("readOnly") else [])
@@ -229,6 +238,13 @@ def img_busybox(c, d):
     return rootfs
 
 
+def img_policy(ports):
+    return {"tenant": "img-" + RAND, "execution_id": "img-" + RAND, "principal": "agent:e2e",
+            "tool": "netprobe", "version": "1.0.0",
+            "network": {"default": "deny",
+                        "outbound_allow": ["127.0.0.1:%d" % p for p in ports]}}
+
+
 def img_lines(out):
     return [" ".join(l.split()[:2]) for l in out.splitlines()
             if l.startswith("ok") or l.startswith("err") or l.startswith("ctl")]
@@ -292,7 +308,14 @@ def image_daemonset_under_podman_confines_a_container(c):
                              else a for a in h["hook"]["args"]]
         with open(os.path.join(hd, f), "w") as fh:
             json.dump(h, fh)
-    # 2. egressd, as the pod's container, until its probes pass.
+    # 2. egressd, as the pod's container, until its probes pass; the
+    # manifest's policy ConfigMap holds the pod's policy, img.json.
+    ok, bad = c.tcp("imgok"), c.tcp("imgbad")
+    cms = [v["configMap"]["name"] for v in pod["spec"]["volumes"] if "configMap" in v]
+    check(cms == ["egressd-policies-" + IMG_NS], "the manifest's policy ConfigMaps: %r" % cms)
+    tree = Tree(os.path.join(d, "configmaps"))
+    tree.configmap(cms[0], {"img.json": img_policy([ok.port])})
+    IMG_CONFIGMAPS[cms[0]] = os.path.join(d, "configmaps", cms[0])
     port = free_tcp_port()
     argv = img_run_argv(pod, egr, image, daemon, "127.0.0.1", list(c.dns_args))
     i = argv.index("--metrics-addr")
@@ -315,16 +338,9 @@ def image_daemonset_under_podman_confines_a_container(c):
     # 3. A container through the installed hook.
     sock = os.path.join(IMG_HOST["/run/egressd"], "egressd.sock")
     check(os.path.exists(sock), "no control socket at %s" % sock)
-    ok, bad = c.tcp("imgok"), c.tcp("imgbad")
-    pol = os.path.join(IMG_HOST[IMG_POLICY_DIR], "img.json")
-    loose = os.path.join(d, "loose.json")
-    for path, allow in ((pol, ["127.0.0.1:%d" % ok.port]),
-                        (loose, ["127.0.0.1:%d" % ok.port, "127.0.0.1:%d" % bad.port])):
-        with open(path, "w") as f:
-            json.dump({"tenant": "img-" + RAND, "execution_id": "img-" + RAND,
-                       "principal": "agent:e2e", "tool": "netprobe", "version": "1.0.0",
-                       "network": {"default": "deny", "outbound_allow": allow}}, f)
-    shutil.copy(loose, os.path.join(IMG_HOST["/run/egressd"], "loose.json"))
+    loose = os.path.join(IMG_HOST["/run/egressd"], "loose.json")
+    with open(loose, "w") as f:
+        json.dump(img_policy([ok.port, bad.port]), f)
     rootfs = img_busybox(c, d)
     box = "%s-box" % RUN_ID
     ctrs.append(box)
@@ -347,7 +363,7 @@ def image_daemonset_under_podman_confines_a_container(c):
         "--hooks-dir", hd, "run", "-d", "--name", box, "--network", "host",
         "--cgroup-parent", IMG_CG_PARENT,
         "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
-        "--annotation", "io.egressd.policy=" + pol,
+        "--annotation", "io.egressd.policy=img"] + crio_annotations(IMG_NS, "img-" + RAND) + [
         "--volume", "%s:/run/egressd" % IMG_HOST["/run/egressd"],
         "--rootfs", rootfs, "/bin/sh", "-c", script]
     d0 = bad.accepted
@@ -367,7 +383,7 @@ def image_daemonset_under_podman_confines_a_container(c):
         check(lj.returncode == 0, "the image's egressctl list: %d %s" % (lj.returncode, lj.stderr))
         v = json.loads(lj.stdout)
         return [s for s in (v["sandboxes"] if isinstance(v, dict) else v)
-                if s.get("tenant") == "img-" + RAND]
+                if s.get("container", {}).get("pod") == "img-" + RAND]
     check(wait_until(lambda: len(box_lines()) >= 1, PROBE_TIMEOUT_S * 4, 0.2),
           "the container printed nothing: %r" % box_lines())
     res = box_lines()

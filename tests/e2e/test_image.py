@@ -32,6 +32,7 @@ IMG_PODMAN_TIMEOUT_S = 120
 IMG_HOST = {}
 IMG_POLICY_DIR = "/etc/egressd/policies"   # the hooks.d files' --policy-dir (dist/oci)
 IMG_CONFIGMAPS = {}   # a configMap volume's name -> the test's kubelet-style directory of it
+IMG_OUT = [None]     # the build tree the image takes its binaries from
 IMG_NS = "default"    # the namespace of the manifest's example policy ConfigMap
 
 
@@ -171,18 +172,27 @@ def img_build(c, image):
     """make image, as the Makefile builds the image the manifest names."""
     pod = img_pod()
     names = {x["image"] for x in pod["spec"]["initContainers"] + pod["spec"]["containers"]}
-    r = run(["make", "-s", "--no-print-directory", "-n", "image"], cwd=IMG_REPO)
+    r = run(["make", "-s", "--no-print-directory", "-n", "image"], cwd=IMG_REPO,
+            env={k: v for k, v in os.environ.items() if not k.startswith("MAKE")})
     check(r.returncode == 0 and len(names) == 1 and
           (" -t %s " % names.pop()) in r.stdout.replace("\n", " ") + " ",
           "`make image` does not build the image the manifest names: %r" % r.stdout[-400:])
     base = img_base()
+    # The image ships plain binaries: under `make test-asan` (no static
+    # egressctl, ASan's libraries) it takes the plain build tree, which
+    # make test built first. A make of its own: not the caller's SAN=1/-j.
     build = os.path.abspath(c.build)
+    if not os.path.exists(os.path.join(build, "egressctl-static")):
+        build = os.path.join(IMG_REPO, "build")
+    IMG_OUT[0] = build
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "SAN", "OUT")}
     before = img_dangling()
     CLEANUP.push("image tag", img_untag, image, before)
     r = run(["make", "--no-print-directory", "image", "OUT=" + build, "IMAGE=" + image,
              "IMAGE_PREBUILT=1", "PODMAN=podman --runtime runc",
              "IMAGE_BUILD_ARGS=--build-arg BASE=%s --build-arg RUNTIME_BASE=%s" % (base, base)],
-            timeout=IMG_BUILD_TIMEOUT_S, cwd=IMG_REPO)
+            timeout=IMG_BUILD_TIMEOUT_S, cwd=IMG_REPO, env=env)
     check(r.returncode == 0, "make image: %d\n%s\n%s" % (r.returncode, r.stdout[-1500:],
                                                        r.stderr[-1500:]))
     return lambda: img_untag(image, before)
@@ -234,7 +244,7 @@ def img_busybox(c, d):
         if lib.startswith("/"):
             os.makedirs(os.path.dirname(rootfs + lib), exist_ok=True)
             shutil.copy(lib, rootfs + lib)
-    shutil.copy(os.path.join(c.build, "egressctl-static"), os.path.join(rootfs, "egressctl"))
+    shutil.copy(os.path.join(IMG_OUT[0], "egressctl-static"), os.path.join(rootfs, "egressctl"))
     return rootfs
 
 

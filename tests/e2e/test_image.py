@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import urllib.request
 
 from harness import *  # noqa: F401,F403 (check, run, CLEANUP, ...: harness/__init__.py)
@@ -265,9 +264,10 @@ def image_daemonset_under_podman_confines_a_container(c):
     """make image's image run as the DaemonSet runs it: node-setup installs
     the static hook and hooks.d files under the test's host paths, egressd
     passes its startup, readiness and liveness probes, and a Podman container
-    started through the installed hook is confined: a denied loopback port
-    fails before anything else runs, the allowed one connects (sanity twin),
-    the sandbox is in the image's `egressctl list`. Hostile twin: root in
+    with CRI-O's annotations started through the installed hook is confined
+    by its namespace's policy (the manifest's ConfigMap volume): a denied
+    loopback port fails before anything else runs, the allowed one connects
+    (sanity twin), the sandbox is in the image's `egressctl list`. Hostile twin: root in
     the container, with the control socket's directory mounted in, cannot
     detach or loosen its sandbox; the same update from the host works."""
     for b in ("podman", "runc", "/bin/busybox"):

@@ -38,10 +38,13 @@ IMG_NS = "default"    # the namespace of the manifest's example policy ConfigMap
 IMG_CG_PARENT = "/%s-image" % RUN_ID   # every container's cgroup parent, removed at the end
 
 
+IMG_STORAGE = []   # podman's storage options (tools/image-base --podman-args)
+
+
 def img_podman():
     # runc: crun refuses a hybrid cgroup host; no events journal, no systemd.
-    return ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs",
-            "--events-backend", "none"]
+    return ["podman"] + IMG_STORAGE + ["--runtime", "runc", "--cgroup-manager", "cgroupfs",
+                                       "--events-backend", "none"]
 
 
 def img_cg_remove():
@@ -53,7 +56,7 @@ def img_cg_remove():
 
 
 def img_dangling():
-    r = run(["podman", "images", "-q", "--no-trunc", "--filter", "dangling=true"],
+    r = run(img_podman() + ["images", "-q", "--no-trunc", "--filter", "dangling=true"],
             timeout=IMG_PODMAN_TIMEOUT_S)
     return set(r.stdout.split())
 
@@ -61,9 +64,9 @@ def img_dangling():
 def img_untag(image, before):
     """The test's tag and the build's stages it left untagged (not the
     base, not anything that was there before the build)."""
-    run(["podman", "rmi", "-f", image], timeout=IMG_PODMAN_TIMEOUT_S)
+    run(img_podman() + ["rmi", "-f", image], timeout=IMG_PODMAN_TIMEOUT_S)
     for i in img_dangling() - before:
-        run(["podman", "rmi", i], timeout=IMG_PODMAN_TIMEOUT_S)
+        run(img_podman() + ["rmi", i], timeout=IMG_PODMAN_TIMEOUT_S)
 
 
 def img_pod():
@@ -162,7 +165,11 @@ def img_run_argv(pod, ctr, image, name, host_ip, extra_args=()):
 
 
 def img_base():
-    r = run([os.path.join(IMG_REPO, "tools", "image-base")], timeout=IMG_BUILD_TIMEOUT_S)
+    tool = os.path.join(IMG_REPO, "tools", "image-base")
+    r = run([tool, "--podman-args"])
+    check(r.returncode == 0, "tools/image-base --podman-args: %s" % r.stderr)
+    IMG_STORAGE[:] = r.stdout.split()
+    r = run([tool], timeout=IMG_BUILD_TIMEOUT_S)
     check(r.returncode == 0, "tools/image-base: %d %s" % (r.returncode, r.stderr[-800:]))
     return r.stdout.strip()
 
@@ -189,7 +196,7 @@ def img_build(c, image):
     before = img_dangling()
     CLEANUP.push("image tag", img_untag, image, before)
     r = run(["make", "--no-print-directory", "image", "OUT=" + build, "IMAGE=" + image,
-             "IMAGE_PREBUILT=1", "PODMAN=podman --runtime runc",
+             "IMAGE_PREBUILT=1", "PODMAN=" + " ".join(img_podman()),
              "IMAGE_BUILD_ARGS=--build-arg BASE=%s --build-arg RUNTIME_BASE=%s" % (base, base)],
             timeout=IMG_BUILD_TIMEOUT_S, cwd=IMG_REPO, env=env)
     check(r.returncode == 0, "make image: %d\n%s\n%s" % (r.returncode, r.stdout[-1500:],

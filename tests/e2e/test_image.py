@@ -341,12 +341,21 @@ def image_daemonset_under_podman_confines_a_container(c):
     r = run(argv, timeout=IMG_PODMAN_TIMEOUT_S)
     check(r.returncode == 0, "podman run egressd: %d %s" % (r.returncode, r.stderr[-800:]))
 
+    # The startup probe's own budget: periodSeconds x failureThreshold.
+    sp = egr["startupProbe"]
+    last = [None]
+
     def started():
         st = run(img_podman() + ["inspect", "-f", "{{.State.Running}}", daemon])
-        return st.stdout.strip() != "true" or img_probe_exec(daemon, egr["startupProbe"])
-    check(wait_until(started, DAEMON_READY_S, 0.5) and
-          img_probe_exec(daemon, egr["startupProbe"]),
-          "egressd's startup probe does not pass:\n%s" % img_logs(daemon))
+        if st.stdout.strip() != "true":
+            return True
+        last[0] = img_exec(daemon, sp["exec"]["command"])
+        return last[0].returncode == 0
+    wait_until(started, sp.get("periodSeconds", 10) * sp.get("failureThreshold", 3), 0.5)
+    check(last[0] is not None and last[0].returncode == 0,
+          "egressd's startup probe does not pass (%s):\n%s" %
+          (last[0] and (last[0].returncode, last[0].stdout[-300:], last[0].stderr[-300:]),
+           img_logs(daemon)))
     check(img_probe_exec(daemon, egr["readinessProbe"]),
           "egressd's readiness probe fails:\n%s" % img_logs(daemon))
     live = egr["livenessProbe"]["httpGet"]

@@ -213,8 +213,29 @@ def img_rm(name):
     run(img_podman() + ["rm", "-f", "-t", "5", name], timeout=IMG_PODMAN_TIMEOUT_S)
 
 
+IMG_EXEC_SIBLING = [None]   # the image, when `podman exec` cannot be used
+
+
 def img_exec(name, argv):
-    return run(img_podman() + ["exec", name] + list(argv), timeout=IMG_PODMAN_TIMEOUT_S)
+    """argv in the container (the kubelet's exec probe). Where runc cannot
+    exec into it (a fresh-machine chroot: "stat /usr/local/bin/egressctl:
+    no such file or directory" though the container runs that image), the
+    same command in a sibling container of the image with the container's
+    mounts (--volumes-from), host network and pids: same binary, socket and
+    view of the node, said in the log."""
+    if IMG_EXEC_SIBLING[0] is None:
+        r = run(img_podman() + ["exec", name] + list(argv), timeout=IMG_PODMAN_TIMEOUT_S)
+        if "OCI runtime attempted to invoke a command that was not found" not in r.stderr:
+            return r
+        log("podman exec into %s fails here (%s): sibling containers from now on" %
+            (name, r.stderr.strip()[-200:]))
+        IMG_EXEC_SIBLING[0] = run(img_podman() + ["inspect", "-f", "{{.ImageName}}", name]
+                                  ).stdout.strip()
+    return run(img_podman() + ["run", "--rm", "--volumes-from", name, "--network", "host",
+                               "--pid", "host", "--cgroup-parent", IMG_CG_PARENT,
+                               "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+                               "--entrypoint", argv[0], IMG_EXEC_SIBLING[0]] + list(argv[1:]),
+               timeout=IMG_PODMAN_TIMEOUT_S)
 
 
 def img_probe_exec(name, probe):

@@ -375,11 +375,22 @@ bench:
 # The image. IMAGE_BUILD_ARGS takes e.g. --build-arg BASE=... --build-arg
 # RUNTIME_BASE=...; the RUN steps fetch Debian packages, hence host networking.
 # PODMAN="podman --runtime runc" on a hybrid cgroup host (crun refuses it).
+# IMAGE_PREBUILT=1 puts `make all`'s binaries in the image instead of
+# compiling them in its build stage (Containerfile, PREBUILT): the host must
+# be Debian 12 like the image. The staging directory is in the build context
+# (.containerignore lets it through).
 IMAGE            ?= localhost/egressd:$(VERSION)
 IMAGE_BUILD_ARGS ?=
+IMAGE_PREBUILT   ?=
 PODMAN           ?= podman
-image:
-	$(PODMAN) build --network host $(IMAGE_BUILD_ARGS) -t $(IMAGE) -f Containerfile .
+IMAGE_STAGE      := .image-prebuilt
+image: $(if $(IMAGE_PREBUILT),all)
+ifneq ($(IMAGE_PREBUILT),)
+	rm -rf $(IMAGE_STAGE) && mkdir -p $(IMAGE_STAGE)
+	cp $(OUT)/egressd $(OUT)/egressctl $(OUT)/egressctl-static $(IMAGE_STAGE)/
+endif
+	$(PODMAN) build --network host $(IMAGE_BUILD_ARGS) \
+		$(if $(IMAGE_PREBUILT),--build-arg PREBUILT=$(IMAGE_STAGE)) -t $(IMAGE) -f Containerfile .
 
 # The OCI hooks.d files (docs/containers.md), pointed at BINDIR's egressctl
 # and POLICYDIR; part of `make install`. HOOKSDIR is under DATADIR like

@@ -209,3 +209,24 @@ def daemonset_metrics_addr_ipv6_host(c):
                 p.wait(10)
             logf.close()
             shutil.rmtree(bpffs, True)
+
+
+@test
+def daemonset_policy_tree_from_configmaps(c):
+    """egressd's policy tree (--policy-dir, default /etc/egressd/policies) is
+    in the pod: one read-only ConfigMap volume per namespace directory. Before,
+    nothing was mounted there and every Kubernetes container's policy
+    reference failed (test_image runs the pod with one)."""
+    egressd = {x["name"]: x for x in ds_pod()["spec"]["containers"]}["egressd"]
+    args = egressd["args"]
+    tree = args[args.index("--policy-dir") + 1] if "--policy-dir" in args else "/etc/egressd/policies"
+    vols = {v["name"]: v for v in ds_pod()["spec"]["volumes"]}
+    under = [m for m in egressd["volumeMounts"] if m["mountPath"].startswith(tree + "/")]
+    check(under, "nothing mounted under the policy tree %s" % tree)
+    for m in under:
+        ns = m["mountPath"][len(tree) + 1:]
+        check(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", ns), "%s is not a namespace" % ns)
+        cm = vols[m["name"]].get("configMap")
+        check(cm and cm["name"] == "egressd-policies-" + ns and m.get("readOnly") is True,
+              "%s: not the read-only ConfigMap egressd-policies-%s: %r" % (m["mountPath"], ns,
+                                                                          vols[m["name"]]))

@@ -251,7 +251,8 @@ def redteam5_unmarked_processes_unaffected(c):
             f.write(str(a.p.pid))
         res = a.result()
         check(res is not None and res["tcp_ok"] > 0 and res["udp_ok"] > 0,
-              "a process an administrator moved out was refused: %r" % res)
+              "a process an administrator moved out was refused: %r (exit %r, stderr %r)"
+              % (res, a.p.returncode, a.p.stderr.read()[-500:]))
         check(t.accepted > bt and u.wait_for(bu + 1), "the admin-moved process reached nothing")
         e = hk_wait_escape(c, sid, lambda e: e.get("target_pid") == a.p.pid, "admin move")
         check(e.get("action") != "killed", "an administrator's move was killed: %r" % e)

@@ -48,12 +48,18 @@ def unit_show(*props):
 
 
 def unit_exec_start():
-    """The installed unit's ExecStart command (its egressd binary)."""
+    """The installed unit's ExecStartPre and ExecStart command lines, with
+    this run's configuration file in place of the package's (the rest, e.g.
+    --user egressd, as shipped: without it egressd is not the unit's)."""
     path = unit_show("FragmentPath")["FragmentPath"]
     with open(path) as f:
-        m = re.search(r"^ExecStart=(\S+)", f.read(), re.M)
-    check(m, "%s has no ExecStart" % path)
-    return m.group(1)
+        text = f.read()
+    out = []
+    for key in ("ExecStartPre", "ExecStart"):
+        m = re.search(r"^%s=(.*--config )(\S+)(.*)$" % key, text, re.M)
+        check(m, "%s has no %s with --config" % (path, key))
+        out.append(m.group(1) + CONFIG + m.group(3))
+    return out
 
 
 def unit_cleanup():
@@ -73,7 +79,7 @@ def unit_prepare(c):
         return
     if unit_show("ActiveState")["ActiveState"] in ("active", "activating", "reloading"):
         raise TestFailure("%s is already running on this host: these tests restart it" % UNIT)
-    egressd = unit_exec_start()
+    pre, start = unit_exec_start()
     port = re.search(r"127\.0\.0\.1:(\d+)", " ".join(c.dns_args)).group(1)
     with open(CONFIG, "w") as f:
         json.dump({"socket": SOCK, "bpffs-dir": BPFFS, "state-dir": STATE, "group": "egressd",
@@ -81,9 +87,8 @@ def unit_prepare(c):
                    "metrics-addr": "127.0.0.1:%d" % free_tcp_port()}, f)
     os.makedirs(DROPIN_DIR, exist_ok=True)
     with open(DROPIN, "w") as f:
-        f.write("[Service]\nExecStartPre=\nExecStartPre=%s --config %s --check-config\n"
-                "ExecStart=\nExecStart=%s --config %s\nWatchdogSec=%ds\nTimeoutStartSec=%ds\n" %
-                (egressd, CONFIG, egressd, CONFIG, WATCHDOG_S, START_S))
+        f.write("[Service]\nExecStartPre=\nExecStartPre=%s\nExecStart=\nExecStart=%s\n"
+                "WatchdogSec=%ds\nTimeoutStartSec=%ds\n" % (pre, start, WATCHDOG_S, START_S))
     CLEANUP.push("the unit's drop-in", unit_cleanup)
     _STATE["prepared"] = True
     r = systemctl("daemon-reload")

@@ -33,6 +33,13 @@ def crio_annotations(ns, pod, name="app", extra=None):
     return out
 
 
+def detach_if_attached(c, cg):
+    """A test's cleanup: whatever the hook attached to cg goes."""
+    sb = c.find_sandbox(cg)
+    if sb:
+        c.ctl("detach", "--id", str(sb["id"]))
+
+
 def policy_doc(allow, tenant):
     return {"tenant": tenant, "execution_id": "static-%s" % RAND,
             "network": {"default": "deny", "outbound_allow": list(allow)}}
@@ -351,9 +358,7 @@ def k8s_forged_pause_container_not_skipped_when_required(c):
               "the pause container without --require-annotation: %d %r"
               % (r.returncode, r.stderr))
     finally:
-        sb = c.find_sandbox(cg)
-        if sb:
-            c.ctl("detach", "--id", str(sb["id"]))
+        detach_if_attached(c, cg)
 
 
 @test
@@ -442,9 +447,7 @@ def k8s_unreadable_config_json_refused(c):
         check(r.returncode == 0 and sb is not None,
               "a readable config.json: exit %d %r" % (r.returncode, r.stderr))
     finally:
-        sb = c.find_sandbox(cg)
-        if sb:
-            c.ctl("detach", "--id", str(sb["id"]))
+        detach_if_attached(c, cg)
 
 
 @test
@@ -497,6 +500,4 @@ def k8s_unwatchable_namespace_is_polled_not_dropped(c):
                          10, 0.2),
               "a ConfigMap swap in a polled namespace did not reach its sandbox in 10 s")
     finally:
-        sb = c.find_sandbox(cg)
-        if sb:
-            c.ctl("detach", "--id", str(sb["id"]))
+        detach_if_attached(c, cg)

@@ -115,6 +115,23 @@ static void adopt_held(struct egr_registry *r, uint32_t id, json_t *st, enum egr
 }
 
 /* Does the kernel's entry say what the stored policy says? */
+/* The state's policy in force again under a fresh policy id (the kernel's
+ * entry disagrees with the authenticated state): rules, state, entry, in
+ * that order; any failure leaves the sandbox denied. Both kinds' adoption. */
+void reg_reapply_stored(struct egr_registry *r, struct egr_sb *sb, const struct egr_policy *p,
+			const struct egr_compiled *c, json_t *policy)
+{
+	struct egr_sandbox ksb;
+
+	sb->policy_id = reg_alloc_policy_id(r);
+	reg_kernel_entry(&ksb, sb, sb->policy_id, sb->tenant_id, p);
+	if (egr_bpf_put_rules(r->bpf, sb->policy_id, c) ||
+	    egr_state_save_sb(&r->st, sb, policy) || egr_bpf_put_sandbox(r->bpf, sb->id, &ksb)) {
+		log_error("sandbox %u: cannot reapply its policy; it stays denied", sb->id);
+		reg_deny_all(r, sb->id, sb->tenant_id);
+	}
+}
+
 static bool kernel_matches(struct egr_registry *r, const struct egr_sandbox *ksb,
 			   const struct egr_policy *p, const struct egr_compiled *c)
 {
@@ -256,13 +273,7 @@ static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st,
 		 * reclaims the rest. */
 		log_warn("sandbox %u: kernel policy %u, state policy %u: an interrupted update; "
 			 "applying the stored policy", id, err ? 0 : ksb.policy_id, policy_id);
-		sb->policy_id = reg_alloc_policy_id(r);
-		reg_kernel_entry(&ksb, sb, sb->policy_id, sb->tenant_id, &p);
-		if (egr_bpf_put_rules(r->bpf, sb->policy_id, &c) ||
-		    egr_state_save_sb(&r->st, sb, policy) || egr_bpf_put_sandbox(r->bpf, id, &ksb)) {
-			log_error("sandbox %u: cannot reapply its policy; it stays denied", id);
-			reg_deny_all(r, id, sb->tenant_id);
-		}
+		reg_reapply_stored(r, sb, &p, &c, policy);
 	}
 	if (egr_bpf_get_sandbox(r->bpf, id, &ksb) == 0 && ksb.policy_id == sb->policy_id &&
 	    (ksb.dns_port4 != sb->dns_port4 || ksb.dns_port6 != sb->dns_port6 ||

@@ -366,13 +366,7 @@ struct egr_sb *reg_adopt_netdev(struct egr_registry *r, uint32_t id, json_t *st)
 	if (err || ksb.policy_id != sb->policy_id || ksb.tenant_id != sb->tenant_id) {
 		log_warn("sandbox %u: kernel policy %u, state policy %u: applying the stored policy",
 			 id, err ? 0 : ksb.policy_id, sb->policy_id);
-		sb->policy_id = reg_alloc_policy_id(r);
-		reg_kernel_entry(&ksb, sb, sb->policy_id, sb->tenant_id, &p);
-		if (egr_bpf_put_rules(r->bpf, sb->policy_id, &c) ||
-		    egr_state_save_sb(&r->st, sb, policy) || egr_bpf_put_sandbox(r->bpf, id, &ksb)) {
-			log_error("sandbox %u: cannot reapply its policy; it stays denied", id);
-			reg_deny_all(r, id, sb->tenant_id);
-		}
+		reg_reapply_stored(r, sb, &p, &c, policy);
 	}
 	if (!device_there(r, sb)) {
 		gone = sb;

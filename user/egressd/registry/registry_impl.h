@@ -79,6 +79,9 @@ int reg_prepare(struct egr_registry *r, const json_t *policy, struct egr_policy 
 void reg_kernel_entry(struct egr_sandbox *ksb, const struct egr_sb *sb, uint32_t policy_id,
 		      uint32_t tenant_id, const struct egr_policy *p);
 void reg_sb_set_meta(struct egr_sb *sb, struct egr_policy *p, const struct egr_compiled *c);
+/* adopt.c: the stored policy in force again under a fresh id. */
+void reg_reapply_stored(struct egr_registry *r, struct egr_sb *sb, const struct egr_policy *p,
+			const struct egr_compiled *c, json_t *policy);
 uint32_t reg_tenant_id(struct egr_registry *r, const char *tenant);
 uint32_t reg_alloc_policy_id(struct egr_registry *r);
 int reg_quota_sync_tenant(struct egr_registry *r, uint32_t tid, const struct egr_sb *prefer);

@@ -411,15 +411,6 @@ static struct pt_ns *ns_find(struct egr_ptree *t, const char *name)
 	return NULL;
 }
 
-static void count_watches(struct egr_ptree *t)
-{
-	t->nwatched = t->npolled = 0;
-	for (size_t i = 0; i < t->nns; i++) {
-		t->nwatched += t->ns[i].wd >= 0;
-		t->npolled += t->ns[i].polled;
-	}
-}
-
 /* Watch N's directory, or poll it when it cannot be watched (the first
  * time with an alert naming why). Re-adding a watched directory returns
  * its watch, so this is also how a retargeted ..data link is followed. */
@@ -427,7 +418,7 @@ static void watch_ns(struct egr_ptree *t, struct pt_ns *n)
 {
 	char path[sizeof(t->dir) + EGR_NAME_MAX + 2], why[128];
 	bool was_polled = n->polled;
-	int wd = -1;
+	int wd = -1, was_watched = n->wd >= 0;
 
 	snprintf(path, sizeof(path), "%s/%s", t->dir, n->name);
 	if (n->wd < 0 && t->nwatched >= PT_MAX_WATCHED) {
@@ -453,7 +444,9 @@ static void watch_ns(struct egr_ptree *t, struct pt_ns *n)
 	} else if (!n->polled && was_polled && wd >= 0) {
 		log_info("policy tree: %s is watched again", path);
 	}
-	count_watches(t);
+	/* Kept as counts, not recounted: a rescan calls this per namespace. */
+	t->nwatched = t->nwatched + (wd >= 0) - was_watched;
+	t->npolled = t->npolled + n->polled - was_polled;
 }
 
 /* (Re)watch every namespace directory of the tree; all due for a pass. */
@@ -535,9 +528,9 @@ static void on_inotify(struct egr_loop *loop, int fd, uint32_t events, void *ctx
 			for (size_t i = 0; i < t->nns; i++) {
 				if (t->ns[i].wd != ev->wd)
 					continue;
-				if (ev->mask & IN_IGNORED) {
+				if (ev->mask & IN_IGNORED && t->ns[i].wd >= 0) {
 					t->ns[i].wd = -1;
-					count_watches(t);
+					t->nwatched--;
 				}
 				t->ns[i].dirty = true;
 				t->ns[i].due_ms = due;

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import socketserver
 import subprocess
@@ -220,8 +221,17 @@ def rt_git_daemon(c, name, subject):
     d = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all", "--base-path=" + base,
                           "--listen=127.0.0.1", "--port=%d" % port, base],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
-    CLEANUP.push("git daemon", lambda: d.poll() is None and (d.kill(), d.wait(5)))
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def stop():
+        # `git daemon` runs git-daemon as its child: killing git alone left
+        # git-daemon behind, re-parented to init, after every run.
+        try:
+            os.killpg(d.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        d.wait(5)
+    CLEANUP.push("git daemon", stop)
 
     def up():
         try:

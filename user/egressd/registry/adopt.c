@@ -115,23 +115,6 @@ static void adopt_held(struct egr_registry *r, uint32_t id, json_t *st, enum egr
 }
 
 /* Does the kernel's entry say what the stored policy says? */
-/* The state's policy in force again under a fresh policy id (the kernel's
- * entry disagrees with the authenticated state): rules, state, entry, in
- * that order; any failure leaves the sandbox denied. Both kinds' adoption. */
-void reg_reapply_stored(struct egr_registry *r, struct egr_sb *sb, const struct egr_policy *p,
-			const struct egr_compiled *c, json_t *policy)
-{
-	struct egr_sandbox ksb;
-
-	sb->policy_id = reg_alloc_policy_id(r);
-	reg_kernel_entry(&ksb, sb, sb->policy_id, sb->tenant_id, p);
-	if (egr_bpf_put_rules(r->bpf, sb->policy_id, c) ||
-	    egr_state_save_sb(&r->st, sb, policy) || egr_bpf_put_sandbox(r->bpf, sb->id, &ksb)) {
-		log_error("sandbox %u: cannot reapply its policy; it stays denied", sb->id);
-		reg_deny_all(r, sb->id, sb->tenant_id);
-	}
-}
-
 static bool kernel_matches(struct egr_registry *r, const struct egr_sandbox *ksb,
 			   const struct egr_policy *p, const struct egr_compiled *c)
 {

@@ -79,7 +79,7 @@ int reg_prepare(struct egr_registry *r, const json_t *policy, struct egr_policy 
 void reg_kernel_entry(struct egr_sandbox *ksb, const struct egr_sb *sb, uint32_t policy_id,
 		      uint32_t tenant_id, const struct egr_policy *p);
 void reg_sb_set_meta(struct egr_sb *sb, struct egr_policy *p, const struct egr_compiled *c);
-/* adopt.c: the stored policy in force again under a fresh id. */
+/* update.c: the stored policy in force again under a fresh id (adoption). */
 void reg_reapply_stored(struct egr_registry *r, struct egr_sb *sb, const struct egr_policy *p,
 			const struct egr_compiled *c, json_t *policy);
 uint32_t reg_tenant_id(struct egr_registry *r, const char *tenant);

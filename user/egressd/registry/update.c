@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * Update (an atomic switch to a new policy) and quarantine (one switch of
- * the kernel entry); docs/architecture.md, "The registry".
+ * Update (an atomic switch to a new policy), quarantine (one switch of
+ * the kernel entry) and adoption's re-apply of a stored policy;
+ * docs/architecture.md, "The registry".
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -146,6 +147,23 @@ out:
 	egr_compiled_free(&c);
 	egr_policy_free(&p);
 	return err;
+}
+
+/* The state's policy in force again under a fresh policy id (the kernel's
+ * entry disagrees with the authenticated state): rules, state, entry, in
+ * that order; any failure leaves the sandbox denied. Both kinds' adoption. */
+void reg_reapply_stored(struct egr_registry *r, struct egr_sb *sb, const struct egr_policy *p,
+			const struct egr_compiled *c, json_t *policy)
+{
+	struct egr_sandbox ksb;
+
+	sb->policy_id = reg_alloc_policy_id(r);
+	reg_kernel_entry(&ksb, sb, sb->policy_id, sb->tenant_id, p);
+	if (egr_bpf_put_rules(r->bpf, sb->policy_id, c) ||
+	    egr_state_save_sb(&r->st, sb, policy) || egr_bpf_put_sandbox(r->bpf, sb->id, &ksb)) {
+		log_error("sandbox %u: cannot reapply its policy; it stays denied", sb->id);
+		reg_deny_all(r, sb->id, sb->tenant_id);
+	}
 }
 
 int egr_reg_set_quarantine(struct egr_registry *r, struct egr_sb *sb, bool on, unsigned *closed,

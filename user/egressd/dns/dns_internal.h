@@ -182,6 +182,8 @@ struct pending {
 	uint64_t pol_gen;          /* sb->pol_gen it was matched under */
 	uint64_t deadline_ns;
 	uint64_t received_ns;      /* when the client's query arrived (latency) */
+	uint64_t resend_ns;        /* UDP: when it goes to the upstream again (0: never) */
+	uint32_t resent;           /* UDP: times it went again */
 	uint32_t up;               /* upstream index */
 	/* TCP upstream */
 	int ufd;
@@ -380,6 +382,8 @@ size_t dnsp_ask_list(const struct egr_dnsproxy *p, const struct egr_dns_ask **ou
 const char *dnsp_sa_str(const struct sockaddr_storage *ss, char *buf, size_t len);
 void dnsp_on_upstream_udp(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
 void dnsp_on_upstream_tcp(struct egr_loop *loop, int fd, uint32_t events, void *ctx);
+void dnsp_upstream_read_waiting(struct egr_dnsproxy *p);
+void dnsp_upstream_resend(struct egr_dnsproxy *p, struct pending *q, uint64_t now);
 void dnsp_tcp_up_step(struct egr_dnsproxy *p, struct pending *q, uint32_t events);
 
 /* dns_answer.c */

@@ -159,6 +159,7 @@ static int forward(struct egr_dnsproxy *p, struct sb *sb, const struct client *c
 	if (cl->transport == IPPROTO_UDP) {
 		int ufd = up->ss_family == AF_INET ? p->up4 : p->up6;
 
+		q->resend_ns = q->received_ns + (uint64_t)p->cfg.timeout_ms * 1000000ULL / 3;
 		memcpy(p->obuf, pkt, len);
 		p->obuf[0] = (uint8_t)(id >> 8);
 		p->obuf[1] = (uint8_t)id;

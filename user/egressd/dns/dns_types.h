@@ -170,6 +170,9 @@ struct egr_dnsproxy_stats {
 	uint64_t allowed;       /* answered from upstream */
 	uint64_t refused;       /* name/qtype not allowed */
 	uint64_t servfail;      /* timeouts, upstream errors, table full, learn failures */
+	uint64_t timeouts;      /* of those: no upstream answer within the timeout */
+	uint64_t resent;        /* UDP queries sent to the upstream again, unanswered
+				 * after a third of the timeout */
 	uint64_t exfil;         /* refused as exfiltration */
 	uint64_t cap;           /* learn() failures (also counted in servfail) */
 	uint64_t malformed;     /* dropped: not a parseable query */

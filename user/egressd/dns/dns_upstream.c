@@ -236,6 +236,39 @@ void dnsp_on_upstream_udp(struct egr_loop *loop, int fd, uint32_t events, void *
 	}
 }
 
+/* Answers already in the upstream UDP sockets, read before the timer
+ * fails anything: a tick that runs first after a stall (a successor's
+ * start-up, a starved CPU) must not time out a query whose answer waits. */
+void dnsp_upstream_read_waiting(struct egr_dnsproxy *p)
+{
+	if (p->up4 >= 0)
+		dnsp_on_upstream_udp(p->loop, p->up4, EPOLLIN, p);
+	if (p->up6 >= 0)
+		dnsp_on_upstream_udp(p->loop, p->up6, EPOLLIN, p);
+}
+
+/* A UDP query unanswered for a third of the timeout goes to its upstream
+ * again, same id: one lost datagram (a full queue, a restarting upstream)
+ * costs a third of the timeout, not a SERVFAIL. */
+void dnsp_upstream_resend(struct egr_dnsproxy *p, struct pending *q, uint64_t now)
+{
+	const struct sockaddr_storage *up = &p->cfg.upstreams[q->up];
+	int ufd = up->ss_family == AF_INET ? p->up4 : p->up6;
+	uint64_t step = (uint64_t)p->cfg.timeout_ms * 1000000ULL / 3;
+
+	q->resend_ns = now + step < q->deadline_ns ? now + step : 0;
+	memcpy(p->obuf, q->query, q->qlen);
+	p->obuf[0] = (uint8_t)(q->up_id >> 8);
+	p->obuf[1] = (uint8_t)q->up_id;
+	if (sendto(ufd, p->obuf, q->qlen, MSG_NOSIGNAL, (const struct sockaddr *)up,
+		   sa_len(up)) < 0) {
+		log_debug("dns: sandbox %u: resend to the upstream: %m", q->sb->id);
+		return;
+	}
+	q->resent++;
+	q->sb->st.resent++;
+}
+
 /* Progress a TCP upstream exchange; on completion or error the query is
  * answered and freed. */
 void dnsp_tcp_up_step(struct egr_dnsproxy *p, struct pending *q, uint32_t events)

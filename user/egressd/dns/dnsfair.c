@@ -11,9 +11,11 @@ json_t *egr_dnsfair_json(const struct egr_dnsproxy *p, uint32_t sandbox_id)
 	if (!p || egr_dnsproxy_stats(p, sandbox_id, &st))
 		return NULL;
 	egr_dnsproxy_kernel_shed(p, sandbox_id, &kshed);
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:i}",
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, "
+			 "s:i}",
 			 "allowed", (json_int_t)st.allowed, "refused", (json_int_t)st.refused,
-			 "servfail", (json_int_t)st.servfail, "exfil", (json_int_t)st.exfil,
+			 "servfail", (json_int_t)st.servfail, "timeouts", (json_int_t)st.timeouts,
+			 "resent", (json_int_t)st.resent, "exfil", (json_int_t)st.exfil,
 			 "malformed", (json_int_t)st.malformed, "learned", (json_int_t)st.learned,
 			 "shed_rate", (json_int_t)st.shed_rate, "shed_inflight",
 			 (json_int_t)st.shed_inflight, "evicted", (json_int_t)st.evicted,

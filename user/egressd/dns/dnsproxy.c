@@ -48,18 +48,42 @@ static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 	struct egr_dnsproxy *p = ctx;
 	uint64_t now = egr_mono_ns(), idle = (uint64_t)p->cfg.tcp_idle_ms * 1000000ULL, exp;
 	bool failover = false;
+	uint32_t timeouts = 0;
 
 	if (read(fd, &exp, sizeof(exp)) < 0 && errno != EAGAIN)
 		log_debug("dns: timer read: %m");
+	if (p->inflight)
+		dnsp_upstream_read_waiting(p);
 	for (uint32_t i = 0; i < p->npend; i++) {
 		struct pending *q = &p->pend[i];
 
-		if (!q->used || q->deadline_ns > now)
+		if (!q->used)
 			continue;
+		if (q->deadline_ns > now) {
+			if (q->resend_ns && q->resend_ns <= now)
+				dnsp_upstream_resend(p, q, now);
+			continue;
+		}
+		if (q->ufd >= 0) {
+			/* What its connection holds is read first (the UDP
+			 * sockets were, above). */
+			dnsp_tcp_up_step(p, q, EPOLLIN);
+			if (!q->used)
+				continue;
+		}
 		if (q->up == p->cur_up)
 			failover = true;
+		if (!timeouts++)
+			log_info("dns: sandbox %u: %s over %s unanswered by the upstream %llu ms "
+				 "after it was read (sent %u times); SERVFAIL",
+				 q->sb->id, q->qname, q->transport == IPPROTO_UDP ? "udp" : "tcp",
+				 (unsigned long long)((now - q->received_ns) / 1000000ULL),
+				 q->resent + 1);
+		q->sb->st.timeouts++;
 		dnsp_pend_fail(p, q, EGR_DNS_V_SERVFAIL, "upstream timeout", -ETIMEDOUT, NULL, 0);
 	}
+	if (timeouts > 1)
+		log_info("dns: %u more queries timed out on this tick", timeouts - 1);
 	if (failover && p->cfg.nupstreams > 1) {
 		char b[80];
 

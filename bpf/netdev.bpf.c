@@ -60,6 +60,11 @@ const volatile __u32 egr_nd_sandbox_id = 0;
 const volatile __u32 egr_nd_l2_len = ND_ETH_HLEN;
 /* A flow whose last egress packet is older than this lets no reply in. */
 const volatile __u64 egr_nd_flow_idle_ns = 300ull * 1000000000ull;
+/* The sandbox's DNS listeners are bound to these addresses of the device
+ * (network order; 0 / all zero: none for that family, its DNS is dropped).
+ * Their ports are the sandbox entry's dns_port4 / dns_port6. */
+const volatile __u32 egr_nd_dns_addr4 = 0;
+const volatile __u32 egr_nd_dns_addr6[4] = { 0, 0, 0, 0 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -76,6 +81,31 @@ struct {
 	__type(value, __u64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_nd_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, EGR_ND_MAX_DNS);
+	__type(key, struct egr_nd_dns_key);
+	__type(value, struct egr_nd_dns_nat);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_nd_dns_nat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, EGR_ND_DNS_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_nd_dns_counters SEC(".maps");
+
+static __always_inline void nd_dns_count(enum egr_nd_dns_counter c)
+{
+	__u32 key = c;
+	__u64 *v = bpf_map_lookup_elem(&egr_nd_dns_counters, &key);
+
+	if (v)
+		*v += 1;
+}
 
 static __always_inline void nd_count(enum egr_nd_counter c)
 {
@@ -323,6 +353,149 @@ static __always_inline __u32 nd_l3_len(struct __sk_buff *skb)
 	return skb->len > l2 ? skb->len - l2 : 0;
 }
 
+/* --- DNS: every port-53 packet to the sandbox's own listener -------------------- */
+
+/* The listener of the packet's family: its port (0: none) and address. */
+static __always_inline __u16 nd_dns_listener(const struct egr_sandbox *sb, int family,
+					     __u32 addr[4])
+{
+	if (family == EGR_AF_INET) {
+		addr[0] = egr_nd_dns_addr4;
+		addr[1] = addr[2] = addr[3] = 0;
+		return addr[0] ? sb->dns_port4 : 0;
+	}
+	addr[0] = egr_nd_dns_addr6[0];
+	addr[1] = egr_nd_dns_addr6[1];
+	addr[2] = egr_nd_dns_addr6[2];
+	addr[3] = egr_nd_dns_addr6[3];
+	return (addr[0] | addr[1] | addr[2] | addr[3]) ? sb->dns_port6 : 0;
+}
+
+static __always_inline void nd_dns_key(struct egr_nd_dns_key *k, __u32 sandbox_id,
+				       const struct egr_l3 *l3, int inbound)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	k->sandbox_id = sandbox_id;
+	k->family = (__u8)l3->family;
+	k->protocol = (__u8)l3->protocol;
+	k->port = inbound ? l3->dport : l3->sport;
+	__builtin_memcpy(k->addr, inbound ? l3->daddr : l3->saddr, 16);
+}
+
+/*
+ * Rewrite one address (at addr_off: the source or the destination) and one
+ * port (at port_off) of a TCP or UDP packet, with its checksums: the
+ * transport's covers the address through the pseudo-header (BPF_F_PSEUDO_HDR,
+ * also right for a CHECKSUM_PARTIAL packet of a local socket), IPv4's own
+ * header checksum the address. A UDP/IPv4 checksum of 0 (none) stays 0
+ * (BPF_F_MARK_MANGLED_0). 0 or -1 (dropped by the caller).
+ */
+static __always_inline int nd_rewrite(struct __sk_buff *skb, const struct egr_l3 *l3,
+				      __u32 addr_off, const __u32 from[4], const __u32 to[4],
+				      __u32 port_off, __u16 from_port, __u16 to_port)
+{
+	__u32 l2 = egr_nd_l2_len ? ND_ETH_HLEN : 0;
+	__u32 l4 = l2 + (l3->family == EGR_AF_INET ? 20 : 40);
+	__u32 csum_off = l4 + (l3->protocol == EGR_IPPROTO_TCP ? 16 : 6);
+	__u64 mm = l3->protocol == EGR_IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+	__be16 fp = bpf_htons(from_port), tp = bpf_htons(to_port);
+	__u32 f[4], t[4];
+
+	__builtin_memcpy(f, from, sizeof(f));
+	__builtin_memcpy(t, to, sizeof(t));
+	if (l3->family == EGR_AF_INET) {
+		if (bpf_l4_csum_replace(skb, csum_off, f[0], t[0], BPF_F_PSEUDO_HDR | mm | 4) ||
+		    bpf_l3_csum_replace(skb, l2 + 10, f[0], t[0], 4) ||
+		    bpf_skb_store_bytes(skb, addr_off, &t[0], 4, 0))
+			return -1;
+	} else {
+		__s64 diff = bpf_csum_diff(f, 16, t, 16, 0);
+
+		if (diff < 0 ||
+		    bpf_l4_csum_replace(skb, csum_off, 0, (__u32)diff, BPF_F_PSEUDO_HDR | mm) ||
+		    bpf_skb_store_bytes(skb, addr_off, t, 16, 0))
+			return -1;
+	}
+	if (bpf_l4_csum_replace(skb, csum_off, fp, tp, mm | 2) ||
+	    bpf_skb_store_bytes(skb, port_off, &tp, 2, 0))
+		return -1;
+	return 0;
+}
+
+/*
+ * A port-53 packet of the sandbox, to any address: to its listener (tc
+ * ingress runs before routing, so the rewritten packet is delivered to the
+ * listener bound to the device's address), after noting where it was sent.
+ * 0: rewritten, pass; -1: no listener for the family (or the note or the
+ * rewrite failed): the caller drops it.
+ */
+static __always_inline int nd_dns_redirect(struct __sk_buff *skb, const struct egr_sandbox *sb,
+					   __u32 sandbox_id, const struct nd_pkt *p)
+{
+	__u32 l2 = egr_nd_l2_len ? ND_ETH_HLEN : 0;
+	int v4 = p->l3.family == EGR_AF_INET;
+	struct egr_nd_dns_key k;
+	struct egr_nd_dns_nat v;
+	__u32 laddr[4];
+	__u16 lport;
+
+	if (p->l3.protocol != EGR_IPPROTO_TCP && p->l3.protocol != EGR_IPPROTO_UDP)
+		return -1;
+	lport = nd_dns_listener(sb, p->l3.family, laddr);
+	if (!lport || sb->quarantined)
+		return -1;
+	nd_dns_key(&k, sandbox_id, &p->l3, 0);
+	__builtin_memcpy(v.daddr, p->l3.daddr, 16);
+	v.last_ns = bpf_ktime_get_boot_ns();
+	if (bpf_map_update_elem(&egr_nd_dns_nat, &k, &v, BPF_ANY)) {
+		nd_dns_count(EGR_ND_DNS_NAT_FULL);
+		return -1;
+	}
+	if (nd_rewrite(skb, &p->l3, l2 + (v4 ? 16 : 24), p->l3.daddr, laddr,
+		       l2 + (v4 ? 20 : 40) + 2, EGR_DNS_PORT, lport))
+		return -1;
+	nd_dns_count(EGR_ND_DNS_REDIRECT);
+	return 0;
+}
+
+/*
+ * Towards the sandbox, from its listener's address and port: an answer,
+ * whose source goes back to the resolver the guest asked and port 53.
+ * 1: not from the listener (judged as any packet); 0: rewritten, pass;
+ * -1: from the listener answering nothing noted (or recent): dropped as
+ * inbound.
+ */
+static __always_inline int nd_dns_answer(struct __sk_buff *skb, const struct egr_sandbox *sb,
+					 __u32 sandbox_id, const struct nd_pkt *p)
+{
+	__u32 l2 = egr_nd_l2_len ? ND_ETH_HLEN : 0;
+	int v4 = p->l3.family == EGR_AF_INET;
+	struct egr_nd_dns_key k;
+	struct egr_nd_dns_nat *v;
+	__u32 laddr[4], orig[4];
+	__u16 lport;
+
+	if (!p->l3.has_ports)
+		return 1;
+	lport = nd_dns_listener(sb, p->l3.family, laddr);
+	if (!lport || p->l3.sport != lport || p->l3.saddr[0] != laddr[0] ||
+	    p->l3.saddr[1] != laddr[1] || p->l3.saddr[2] != laddr[2] ||
+	    p->l3.saddr[3] != laddr[3])
+		return 1;
+	nd_dns_key(&k, sandbox_id, &p->l3, 1);
+	v = bpf_map_lookup_elem(&egr_nd_dns_nat, &k);
+	if (!v || bpf_ktime_get_boot_ns() - v->last_ns > egr_nd_flow_idle_ns) {
+		nd_dns_count(EGR_ND_DNS_STRAY);
+		return -1;
+	}
+	__builtin_memcpy(orig, v->daddr, sizeof(orig));
+	if (nd_rewrite(skb, &p->l3, l2 + (v4 ? 12 : 8), laddr, orig, l2 + (v4 ? 20 : 40),
+		       lport, EGR_DNS_PORT))
+		return -1;
+	nd_dns_count(EGR_ND_DNS_ANSWER);
+	return 0;
+}
+
 /* The sandbox's egress. */
 SEC("tc")
 int egr_nd_ingress(struct __sk_buff *skb)
@@ -353,9 +526,12 @@ int egr_nd_ingress(struct __sk_buff *skb)
 		nd_count(EGR_ND_CNT_SPOOFED);
 		goto drop;
 	}
-	/* DNS to any address is the DNS proxy's (docs/dns.md); device
-	 * sandboxes have none yet, so none at all, whatever the allowlist. */
+	/* DNS to any address is the sandbox's DNS proxy's (docs/dns.md
+	 * "Device sandboxes"), whatever the allowlist; without a listener
+	 * for the family, none at all. */
 	if (p.l3.has_ports && p.l3.dport == EGR_DNS_PORT) {
+		if (nd_dns_redirect(skb, sb, sandbox_id, &p) == 0)
+			return ND_PASS;
 		nd_count(EGR_ND_CNT_DNS);
 		goto drop;
 	}
@@ -428,7 +604,16 @@ int egr_nd_egress(struct __sk_buff *skb)
 		egr_count(EGR_CNT_INBOUND_DROP);
 		return ND_DROP;
 	}
-	if (sb->flags & EGR_SB_INBOUND_ALLOW) {
+	/* An answer of its DNS proxy (checked first: the listener's packets
+	 * are never a flow of the sandbox's). */
+	reason = nd_dns_answer(skb, sb, sandbox_id, &p);
+	if (reason == 0) {
+		nd_count(EGR_ND_CNT_REPLY);
+		return ND_PASS;
+	}
+	if (reason < 0) {
+		reason = EGR_R_DENY_INBOUND;
+	} else if (sb->flags & EGR_SB_INBOUND_ALLOW) {
 		reason = EGR_R_ALLOW_REPLY;
 	} else {
 		reason = EGR_R_DENY_INBOUND;

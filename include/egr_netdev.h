@@ -44,7 +44,7 @@ enum egr_nd_counter {
 	EGR_ND_CNT_EXT_HDR = 6,     /* IPv6 with any extension header: dropped */
 	EGR_ND_CNT_SPOOFED = 7,     /* a source address not routed back through the device */
 	EGR_ND_CNT_PROTO = 8,       /* a transport neither TCP, UDP nor ICMP echo: dropped */
-	EGR_ND_CNT_DNS = 9,         /* port 53 to anyone (no DNS proxy for devices yet): dropped */
+	EGR_ND_CNT_DNS = 9,         /* port 53, no DNS listener of the sandbox for the family: dropped */
 	EGR_ND_CNT_ARP = 10,        /* ARP let through (the link needs it) */
 	EGR_ND_CNT_ND = 11,         /* IPv6 neighbour/router discovery let through */
 	EGR_ND_CNT_INBOUND_NEW = 12, /* towards the sandbox, answering no flow of it: dropped */
@@ -57,6 +57,46 @@ enum egr_nd_counter {
  * can age out another's, whose replies are then dropped: fail closed). */
 #define EGR_ND_MAX_FLOWS (1u << 18)
 
+/*
+ * DNS of a device sandbox (docs/dns.md "Device sandboxes"): every TCP and
+ * UDP packet to port 53 it sends, to any address, has its destination
+ * rewritten to the sandbox's own DNS listener (an address of the device in
+ * its network namespace, the listener's port); egr_nd_dns_nat remembers
+ * what it was, so that the answer's source is rewritten back to it. One
+ * entry per guest socket (family, protocol, address, port): a guest that
+ * asks two resolvers from one port at once gets both answers from the
+ * one it asked last.
+ */
+struct egr_nd_dns_key {
+	__u32 sandbox_id;
+	__u8 family;     /* AF_INET / AF_INET6 */
+	__u8 protocol;   /* TCP, UDP */
+	__u16 port;      /* the guest's port, host order */
+	__u32 addr[4];   /* the guest's address; IPv4 in [0] */
+};
+
+struct egr_nd_dns_nat {
+	__u32 daddr[4];  /* where the guest sent it (the answer's source) */
+	__u64 last_ns;   /* bpf_ktime_get_boot_ns() of its last query packet */
+};
+
+/* Counters of the DNS redirect (egr_nd_dns_counters, per CPU). A map of
+ * their own: egr_nd_counters is pinned with EGR_ND_CNT_MAX entries, and a
+ * map of another size would not be reused by the next egressd. */
+enum egr_nd_dns_counter {
+	EGR_ND_DNS_REDIRECT = 0,  /* a port-53 packet rewritten to the listener */
+	EGR_ND_DNS_ANSWER = 1,    /* a listener's packet rewritten back to the resolver asked */
+	EGR_ND_DNS_NAT_FULL = 2,  /* its entry could not be written: dropped */
+	EGR_ND_DNS_STRAY = 3,     /* from the listener, answering nothing noted: dropped */
+	EGR_ND_DNS_CNT_MAX = 8,
+};
+
+/* DNS sockets all device sandboxes together have in use (an LRU: one
+ * aged out loses its answer, the guest asks again). */
+#define EGR_ND_MAX_DNS (1u << 16)
+
+_Static_assert(sizeof(struct egr_nd_dns_key) == 24, "egr_nd_dns_key is ABI");
+_Static_assert(sizeof(struct egr_nd_dns_nat) == 24, "egr_nd_dns_nat is ABI");
 _Static_assert(sizeof(struct egr_nd_flow_key) == 44, "egr_nd_flow_key is ABI");
 _Static_assert(sizeof(struct egr_nd_flow) == 8, "egr_nd_flow is ABI");
 

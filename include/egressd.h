@@ -106,8 +106,9 @@ struct egr_sandbox {
 	__u32 tenant_id;
 	__u32 flags;     /* EGR_SB_* */
 	__u16 dns_port4; /* the DNS proxy on 127.0.0.1 of its network namespace, shared by
-			  * that namespace's sandboxes; 0 = none (DNS denied) */
-	__u16 dns_port6; /* and on ::1 */
+			  * that namespace's sandboxes (a device sandbox: its own, on its
+			  * device's address); 0 = none (DNS denied) */
+	__u16 dns_port6; /* and on ::1 (a device's IPv6 address) */
 	__u16 inspect_port4; /* its inspecting proxy on 127.0.0.1 (EGR_SB_INSPECT); 0 = none */
 	__u16 inspect_port6; /* and on ::1 */
 	/* Appended after version 1 (migrate.c gives them their defaults). */

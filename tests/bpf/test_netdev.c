@@ -3,8 +3,9 @@
  * The device sandbox programs (bpf/netdev.bpf.c), the real object, run in
  * the kernel with BPF_PROG_TEST_RUN on frames built here, as a hostile guest
  * would send them: spoofed sources, fragments, IP options, VLAN tags,
- * non-IP ethertypes, IPv6 extension headers, DNS to other resolvers,
- * unsolicited inbound. Every attack has a twin that is let through the
+ * non-IP ethertypes, IPv6 extension headers, DNS to other resolvers
+ * (redirected to the sandbox's listener, checksums verified after the
+ * rewrite), unsolicited inbound. Every attack has a twin that is let through the
  * same way. The maps are private copies (unpinned), filled as egressd fills
  * them.
  *
@@ -325,6 +326,10 @@ static int setup(void **state)
 		if (bpf_map__set_pin_path(m, NULL))
 			return -1;
 	skel->rodata->egr_nd_sandbox_id = SB;
+	/* The DNS listeners' addresses (vh's, as egressd finds them); their
+	 * ports are the entry's, 0 unless a case sets them. */
+	skel->rodata->egr_nd_dns_addr4 = ip4("10.77.0.1");
+	ip6("fd77::1", (void *)skel->rodata->egr_nd_dns_addr6);
 	err = netdev_bpf__load(skel);
 	if (err) {
 		fprintf(stderr, "test_netdev: load netdev.bpf.o: %s\n", strerror(-err));
@@ -542,6 +547,225 @@ static void test_quota_and_missing_sandbox(void **state)
 	put_sandbox(0, 0);
 }
 
+/* --- DNS to the sandbox's listener: the rewrite and its checksums ------------------ */
+
+#define LPORT4 5300
+#define LPORT6 5306
+
+static void put_sandbox_dns(__u16 port4, __u16 port6)
+{
+	struct egr_sandbox sb = { .policy_id = POLICY, .tenant_id = TENANT, .dns_port4 = port4,
+				  .dns_port6 = port6 };
+	__u32 id = SB;
+
+	assert_int_equal(bpf_map__update_elem(skel->maps.egr_sandboxes, &id, sizeof(id), &sb,
+					      sizeof(sb), BPF_ANY), 0);
+}
+
+static __u32 sum16(const unsigned char *b, size_t n, __u32 acc)
+{
+	for (size_t i = 0; i + 1 < n; i += 2)
+		acc += (__u32)(b[i] << 8 | b[i + 1]);
+	if (n & 1)
+		acc += (__u32)(b[n - 1] << 8);
+	return acc;
+}
+
+static __u16 fold(__u32 acc)
+{
+	while (acc >> 16)
+		acc = (acc & 0xffff) + (acc >> 16);
+	return (__u16)acc;
+}
+
+/* The transport checksum over the pseudo-header: 0xffff when it verifies. */
+static __u16 l4_sum(const unsigned char *ip, bool v6)
+{
+	unsigned hl = v6 ? 40 : 20;
+	unsigned len = v6 ? (unsigned)(ip[4] << 8 | ip[5]) : (unsigned)(ip[2] << 8 | ip[3]) - hl;
+	__u8 proto = v6 ? ip[6] : ip[9];
+	__u32 acc = v6 ? sum16(ip + 8, 32, 0) : sum16(ip + 12, 8, 0);
+
+	acc += proto + len;
+	return fold(sum16(ip + hl, len, acc));
+}
+
+/* A TCP or UDP packet with a 12-byte payload and right checksums (udp_no_sum: a UDP/IPv4
+ * checksum of 0, "none"). */
+static struct pkt dns_pkt(bool v6, __u8 proto, const char *s, const char *d, __u16 sp, __u16 dp,
+			  bool udp_no_sum)
+{
+	struct pkt p;
+	unsigned hl = v6 ? 40 : 20, l4len = (proto == EGR_IPPROTO_TCP ? 20 : 8) + 12;
+	unsigned char *ip, *l4;
+	__u16 c;
+
+	eth(&p, v6 ? 0x86DD : 0x0800);
+	ip = p.b + p.len;
+	if (v6) {
+		ip[0] = 0x60;
+		ip[4] = (__u8)(l4len >> 8);
+		ip[5] = (__u8)l4len;
+		ip[6] = proto;
+		ip[7] = 64;
+		ip6(s, ip + 8);
+		ip6(d, ip + 24);
+	} else {
+		__u32 sa = ip4(s), da = ip4(d);
+
+		ip[0] = 0x45;
+		ip[2] = (__u8)((hl + l4len) >> 8);
+		ip[3] = (__u8)(hl + l4len);
+		ip[6] = 0x40;
+		ip[8] = 64;
+		ip[9] = proto;
+		memcpy(ip + 12, &sa, 4);
+		memcpy(ip + 16, &da, 4);
+		c = (__u16)~fold(sum16(ip, 20, 0));
+		ip[10] = c >> 8;
+		ip[11] = c & 0xff;
+	}
+	l4 = ip + hl;
+	l4[0] = sp >> 8;
+	l4[1] = sp & 0xff;
+	l4[2] = dp >> 8;
+	l4[3] = dp & 0xff;
+	if (proto == EGR_IPPROTO_TCP) {
+		l4[12] = 0x50;
+		l4[13] = 0x18; /* PSH ACK */
+	} else {
+		l4[4] = (__u8)(l4len >> 8);
+		l4[5] = (__u8)l4len;
+	}
+	memcpy(l4 + l4len - 12, "\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00", 12);
+	p.len += hl + l4len;
+	if (!udp_no_sum) {
+		unsigned co = proto == EGR_IPPROTO_TCP ? 16 : 6;
+
+		c = (__u16)~l4_sum(ip, v6);
+		if (proto == EGR_IPPROTO_UDP && c == 0)
+			c = 0xffff;
+		l4[co] = c >> 8;
+		l4[co + 1] = c & 0xff;
+	}
+	return p;
+}
+
+/* Run prog on p, the frame as the program left it in *res. */
+static int run_out(struct bpf_program *prog, const struct pkt *p, struct pkt *res)
+{
+	struct __sk_buff ctx = { .ifindex = (__u32)ifindex };
+	LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = p->b, .data_size_in = (__u32)p->len,
+		    .data_out = res->b, .data_size_out = sizeof(res->b), .ctx_in = &ctx,
+		    .ctx_size_in = sizeof(ctx), .repeat = 1);
+
+	memset(res, 0, sizeof(*res));
+	assert_int_equal(bpf_prog_test_run_opts(bpf_program__fd(prog), &opts), 0);
+	res->len = opts.data_size_out;
+	return (int)opts.retval;
+}
+
+/* Both checksums of a rewritten frame verify; its address at off and port
+ * at poff are want / wport. */
+static void check_rewritten(const struct pkt *r, bool v6, __u8 proto, unsigned off,
+			    const char *want, unsigned poff, __u16 wport)
+{
+	const unsigned char *ip = r->b + 14;
+	unsigned char a[16];
+
+	if (v6) {
+		ip6(want, a);
+		assert_memory_equal(ip + off, a, 16);
+	} else {
+		__u32 w = ip4(want);
+
+		assert_memory_equal(ip + off, &w, 4);
+		assert_int_equal(fold(sum16(ip, 20, 0)), 0xffff); /* the IPv4 header */
+	}
+	assert_int_equal(ip[(v6 ? 40 : 20) + poff] << 8 | ip[(v6 ? 40 : 20) + poff + 1], wport);
+	assert_int_equal(l4_sum(ip, v6), 0xffff);
+	(void)proto;
+}
+
+static void dns_round_trip(bool v6, __u8 proto, const char *guest, const char *resolver,
+			   const char *listener, __u16 lport, __u16 gport)
+{
+	struct pkt q = dns_pkt(v6, proto, guest, resolver, gport, 53, false);
+	struct pkt a = dns_pkt(v6, proto, listener, guest, lport, gport, false);
+	struct pkt r;
+
+	assert_int_equal(run_out(skel->progs.egr_nd_ingress, &q, &r), PASS);
+	check_rewritten(&r, v6, proto, v6 ? 24 : 16, listener, 2, lport);
+	assert_int_equal(run_out(skel->progs.egr_nd_egress, &a, &r), PASS);
+	check_rewritten(&r, v6, proto, v6 ? 8 : 12, resolver, 0, 53);
+}
+
+static void test_dns_to_any_address_goes_to_the_listener_checksums_verify(void **state)
+{
+	__u64 r0 = counter(EGR_ND_CNT_REPLY);
+
+	put_sandbox_dns(LPORT4, LPORT6);
+	dns_round_trip(false, EGR_IPPROTO_UDP, "10.77.0.2", "198.51.100.53", "10.77.0.1", LPORT4,
+		       40020);
+	dns_round_trip(false, EGR_IPPROTO_TCP, "10.77.0.2", "203.0.113.20", "10.77.0.1", LPORT4,
+		       40021);
+	dns_round_trip(true, EGR_IPPROTO_UDP, "fd77::2", "2001:db8::53", "fd77::1", LPORT6, 40022);
+	dns_round_trip(true, EGR_IPPROTO_TCP, "fd77::2", "2001:db8::53", "fd77::1", LPORT6, 40023);
+	assert_int_equal(counter(EGR_ND_CNT_REPLY) - r0, 4);
+	put_sandbox(0, 0);
+}
+
+static void test_dns_udp_without_checksum_keeps_none(void **state)
+{
+	struct pkt q = dns_pkt(false, EGR_IPPROTO_UDP, "10.77.0.2", "198.51.100.53", 40024, 53, true);
+	struct pkt r;
+
+	put_sandbox_dns(LPORT4, LPORT6);
+	assert_int_equal(run_out(skel->progs.egr_nd_ingress, &q, &r), PASS);
+	assert_int_equal(r.b[14 + 20 + 6] | r.b[14 + 20 + 7], 0); /* still "none" */
+	assert_int_equal(r.b[14 + 22] << 8 | r.b[14 + 23], LPORT4);
+	assert_int_equal(fold(sum16(r.b + 14, 20, 0)), 0xffff);
+	put_sandbox(0, 0);
+}
+
+static void test_dns_hostile_direct_stray_and_no_listener(void **state)
+{
+	/* Straight to the listener: no port 53, the allowlist's (H is in none). */
+	struct pkt direct = dns_pkt(false, EGR_IPPROTO_UDP, "10.77.0.2", "10.77.0.1", 40025, LPORT4,
+				    false);
+	/* From the listener to a guest port that asked nothing. */
+	struct pkt stray = dns_pkt(false, EGR_IPPROTO_UDP, "10.77.0.1", "10.77.0.2", LPORT4, 40999,
+				   false);
+	/* A spoofed source to port 53: the reverse-path check comes first. */
+	struct pkt spoofed = dns_pkt(false, EGR_IPPROTO_UDP, "10.77.0.9", "198.51.100.53", 40026, 53,
+				     false);
+	struct pkt q6 = dns_pkt(true, EGR_IPPROTO_UDP, "fd77::2", "2001:db8::53", 40027, 53, false);
+	struct pkt r;
+	__u64 s0 = counter(EGR_ND_CNT_SPOOFED), d0 = counter(EGR_ND_CNT_DNS);
+
+	put_sandbox_dns(LPORT4, 0);
+	assert_int_equal(out(&direct), DROP);
+	assert_int_equal(in(&stray), DROP);
+	assert_int_equal(out(&spoofed), DROP);
+	assert_int_equal(counter(EGR_ND_CNT_SPOOFED) - s0, 1);
+	/* No IPv6 listener (port 0): IPv6 DNS dropped, untouched. */
+	assert_int_equal(run_out(skel->progs.egr_nd_ingress, &q6, &r), DROP);
+	assert_int_equal(counter(EGR_ND_CNT_DNS) - d0, 1);
+	/* Quarantined: no DNS either. */
+	{
+		struct egr_sandbox sb = { .policy_id = POLICY, .tenant_id = TENANT,
+					  .dns_port4 = LPORT4, .quarantined = 1 };
+		struct pkt q = dns_pkt(false, EGR_IPPROTO_UDP, "10.77.0.2", "198.51.100.53", 40028,
+				       53, false);
+		__u32 id = SB;
+
+		assert_int_equal(bpf_map__update_elem(skel->maps.egr_sandboxes, &id, sizeof(id),
+						      &sb, sizeof(sb), BPF_ANY), 0);
+		assert_int_equal(out(&q), DROP);
+	}
+	put_sandbox(0, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -555,6 +779,9 @@ int main(void)
 		cmocka_unit_test(test_inbound_only_replies_of_flows_it_opened),
 		cmocka_unit_test(test_update_ends_replies_of_a_removed_destination),
 		cmocka_unit_test(test_quota_and_missing_sandbox),
+		cmocka_unit_test(test_dns_to_any_address_goes_to_the_listener_checksums_verify),
+		cmocka_unit_test(test_dns_udp_without_checksum_keeps_none),
+		cmocka_unit_test(test_dns_hostile_direct_stray_and_no_listener),
 	};
 
 	return cmocka_run_group_tests_name("netdev", tests, setup, teardown);

@@ -75,6 +75,8 @@ struct lgroup {
 	ino_t ns_ino;
 	bool own_ns;
 	bool shared;               /* sandboxes join it (verify_clients) */
+	bool device;               /* a device sandbox's own: dev says where */
+	struct egr_dnsproxy_device dev;
 	struct listener lis[4];    /* udp4, tcp4, udp6, tcp6; fd -1 if absent */
 	uint16_t port4, port6;
 	uint32_t nsb;              /* sandboxes using it */
@@ -344,8 +346,11 @@ void dnsp_on_udp_listener(struct egr_loop *loop, int fd, uint32_t events, void *
 /* sb joins the listeners of its namespace (netns_fd, -1: egressd's own),
  * opened when it is the first (want4/want6: the ports to try first; on_tcp:
  * the TCP listeners' callback, dns_tcp.c, which sits above this file);
- * sb->g, port4 and port6 set. Called in egressd's own namespace. */
-int dnsp_group_join(struct sb *sb, int netns_fd, uint16_t want4, uint16_t want6,
+ * sb->g, port4 and port6 set. dev non-NULL: a device sandbox, a group of
+ * its own bound to dev's addresses (a family without one: port 0). Called
+ * in egressd's own namespace. */
+int dnsp_group_join(struct sb *sb, int netns_fd, const struct egr_dnsproxy_device *dev,
+		    uint16_t want4, uint16_t want6,
 		    void (*on_tcp)(struct egr_loop *, int, uint32_t, void *));
 /* sb leaves; the last one closes the listeners. */
 void dnsp_group_leave(struct sb *sb);

@@ -5,7 +5,9 @@
  * bounded number of sockets however many sandboxes there are), the UDP
  * receive path, and who asks: a datagram or connection is served only when
  * the kernel recorded its sender as a socket of a sandbox of that
- * namespace (egr_dns_senders), and as that sandbox.
+ * namespace (egr_dns_senders), and as that sandbox. A device sandbox has
+ * listeners of its own instead, bound to its device (docs/dns.md "Device
+ * sandboxes"): whoever reaches them came in through that device.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -60,6 +62,11 @@ struct sb *dnsp_client_sb(struct lgroup *g, const struct sockaddr_storage *from,
 
 	if (!p->cfg.verify_clients)
 		return g->only; /* tests without BPF: a group per sandbox */
+	/* Bound to the device (SO_BINDTOIFINDEX): only what came in through
+	 * it, past its program's reverse-path check, is here, and the device
+	 * is the one sandbox's. No egr_dns_senders record exists for it. */
+	if (g->device)
+		return g->only;
 	memset(&key, 0, sizeof(key));
 	key.protocol = (uint8_t)protocol;
 	if (from->ss_family == AF_INET) {
@@ -153,11 +160,63 @@ void dnsp_on_udp_listener(struct egr_loop *loop, int fd, uint32_t events, void *
 #define SHARED_RCVBUF (16 << 20)
 #define SHARED_BACKLOG 4096
 
-/* UDP on loopback:want (0 = any), then TCP on the same port; retried when
- * an ephemeral UDP port is taken for TCP. */
-static int open_family(struct egr_bpf *bpf, int family, uint16_t want, bool shared,
-		       struct listener *u, struct listener *t, uint16_t *port)
+/* The address a group's listeners of family are bound to, for the log. */
+static const char *bind_name(const struct lgroup *g, int family, char *buf, size_t len)
 {
+	if (!g->device)
+		return family == AF_INET ? "127.0.0.1" : "[::1]";
+	if (family == AF_INET) {
+		inet_ntop(AF_INET, &g->dev.addr4, buf, (socklen_t)len);
+		return buf;
+	}
+	buf[0] = '[';
+	inet_ntop(AF_INET6, &g->dev.addr6, buf + 1, (socklen_t)len - 2);
+	strcat(buf, "]");
+	return buf;
+}
+
+/* Where a group's listeners of family go: loopback, or the device's
+ * address. */
+static void bind_addr(const struct lgroup *g, int family, uint16_t port,
+		      struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof(*ss));
+	if (family == AF_INET) {
+		struct sockaddr_in *s = (void *)ss;
+
+		s->sin_family = AF_INET;
+		s->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		if (g->device)
+			s->sin_addr = g->dev.addr4;
+		s->sin_port = htons(port);
+	} else {
+		struct sockaddr_in6 *s = (void *)ss;
+
+		s->sin6_family = AF_INET6;
+		s->sin6_addr = g->device ? g->dev.addr6 : in6addr_loopback;
+		s->sin6_port = htons(port);
+	}
+}
+
+/* A device group's socket to its device, before bind: a packet that came
+ * in through any other (a neighbour's device, the host's own) is not
+ * delivered to it. */
+static int bind_device(const struct lgroup *g, int fd)
+{
+	int idx = g->dev.ifindex;
+
+	if (!g->device)
+		return 0;
+	return setsockopt(fd, SOL_SOCKET, SO_BINDTOIFINDEX, &idx, sizeof(idx)) < 0 ? -errno : 0;
+}
+
+/* UDP on the group's address:want (0 = any), then TCP on the same port;
+ * retried when an ephemeral UDP port is taken for TCP. */
+static int open_family(const struct lgroup *g, int family, uint16_t want, struct listener *u,
+		       struct listener *t, uint16_t *port)
+{
+	struct egr_bpf *bpf = g->p->cfg.bpf;
+	bool shared = g->shared;
 	int err = 0;
 
 	for (int attempt = 0; attempt < 16; attempt++) {
@@ -165,20 +224,7 @@ static int open_family(struct egr_bpf *bpf, int family, uint16_t want, bool shar
 		socklen_t sl;
 		int one = 1, ufd, tfd, rcv = SHARED_RCVBUF;
 
-		memset(&ss, 0, sizeof(ss));
-		if (family == AF_INET) {
-			struct sockaddr_in *s = (void *)&ss;
-
-			s->sin_family = AF_INET;
-			s->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-			s->sin_port = htons(want);
-		} else {
-			struct sockaddr_in6 *s = (void *)&ss;
-
-			s->sin6_family = AF_INET6;
-			s->sin6_addr = in6addr_loopback;
-			s->sin6_port = htons(want);
-		}
+		bind_addr(g, family, want, &ss);
 		sl = sa_len(&ss);
 		ufd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 		if (ufd < 0)
@@ -187,9 +233,10 @@ static int open_family(struct egr_bpf *bpf, int family, uint16_t want, bool shar
 			setsockopt(ufd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
 		if (shared && setsockopt(ufd, SOL_SOCKET, SO_RCVBUFFORCE, &rcv, sizeof(rcv)) < 0)
 			setsockopt(ufd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
-		if (bind(ufd, (struct sockaddr *)&ss, sl) < 0 ||
+		if ((err = bind_device(g, ufd)) ||
+		    bind(ufd, (struct sockaddr *)&ss, sl) < 0 ||
 		    getsockname(ufd, (struct sockaddr *)&ss, &sl) < 0) {
-			err = -errno;
+			err = err ? err : -errno;
 			close(ufd);
 			return err;
 		}
@@ -202,9 +249,10 @@ static int open_family(struct egr_bpf *bpf, int family, uint16_t want, bool shar
 		setsockopt(tfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 		if (family == AF_INET6)
 			setsockopt(tfd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-		if (bind(tfd, (struct sockaddr *)&ss, sl) < 0 ||
+		if ((err = bind_device(g, tfd)) ||
+		    bind(tfd, (struct sockaddr *)&ss, sl) < 0 ||
 		    listen(tfd, shared ? SHARED_BACKLOG : TCP_BACKLOG) < 0) {
-			err = -errno;
+			err = err ? err : -errno;
 			close(tfd);
 			close(ufd);
 			if (err == -EADDRINUSE && !want)
@@ -241,6 +289,23 @@ static bool port_taken(const struct egr_dnsproxy *p, const struct lgroup *self, 
 	return false;
 }
 
+/* Is fd bound where the group's listeners of family go (a held socket of
+ * a device group: the device's address may have changed meanwhile)? */
+static bool bound_as(const struct lgroup *g, int fd, int family, uint16_t port)
+{
+	struct sockaddr_storage want, have;
+	socklen_t sl = sizeof(have);
+
+	bind_addr(g, family, port, &want);
+	if (getsockname(fd, (struct sockaddr *)&have, &sl) < 0 || have.ss_family != family)
+		return false;
+	return family == AF_INET ?
+		       !memcmp(&((struct sockaddr_in *)&have)->sin_addr,
+			       &((struct sockaddr_in *)&want)->sin_addr, 4) :
+		       !memcmp(&((struct sockaddr_in6 *)&have)->sin6_addr,
+			       &((struct sockaddr_in6 *)&want)->sin6_addr, 16);
+}
+
 /*
  * The predecessor's UDP and TCP sockets on want in this group's namespace,
  * kept by the listener holder across the restart with whatever queued on
@@ -261,7 +326,9 @@ static bool claim_family(struct lgroup *g, int family, uint16_t want, struct lis
 	tfd = egr_lhold_claim(h, (dev_t)dev, (ino_t)ino, family, SOCK_STREAM, want);
 	/* The new egressd claims them again in the kernel (kernel/listen.h):
 	 * what it does not claim, the sweep after adoption releases. */
-	if (ufd >= 0 && tfd >= 0 && !egr_bpf_listen_claim(g->p->cfg.bpf, ufd, EGR_LISTEN_DNS, 0) &&
+	if (ufd >= 0 && tfd >= 0 && bound_as(g, ufd, family, want) &&
+	    bound_as(g, tfd, family, want) &&
+	    !egr_bpf_listen_claim(g->p->cfg.bpf, ufd, EGR_LISTEN_DNS, 0) &&
 	    !egr_bpf_listen_claim(g->p->cfg.bpf, tfd, EGR_LISTEN_DNS, 0)) {
 		u->fd = ufd;
 		t->fd = tfd;
@@ -285,18 +352,19 @@ static bool claim_family(struct lgroup *g, int family, uint16_t want, struct lis
 static int open_family_unique(struct lgroup *g, int family, uint16_t want, struct listener *u,
 			      struct listener *t, uint16_t *port)
 {
+	char name[INET6_ADDRSTRLEN + 2];
 	int err = -EADDRINUSE;
 
 	if (want && !port_taken(g->p, g, family, want) &&
 	    claim_family(g, family, want, u, t, port)) {
 		log_info("dns: %s listeners on port %u taken over from the previous egressd",
-			 family == AF_INET ? "127.0.0.1" : "[::1]", want);
+			 bind_name(g, family, name, sizeof(name)), want);
 		return 0;
 	}
 	for (int attempt = 0; attempt < 16; attempt++) {
 		uint16_t try = attempt == 0 && !port_taken(g->p, g, family, want) ? want : 0;
 
-		err = open_family(g->p->cfg.bpf, family, try, g->shared, u, t, port);
+		err = open_family(g, family, try, u, t, port);
 		if (err == -EADDRINUSE && try)
 			continue;
 		if (err)
@@ -337,18 +405,21 @@ static void group_use(struct sb *sb, struct lgroup *g)
 	sb->port6 = g->port6;
 }
 
-int dnsp_group_join(struct sb *sb, int netns_fd, uint16_t want4, uint16_t want6,
+int dnsp_group_join(struct sb *sb, int netns_fd, const struct egr_dnsproxy_device *dev,
+		    uint16_t want4, uint16_t want6,
 		    void (*on_tcp)(struct egr_loop *, int, uint32_t, void *))
 {
 	struct egr_dnsproxy *p = sb->p;
+	char n4[INET6_ADDRSTRLEN + 2], n6[INET6_ADDRSTRLEN + 2];
 	struct stat st = { 0 };
 	struct lgroup *g;
 	bool own = netns_fd < 0;
-	int err, err6;
+	int err = 0, err6 = 0;
 
 	if (!own && fstat(netns_fd, &st) < 0)
 		return -errno;
-	for (g = p->cfg.verify_clients ? p->groups : NULL; g; g = g->next)
+	/* A device sandbox never shares: its listeners are its device's. */
+	for (g = p->cfg.verify_clients && !dev ? p->groups : NULL; g; g = g->next)
 		if (g->shared && g->own_ns == own &&
 		    (own || (g->ns_dev == st.st_dev && g->ns_ino == st.st_ino))) {
 			group_use(sb, g);
@@ -361,7 +432,10 @@ int dnsp_group_join(struct sb *sb, int netns_fd, uint16_t want4, uint16_t want6,
 	g->own_ns = own;
 	g->ns_dev = st.st_dev;
 	g->ns_ino = st.st_ino;
-	g->shared = p->cfg.verify_clients;
+	g->shared = p->cfg.verify_clients && !dev;
+	g->device = dev != NULL;
+	if (dev)
+		g->dev = *dev;
 	for (int i = 0; i < 4; i++) {
 		g->lis[i].fd = -1;
 		g->lis[i].g = g;
@@ -374,8 +448,10 @@ int dnsp_group_join(struct sb *sb, int netns_fd, uint16_t want4, uint16_t want6,
 		free(g);
 		return err;
 	}
-	err = open_family_unique(g, AF_INET, want4, &g->lis[0], &g->lis[1], &g->port4);
-	err6 = err ? 0 : open_family_unique(g, AF_INET6, want6, &g->lis[2], &g->lis[3], &g->port6);
+	if (!dev || dev->has4)
+		err = open_family_unique(g, AF_INET, want4, &g->lis[0], &g->lis[1], &g->port4);
+	if (!err && (!dev || dev->has6))
+		err6 = open_family_unique(g, AF_INET6, want6, &g->lis[2], &g->lis[3], &g->port6);
 	if (!own && setns(p->self_netns, CLONE_NEWNET) < 0) {
 		/* Cannot happen short of a kernel bug; nothing more we can do
 		 * than say so loudly: every later socket would be in the wrong
@@ -383,18 +459,22 @@ int dnsp_group_join(struct sb *sb, int netns_fd, uint16_t want4, uint16_t want6,
 		log_error("dns: cannot return to egressd's network namespace: %m");
 		err = err ? err : -errno;
 	}
+	bind_name(g, AF_INET, n4, sizeof(n4));
+	bind_name(g, AF_INET6, n6, sizeof(n6));
 	if (err) {
-		log_error("dns: sandbox %u: 127.0.0.1 listeners: %s", sb->id, strerror(-err));
+		log_error("dns: sandbox %u: %s listeners: %s", sb->id, n4, strerror(-err));
 		goto fail;
 	}
 	if (err6) {
+		/* A device's address may still be tentative (DAD), or gone:
+		 * that family's DNS is dropped, as without an address. */
 		if (err6 != -EADDRNOTAVAIL && err6 != -EAFNOSUPPORT) {
 			err = err6;
-			log_error("dns: sandbox %u: [::1] listeners: %s", sb->id, strerror(-err));
+			log_error("dns: sandbox %u: %s listeners: %s", sb->id, n6, strerror(-err));
 			goto fail;
 		}
-		log_warn("dns: sandbox %u: no IPv6 loopback (%s): IPv6 DNS not served", sb->id,
-			 strerror(-err6));
+		log_warn("dns: sandbox %u: no %s (%s): IPv6 DNS not served", sb->id,
+			 dev ? n6 : "IPv6 loopback", strerror(-err6));
 		g->port6 = 0;
 	}
 	for (int i = 0; i < 4; i++) {
@@ -418,7 +498,8 @@ int dnsp_group_join(struct sb *sb, int netns_fd, uint16_t want4, uint16_t want6,
 	g->next = p->groups;
 	p->groups = g;
 	group_use(sb, g);
-	log_info("dns: listening on 127.0.0.1:%u and [::1]:%u%s", g->port4, g->port6,
+	log_info("dns: listening on %s:%u and %s:%u%s", n4, g->port4, n6, g->port6,
+		 dev ? " of a sandbox's device" :
 		 own ? "" : " in a sandbox's network namespace");
 	return 0;
 fail:
@@ -449,6 +530,12 @@ void dnsp_group_leave(struct sb *sb)
 			*pg = g->next;
 			break;
 		}
-	log_info("dns: listeners on 127.0.0.1:%u and [::1]:%u closed", g->port4, g->port6);
+	{
+		char n4[INET6_ADDRSTRLEN + 2], n6[INET6_ADDRSTRLEN + 2];
+
+		log_info("dns: listeners on %s:%u and %s:%u closed",
+			 bind_name(g, AF_INET, n4, sizeof(n4)), g->port4,
+			 bind_name(g, AF_INET6, n6, sizeof(n6)), g->port6);
+	}
 	free(g);
 }

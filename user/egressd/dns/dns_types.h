@@ -8,6 +8,7 @@
 #ifndef EGR_DNS_TYPES_H
 #define EGR_DNS_TYPES_H
 
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -195,6 +196,16 @@ struct egr_dnsproxy_stats {
 };
 
 struct egr_dnsproxy;
+
+/* A device sandbox's listeners (docs/dns.md "Device sandboxes"): bound to
+ * these addresses of its device (has4/has6 false: none of that family)
+ * and to the device itself, in the device's network namespace. */
+struct egr_dnsproxy_device {
+	struct in6_addr addr6;
+	struct in_addr addr4;
+	int ifindex;
+	bool has4, has6;
+};
 
 /* The verdict's name in events and logs (dns_types.c). */
 const char *egr_dns_verdict_name(enum egr_dns_verdict v);

@@ -407,9 +407,10 @@ static void kernel_bound(const struct egr_dnsproxy_config *cfg, uint32_t *rate, 
 	*burst = 2 * cfg->burst;
 }
 
-int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const char *tenant,
-			     struct egr_dnspolicy *pol, int netns_fd, uint16_t want_port4,
-			     uint16_t want_port6, uint16_t *port4, uint16_t *port6)
+static int add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const char *tenant,
+		       struct egr_dnspolicy *pol, int netns_fd,
+		       const struct egr_dnsproxy_device *dev, uint16_t want_port4,
+		       uint16_t want_port6, uint16_t *port4, uint16_t *port6)
 {
 	struct sb *sb;
 	int err;
@@ -444,8 +445,9 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
 	err = sb->tenant ? egr_exfil_new(&p->cfg.exfil, &sb->exfil) : -ENOMEM;
 	if (err)
 		goto fail;
-	/* Its kernel budget on the shared queues before it can send there. */
-	if (p->cfg.verify_clients) {
+	/* Its kernel budget on the shared queues before it can send there
+	 * (a device sandbox has its own). */
+	if (p->cfg.verify_clients && !dev) {
 		uint32_t krate, kburst;
 
 		kernel_bound(&p->cfg, &krate, &kburst);
@@ -479,7 +481,7 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
 			goto fail;
 		}
 	}
-	err = dnsp_group_join(sb, netns_fd, want_port4, want_port6, dnsp_on_tcp_listener);
+	err = dnsp_group_join(sb, netns_fd, dev, want_port4, want_port6, dnsp_on_tcp_listener);
 	if (err)
 		goto fail;
 	if (sb->ns_la) {
@@ -498,9 +500,9 @@ int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const 
 		*port4 = sb->port4;
 	if (port6)
 		*port6 = sb->port6;
-	log_debug("dns: sandbox %u (tenant %s): served on 127.0.0.1:%u and [::1]:%u%s",
-		  sandbox_id, sb->tenant, sb->port4, sb->port6,
-		  netns_fd >= 0 ? " in its network namespace" : "");
+	log_debug("dns: sandbox %u (tenant %s): served on ports %u and %u%s", sandbox_id,
+		  sb->tenant, sb->port4, sb->port6,
+		  dev ? " of its device" : netns_fd >= 0 ? " in its network namespace" : "");
 	return 0;
 fail:
 	if (p->cfg.verify_clients)
@@ -511,6 +513,27 @@ fail:
 	free(sb->tenant);
 	free(sb);
 	return err;
+}
+
+int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const char *tenant,
+			     struct egr_dnspolicy *pol, int netns_fd, uint16_t want_port4,
+			     uint16_t want_port6, uint16_t *port4, uint16_t *port6)
+{
+	return add_sandbox(p, sandbox_id, tenant, pol, netns_fd, NULL, want_port4, want_port6,
+			   port4, port6);
+}
+
+int egr_dnsproxy_add_device(struct egr_dnsproxy *p, uint32_t sandbox_id, const char *tenant,
+			    struct egr_dnspolicy *pol, int netns_fd,
+			    const struct egr_dnsproxy_device *dev, uint16_t want_port4,
+			    uint16_t want_port6, uint16_t *port4, uint16_t *port6)
+{
+	if (!dev || dev->ifindex <= 0) {
+		egr_dnspolicy_free(pol);
+		return -EINVAL;
+	}
+	return add_sandbox(p, sandbox_id, tenant, pol, netns_fd, dev, want_port4, want_port6,
+			   port4, port6);
 }
 
 int egr_dnsproxy_update_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id,

@@ -71,6 +71,19 @@ void egr_dnsproxy_free(struct egr_dnsproxy *p);
 int egr_dnsproxy_add_sandbox(struct egr_dnsproxy *p, uint32_t sandbox_id, const char *tenant,
 			     struct egr_dnspolicy *pol, int netns_fd, uint16_t want_port4,
 			     uint16_t want_port6, uint16_t *port4, uint16_t *port6);
+/*
+ * A device sandbox (docs/dns.md "Device sandboxes"): listeners of its own,
+ * never shared, bound to dev's addresses and to device dev->ifindex in the
+ * network namespace netns_fd (-1: egressd's own), UDP and TCP on one port
+ * per family; a family without an address gets none (its port 0: the
+ * device program drops that family's DNS). Everything reaching them came
+ * in through the device, so it is served as sandbox_id. The rest as
+ * egr_dnsproxy_add_sandbox().
+ */
+int egr_dnsproxy_add_device(struct egr_dnsproxy *p, uint32_t sandbox_id, const char *tenant,
+			    struct egr_dnspolicy *pol, int netns_fd,
+			    const struct egr_dnsproxy_device *dev, uint16_t want_port4,
+			    uint16_t want_port6, uint16_t *port4, uint16_t *port6);
 /* Replace its DNS policy (ownership of pol taken, also on error); queries
  * already upstream finish under the ports they were matched with.
  * -ENOENT if unknown. */

@@ -61,8 +61,19 @@ struct egr_lhold {
 	struct egr_lhold_stats st;
 };
 
-/* What the kernel says the socket is; -EINVAL when it is no loopback
- * listener of ours (a UDP socket or a listening TCP one). */
+/* Bound to a device (SO_BINDTOIFINDEX): a device sandbox's DNS listener,
+ * on an address of its device (docs/dns.md "Device sandboxes"). */
+static bool on_device(int fd)
+{
+	socklen_t ol = sizeof(int);
+	int idx = 0;
+
+	return getsockopt(fd, SOL_SOCKET, SO_BINDTOIFINDEX, &idx, &ol) == 0 && idx > 0;
+}
+
+/* What the kernel says the socket is; -EINVAL when it is no listener of
+ * ours (a UDP socket or a listening TCP one, on loopback, or on a
+ * specific address of the device it is bound to). */
 static int sock_id(int fd, struct lh_id *id)
 {
 	struct sockaddr_storage ss;
@@ -87,13 +98,15 @@ static int sock_id(int fd, struct lh_id *id)
 	if (ss.ss_family == AF_INET && id->family == AF_INET) {
 		const struct sockaddr_in *s = (const void *)&ss;
 
-		if (s->sin_addr.s_addr != htonl(INADDR_LOOPBACK))
+		if (s->sin_addr.s_addr != htonl(INADDR_LOOPBACK) &&
+		    (s->sin_addr.s_addr == htonl(INADDR_ANY) || !on_device(fd)))
 			return -EINVAL;
 		id->port = ntohs(s->sin_port);
 	} else if (ss.ss_family == AF_INET6 && id->family == AF_INET6) {
 		const struct sockaddr_in6 *s = (const void *)&ss;
 
-		if (memcmp(&s->sin6_addr, &in6addr_loopback, 16))
+		if (memcmp(&s->sin6_addr, &in6addr_loopback, 16) &&
+		    (!memcmp(&s->sin6_addr, &in6addr_any, 16) || !on_device(fd)))
 			return -EINVAL;
 		id->port = ntohs(s->sin6_port);
 	} else {
@@ -368,7 +381,7 @@ static int take(struct egr_lhold *h)
 		}
 		if (sock_id(fd, &id) < 0) {
 			/* Nothing a successor could use: let it go. */
-			log_warn("listener holder: %s is no loopback listener; released", buf + 3);
+			log_warn("listener holder: %s is no listener of ours; released", buf + 3);
 			char del[HOLD_MSG_MAX + 8];
 
 			close(fd);

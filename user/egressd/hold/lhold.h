@@ -8,7 +8,8 @@
  * the sockets, their bound ports and whatever queued on them while no
  * egressd ran. A socket is named by what the kernel says of it, never by
  * what the holder says: its network namespace (SIOCGSKNS), family, type,
- * loopback address and port (and for TCP that it listens), so a successor
+ * loopback address (or an address of the device it is bound to: a device
+ * sandbox's) and port (and for TCP that it listens), so a successor
  * claims exactly the socket its adoption asks for.
  *
  * Every function takes h == NULL (holding off): claim finds nothing, the

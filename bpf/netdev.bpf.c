@@ -98,10 +98,10 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_nd_dns_counters SEC(".maps");
 
-static __always_inline void nd_dns_count(enum egr_nd_dns_counter c)
+/* One more of counter key of a per-CPU counter array (no atomics). */
+static __always_inline void nd_bump(void *counters, __u32 key)
 {
-	__u32 key = c;
-	__u64 *v = bpf_map_lookup_elem(&egr_nd_dns_counters, &key);
+	__u64 *v = bpf_map_lookup_elem(counters, &key);
 
 	if (v)
 		*v += 1;
@@ -109,11 +109,12 @@ static __always_inline void nd_dns_count(enum egr_nd_dns_counter c)
 
 static __always_inline void nd_count(enum egr_nd_counter c)
 {
-	__u32 key = c;
-	__u64 *v = bpf_map_lookup_elem(&egr_nd_counters, &key);
+	nd_bump(&egr_nd_counters, c);
+}
 
-	if (v)
-		*v += 1;
+static __always_inline void nd_dns_count(enum egr_nd_dns_counter c)
+{
+	nd_bump(&egr_nd_dns_counters, c);
 }
 
 /* What a frame is, once parsed. */

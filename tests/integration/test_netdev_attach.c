@@ -183,7 +183,7 @@ static void enforced_then_detached(enum egr_nd_mode want)
 	assert_true(tcp_connects(ns_s, ns_h, "10.78.0.1", 8444));
 	assert_true(tcp_connects(ns_h, ns_s, "10.78.0.2", 7000));
 
-	assert_int_equal(egr_nd_attach(B, SB_ID, netns, dev_h, &mode), 0);
+	assert_int_equal(egr_nd_attach(B, SB_ID, netns, dev_h, NULL, &mode), 0);
 	assert_int_equal(mode, want);
 	snprintf(pin, sizeof(pin), "%s/netdev/%d/ingress", bpfdir, SB_ID);
 	assert_int_equal(access(pin, F_OK) == 0, want == EGR_ND_TCX);
@@ -233,10 +233,10 @@ static void test_attach_to_a_missing_device_fails_and_leaves_nothing(void **stat
 
 	snprintf(netns, sizeof(netns), "/run/netns/%s", ns_h);
 	snprintf(dir, sizeof(dir), "%s/netdev/%d", bpfdir, SB_ID);
-	assert_int_equal(egr_nd_attach(B, SB_ID, netns, "nosuchdev0", &mode), -ENODEV);
+	assert_int_equal(egr_nd_attach(B, SB_ID, netns, "nosuchdev0", NULL, &mode), -ENODEV);
 	assert_int_equal(access(dir, F_OK), -1);
 	/* The device exists in S, not in H: the namespace is honoured. */
-	assert_int_equal(egr_nd_attach(B, SB_ID, netns, "vs", &mode), -ENODEV);
+	assert_int_equal(egr_nd_attach(B, SB_ID, netns, "vs", NULL, &mode), -ENODEV);
 }
 
 /* Last: it deletes the device. A deleted device takes its TCX links with
@@ -249,7 +249,7 @@ static void test_device_deleted_then_detach_cleans_up(void **state)
 	unsetenv("EGRESSD_TEST_NETDEV_TC");
 	snprintf(netns, sizeof(netns), "/run/netns/%s", ns_h);
 	snprintf(dir, sizeof(dir), "%s/netdev/%d", bpfdir, SB_ID);
-	assert_int_equal(egr_nd_attach(B, SB_ID, netns, dev_h, &mode), 0);
+	assert_int_equal(egr_nd_attach(B, SB_ID, netns, dev_h, NULL, &mode), 0);
 	assert_int_equal(access(dir, F_OK), 0);
 	assert_int_equal(sh("ip -n %s link del %s", ns_h, dev_h), 0);
 	assert_int_equal(egr_nd_detach(B, SB_ID, netns, dev_h), 0);

@@ -2,6 +2,7 @@
 /* Device sandboxes, the kernel side (netdev.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <limits.h>
 #include <net/if.h>
 #include <net/if_arp.h>
@@ -134,9 +135,53 @@ static void tc_detach(int ifindex, enum bpf_tc_attach_point where)
 #define ND_BPF_TCX_EGRESS 47
 #define ND_BPF_F_BEFORE (1U << 3)
 
+/* struct bpf_link_info of a TCX link (6.6+; not in these headers): its
+ * type, and the device's ifindex first in the union (offset 16), 0 once
+ * the device is gone (the link is then defunct). */
+#define ND_BPF_LINK_TYPE_TCX 11
+
+static int link_ifindex(int fd, int *ifindex)
+{
+	__u32 info[64] = { 0 }, len = sizeof(info);
+
+	if (bpf_obj_get_info_by_fd(fd, info, &len) < 0)
+		return -errno;
+	if (info[0] != ND_BPF_LINK_TYPE_TCX)
+		return -EOPNOTSUPP;
+	*ifindex = (int)info[4];
+	return 0;
+}
+
+/*
+ * The pinned links of an earlier start on this very device: their
+ * programs swapped for these, one step per link (bpf_link_update). New
+ * links beside the old ones would run both programs until the old ones are
+ * released, and the DNS rewrite is not idempotent: the old egress program
+ * would drop the answer the new one rewrote. 0, or -errno for the caller
+ * to make new links.
+ */
+static int tcx_update(struct netdev_bpf *skel, int ifindex, const char *pin_in,
+		      const char *pin_out)
+{
+	int in = bpf_obj_get(pin_in), out = bpf_obj_get(pin_out), have = 0, err = -ENOENT;
+
+	if (in >= 0 && out >= 0 && link_ifindex(in, &have) == 0 && have == ifindex &&
+	    link_ifindex(out, &have) == 0 && have == ifindex) {
+		err = bpf_link_update(in, bpf_program__fd(skel->progs.egr_nd_ingress), NULL) < 0 ||
+		      bpf_link_update(out, bpf_program__fd(skel->progs.egr_nd_egress), NULL) < 0 ?
+			      -errno : 0;
+	}
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	return err;
+}
+
 /* Attach both programs with TCX links, first in each chain (our drop comes
- * before anyone's pass), and pin them. A kernel without TCX answers EINVAL
- * (an attach type it does not know), for the caller to fall back. */
+ * before anyone's pass), and pin them (or update the links pinned by an
+ * earlier start). A kernel without TCX answers EINVAL (an attach type it
+ * does not know), for the caller to fall back. */
 static int tcx_attach(struct netdev_bpf *skel, int ifindex, const char *dir)
 {
 	LIBBPF_OPTS(bpf_link_create_opts, first, .flags = ND_BPF_F_BEFORE);
@@ -145,6 +190,8 @@ static int tcx_attach(struct netdev_bpf *skel, int ifindex, const char *dir)
 
 	snprintf(pin_in, sizeof(pin_in), "%s/ingress", dir);
 	snprintf(pin_out, sizeof(pin_out), "%s/egress", dir);
+	if (tcx_update(skel, ifindex, pin_in, pin_out) == 0)
+		return 0;
 	in = bpf_link_create(bpf_program__fd(skel->progs.egr_nd_ingress), ifindex,
 			     ND_BPF_TCX_INGRESS, &first);
 	if (in < 0)
@@ -170,8 +217,44 @@ done:
 	return err;
 }
 
+int egr_nd_dns_addrs(const char *netns, int ifindex, struct egr_nd_dns *out)
+{
+	struct ifaddrs *all = NULL;
+	char name[IF_NAMESIZE];
+	int self, err;
+
+	memset(out, 0, sizeof(*out));
+	err = enter_netns(netns, &self);
+	if (err)
+		return err;
+	if (!if_indextoname((unsigned)ifindex, name) || getifaddrs(&all) < 0) {
+		err = -errno;
+		goto out;
+	}
+	for (struct ifaddrs *a = all; a; a = a->ifa_next) {
+		if (!a->ifa_addr || strcmp(a->ifa_name, name) != 0)
+			continue;
+		if (a->ifa_addr->sa_family == AF_INET && !out->has4) {
+			out->addr4 = ((struct sockaddr_in *)a->ifa_addr)->sin_addr;
+			out->has4 = true;
+		} else if (a->ifa_addr->sa_family == AF_INET6 && !out->has6) {
+			const struct in6_addr *a6 = &((struct sockaddr_in6 *)a->ifa_addr)->sin6_addr;
+
+			if (IN6_IS_ADDR_LINKLOCAL(a6))
+				continue;
+			out->addr6 = *a6;
+			out->has6 = true;
+		}
+	}
+out:
+	if (all)
+		freeifaddrs(all);
+	leave_netns(self);
+	return err;
+}
+
 int egr_nd_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *netns, const char *ifname,
-		  enum egr_nd_mode *mode)
+		  const struct egr_nd_dns *dns, enum egr_nd_mode *mode)
 {
 	LIBBPF_OPTS(bpf_object_open_opts, oopts, .pin_root_path = b->maps);
 	struct netdev_bpf *skel = NULL;
@@ -205,6 +288,10 @@ int egr_nd_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *netns, con
 	}
 	skel->rodata->egr_nd_sandbox_id = sandbox_id;
 	skel->rodata->egr_nd_l2_len = l2;
+	if (dns && dns->has4)
+		memcpy((void *)&skel->rodata->egr_nd_dns_addr4, &dns->addr4, 4);
+	if (dns && dns->has6)
+		memcpy((void *)skel->rodata->egr_nd_dns_addr6, &dns->addr6, 16);
 	err = netdev_bpf__load(skel);
 	if (err) {
 		log_error("netdev: load the device programs for sandbox %u: %s", sandbox_id,
@@ -253,15 +340,9 @@ int egr_nd_ifindex(const char *netns, const char *ifname, int *ifindex)
 	return err;
 }
 
-/* struct bpf_link_info of a TCX link (6.6+; not in these headers): its
- * type, and the device's ifindex first in the union (offset 16), 0 once
- * the device is gone (the link is then defunct). */
-#define ND_BPF_LINK_TYPE_TCX 11
-
 int egr_nd_link_ifindex(struct egr_bpf *b, uint32_t sandbox_id, int *ifindex)
 {
 	char dir[PATH_MAX], pin[PATH_MAX + 16];
-	__u32 info[64] = { 0 }, len = sizeof(info);
 	int fd, err;
 
 	*ifindex = 0;
@@ -272,14 +353,9 @@ int egr_nd_link_ifindex(struct egr_bpf *b, uint32_t sandbox_id, int *ifindex)
 	fd = bpf_obj_get(pin);
 	if (fd < 0)
 		return -errno;
-	err = bpf_obj_get_info_by_fd(fd, info, &len) < 0 ? -errno : 0;
+	err = link_ifindex(fd, ifindex);
 	close(fd);
-	if (err)
-		return err;
-	if (info[0] != ND_BPF_LINK_TYPE_TCX)
-		return -EOPNOTSUPP;
-	*ifindex = (int)info[4];
-	return 0;
+	return err;
 }
 
 int egr_nd_has_ifindex(const char *netns, int ifindex)

@@ -16,6 +16,7 @@
 #ifndef EGR_KERNEL_NETDEV_H
 #define EGR_KERNEL_NETDEV_H
 
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -24,12 +25,28 @@ struct egr_bpf;
 /* How a device sandbox's programs are attached. */
 enum egr_nd_mode { EGR_ND_TCX = 1, EGR_ND_TC = 2 };
 
+/* The addresses of the device its DNS listeners are bound to (docs/dns.md
+ * "Device sandboxes"): the programs rewrite the guest's port-53 packets to
+ * them. has4/has6 false: none of that family (its DNS is dropped). */
+struct egr_nd_dns {
+	struct in6_addr addr6;
+	struct in_addr addr4;
+	bool has4, has6;
+};
+
 /* Attach sandbox_id's programs to device ifname of the network namespace
- * at netns (NULL: egressd's own). *mode says which path was taken. 0 or
- * -errno (-ENODEV: no such device; -EOPNOTSUPP: a link type the programs
- * do not parse); on error nothing of ours is on the device. */
+ * at netns (NULL: egressd's own); dns (NULL: none) where its DNS goes.
+ * *mode says which path was taken. 0 or -errno (-ENODEV: no such device;
+ * -EOPNOTSUPP: a link type the programs do not parse); on error nothing
+ * of ours is on the device. */
 int egr_nd_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *netns, const char *ifname,
-		  enum egr_nd_mode *mode);
+		  const struct egr_nd_dns *dns, enum egr_nd_mode *mode);
+/* The device's addresses for its DNS listeners, in the network namespace
+ * at netns: IPv4 its first address, IPv6 its first one of wider than
+ * link-local scope (a link-local one would need the device as its scope,
+ * which the programs' rewrite cannot carry). 0 or -errno; no address is
+ * not an error. */
+int egr_nd_dns_addrs(const char *netns, int ifindex, struct egr_nd_dns *out);
 /* The index of device ifname in the network namespace at netns (NULL:
  * egressd's). 0, -ENODEV (no such device) or -errno (the namespace). */
 int egr_nd_ifindex(const char *netns, const char *ifname, int *ifindex);

@@ -237,8 +237,9 @@ static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st,
 	}
 	/* Reopen the DNS listeners on the ports the sandbox knows; if they are
 	 * taken, new ones (the kernel entry follows below). */
-	if (reg_start_dns(r, sb, &p, (uint16_t)json_integer_value(json_object_get(st, "dns_port4")),
-		      (uint16_t)json_integer_value(json_object_get(st, "dns_port6")), &f))
+	if (reg_start_dns(r, sb, &p, NULL,
+			  (uint16_t)json_integer_value(json_object_get(st, "dns_port4")),
+			  (uint16_t)json_integer_value(json_object_get(st, "dns_port6")), &f))
 		log_error("sandbox %u: no DNS proxy (%s); its DNS is denied", id, f.e.message);
 	if (reg_start_inspect(r, sb, &p,
 			  (uint16_t)json_integer_value(json_object_get(st, "inspect_port4")),
@@ -258,16 +259,7 @@ static struct egr_sb *adopt_one(struct egr_registry *r, uint32_t id, json_t *st,
 			 "applying the stored policy", id, err ? 0 : ksb.policy_id, policy_id);
 		reg_reapply_stored(r, sb, &p, &c, policy);
 	}
-	if (egr_bpf_get_sandbox(r->bpf, id, &ksb) == 0 && ksb.policy_id == sb->policy_id &&
-	    (ksb.dns_port4 != sb->dns_port4 || ksb.dns_port6 != sb->dns_port6 ||
-	     ksb.inspect_port4 != sb->inspect_port4 || ksb.inspect_port6 != sb->inspect_port6)) {
-		ksb.dns_port4 = sb->dns_port4;
-		ksb.dns_port6 = sb->dns_port6;
-		ksb.inspect_port4 = sb->inspect_port4;
-		ksb.inspect_port6 = sb->inspect_port6;
-		if (egr_bpf_put_sandbox(r->bpf, id, &ksb) || egr_state_save_sb(&r->st, sb, policy))
-			log_error("sandbox %u: cannot point DNS at the new proxy ports", id);
-	}
+	reg_sync_ports(r, sb, policy);
 	/* Programs newer than the egressd that attached it (the bind guard,
 	 * kernel/listen.h): attached now. */
 	if (!egr_bpf_links_complete(r->bpf, id) && egr_bpf_attach_missing(r->bpf, id, cgroup))

@@ -107,7 +107,7 @@ int egr_reg_attach(struct egr_registry *r, const char *cgroup, const char *netns
 		goto undo_record;
 	}
 	/* 2: its listeners. */
-	err = reg_start_dns(r, sb, &p, 0, 0, f);
+	err = reg_start_dns(r, sb, &p, NULL, 0, 0, f);
 	if (err)
 		goto undo_record;
 	err = reg_start_inspect(r, sb, &p, 0, 0, f);

@@ -6,8 +6,10 @@
  * Its policy goes into the same rule maps and sandbox entry as a cgroup
  * sandbox's; kernel/netdev.c puts the device programs on the device. The
  * record's cgroup is the key "netdev:IFACE[@NETNS]" (the set's by-path
- * lookup), its cgroup_id 0.
+ * lookup), its cgroup_id 0. Its DNS goes to listeners of its own, bound to
+ * the device's addresses (docs/dns.md "Device sandboxes").
  */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <net/if.h>
@@ -19,6 +21,7 @@
 
 #include "clock.h"
 #include "compile.h"
+#include "dns/dnsproxy.h"
 #include "kernel/netdev.h"
 #include "log.h"
 #include "registry/registry_impl.h"
@@ -96,10 +99,59 @@ static int netdev_policy_ok(const struct egr_policy *p, struct egr_fail *f)
 	return 0;
 }
 
-/* The device's programs off, then its entry, rules and state. */
+/*
+ * The sandbox's DNS listeners, bound to the device's addresses in its
+ * namespace (want4/want6: the ports of its state, at adoption); *a gets
+ * the addresses the device programs rewrite its DNS to. A family without
+ * an address (or without a proxy at all) gets no listener: its DNS is
+ * dropped, as the log says; the attach goes on. Errors: the namespace or
+ * the listeners (f says which).
+ */
+static int netdev_dns(struct egr_registry *r, struct egr_sb *sb, const struct egr_policy *p,
+		      uint16_t want4, uint16_t want6, struct egr_nd_dns *a, struct egr_fail *f)
+{
+	struct egr_dnsproxy_device dev = { .ifindex = sb->ifindex };
+	struct stat st;
+	int err;
+
+	memset(a, 0, sizeof(*a));
+	if (!r->dns)
+		return 0;
+	err = egr_nd_dns_addrs(sb->netns, sb->ifindex, a);
+	if (err) {
+		reg_fail(f, EGR_REG_BAD_REQUEST, "netdev", "the addresses of %s: %s", sb->cgroup,
+			 strerror(-err));
+		return err;
+	}
+	if (!a->has4 || !a->has6)
+		log_warn("sandbox %u: device %s has no %s%s%s address: that DNS is dropped", sb->id,
+			 sb->cgroup, a->has4 ? "" : "IPv4", !a->has4 && !a->has6 ? " or " : "",
+			 a->has6 ? "" : "IPv6 (wider than link-local)");
+	dev.has4 = a->has4;
+	dev.has6 = a->has6;
+	dev.addr4 = a->addr4;
+	dev.addr6 = a->addr6;
+	err = reg_start_dns(r, sb, p, &dev, want4, want6, f);
+	if (err)
+		return err;
+	/* Which namespace they keep alive (netdev_dns_orphaned()). */
+	if (sb->netns && netns_ino(sb->netns, &st) == 0) {
+		sb->nd_ns_dev = st.st_dev;
+		sb->nd_ns_ino = st.st_ino;
+	}
+	/* A family whose listener could not be opened (a tentative address)
+	 * is dropped by the programs too: no port, no rewrite. */
+	a->has4 = a->has4 && sb->dns_port4;
+	a->has6 = a->has6 && sb->dns_port6;
+	return 0;
+}
+
+/* The device's programs off, then its listeners, entry, rules and state. */
 static void netdev_teardown(struct egr_registry *r, const struct egr_sb *sb, const json_t *policy)
 {
 	egr_nd_detach(r->bpf, sb->id, sb->netns, sb->netdev);
+	if (r->dns)
+		egr_dnsproxy_remove_sandbox(r->dns, sb->id);
 	egr_bpf_del_sandbox(r->bpf, sb->id);
 	egr_bpf_forget_sandbox_stats(r->bpf, sb->id);
 	egr_bpf_quota_del(r->bpf, EGR_QUOTA_SANDBOX, sb->id);
@@ -110,8 +162,8 @@ static void netdev_teardown(struct egr_registry *r, const struct egr_sb *sb, con
 
 /*
  * The steps, each undone in reverse when a later one fails:
- *   1 the record  2 the rules  3 the sandbox entry  4 the state file
- *   5 the device programs (both or neither)  6 into the set
+ *   1 the record  2 its DNS listeners  3 the rules  4 the sandbox entry
+ *   5 the state file  6 the device programs (both or neither)  7 into the set
  * The programs go on last: from that moment every packet is judged by an
  * entry already in place.
  */
@@ -122,6 +174,7 @@ int egr_reg_attach_netdev(struct egr_registry *r, const char *ifname, const char
 	struct egr_policy p = { 0 };
 	struct egr_compiled c = { 0 };
 	struct egr_sandbox ksb;
+	struct egr_nd_dns dns;
 	enum egr_nd_mode mode = 0;
 	struct egr_sb *sb;
 	int ifindex = 0, err;
@@ -195,11 +248,15 @@ int egr_reg_attach_netdev(struct egr_registry *r, const char *ifname, const char
 		reg_fail(f, EGR_REG_INTERNAL, NULL, "out of memory");
 		goto undo_record;
 	}
-	/* 2, 3 */
+	/* 2: before the entry, which names their ports. */
+	err = netdev_dns(r, sb, &p, 0, 0, &dns, f);
+	if (err)
+		goto undo_dns;
+	/* 3, 4 */
 	err = egr_bpf_put_rules(r->bpf, sb->policy_id, &c);
 	if (err) {
 		reg_fail_rules(f, err);
-		goto undo_record;
+		goto undo_dns;
 	}
 	reg_kernel_entry(&ksb, sb, sb->policy_id, sb->tenant_id, &p);
 	err = egr_bpf_put_sandbox(r->bpf, sb->id, &ksb);
@@ -207,7 +264,7 @@ int egr_reg_attach_netdev(struct egr_registry *r, const char *ifname, const char
 		reg_fail_rules(f, err);
 		goto undo_rules;
 	}
-	/* 4: the state names the device before anything is on it, so that a
+	/* 5: the state names the device before anything is on it, so that a
 	 * crash from here on is found (and the programs attached or removed)
 	 * at the next start. */
 	sb->nd_mode = EGR_ND_TCX;
@@ -216,8 +273,8 @@ int egr_reg_attach_netdev(struct egr_registry *r, const char *ifname, const char
 		reg_fail(f, EGR_REG_INTERNAL, NULL, "write state: %s", strerror(-err));
 		goto undo_entry;
 	}
-	/* 5 */
-	err = egr_nd_attach(r->bpf, sb->id, netns, ifname, &mode);
+	/* 6 */
+	err = egr_nd_attach(r->bpf, sb->id, netns, ifname, &dns, &mode);
 	if (err) {
 		reg_fail(f, EGR_REG_INTERNAL, "netdev",
 			 "attach the device programs to %s: %s; nothing was applied", key,
@@ -230,7 +287,7 @@ int egr_reg_attach_netdev(struct egr_registry *r, const char *ifname, const char
 			log_warn("sandbox %u: its state says TCX links, the device has tc filters; "
 				 "adoption attaches them again either way", sb->id);
 	}
-	/* 6 */
+	/* 7 */
 	err = egr_reg_add(r, sb);
 	if (err) {
 		reg_fail(f, EGR_REG_INTERNAL, NULL, "out of memory");
@@ -255,6 +312,9 @@ undo_entry:
 	egr_bpf_del_sandbox(r->bpf, sb->id);
 undo_rules:
 	egr_bpf_del_rules(r->bpf, sb->policy_id, &c);
+undo_dns:
+	if (r->dns)
+		egr_dnsproxy_remove_sandbox(r->dns, sb->id);
 undo_record:
 	egr_sb_free(sb);
 undo_policy:
@@ -297,6 +357,61 @@ static bool device_there(struct egr_registry *r, const struct egr_sb *sb)
 	return !(err == -ENODEV || err == -ENOENT || err == -EINVAL);
 }
 
+/* Does a process live in the network namespace (dev, ino)? Yes when
+ * /proc cannot be read: never close on a doubt. */
+static bool netns_has_process(uint64_t dev, uint64_t ino)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	bool found = d == NULL;
+
+	while (d && !found && (de = readdir(d))) {
+		char path[64];
+		struct stat st;
+
+		if (de->d_name[0] < '1' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%.20s/ns/net", de->d_name);
+		found = stat(path, &st) == 0 && st.st_dev == dev && st.st_ino == ino;
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/*
+ * Its DNS listeners are sockets of the device's namespace, and a socket
+ * keeps its namespace alive: once the namespace's path is gone and no
+ * process lives in it (the VM exited), they would be all that keeps the
+ * device there, and the sandbox would never end. They close then (its DNS
+ * is dropped: no port in the entry); the namespace goes, the device with
+ * it, and the next check detaches the sandbox. A namespace kept only by an
+ * open descriptor loses its DNS this way: said in the log.
+ */
+static void netdev_dns_orphaned(struct egr_registry *r, struct egr_sb *sb)
+{
+	struct stat st;
+	json_t *policy;
+
+	if (!r->dns || !sb->nd_ns_ino || !sb->netns)
+		return;
+	if (netns_ino(sb->netns, &st) == 0 && st.st_dev == sb->nd_ns_dev &&
+	    st.st_ino == sb->nd_ns_ino)
+		return;
+	if (netns_has_process(sb->nd_ns_dev, sb->nd_ns_ino))
+		return;
+	log_info("sandbox %u: the network namespace of %s has no path and no process left; "
+		 "closing its DNS listeners, which alone keep it (its DNS is dropped)", sb->id,
+		 sb->cgroup);
+	egr_dnsproxy_remove_sandbox(r->dns, sb->id);
+	sb->dns_port4 = sb->dns_port6 = 0;
+	sb->nd_ns_dev = sb->nd_ns_ino = 0;
+	policy = egr_state_load_policy(&r->st, sb->id);
+	if (policy)
+		reg_sync_ports(r, sb, policy);
+	json_decref(policy);
+}
+
 unsigned egr_reg_netdev_check(struct egr_registry *r)
 {
 	static uint64_t last;
@@ -308,8 +423,12 @@ unsigned egr_reg_netdev_check(struct egr_registry *r)
 		return 0;
 	last = now;
 	for (struct egr_sb *sb; (sb = egr_reg_next(r, &it));) {
-		if (!sb->netdev || device_there(r, sb))
+		if (!sb->netdev)
 			continue;
+		if (device_there(r, sb)) {
+			netdev_dns_orphaned(r, sb);
+			continue;
+		}
 		log_info("sandbox %u: device %s is gone; detaching it", sb->id, sb->cgroup);
 		if (!sb->end_status)
 			sb->end_status = strdup("device gone"); /* NULL: "detached" */
@@ -336,6 +455,7 @@ struct egr_sb *reg_adopt_netdev(struct egr_registry *r, uint32_t id, json_t *st)
 	struct egr_policy p = { 0 };
 	struct egr_compiled c = { 0 };
 	struct egr_sandbox ksb;
+	struct egr_nd_dns dns = { 0 };
 	enum egr_nd_mode mode = 0;
 	struct egr_fail f;
 	struct egr_sb *sb = NULL, *gone = NULL;
@@ -361,6 +481,13 @@ struct egr_sb *reg_adopt_netdev(struct egr_registry *r, uint32_t id, json_t *st)
 	sb->tenant_id = reg_tenant_id(r, p.tenant);
 	sb->attached_at = (time_t)json_integer_value(json_object_get(st, "attached_at"));
 	sb->updated_at = (time_t)json_integer_value(json_object_get(st, "updated_at"));
+	/* Its listeners again on the ports its guest knows (the very sockets,
+	 * where the listener holder kept them), before the entry is checked:
+	 * it names their ports. */
+	if (device_there(r, sb) &&
+	    netdev_dns(r, sb, &p, (uint16_t)json_integer_value(json_object_get(st, "dns_port4")),
+		       (uint16_t)json_integer_value(json_object_get(st, "dns_port6")), &dns, &f))
+		log_error("sandbox %u: no DNS proxy (%s); its DNS is dropped", id, f.e.message);
 	err = egr_bpf_get_sandbox(r->bpf, id, &ksb);
 	sb->quarantined = !err && ksb.quarantined;
 	if (err || ksb.policy_id != sb->policy_id || ksb.tenant_id != sb->tenant_id) {
@@ -368,9 +495,10 @@ struct egr_sb *reg_adopt_netdev(struct egr_registry *r, uint32_t id, json_t *st)
 			 id, err ? 0 : ksb.policy_id, sb->policy_id);
 		reg_reapply_stored(r, sb, &p, &c, policy);
 	}
+	reg_sync_ports(r, sb, policy);
 	if (!device_there(r, sb)) {
 		gone = sb;
-	} else if (egr_nd_attach(r->bpf, id, netns, ifname, &mode)) {
+	} else if (egr_nd_attach(r->bpf, id, netns, ifname, &dns, &mode)) {
 		/* The pinned links (or tc filters) of the earlier egressd stay. */
 		log_error("sandbox %u: cannot attach the device programs to %s again; the ones in "
 			  "place keep enforcing", id, key);
@@ -396,6 +524,8 @@ struct egr_sb *reg_adopt_netdev(struct egr_registry *r, uint32_t id, json_t *st)
 	return gone;
 oom:
 	log_error("sandbox %u: out of memory while adopting; left enforced, unmanaged", id);
+	if (r->dns)
+		egr_dnsproxy_remove_sandbox(r->dns, id);
 	egr_sb_free(sb);
 	egr_compiled_free(&c);
 	egr_policy_free(&p);

@@ -54,6 +54,9 @@ struct egr_sb {
 	char *netdev;
 	int ifindex;
 	int nd_mode; /* enum egr_nd_mode: 1 TCX links, 2 tc filters */
+	/* The namespace its DNS listeners are open in (they keep it alive):
+	 * st_dev and st_ino of netns when they were opened, 0 without. */
+	uint64_t nd_ns_dev, nd_ns_ino;
 };
 
 /* A cgroup egressd holds under deny-all without a policy of its own

@@ -11,6 +11,7 @@
 #include "registry/statefile.h"
 #include "sandbox.h"
 
+struct egr_dnsproxy_device;
 struct egr_inspect;
 struct egr_learned;
 struct egr_sbnode;
@@ -97,13 +98,20 @@ int reg_check_cgroup(struct egr_registry *r, const char *cgroup, char *real,
 int reg_deny_all(struct egr_registry *r, uint32_t id, uint32_t tenant_id);
 unsigned reg_destroy_sockets(uint32_t id, const char *cgroup, uint64_t cgroup_id,
 			     const char *netns);
+/* dev: a device sandbox's listeners (bound to its device), NULL for a
+ * cgroup sandbox's (its namespace's shared loopback listeners). */
 int reg_start_dns(struct egr_registry *r, struct egr_sb *sb, const struct egr_policy *p,
-		  uint16_t want4, uint16_t want6, struct egr_fail *f);
+		  const struct egr_dnsproxy_device *dev, uint16_t want4, uint16_t want6,
+		  struct egr_fail *f);
 int reg_start_inspect(struct egr_registry *r, struct egr_sb *sb, const struct egr_policy *p,
 		      uint16_t want4, uint16_t want6, struct egr_fail *f);
 void reg_home_procs(struct egr_registry *r, const struct egr_sb *sb, const char *cgroup);
 void reg_close_refused(struct egr_registry *r, const struct egr_sb *sb,
 		       const struct egr_compiled *c, bool inbound_allow, unsigned *closed);
+
+/* update.c: the kernel entry's DNS and inspect ports as sb's (an adoption
+ * that had to open its listeners on other ports), and the state with them. */
+void reg_sync_ports(struct egr_registry *r, const struct egr_sb *sb, const json_t *policy);
 
 /* detach.c: what detach, adoption and a re-attach of a held cgroup share. */
 int reg_teardown(struct egr_registry *r, uint32_t id, uint32_t policy_id, const json_t *policy);

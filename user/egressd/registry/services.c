@@ -128,7 +128,8 @@ int reg_check_cgroup(struct egr_registry *r, const char *cgroup, char *real,
  * before a restart, so sockets the sandbox keeps keep working.
  */
 int reg_start_dns(struct egr_registry *r, struct egr_sb *sb, const struct egr_policy *p,
-		     uint16_t want4, uint16_t want6, struct egr_fail *f)
+		  const struct egr_dnsproxy_device *dev, uint16_t want4, uint16_t want6,
+		  struct egr_fail *f)
 {
 	struct egr_dnspolicy *dpol = NULL;
 	struct egr_error e = { { 0 }, { 0 } };
@@ -154,8 +155,10 @@ int reg_start_dns(struct egr_registry *r, struct egr_sb *sb, const struct egr_po
 		}
 	}
 	/* The proxy owns dpol from here, even on error. */
-	err = egr_dnsproxy_add_sandbox(r->dns, sb->id, p->tenant, dpol, netns_fd, want4, want6,
-				       &sb->dns_port4, &sb->dns_port6);
+	err = dev ? egr_dnsproxy_add_device(r->dns, sb->id, p->tenant, dpol, netns_fd, dev, want4,
+					    want6, &sb->dns_port4, &sb->dns_port6) :
+		    egr_dnsproxy_add_sandbox(r->dns, sb->id, p->tenant, dpol, netns_fd, want4,
+					     want6, &sb->dns_port4, &sb->dns_port6);
 	if (netns_fd >= 0)
 		close(netns_fd);
 	if (err)

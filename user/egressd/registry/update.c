@@ -119,7 +119,7 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	sb->updated_at = next.updated_at;
 	reg_sb_set_meta(sb, &p, &c);
 	reg_quota_apply(r, sb, &p, false);
-	if (r->dns && !sb->netdev) {
+	if (r->dns) {
 		/* The proxy owns dpol from here. */
 		if (egr_dnsproxy_update_sandbox(r->dns, sb->id, dpol))
 			log_error("sandbox %u: DNS proxy kept the old DNS policy", sb->id);
@@ -164,6 +164,22 @@ void reg_reapply_stored(struct egr_registry *r, struct egr_sb *sb, const struct 
 		log_error("sandbox %u: cannot reapply its policy; it stays denied", sb->id);
 		reg_deny_all(r, sb->id, sb->tenant_id);
 	}
+}
+
+void reg_sync_ports(struct egr_registry *r, const struct egr_sb *sb, const json_t *policy)
+{
+	struct egr_sandbox ksb;
+
+	if (egr_bpf_get_sandbox(r->bpf, sb->id, &ksb) || ksb.policy_id != sb->policy_id ||
+	    (ksb.dns_port4 == sb->dns_port4 && ksb.dns_port6 == sb->dns_port6 &&
+	     ksb.inspect_port4 == sb->inspect_port4 && ksb.inspect_port6 == sb->inspect_port6))
+		return;
+	ksb.dns_port4 = sb->dns_port4;
+	ksb.dns_port6 = sb->dns_port6;
+	ksb.inspect_port4 = sb->inspect_port4;
+	ksb.inspect_port6 = sb->inspect_port6;
+	if (egr_bpf_put_sandbox(r->bpf, sb->id, &ksb) || egr_state_save_sb(&r->st, sb, policy))
+		log_error("sandbox %u: cannot point DNS at the new proxy ports", sb->id);
 }
 
 int egr_reg_set_quarantine(struct egr_registry *r, struct egr_sb *sb, bool on, unsigned *closed,

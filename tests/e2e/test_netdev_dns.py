@@ -277,3 +277,40 @@ def netdev_dns_survives_restart_and_update_on_the_same_port(c):
         check(rc == "NOERROR" and addrs == [S_IP], "after the update: %s" % line)
         rc, addrs, _, line = ask(topo, "fd78::3", NAME6, qtype="AAAA")
         check(rc == "NXDOMAIN" and not addrs, "a name the update removed: %s" % line)
+
+
+@test
+def netdev_dns_on_the_tc_path(c):
+    """Kernels without TCX: the tc clsact filters rewrite DNS the same way,
+    and adoption's replaced filters (BPF_TC_F_REPLACE, one step each) answer
+    a query queued across a restart."""
+    names(c)
+    old_env = c.daemon.env
+    c.daemon.stop()
+    c.daemon.env = dict(old_env or {}, EGRESSD_TEST_NETDEV_TC="1")
+    try:
+        c.daemon.start()
+        with attached(c) as (topo, sb):
+            check(sb["attach_mode"] == "tc", "not the tc path: %r" % sb)
+            check(topo.guest("tcp", "ND-cpre", S_IP, "8000", "10") != "ok", "open before (tc)")
+            for mode in ("udp", "tcp"):
+                rc, addrs, src, line = ask(topo, "192.0.2.53", NAME, mode=mode)
+                check(rc == "NOERROR" and addrs == [S_IP] and src == "192.0.2.53:53",
+                      "%s DNS on the tc path: %s" % (mode, line))
+            check(topo.guest("tcp", "ND-cpost", S_IP, "8000", "10") == "ok", "learned (tc)")
+            c.daemon.kill9()
+            res = []
+            t = threading.Thread(target=lambda: res.append(
+                ask(topo, "10.78.0.3", "ndtc-%s.ndok-%s.test" % (TAG, TAG), timeout=15)))
+            t.start()
+            time.sleep(1.0)
+            try:
+                c.daemon.start()
+            finally:
+                t.join(30)
+            check(res and res[0][0] not in ("timeout", "eof", "badid", ""),
+                  "a query queued across the restart (tc): %r" % (res[0][3] if res else None))
+    finally:
+        c.daemon.stop()
+        c.daemon.env = old_env
+        c.daemon.start()

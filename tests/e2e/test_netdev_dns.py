@@ -193,6 +193,11 @@ def netdev_dns_hostile_direct_listener_and_spoofed_source(c):
         check(rc in ("timeout", "err"), "a TCP connection to the listener: %s" % line)
         rc, _, _, line = ask(topo, "fd77::1", direct, port=p6, timeout=1.5)
         check(rc == "timeout", "the IPv6 listener answered a direct query: %s" % line)
+        # From behind H (S: in through hs) and from H itself (through lo):
+        # the listeners are bound to vh, so neither can ask as the sandbox.
+        for ns in ("/run/netns/" + topo.s, topo.netns):
+            rc, _, _, line = dns_query("udp", H_IP, p4, direct, "A", timeout=1.5, netns=ns)
+            check(rc == "timeout" or rc == "err", "the listener answered %s: %s" % (ns, line))
         time.sleep(0.3)
         check(not dm.logged(direct), "a direct query to the listener went upstream")
         # Its twin: port 53 of the same address is the proxy's.

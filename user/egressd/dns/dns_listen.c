@@ -7,7 +7,8 @@
  * the kernel recorded its sender as a socket of a sandbox of that
  * namespace (egr_dns_senders), and as that sandbox. A device sandbox has
  * listeners of its own instead, bound to its device (docs/dns.md "Device
- * sandboxes"): whoever reaches them came in through that device.
+ * sandboxes"): whoever reaches them came in through that device, or is a
+ * process of its namespace (refused).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -43,6 +44,31 @@ struct sb *dnsp_sb_find(const struct egr_dnsproxy *p, uint32_t id)
 }
 
 /*
+ * A device sandbox's listeners are bound to its device (SO_BINDTOIFINDEX):
+ * what came in through it passed its program's reverse-path check, and the
+ * device is the one sandbox's, so no egr_dns_senders record exists or is
+ * needed. A process of the device's own namespace reaches them too (a
+ * packet delivered locally counts as the local route's device): its source
+ * is an address of that namespace, never the guest's, and is refused.
+ */
+static struct sb *device_client(struct lgroup *g, const struct sockaddr_storage *from)
+{
+	struct egr_localaddr *la = g->only ? g->only->ns_la : NULL;
+	const void *addr = NULL;
+
+	if (!la)
+		la = g->p->host_la; /* a device of egressd's own namespace */
+	if (from->ss_family == AF_INET)
+		addr = &((const struct sockaddr_in *)from)->sin_addr;
+	else if (from->ss_family == AF_INET6)
+		addr = &((const struct sockaddr_in6 *)from)->sin6_addr;
+	if (g->only && addr && la && !egr_localaddr_is_local(la, from->ss_family, addr))
+		return g->only;
+	g->foreign++;
+	return NULL;
+}
+
+/*
  * Which sandbox's socket is this sender? The kernel recorded it
  * (egr_dns_senders, written by cgroup_skb/egress of the sending sandbox
  * before the packet reached the listener) under the listener's port, so
@@ -62,11 +88,8 @@ struct sb *dnsp_client_sb(struct lgroup *g, const struct sockaddr_storage *from,
 
 	if (!p->cfg.verify_clients)
 		return g->only; /* tests without BPF: a group per sandbox */
-	/* Bound to the device (SO_BINDTOIFINDEX): only what came in through
-	 * it, past its program's reverse-path check, is here, and the device
-	 * is the one sandbox's. No egr_dns_senders record exists for it. */
 	if (g->device)
-		return g->only;
+		return device_client(g, from);
 	memset(&key, 0, sizeof(key));
 	key.protocol = (uint8_t)protocol;
 	if (from->ss_family == AF_INET) {

@@ -98,7 +98,7 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_nd_dns_counters SEC(".maps");
 
-/* One more of counter key of a per-CPU counter array (no atomics). */
+/* Counter key of a per-CPU counter array, one up (per CPU: no atomics). */
 static __always_inline void nd_bump(void *counters, __u32 key)
 {
 	__u64 *v = bpf_map_lookup_elem(counters, &key);

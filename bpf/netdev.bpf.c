@@ -11,10 +11,14 @@
  *                  headers, no fragments, no VLAN tag; ARP and neighbour
  *                  discovery for the link itself), the source must route back
  *                  through this device (strict reverse path, bpf_fib_lookup),
- *                  then the sandbox's allowlist, quota, meters and events of
- *                  bpf/lib/ decide, and an allowed flow is noted;
- *  egr_nd_egress   every frame towards the sandbox: only replies of flows it
- *                  opened pass (a new connection into it never does, unless
+ *                  TCP and UDP to port 53 of any address go to the
+ *                  sandbox's own DNS listener (rewritten, noted in
+ *                  egr_nd_dns_nat), then the sandbox's allowlist, quota,
+ *                  meters and events of bpf/lib/ decide, and an allowed
+ *                  flow is noted;
+ *  egr_nd_egress   every frame towards the sandbox: the DNS listener's
+ *                  answers, rewritten back to the resolver asked; else only
+ *                  replies of flows it opened pass (a new connection into it never does, unless
  *                  network.inbound is "allow"), re-judged against the
  *                  allowlist in force so that an update takes effect at once.
  *
@@ -22,8 +26,9 @@
  * one instance per device, user/egressd/netdev*): the device never has to be
  * looked up, and a program can only ever serve the sandbox it was loaded for.
  * The maps are egressd's own (the same allowlist, meters, quotas, deny
- * budgets and event ring as cgroup sandboxes) plus egr_nd_flows and
- * egr_nd_counters (include/egr_netdev.h).
+ * budgets and event ring as cgroup sandboxes) plus egr_nd_flows,
+ * egr_nd_counters, egr_nd_dns_nat and egr_nd_dns_counters
+ * (include/egr_netdev.h).
  *
  * Verdicts: -1 (TC_ACT_UNSPEC / TCX_NEXT: the next program, if any, or
  * pass) and 2 (TC_ACT_SHOT / TCX_DROP). Every path that cannot prove an

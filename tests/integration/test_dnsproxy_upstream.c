@@ -172,7 +172,8 @@ static void test_answer_waiting_after_a_stall_is_read(void **state)
 }
 
 /* Twin of both: an upstream that never answers still costs a SERVFAIL at
- * the timeout, after the query went twice more, counted as a timeout. */
+ * the timeout, after the query went again (at most twice), counted as a
+ * timeout. */
 static void test_silent_upstream_times_out(void **state)
 {
 	uint8_t q[512], fwd[512];
@@ -190,9 +191,12 @@ static void test_silent_upstream_times_out(void **state)
 	assert_int_equal(egr_dns_parse_response(rbuf, (size_t)k, &resp), 0);
 	assert_int_equal(resp.rcode, EGR_DNS_R_SERVFAIL);
 	assert_true(now_ms() - t0 >= TIMEOUT_MS - 60);
-	assert_int_equal(sent, 3);
+	/* Twice again on time; once if a tick came so late (a loaded
+	 * machine) that the second resend would have fallen past the
+	 * deadline. Never more. */
+	assert_in_range(sent, 2, 3);
 	assert_int_equal(egr_dnsproxy_stats(fx.p, SBID, &st), 0);
-	assert_int_equal(st.resent, 2);
+	assert_int_equal(st.resent, (uint64_t)sent - 1);
 	assert_int_equal(st.timeouts, 1);
 	assert_int_equal(st.servfail, 1);
 	close(c);

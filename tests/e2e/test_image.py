@@ -287,7 +287,7 @@ def img_lines(out):
             if l.startswith("ok") or l.startswith("err") or l.startswith("ctl")]
 
 
-@test
+@test(needs=("plain_build",))
 def image_daemonset_under_podman_confines_a_container(c):
     """make image's image run as the DaemonSet runs it: node-setup installs
     the static hook and hooks.d files under the test's host paths, egressd

@@ -16,7 +16,7 @@ from harness import *  # noqa: F401,F403
 from test_ops import OPS_REPO, OpsDaemon
 
 
-@test
+@test(needs=("plain_build",))
 def package_deb_lintian_clean(c):
     """make deb's package and its -dbgsym: no lintian error or warning
     (before: unstripped binaries, uncompressed man pages, no copyright, no

@@ -44,6 +44,18 @@ def _controller(name):
     return probe
 
 
+def _plain_build(c):
+    """The build under test is no sanitizer build: a test of a shipped
+    artifact (the .deb, the image) made from the plain tree checks the
+    same bytes in make test-asan's pass as in make test's."""
+    try:
+        with open(c.egressd, "rb") as f:
+            asan = b"libasan.so" in f.read()
+    except OSError as e:
+        return "cannot read %s: %s" % (c.egressd, e)
+    return "%s is an ASan/UBSan build" % c.egressd if asan else None
+
+
 def _read(path):
     try:
         with open(path) as f:
@@ -53,7 +65,8 @@ def _read(path):
 
 
 PROBES = {"systemd": _systemd, "lsm_cgroup": _lsm, "no_lsm_cgroup": _no_lsm,
-          "cgroup_pids": _controller("pids"), "cgroup_memory": _controller("memory")}
+          "cgroup_pids": _controller("pids"), "cgroup_memory": _controller("memory"),
+          "plain_build": _plain_build}
 
 
 def unmet_need(c, fn):

@@ -43,15 +43,47 @@
 
 /* --- timer ------------------------------------------------------------------------ */
 
+/* Ticks missed before the timer counts the proxy as stalled. */
+#define STALL_TICKS 5
+
+/*
+ * The loop did not run for stall_ns (egressd blocked, starved of CPU,
+ * stopped; its VM paused): that time was ours, not the upstream's. The
+ * queries in flight get it back, and the UDP ones go again now (a datagram
+ * may have been lost meanwhile) rather than expiring on this tick with
+ * neither the upstream nor the proxy having had the chance to run.
+ */
+static void on_stall(struct egr_dnsproxy *p, uint64_t stall_ns, uint64_t now)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < p->npend; i++) {
+		struct pending *q = &p->pend[i];
+
+		if (!q->used)
+			continue;
+		q->deadline_ns += stall_ns;
+		if (q->resend_ns)
+			q->resend_ns = now;
+		n++;
+	}
+	if (n)
+		log_info("dns: the proxy did not run for %llu ms; its %u queries in flight get that "
+			 "time back", (unsigned long long)(stall_ns / 1000000ULL), n);
+}
+
 static void on_tick(struct egr_loop *loop, int fd, uint32_t events, void *ctx)
 {
 	struct egr_dnsproxy *p = ctx;
-	uint64_t now = egr_mono_ns(), idle = (uint64_t)p->cfg.tcp_idle_ms * 1000000ULL, exp;
+	uint64_t now = egr_mono_ns(), idle = (uint64_t)p->cfg.tcp_idle_ms * 1000000ULL, exp = 0;
 	bool failover = false;
 	uint32_t timeouts = 0;
 
 	if (read(fd, &exp, sizeof(exp)) < 0 && errno != EAGAIN)
 		log_debug("dns: timer read: %m");
+	/* exp: the periods since the last read, 1 on time. */
+	if (exp > STALL_TICKS)
+		on_stall(p, (exp - 1) * (uint64_t)p->cfg.tick_ms * 1000000ULL, now);
 	if (p->inflight)
 		dnsp_upstream_read_waiting(p);
 	for (uint32_t i = 0; i < p->npend; i++) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * The DNS proxy against an upstream that loses or delays datagrams
- * (user/egressd/dns/dns_upstream.c, docs/dns.md "Forwarding"): the proxy's
+ * (user/egressd/dns/dns_upstream.c, docs/dns.md "How the proxy decides"): the proxy's
  * upstream is a socket of this test, which drops or holds what the proxy
  * sends and relays the rest to a real dnsmasq on a free loopback port.
  */

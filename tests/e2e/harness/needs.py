@@ -64,7 +64,12 @@ def _read(path):
         return "?"
 
 
-PROBES = {"systemd": _systemd, "lsm_cgroup": _lsm, "no_lsm_cgroup": _no_lsm,
+def _qemu(c):
+    """A VMM for test_microvm.py (tools/install-deps installs qemu-system-x86)."""
+    return None if shutil.which("qemu-system-x86_64") else "no qemu-system-x86_64"
+
+
+PROBES = {"systemd": _systemd, "qemu": _qemu, "lsm_cgroup": _lsm, "no_lsm_cgroup": _no_lsm,
           "cgroup_pids": _controller("pids"), "cgroup_memory": _controller("memory"),
           "plain_build": _plain_build}
 

@@ -17,9 +17,9 @@ _NAMES = set()
 # What a test may need (harness/needs.py probes each).
 # plain_build: the test checks an artifact built from the plain tree (the
 # .deb, the image); make test-asan's pass leaves it out (--without), since
-# make test's pass checked the same bytes.
+# make test's pass checked the same bytes. qemu: test_microvm.py's VMM.
 KNOWN_NEEDS = ("systemd", "lsm_cgroup", "no_lsm_cgroup", "cgroup_pids", "cgroup_memory",
-               "plain_build")
+               "plain_build", "qemu")
 
 
 def _register(fn, needs):

@@ -53,25 +53,131 @@ int egr_log_parse_level(const char *s, enum egr_log_level *out)
 	return -EINVAL;
 }
 
+/* Length of the well-formed UTF-8 sequence at s (n bytes left), 0 if it is
+ * none (a stray continuation byte, an overlong form, a surrogate, past
+ * U+10FFFF, cut short). */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+	unsigned char c = s[0], lo = 0x80, hi = 0xbf;
+	size_t len;
+
+	if (c >= 0xc2 && c <= 0xdf)
+		len = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		len = 3;
+	else if (c >= 0xf0 && c <= 0xf4)
+		len = 4;
+	else
+		return 0;
+	if (c == 0xe0)
+		lo = 0xa0;
+	else if (c == 0xed)
+		hi = 0x9f;
+	else if (c == 0xf0)
+		lo = 0x90;
+	else if (c == 0xf4)
+		hi = 0x8f;
+	if (n < len || s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < len; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return len;
+}
+
+/*
+ * A message as text the journal and a log reader can trust: what it
+ * quotes (a process's comm, a path, a name from a request) may hold
+ * anything. A newline starts a continuation line under the same prefix,
+ * marked "  | ", so that no quoted text can begin a line of its own (a
+ * forged entry, a forged "<N>" priority); other control bytes and bytes
+ * that are not UTF-8 are written as \\xNN. out NULL: the length only.
+ */
+static size_t put_text(char *out, const char *msg, size_t n, const char *prefix, size_t plen)
+{
+	const unsigned char *s = (const unsigned char *)msg;
+	size_t o = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t k;
+
+		if (s[i] == '\n') {
+			if (out) {
+				out[o] = '\n';
+				memcpy(out + o + 1, prefix, plen);
+				memcpy(out + o + 1 + plen, "  | ", 4);
+			}
+			o += 1 + plen + 4;
+		} else if (s[i] == '\t' || (s[i] >= 0x20 && s[i] < 0x7f)) {
+			if (out)
+				out[o] = (char)s[i];
+			o++;
+		} else if (s[i] >= 0x80 && (k = utf8_len(s + i, n - i))) {
+			if (out)
+				memcpy(out + o, s + i, k);
+			o += k;
+			i += k - 1;
+		} else {
+			if (out)
+				snprintf(out + o, 5, "\\x%02x", s[i]);
+			o += 4;
+		}
+	}
+	return o;
+}
+
 void egr_log(enum egr_log_level lvl, const char *fmt, ...)
 {
-	char ts[32];
+	char prefix[64], small[1024], line[2048], *msg = small, *out = line;
 	struct timespec now;
 	struct tm tm;
-	va_list ap;
+	va_list ap, again;
+	size_t plen, len;
+	int n;
 
 	if (lvl > cur_level)
 		return;
 	if (prio_prefix) {
-		fprintf(stderr, "<%d>%-5s ", level_prio[lvl], level_names[lvl]);
+		snprintf(prefix, sizeof(prefix), "<%d>%-5s ", level_prio[lvl], level_names[lvl]);
 	} else {
+		char ts[32];
+
 		clock_gettime(CLOCK_REALTIME, &now);
 		gmtime_r(&now.tv_sec, &tm);
 		strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
-		fprintf(stderr, "%s.%03ldZ %-5s ", ts, now.tv_nsec / 1000000, level_names[lvl]);
+		snprintf(prefix, sizeof(prefix), "%s.%03ldZ %-5s ", ts, now.tv_nsec / 1000000,
+			 level_names[lvl]);
 	}
+	plen = strlen(prefix);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	va_copy(again, ap);
+	n = vsnprintf(small, sizeof(small), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	if (n < 0)
+		n = 0;
+	if (n >= (int)sizeof(small)) {
+		msg = malloc((size_t)n + 1);
+		if (msg) {
+			vsnprintf(msg, (size_t)n + 1, fmt, again);
+		} else {
+			msg = small; /* cut, not lost */
+			n = (int)sizeof(small) - 1;
+		}
+	}
+	va_end(again);
+	/* One write for the whole line: stderr is unbuffered. */
+	len = plen + put_text(NULL, msg, (size_t)n, prefix, plen) + 1;
+	if (len > sizeof(line) && !(out = malloc(len + 1))) {
+		out = line; /* the prefix and no message rather than nothing */
+		n = 0;
+		len = plen + 1;
+	}
+	memcpy(out, prefix, plen);
+	put_text(out + plen, msg, (size_t)n, prefix, plen);
+	out[len - 1] = '\n';
+	fwrite(out, 1, len, stderr);
+	if (out != line)
+		free(out);
+	if (msg != small)
+		free(msg);
 }

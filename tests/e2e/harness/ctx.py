@@ -215,6 +215,21 @@ class Ctx:
             lines = ["... (%d lines before)" % (len(lines) - max_lines)] + lines[-max_lines:]
         return "\n".join("    | " + line for line in lines)
 
+    def log_not_text(self, since=0):
+        """None when what egressd logged from offset since on is UTF-8 text
+        (its logger escapes what is not), else where it is not."""
+        try:
+            with open(self.daemon_log, "rb") as f:
+                f.seek(since)
+                b = f.read()
+        except OSError:
+            return None
+        try:
+            b.decode("utf-8")
+            return None
+        except UnicodeDecodeError as e:
+            return "at byte %d: %r" % (since + e.start, b[max(0, e.start - 80):e.start + 16])
+
     def log_size(self):
         try:
             return os.path.getsize(self.daemon_log)

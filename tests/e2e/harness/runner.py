@@ -237,6 +237,9 @@ def main(description="egressd end-to-end tests", argv=None):
             if not ctx.daemon.alive():
                 raise TestFailure("egressd exited during the test (status %s)" %
                                   ctx.daemon.proc.returncode)
+            not_text = ctx.log_not_text(mark)
+            if not_text:
+                raise TestFailure("egressd's log is not text (UTF-8) %s" % not_text)
             passed += 1
             print("PASS %s (%.1fs)" % (t.__name__, time.monotonic() - t0), flush=True)
         except Exception as e:

@@ -433,7 +433,8 @@ int dnsp_group_join(struct sb *sb, int netns_fd, const struct egr_dnsproxy_devic
 		    void (*on_tcp)(struct egr_loop *, int, uint32_t, void *))
 {
 	struct egr_dnsproxy *p = sb->p;
-	char n4[INET6_ADDRSTRLEN + 2], n6[INET6_ADDRSTRLEN + 2];
+	char b4[INET6_ADDRSTRLEN + 2], b6[INET6_ADDRSTRLEN + 2];
+	const char *n4, *n6;
 	struct stat st = { 0 };
 	struct lgroup *g;
 	bool own = netns_fd < 0;
@@ -482,8 +483,9 @@ int dnsp_group_join(struct sb *sb, int netns_fd, const struct egr_dnsproxy_devic
 		log_error("dns: cannot return to egressd's network namespace: %m");
 		err = err ? err : -errno;
 	}
-	bind_name(g, AF_INET, n4, sizeof(n4));
-	bind_name(g, AF_INET6, n6, sizeof(n6));
+	/* Loopback names are literals: only a device's are written to b4/b6. */
+	n4 = bind_name(g, AF_INET, b4, sizeof(b4));
+	n6 = bind_name(g, AF_INET6, b6, sizeof(b6));
 	if (err) {
 		log_error("dns: sandbox %u: %s listeners: %s", sb->id, n4, strerror(-err));
 		goto fail;

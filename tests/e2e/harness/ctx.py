@@ -5,6 +5,7 @@ servers, netprobe) and Sandbox (a cgroup with a policy attached)."""
 import json
 import os
 import socket
+import stat
 import subprocess
 import time
 
@@ -13,7 +14,7 @@ from .core import (CLEANUP, CTL_TIMEOUT_S, DAEMON_READY_S, PROBE_TIMEOUT_S, RUN_
 from .servers import (NetNs, TcpServer, UdpServer, free_tcp_port, join_cgroup_fn, tcp_udp_pair)
 
 __all__ = ["Daemon", "ProbeResult", "Ctx", "Sandbox", "ctl_request", "holder_request",
-           "quit_listener_holder"]
+           "quit_listener_holder", "quit_listener_holders"]
 
 
 # --- egressd and egressctl ------------------------------------------------------------
@@ -58,6 +59,21 @@ def quit_listener_holder(path):
     """The holder egressd started lets go of its sockets and exits (it would
     linger for --listener-hold seconds, waiting for an egressd)."""
     holder_request(path, "QUIT")
+
+
+def quit_listener_holders(top):
+    """quit_listener_holder for every holder socket (<socket>.hold) under
+    top: the harness's egressd's and those of the tests' own egressd
+    instances, which otherwise outlive the run by --listener-hold."""
+    for d, _, files in os.walk(top):
+        for name in files:
+            p = os.path.join(d, name)
+            try:
+                is_sock = name.endswith(".hold") and stat.S_ISSOCK(os.lstat(p).st_mode)
+            except OSError:
+                continue
+            if is_sock:
+                quit_listener_holder(p)
 
 
 class Daemon:

@@ -24,7 +24,7 @@ from . import core
 from .core import (CLEANUP, RUN_ID, SUITE_TIMEOUT_S, TestFailure, cgroup_remove_tree, find_cgroup2,
                    kill_descendants,
                    log, on_alarm, on_signal, prerequisite_missing, read_sysctl, set_sysctl_for_run)
-from .ctx import Ctx, Daemon, quit_listener_holder
+from .ctx import Ctx, Daemon, quit_listener_holders
 from .confine import outside_errno
 from .dns import start_dns_upstream
 from .registry import KNOWN_NEEDS, TESTS
@@ -99,9 +99,10 @@ def setup(ctx):
     # bpffs dir: removing the pins detaches whatever links are left.
     CLEANUP.push("bpffs dir", shutil.rmtree, ctx.bpffs, True)
     ctx.daemon = Daemon(ctx)
-    # After egressd (the stack runs backwards): the listener holder it
-    # started keeps its sockets for a successor that will not come.
-    CLEANUP.push("listener holder", quit_listener_holder, ctx.sock + ".hold")
+    # After egressd (the stack runs backwards): the listener holders it and
+    # the tests' own egressd instances started keep their sockets for a
+    # successor that will not come.
+    CLEANUP.push("listener holders", quit_listener_holders, ctx.work)
     CLEANUP.push("egressd", ctx.daemon.stop)
     CLEANUP.push("sandboxes", detach_leftovers, ctx)
     # Ping sockets for root (gid 0) in this netns, fast open on the client.

@@ -172,8 +172,15 @@ def dnsupdate_detach_with_queries_in_flight(c):
     def body(up):
         sb = Sandbox(c, td_policy(c, ["api.test", "slow.test"]), "td-detach")
         with sb:
-            p = dns_stream_start(sb.cg, "udp", ["slow.test:A", "api.test:A"], 0.005, 1.5, 1.0)
-            time.sleep(1.0)
+            # Detached once a slow.test answer came (TD_SLOW_MS after its
+            # query; under ASan on a loaded machine once over a second),
+            # with the stream's later slow.test queries then in flight.
+            p = dns_stream_start(sb.cg, "udp", ["slow.test:A", "api.test:A"], 0.005,
+                                 3.0 * TIME_SCALE, 1.0)
+            first = dns_stream_wait(p, "slow.test", 2.4 * TIME_SCALE)
+            check(first == NOERROR, "no slow.test answer before the detach within %.1f s: "
+                  "%r (proves nothing)" % (2.4 * TIME_SCALE, first))
+            time.sleep(TD_SLOW_MS / 2000.0)
             t0 = time.monotonic()
             sb.detach()
             t1 = time.monotonic()

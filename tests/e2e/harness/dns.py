@@ -4,10 +4,12 @@ run inside a sandbox, sandboxes in a network namespace."""
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
+import time
 
 from .core import CLEANUP, PROBE_TIMEOUT_S, TestFailure, check, log, wait_until
 from .servers import join_cgroup_fn
@@ -18,7 +20,7 @@ __all__ = ["DNSMASQ", "DNS_MIN_TTL", "DNS_SHORT_TTL", "DNS_LONG_TTL", "DNS_ZONE"
            "free_udp_tcp_port", "DNS_CLIENT", "dns_query", "run_in_sandbox",
            "need_dnsmasq", "start_dns_upstream", "NsSandbox", "dns_ok", "dns_refused",
            "dns_not_upstream", "srv", "spawn_forwarding_dnsmasq", "dns_stream_start",
-           "dns_stream_end"]
+           "dns_stream_wait", "dns_stream_end"]
 
 
 # --- DNS filtering (docs/dns.md) ------------------------------------------------------
@@ -414,7 +416,7 @@ def query(qid, name, qt):
     for label in name.split("."):
         q += bytes([len(label)]) + label.encode()
     return q + b"\0" + struct.pack(">HH", QT[qt], 1)
-sent, i, buf, closed = {}, 0, b"", False
+sent, i, buf, closed, firsts = {}, 0, b"", False, set()
 print("start", flush=True)
 t0 = time.monotonic()
 nxt = t0
@@ -424,6 +426,9 @@ def got(m):
         if e is not None and e["got"] is None:
             e["got"] = time.monotonic()
             e["rcode"] = struct.unpack(">H", m[2:4])[0] & 15
+            if e["name"] not in firsts:  # dns_stream_wait() reads these
+                firsts.add(e["name"])
+                print("first %s %d" % (e["name"], e["rcode"]), flush=True)
 while True:
     now = time.monotonic()
     if now - t0 >= duration + more:
@@ -481,6 +486,27 @@ def dns_stream_start(cg, mode, qs, interval=0.02, duration=2.0, more=1.0):
     CLEANUP.push("dns query stream", lambda: p.poll() is None and p.kill())
     check(p.stdout.readline().strip() == "start", "the query stream did not start")
     return p
+
+
+def dns_stream_wait(p, name, timeout):
+    """The rcode of the stream's first answer for name, once it came; None
+    if none came within timeout (or the stream ended). Reads the pipe
+    itself (only "first" lines come before the stream's end)."""
+    end, buf, fd = time.monotonic() + timeout, b"", p.stdout.fileno()
+    while time.monotonic() < end:
+        r, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+        if not r:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            w = line.decode(errors="replace").split()
+            if len(w) == 3 and w[0] == "first" and w[1] == name:
+                return int(w[2])
+    return None
 
 
 def dns_stream_end(p, timeout=30):

@@ -94,6 +94,18 @@ static void relay_answer(const uint8_t *ans, size_t len)
 			 (ssize_t)len);
 }
 
+/* Run the loop until the client c has its answer (within ms); its rcode,
+ * the answer in resp. */
+static uint16_t client_answer(int c, uint16_t id, int ms)
+{
+	ssize_t k = pump_recv(c, rbuf, sizeof(rbuf), ms);
+
+	assert_true(k > 0);
+	assert_int_equal(egr_dns_parse_response(rbuf, (size_t)k, &resp), 0);
+	assert_int_equal(resp.id, id);
+	return resp.rcode;
+}
+
 /* The proxy's first datagram to the upstream is lost: a third of the
  * timeout later it sends the same query (same id) again, and the client
  * gets the answer to that, not a SERVFAIL. Twin: an upstream that loses
@@ -104,7 +116,7 @@ static void test_lost_datagram_is_resent(void **state)
 	size_t qlen = build_query(q, 0x5101, "api.test", EGR_DNS_T_A, false);
 	struct egr_dnsproxy_stats st;
 	int c = client_udp(AF_INET);
-	ssize_t n1, n2, k;
+	ssize_t n1, n2;
 	uint64_t t0;
 
 	send_udp(c, AF_INET, q, qlen);
@@ -117,11 +129,7 @@ static void test_lost_datagram_is_resent(void **state)
 	assert_memory_equal(again, first, (size_t)n1);
 	assert_true(now_ms() - t0 >= TIMEOUT_MS / 3 - 60);
 	relay_answer(ans, ask_dnsmasq(again, (size_t)n2, ans, sizeof(ans)));
-	k = pump_recv(c, rbuf, sizeof(rbuf), 1000);
-	assert_true(k > 0);
-	assert_int_equal(egr_dns_parse_response(rbuf, (size_t)k, &resp), 0);
-	assert_int_equal(resp.id, 0x5101);
-	assert_int_equal(resp.rcode, 0);
+	assert_int_equal(client_answer(c, 0x5101, 1000), 0);
 	assert_true(resp.naddrs >= 1);
 	assert_int_equal(egr_dnsproxy_stats(fx.p, SBID, &st), 0);
 	assert_int_equal(st.resent, 1);
@@ -133,10 +141,7 @@ static void test_lost_datagram_is_resent(void **state)
 	n1 = pump_relay(first, sizeof(first), 500);
 	assert_true(n1 > 12);
 	relay_answer(ans, ask_dnsmasq(first, (size_t)n1, ans, sizeof(ans)));
-	k = pump_recv(c, rbuf, sizeof(rbuf), 1000);
-	assert_true(k > 0);
-	assert_int_equal(egr_dns_parse_response(rbuf, (size_t)k, &resp), 0);
-	assert_int_equal(resp.id, 0x5102);
+	assert_int_equal(client_answer(c, 0x5102, 1000), 0);
 	assert_int_equal(pump_relay(again, sizeof(again), TIMEOUT_MS / 2), -1);
 	assert_int_equal(egr_dnsproxy_stats(fx.p, SBID, &st), 0);
 	assert_int_equal(st.resent, 1);
@@ -154,7 +159,7 @@ static void test_answer_waiting_past_the_deadline_is_read(void **state)
 	struct egr_dnsproxy_stats st;
 	int c = client_udp(AF_INET);
 	uint64_t t0;
-	ssize_t n, k;
+	ssize_t n;
 
 	send_udp(c, AF_INET, q, qlen);
 	n = pump_relay(fwd, sizeof(fwd), 500);
@@ -167,11 +172,7 @@ static void test_answer_waiting_past_the_deadline_is_read(void **state)
 		egr_loop_run_once(fx.loop, 10);
 	usleep(200 * 1000);
 	relay_answer(ans, alen);
-	k = pump_recv(c, rbuf, sizeof(rbuf), 1000);
-	assert_true(k > 0);
-	assert_int_equal(egr_dns_parse_response(rbuf, (size_t)k, &resp), 0);
-	assert_int_equal(resp.id, 0x5201);
-	assert_int_equal(resp.rcode, 0);
+	assert_int_equal(client_answer(c, 0x5201, 1000), 0);
 	assert_int_equal(egr_dnsproxy_stats(fx.p, SBID, &st), 0);
 	assert_int_equal(st.servfail + st.timeouts, 0);
 	close(c);
@@ -188,7 +189,7 @@ static void test_stalled_proxy_gives_the_time_back(void **state)
 	size_t qlen = build_query(q, 0x5401, "api.test", EGR_DNS_T_A, false);
 	struct egr_dnsproxy_stats st;
 	int c = client_udp(AF_INET);
-	ssize_t n, k;
+	ssize_t n;
 
 	send_udp(c, AF_INET, q, qlen);
 	n = pump_relay(fwd, sizeof(fwd), 500);
@@ -197,11 +198,7 @@ static void test_stalled_proxy_gives_the_time_back(void **state)
 	n = pump_relay(fwd, sizeof(fwd), 300);
 	assert_true(n > 12);
 	relay_answer(ans, ask_dnsmasq(fwd, (size_t)n, ans, sizeof(ans)));
-	k = pump_recv(c, rbuf, sizeof(rbuf), 1000);
-	assert_true(k > 0);
-	assert_int_equal(egr_dns_parse_response(rbuf, (size_t)k, &resp), 0);
-	assert_int_equal(resp.id, 0x5401);
-	assert_int_equal(resp.rcode, 0);
+	assert_int_equal(client_answer(c, 0x5401, 1000), 0);
 	assert_int_equal(egr_dnsproxy_stats(fx.p, SBID, &st), 0);
 	assert_int_equal(st.servfail + st.timeouts, 0);
 	assert_true(st.resent >= 1);

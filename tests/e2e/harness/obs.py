@@ -35,11 +35,14 @@ def obs_events(c, *args):
 
 
 def obs_jsonl(path):
+    # egressd appends a line in one write(), but a reader of a regular file
+    # can see that write half done: a last line without its newline is one
+    # being written, not a torn record, and is read next time.
     out = []
     try:
         with open(path) as f:
             for line in f:
-                if line.strip():
+                if line.strip() and line.endswith("\n"):
                     out.append(json.loads(line))
     except FileNotFoundError:
         pass

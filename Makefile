@@ -322,7 +322,8 @@ test: deps
 	$(Q)tools/install-deps --deb # the package tests build and lint a .deb
 	$(Q)$(MAKE) --no-print-directory all $(UNIT_BINS) $(INTEG_BINS) $(BPFT_OUT)/test_bpf $(E2E_BINS) $(FUZZ_BINS)
 	$(Q)tools/module-cycles --build $(OUT)
-	$(Q)$(MAKE) --no-print-directory test-unit test-integration test-bpf test-fuzz test-e2e
+	$(Q)$(MAKE) --no-print-directory test-unit test-integration test-bpf test-fuzz
+	$(Q)$(MAKE) --no-print-directory test-e2e E2E_SELECT="$(E2E_RELEASE_SELECT)"
 	$(Q)$(MAKE) --no-print-directory test-asan
 
 test-unit: $(UNIT_BINS)
@@ -341,9 +342,18 @@ test-fuzz: $(FUZZ_BINS)
 
 # The tests that need systemd as PID 1 or lsm programs are left out here
 # (the run lists them); make test-kernels runs them in its guests.
+# E2E_SELECT narrows the run (run.py -m, --kernel-subset, --needing).
+# make test runs each e2e test against the ASan/UBSan build (test-asan),
+# except those that check a shipped artifact (plain_build); against the
+# release build it runs those and the kernel-dependent subset, the one
+# make test-kernels runs in its guests (docs/testing.md, "What make test
+# runs"). make test-e2e alone runs the whole e2e on the release build.
 E2E_WITHOUT ?= systemd,lsm_cgroup
+E2E_SELECT  ?=
+E2E_RELEASE_SELECT := --kernel-subset --needing plain_build
 test-e2e: all $(E2E_BINS) upgrade-from
-	$(Q)python3 tests/e2e/run.py --build $(OUT) $(if $(E2E_WITHOUT),--without $(E2E_WITHOUT))
+	$(Q)python3 tests/e2e/run.py --build $(OUT) $(E2E_SELECT) \
+		$(if $(E2E_WITHOUT),--without $(E2E_WITHOUT))
 
 # Root. KERNELS: debian-6.1, debian-6.12, a linux-image .deb or a bzImage
 # path (tools/test-kernels); the guests' results and serial logs go to

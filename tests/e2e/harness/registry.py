@@ -9,17 +9,28 @@ cannot run it. `run.py --without NEED` leaves such tests out, and says so
 (make test on a host without systemd as PID 1; make test-kernels runs
 them in its guests)."""
 
-__all__ = ["TESTS", "test", "KNOWN_NEEDS"]
+__all__ = ["TESTS", "test", "KNOWN_NEEDS", "KERNEL_SUBSET"]
 
 TESTS = []
 _NAMES = set()
 
 # What a test may need (harness/needs.py probes each).
 # plain_build: the test checks an artifact built from the plain tree (the
-# .deb, the image); make test-asan's pass leaves it out (--without), since
-# make test's pass checked the same bytes. qemu: test_microvm.py's VMM.
+# .deb, the image); make test runs it on the release build (--needing) and
+# leaves it out of the ASan pass (--without). qemu: test_microvm.py's VMM.
 KNOWN_NEEDS = ("systemd", "lsm_cgroup", "no_lsm_cgroup", "cgroup_pids", "cgroup_memory",
                "plain_build", "qemu")
+
+# The kernel-dependent subset (issue 29), run.py --kernel-subset: the BPF
+# decisions, the adversarial and hostile batteries, the escape guard (its
+# tracepoints and its root programs), a detach's socket teardown (sock_diag
+# SOCK_DESTROY, modules on Debian's kernels), the upgrade, the unit under
+# systemd and the lsm_cgroup layer. MODULE or MODULE:PATTERN as run.py -m;
+# each test's own needs decide where it may run. make test-kernels runs it
+# in every guest, make test on this host's kernel with the release build.
+KERNEL_SUBSET = ("test_unit", "test_lsm_cgroup", "test_hostile_kernel", "test_redteam2_escape",
+                 "test_redteam5_escape", "test_hostile_daemon:hd_detach", "test_adversarial",
+                 "test_hostile_run", "test_upgrade")
 
 
 def _register(fn, needs):

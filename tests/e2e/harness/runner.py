@@ -27,7 +27,7 @@ from .core import (CLEANUP, RUN_ID, SUITE_TIMEOUT_S, TestFailure, cgroup_remove_
 from .ctx import Ctx, Daemon, quit_listener_holders
 from .confine import outside_errno
 from .dns import start_dns_upstream
-from .registry import KNOWN_NEEDS, TESTS
+from .registry import KERNEL_SUBSET, KNOWN_NEEDS, TESTS
 from .needs import unmet_need
 
 __all__ = ["CORE_MODULES", "E2E_DIR", "load_tests", "load_areas", "setup", "detach_leftovers",
@@ -132,6 +132,15 @@ def detach_leftovers(ctx):
         print("  cleanup: detaching leftovers: %s" % e, file=sys.stderr)
 
 
+def needs_arg(ap, opt, values):
+    """The NEED names of a repeatable NEED[,NEED] option, each checked."""
+    got = {n for v in values for n in v.split(",") if n}
+    for n in got:
+        if n not in KNOWN_NEEDS:
+            ap.error("%s %s: not one of %s" % (opt, n, ", ".join(KNOWN_NEEDS)))
+    return got
+
+
 def main(description="egressd end-to-end tests", argv=None):
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--build", default="build", help="build directory (default build)")
@@ -139,6 +148,12 @@ def main(description="egressd end-to-end tests", argv=None):
     ap.add_argument("-m", "--module", action="append", default=[], metavar="MODULE[:PATTERN]",
                     help="run only the tests of tests/e2e/MODULE.py (repeatable); with "
                     ":PATTERN only those of its tests whose name contains PATTERN")
+    ap.add_argument("--kernel-subset", action="store_true",
+                    help="add the kernel-dependent subset to the selection (registry.py's "
+                    "KERNEL_SUBSET: what make test-kernels runs in its guests)")
+    ap.add_argument("--needing", action="append", default=[], metavar="NEED[,NEED]",
+                    help="add the tests that need NEED to the selection; -m, --kernel-subset "
+                    "and --needing add up, and without any of them every test is selected")
     ap.add_argument("--without", action="append", default=[], metavar="NEED[,NEED]",
                     help="leave out the tests that need NEED (%s); the run says how many" %
                     ", ".join(KNOWN_NEEDS))
@@ -152,16 +167,20 @@ def main(description="egressd end-to-end tests", argv=None):
 
     modules = load_tests()
     names = {m.__name__ for m in modules}
-    sel = [m.partition(":")[::2] for m in args.module]
+    specs = args.module + (list(KERNEL_SUBSET) if args.kernel_subset else [])
+    sel = [m.partition(":")[::2] for m in specs]
     for m, _ in sel:
         if m not in names:
             ap.error("no test module %s (tests/e2e/%s.py)" % (m, m))
-    without = {n for w in args.without for n in w.split(",") if n}
-    for n in without:
-        if n not in KNOWN_NEEDS:
-            ap.error("--without %s: not one of %s" % (n, ", ".join(KNOWN_NEEDS)))
-    tests = [t for t in TESTS if (not args.pattern or args.pattern in t.__name__) and
-             (not sel or any(t.__module__ == m and p in t.__name__ for m, p in sel))]
+    without = needs_arg(ap, "--without", args.without)
+    needing = needs_arg(ap, "--needing", args.needing)
+
+    def selected(t):
+        if not sel and not needing:
+            return True
+        return (any(t.__module__ == m and p in t.__name__ for m, p in sel) or
+                bool(needing & set(t.needs)))
+    tests = [t for t in TESTS if (not args.pattern or args.pattern in t.__name__) and selected(t)]
     for m, p in sel:
         if p and not any(t.__module__ == m and p in t.__name__ for t in tests):
             ap.error("-m %s:%s selects no test" % (m, p))   # never an empty selection

@@ -285,11 +285,60 @@ static void test_unclaimed_released_at_settle(void **state)
 	egr_loop_free(loop);
 }
 
+/* What the upgrade's handover relies on: egr_lhold_answers tells a running
+ * holder from none, egr_lhold_holdable keeps listeners only, and the
+ * handed-over sockets are listed for the upgrade's marks. */
+static void test_handover_helpers(void **state)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct egr_loop *loop;
+	struct egr_lhold *h;
+	int u, t, c, *fds = NULL;
+
+	assert_true(egr_lhold_answers(path));
+	assert_false(egr_lhold_answers("/tmp/egr-test-lhold-none.sock"));
+	u = socket(AF_INET, SOCK_DGRAM, 0);
+	assert_int_equal(bind(u, (struct sockaddr *)&a, sizeof(a)), 0);
+	t = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(t, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_true(egr_lhold_holdable(u));
+	assert_false(egr_lhold_holdable(t)); /* not listening: no listener */
+	assert_int_equal(listen(t, 4), 0);
+	assert_true(egr_lhold_holdable(t));
+	/* A connected UDP socket on loopback is a client's, never held. */
+	c = socket(AF_INET, SOCK_DGRAM, 0);
+	a.sin_port = htons(bound_port(u));
+	assert_int_equal(connect(c, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_false(egr_lhold_holdable(c));
+	close(c);
+
+	assert_int_equal(egr_loop_new(&loop), 0);
+	assert_int_equal(egr_lhold_open(loop, path, "/nonexistent", 30, &h), 0);
+	assert_int_equal(egr_lhold_taken_fds(h, &fds), 0);
+	assert_null(fds);
+	assert_int_equal(egr_lhold_put(h, u), 0);
+	assert_int_equal(egr_lhold_put(h, t), 0);
+	egr_lhold_freeze(h);
+	egr_lhold_free(h);
+	assert_int_equal(egr_lhold_open(loop, path, "/nonexistent", 30, &h), 0);
+	assert_int_equal(egr_lhold_taken_fds(h, &fds), 2);
+	for (int i = 0; i < 2; i++)
+		assert_true(egr_lhold_holdable(fds[i]));
+	free(fds);
+	assert_int_equal(egr_lhold_taken_fds(NULL, &fds), 0);
+	egr_lhold_settle(h); /* nothing claimed: both let go */
+	egr_lhold_free(h);
+	close(u);
+	close(t);
+	egr_loop_free(loop);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_socket_outlives_its_process_and_is_claimed),
 		cmocka_unit_test(test_unclaimed_released_at_settle),
+		cmocka_unit_test(test_handover_helpers),
 		cmocka_unit_test_teardown(test_killed_holder_replaced_every_time, repl_teardown),
 	};
 

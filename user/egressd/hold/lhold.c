@@ -72,8 +72,8 @@ static bool on_device(int fd)
 }
 
 /* What the kernel says the socket is; -EINVAL when it is no listener of
- * ours (a UDP socket or a listening TCP one, on loopback, or on a
- * specific address of the device it is bound to). */
+ * ours (an unconnected UDP socket or a listening TCP one, on loopback, or
+ * on a specific address of the device it is bound to). */
 static int sock_id(int fd, struct lh_id *id)
 {
 	struct sockaddr_storage ss;
@@ -93,6 +93,10 @@ static int sock_id(int fd, struct lh_id *id)
 	if (id->type == SOCK_STREAM &&
 	    (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &ol) < 0 || !v))
 		return -EINVAL;
+	/* A connected datagram socket is a client's (an upstream query). */
+	if (id->type == SOCK_DGRAM && getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
+		return -EINVAL;
+	sl = sizeof(ss);
 	if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
 		return -errno;
 	if (ss.ss_family == AF_INET && id->family == AF_INET) {
@@ -612,6 +616,39 @@ void egr_lhold_settle(struct egr_lhold *h)
 	h->ntaken = 0;
 	log_info("listener holder %ld: %u of %u handed-over socket(s) in use, %u held",
 		 h->st.holder_pid, h->st.claimed, h->st.handed_over, h->st.held);
+}
+
+size_t egr_lhold_taken_fds(const struct egr_lhold *h, int **fds)
+{
+	*fds = NULL;
+	if (!h || !h->ntaken || !(*fds = calloc(h->ntaken, sizeof(**fds))))
+		return 0;
+	for (size_t i = 0; i < h->ntaken; i++)
+		(*fds)[i] = h->taken[i].fd;
+	return h->ntaken;
+}
+
+bool egr_lhold_holdable(int fd)
+{
+	struct lh_id id;
+
+	return sock_id(fd, &id) == 0;
+}
+
+bool egr_lhold_answers(const char *path)
+{
+	char buf[HOLD_MSG_MAX + 1];
+	int fd = dial(path), got = -1;
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	ok = !egr_hold_send(fd, "PING", -1) && !recv_msg(fd, buf, sizeof(buf), &got) &&
+	     !strncmp(buf, "OK ", 3);
+	if (got >= 0)
+		close(got);
+	close(fd);
+	return ok;
 }
 
 void egr_lhold_stats(const struct egr_lhold *h, struct egr_lhold_stats *out)

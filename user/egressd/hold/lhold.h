@@ -18,6 +18,7 @@
 #ifndef EGR_LHOLD_H
 #define EGR_LHOLD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -61,6 +62,15 @@ void egr_lhold_settle(struct egr_lhold *h);
  * proxies' teardown closes every fd; the holder keeps them all). */
 void egr_lhold_freeze(struct egr_lhold *h);
 void egr_lhold_stats(const struct egr_lhold *h, struct egr_lhold_stats *out);
+/* The handed-over sockets not claimed yet, as a new array in *fds (the
+ * caller frees it; the fds stay h's). Their count; 0 and NULL without. */
+size_t egr_lhold_taken_fds(const struct egr_lhold *h, int **fds);
+/* A socket the holder would keep (a UDP or listening TCP one, on loopback
+ * or on an address of the device it is bound to): what the handover from
+ * a predecessor without a holder takes (hold/handover.h). */
+bool egr_lhold_holdable(int fd);
+/* A holder answers at path (none is started). */
+bool egr_lhold_answers(const char *path);
 /* An egr_metrics_source_fn (obs/metrics.h); ctx: the egr_lhold (NULL: off). */
 struct egr_mbuf;
 void egr_lhold_metrics(void *ctx, struct egr_mbuf *mb);

@@ -16,10 +16,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import time
 
 from harness import (CLEANUP, DNS_REBIND_LO, RAND, RUN_ID, TIME_SCALE, Sandbox, TestFailure, check,
-                     free_tcp_port, log, need_dnsmasq, run, test, wait_until)
+                     find_cgroup2, free_tcp_port, log, need_dnsmasq, run, test, wait_until)
 
 UNIT = "egressd.service"
 DROPIN_DIR = "/run/systemd/system/egressd.service.d"
@@ -48,14 +49,15 @@ def unit_show(*props):
 
 
 def unit_exec_start():
-    """The installed unit's ExecStartPre and ExecStart command lines, with
-    this run's configuration file in place of the package's (the rest, e.g.
-    --user egressd, as shipped: without it egressd is not the unit's)."""
+    """The installed unit's ExecStartPre, ExecStart and ExecStop command
+    lines, with this run's configuration file in place of the package's
+    (the rest, e.g. --user egressd, as shipped: without it egressd is not
+    the unit's)."""
     path = unit_show("FragmentPath")["FragmentPath"]
     with open(path) as f:
         text = f.read()
     out = []
-    for key in ("ExecStartPre", "ExecStart"):
+    for key in ("ExecStartPre", "ExecStart", "ExecStop"):
         m = re.search(r"^%s=(.*--config )(\S+)(.*)$" % key, text, re.M)
         check(m, "%s has no %s with --config" % (path, key))
         out.append(m.group(1) + CONFIG + m.group(3))
@@ -79,18 +81,26 @@ def unit_prepare(c):
         return
     if unit_show("ActiveState")["ActiveState"] in ("active", "activating", "reloading"):
         raise TestFailure("%s is already running on this host: these tests restart it" % UNIT)
-    pre, start = unit_exec_start()
+    _STATE["exec"] = unit_exec_start()
     port = re.search(r"127\.0\.0\.1:(\d+)", " ".join(c.dns_args)).group(1)
     with open(CONFIG, "w") as f:
         json.dump({"socket": SOCK, "bpffs-dir": BPFFS, "state-dir": STATE, "group": "egressd",
                    "log-level": "info", "dns-upstream": ["127.0.0.1:%s" % port],
                    "metrics-addr": "127.0.0.1:%d" % free_tcp_port()}, f)
     os.makedirs(DROPIN_DIR, exist_ok=True)
-    with open(DROPIN, "w") as f:
-        f.write("[Service]\nExecStartPre=\nExecStartPre=%s\nExecStart=\nExecStart=%s\n"
-                "WatchdogSec=%ds\nTimeoutStartSec=%ds\n" % (pre, start, WATCHDOG_S, START_S))
     CLEANUP.push("the unit's drop-in", unit_cleanup)
     _STATE["prepared"] = True
+    unit_dropin()
+
+
+def unit_dropin(start_extra=""):
+    """This run's drop-in; start_extra: more ExecStart= options (an egressd
+    as an earlier release ran it). daemon-reload."""
+    pre, start, stop = _STATE["exec"]
+    with open(DROPIN, "w") as f:
+        f.write("[Service]\nExecStartPre=\nExecStartPre=%s\nExecStart=\nExecStart=%s%s\n"
+                "ExecStop=\nExecStop=%s\nWatchdogSec=%ds\nTimeoutStartSec=%ds\n" %
+                (pre, start, start_extra, stop, WATCHDOG_S, START_S))
     r = systemctl("daemon-reload")
     check(r.returncode == 0, "daemon-reload: %s" % r.stderr)
 
@@ -224,14 +234,12 @@ class _UnitDaemon:
         return unit_show("ActiveState")["ActiveState"] == "active"
 
 
-@test(needs=("systemd",))
-def unit_restart_three_times_loses_no_dns(c):
-    """Issue 24 under a real systemd: `systemctl restart` three times while
-    a sandbox of the unit's egressd resolves a name every 20 ms over UDP and
-    every 100 ms over TCP (both stretched by E2E_TIME_SCALE on an emulated
-    guest, as is the stub's 5 s timeout): KillMode=process keeps the
-    listener holder across each restart, so every query is answered at its
-    first transmission, each after its address is learned."""
+def unit_dns_across(c, what, act):
+    """A sandbox of the unit's egressd resolving a name every 20 ms over UDP
+    and every 100 ms over TCP (both stretched by E2E_TIME_SCALE on an
+    emulated guest, as is the stub's 5 s timeout) while act(marks) restarts
+    it: every query answered at its first transmission, each after its
+    address is learned. The latency report."""
     from test_restart import Resolver, Targets, judge
     need_dnsmasq(c)
     unit_started(c)
@@ -250,23 +258,89 @@ def unit_restart_three_times_loses_no_dns(c):
                        timeout=5.0 * TIME_SCALE, every=(udp_every, tcp_every))
         try:
             time.sleep(0.6 * TIME_SCALE)
-            for i in range(3):
-                pid = int(unit_show("MainPID")["MainPID"])
-                t = time.monotonic()
-                r = systemctl("restart", UNIT, timeout=START_S + 30)
-                check(r.returncode == 0, "systemctl restart %d: %s\n%s" %
-                      (i + 1, r.stderr.strip(), unit_journal(40)))
-                check(int(unit_show("MainPID")["MainPID"]) not in (0, pid),
-                      "restart %d kept pid %d" % (i + 1, pid))
-                marks.append("restart %d: %.0f ms" % (i + 1, (time.monotonic() - t) * 1000))
-                time.sleep(0.4 * TIME_SCALE)
+            act(marks)
         finally:
             rows = res.finish()
     check(rows and max(r["got"] for r in rows) - min(r["sent"] for r in rows) <
           n_udp * udp_every, "the restarts outlasted the names the resolver had")
-    rep = judge(rows, lambda r: True, "across 3 systemctl restarts")
+    rep = judge(rows, lambda r: True, what)
     check(len([r for r in rows if r["tr"] == "udp"]) >= 50,
           "too few UDP queries were made: %d" % len(rows))
+    return rep, marks
+
+
+def unit_restart(i, marks):
+    pid = int(unit_show("MainPID")["MainPID"])
+    t = time.monotonic()
+    r = systemctl("restart", UNIT, timeout=START_S + 30)
+    check(r.returncode == 0, "systemctl restart %d: %s\n%s" %
+          (i + 1, r.stderr.strip(), unit_journal(40)))
+    check(int(unit_show("MainPID")["MainPID"]) not in (0, pid),
+          "restart %d kept pid %d" % (i + 1, pid))
+    marks.append("restart %d: %.0f ms" % (i + 1, (time.monotonic() - t) * 1000))
+    time.sleep(0.4 * TIME_SCALE)
+
+
+@test(needs=("systemd",))
+def unit_restart_three_times_loses_no_dns(c):
+    """Issue 24 under a real systemd: `systemctl restart` three times while
+    a sandbox resolves (unit_dns_across): KillMode=process keeps the
+    listener holder across each restart."""
+    def act(marks):
+        for i in range(3):
+            unit_restart(i, marks)
+    rep, marks = unit_dns_across(c, "across 3 systemctl restarts", act)
     log("systemctl restart: udp %s; tcp %s; %s" % (rep["udp"], rep["tcp"], "; ".join(marks)))
     print("    unit_restart_three_times_loses_no_dns: udp %s; tcp %s; %s" %
+          (rep["udp"], rep["tcp"], "; ".join(marks)), flush=True)
+
+
+def unit_quit_holders():
+    """SIGTERM the listener holders in the unit's cgroup (KillMode=process
+    leaves them across a stop), so that the next egressd starts without
+    one. The holder answers only its own uid and cgroup: no QUIT from us."""
+    cg = unit_show("ControlGroup")["ControlGroup"]
+    procs = os.path.join(find_cgroup2(), cg.lstrip("/"), "cgroup.procs")
+    pids = []
+    try:
+        with open(procs) as f:
+            pids = [int(x) for x in f.read().split()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                if b"--run-listener-holder" not in f.read():
+                    continue
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            continue
+        check(wait_until(lambda: not os.path.exists("/proc/%d" % pid), 10 * TIME_SCALE),
+              "the unit's listener holder %d did not exit on SIGTERM" % pid)
+
+
+@test(needs=("systemd",))
+def unit_upgrade_from_holderless_loses_no_dns(c):
+    """An upgrade from an egressd without a listener holder, as a package
+    upgrade makes it: the running egressd has none (--listener-holder off,
+    as every release before the holder ran), the new unit is loaded
+    (daemon-reload) and the service restarted. The unit's ExecStop= hands
+    the old egressd's listeners to a holder before systemd stops it, so no
+    query is lost (unit_dns_across)."""
+    systemctl("stop", UNIT, timeout=START_S)
+    unit_prepare(c)
+    unit_quit_holders()   # the earlier tests' holder would answer the handover
+    unit_dropin(" --listener-holder off")
+    try:
+        def act(marks):
+            unit_dropin()   # the new package's unit
+            unit_restart(0, marks)
+        rep, marks = unit_dns_across(c, "across an upgrade from an egressd without a holder",
+                                     act)
+        journal = unit_journal(200)
+        check("held by the listener holder" in journal,
+              "the unit's ExecStop= did not hand the listeners over:\n%s" % journal[-3000:])
+    finally:
+        unit_dropin()
+    print("    unit_upgrade_from_holderless_loses_no_dns: udp %s; tcp %s; %s" %
           (rep["udp"], rep["tcp"], "; ".join(marks)), flush=True)

@@ -148,7 +148,7 @@ static int setup(void **state)
 	       "ip -n %s link set lo up", ns_s, ns_s, ns_s) ||
 	    sh("ip netns exec %s sysctl -qw net.ipv4.conf.all.forwarding=1", ns_h))
 		return -1;
-	err = egr_bpf_open(&B, bpfdir, NULL, &feat);
+	err = egr_bpf_open(&B, bpfdir, NULL, NULL, &feat);
 	if (err) {
 		fprintf(stderr, "test_netdev_attach: egr_bpf_open: %s\n", strerror(-err));
 		return -1;

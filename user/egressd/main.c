@@ -42,6 +42,7 @@
 #include "obs/metrics.h"
 #include "notify.h"
 #include "hold/hold_proto.h"
+#include "hold/handover.h"
 #include "hold/lhold.h"
 #include "options.h"
 #include "ptree.h"
@@ -255,6 +256,36 @@ out:
 	egr_notify("READY=1\nSTATUS=running: %zu sandbox(es)", egr_reg_count(r->reg));
 }
 
+/* The listener holder's socket: --listener-holder, else <socket>.hold.
+ * -ENAMETOOLONG (logged) when that is too long a path. */
+static int holder_path(const struct egr_options *o, char *buf, size_t len)
+{
+	if ((size_t)snprintf(buf, len, "%s%s", o->holder ? o->holder : o->socket,
+			     o->holder ? "" : ".hold") < len)
+		return 0;
+	log_error("listener holder: %s%s is too long a path; listeners will not outlive this "
+		  "egressd", o->holder ? o->holder : o->socket, o->holder ? "" : ".hold");
+	return -ENAMETOOLONG;
+}
+
+/* --hold-listeners-of PID (hold/handover.h): the unit's ExecStop=. */
+static int hand_over_listeners(const struct egr_options *o)
+{
+	struct egr_handover h = { .pid = o->hold_listeners_of, .linger_s = o->holder_linger_s,
+				  .user = o->user, .uid = o->user_uid, .gid = o->user_gid };
+	char hpath[128];
+
+	if (o->holder && !strcmp(o->holder, "off")) {
+		log_info("handover: --listener-holder off; the listeners close with egressd %d",
+			 (int)o->hold_listeners_of);
+		return 0;
+	}
+	if (holder_path(o, hpath, sizeof(hpath)))
+		return 1;
+	h.holder = hpath;
+	return egr_handover_run(&h) ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct egr_features feat = { 0 };
@@ -315,6 +346,11 @@ int main(int argc, char **argv)
 	sigprocmask(SIG_BLOCK, &hup, NULL);
 	egr_log_set_level(o.log_level);
 	egr_log_init_priority(o.log_priority_prefix);
+	if (o.hold_listeners) {
+		rc = hand_over_listeners(&o);
+		egr_options_free(&o);
+		return rc;
+	}
 	if (egr_notify_init()) {
 		egr_options_free(&o);
 		return 1;
@@ -342,13 +378,38 @@ int main(int argc, char **argv)
 	if (rc)
 		log_info("joined the host's cgroup namespace (the initial one)");
 
+	err = egr_loop_new(&loop);
+	if (err) {
+		log_error("event loop: %s", strerror(-err));
+		egr_options_free(&o);
+		return 1;
+	}
+	/* The predecessor's listeners, with what queued on them while no
+	 * egressd ran: adoption below takes them over (docs/operations.md
+	 * "Restarts"), and an upgrade marks them as egressd's before it
+	 * switches the programs. Without a holder they are opened anew. */
+	if (!o.holder || strcmp(o.holder, "off")) {
+		char hpath[128];
+
+		egr_notify("STATUS=taking over the listeners of the previous egressd");
+		if (!holder_path(&o, hpath, sizeof(hpath)))
+			egr_lhold_open(loop, hpath, "/proc/self/exe", o.holder_linger_s, &hold);
+	}
+
 	const struct egr_bpf_knobs knobs = { .deny_events_per_s = o.events_deny_rate,
 					     .deny_events_burst = o.events_deny_burst,
 					     .allow_events_per_s = o.events_allow_rate };
-	err = egr_bpf_open(&bpf, o.bpffs_dir, &knobs, &feat);
+	int *prior_fds = NULL;
+	size_t nprior = egr_lhold_taken_fds(hold, &prior_fds);
+	const struct egr_bpf_listeners prior = { .fd = prior_fds, .n = nprior };
+
+	err = egr_bpf_open(&bpf, o.bpffs_dir, &knobs, &prior, &feat);
+	free(prior_fds);
 	if (err) {
 		log_error("cannot load the BPF side: %s", strerror(-err));
 		egr_notify("STATUS=failed: cannot load the BPF side: %s", strerror(-err));
+		egr_lhold_free(hold);
+		egr_loop_free(loop);
 		egr_options_free(&o);
 		return 1;
 	}
@@ -365,6 +426,8 @@ int main(int argc, char **argv)
 		egr_notify("STATUS=failed: the escape guard is required and not in force");
 		egr_escape_close(&escape);
 		egr_bpf_close(bpf);
+		egr_lhold_free(hold);
+		egr_loop_free(loop);
 		egr_options_free(&o);
 		return 1;
 	}
@@ -373,31 +436,6 @@ int main(int argc, char **argv)
 	if (feat.escape_guard && (err = egr_escape_kill_marked(bpf)) > 0)
 		log_warn("escape guard: killed %d process(es) marked escaped while egressd was down",
 			 err);
-	err = egr_loop_new(&loop);
-	if (err) {
-		log_error("event loop: %s", strerror(-err));
-		egr_escape_close(&escape);
-		egr_bpf_close(bpf);
-		egr_options_free(&o);
-		return 1;
-	}
-	/* The predecessor's listeners, with what queued on them while no
-	 * egressd ran: adoption below takes them over (docs/operations.md
-	 * "Restarts"). Without a holder they are opened anew, as before. */
-	if (!o.holder || strcmp(o.holder, "off")) {
-		char hpath[128];
-
-		snprintf(hpath, sizeof(hpath), "%s", o.holder ? o.holder : "");
-		if (!o.holder && snprintf(hpath, sizeof(hpath), "%s.hold", o.socket) >=
-					 (int)sizeof(hpath))
-			hpath[0] = '\0';
-		egr_notify("STATUS=taking over the listeners of the previous egressd");
-		if (hpath[0])
-			egr_lhold_open(loop, hpath, "/proc/self/exe", o.holder_linger_s, &hold);
-		else
-			log_error("listener holder: %s.hold is too long a path; listeners will not "
-				  "outlive this egressd", o.socket);
-	}
 	/* The DNS proxy exists before adoption, which reopens the listeners of
 	 * every adopted sandbox. Without it sandboxes get no DNS (closed). */
 	if (egr_reg_new(&reg)) {

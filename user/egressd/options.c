@@ -67,6 +67,7 @@ enum {
 	OPT_REQUIRE_POLICY_NS,
 	OPT_CONFIG,
 	OPT_CHECK_CONFIG,
+	OPT_HOLD_LISTENERS_OF,
 	OPT_HELP,
 	OPT_VERSION,
 };
@@ -121,6 +122,7 @@ static const struct option longopts[] = {
 	{ "require-policy-namespaces", required_argument, NULL, OPT_REQUIRE_POLICY_NS },
 	{ "config", required_argument, NULL, OPT_CONFIG },
 	{ "check-config", no_argument, NULL, OPT_CHECK_CONFIG },
+	{ "hold-listeners-of", required_argument, NULL, OPT_HOLD_LISTENERS_OF },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "version", no_argument, NULL, OPT_VERSION },
 	{ NULL, 0, NULL, 0 },
@@ -128,7 +130,8 @@ static const struct option longopts[] = {
 _Static_assert(sizeof(longopts) / sizeof(longopts[0]) <= EGR_OPT_SLOTS, "EGR_OPT_SLOTS too small");
 
 /* Only on the command line: they say how to read the configuration. */
-static const char *const cli_only[] = { "config", "check-config", "help", "version", NULL };
+static const char *const cli_only[] = { "config", "check-config", "hold-listeners-of", "help",
+					 "version", NULL };
 static const char *const repeatable[] = { "dns-upstream", NULL };
 
 /*
@@ -226,6 +229,9 @@ static void usage(FILE *out)
 		"  --require-policy-namespaces LIST  comma-separated namespaces whose\n"
 		"                     containers without io.egressd.policy and without a\n"
 		"                     NAMESPACE/default.json are refused (default: none)\n"
+		"  --hold-listeners-of PID  hand the DNS and inspecting listeners of the egressd\n"
+		"                     PID, an older one without a listener holder, to a holder\n"
+		"                     for its successor, then exit (the unit's ExecStop=)\n"
 		"  --help             this text\n"
 		"  --version          print the version\n",
 		EGR_DEFAULT_SOCKET);
@@ -559,6 +565,15 @@ static int apply(struct egr_options *o, int c, const struct cursor *at, const ch
 		break;
 	case OPT_CHECK_CONFIG:
 		o->check_config = true;
+		break;
+	case OPT_HOLD_LISTENERS_OF:
+		/* "" is the unit's ExecStop= with no main process left: the
+		 * handover has nothing to take (hold/handover.h). */
+		v = 0;
+		if (*arg && (rc = num(o, at, arg, 1, INT32_MAX, &v)))
+			return rc;
+		o->hold_listeners_of = (pid_t)v;
+		o->hold_listeners = true;
 		break;
 	case OPT_CONFIG:
 		/* Read before everything else by find_config(), which only

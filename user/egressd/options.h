@@ -62,6 +62,9 @@ struct egr_options {
 	const char *policy_dir, *require_policy_ns;
 	const char *config;    /* --config FILE (NULL: none) */
 	bool check_config;     /* --check-config: validate and exit */
+	/* --hold-listeners-of PID: hand them to a holder and exit (0: no pid) */
+	bool hold_listeners;
+	pid_t hold_listeners_of;
 
 	/* Owned: the config file's arguments (the strings above point into
 	 * them or into argv), the merged argument vector, and each option's

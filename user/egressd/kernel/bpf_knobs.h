@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
-/* The load-time knobs of the BPF object (bpfstate.h includes this): a
- * definition below every file of kernel/, so kernel_priv.h's struct
- * egr_bpf can hold them without depending on bpfstate.c. */
+/* The load-time knobs of the BPF object and the predecessor's listeners
+ * (bpfstate.h includes this): definitions below every file of kernel/, so
+ * kernel_priv.h's struct egr_bpf can hold them without depending on
+ * bpfstate.c. */
 #ifndef EGR_BPF_KNOBS_H
 #define EGR_BPF_KNOBS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Load-time knobs: read-only data of the programs, set between open and
@@ -16,5 +18,15 @@ struct egr_bpf_knobs {
 };
 #define EGR_BPF_KNOBS_DEFAULT { .deny_events_per_s = 100, .deny_events_burst = 200, \
 				.allow_events_per_s = 20 }
+
+/* The predecessor's listener sockets, handed over by the listener holder
+ * (hold/lhold.h). An upgrade from an earlier ABI version, whose listeners
+ * bear no mark of ours, marks them as egressd's DNS listeners before it
+ * switches a sandbox to the new programs (kernel/listen.h): those refuse
+ * DNS to an unmarked socket, until adoption claimed it. */
+struct egr_bpf_listeners {
+	const int *fd;
+	size_t n;
+};
 
 #endif /* EGR_BPF_KNOBS_H */

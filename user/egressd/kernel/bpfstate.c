@@ -291,7 +291,8 @@ static int load(struct egr_bpf *b, const char *dir, struct egr_features *feat)
 	}
 	if (mig) {
 		const struct egr_mig_attach ops = { .attach = egr_kern_mig_attach,
-						    .detach = egr_kern_mig_detach, .ctx = b };
+						    .detach = egr_kern_mig_detach,
+						    .before_switch = egr_kern_mig_premark, .ctx = b };
 
 		err = egr_mig_commit(mig, b->skel->obj, &ops);
 		if (err)
@@ -325,7 +326,7 @@ fail:
 }
 
 int egr_bpf_open(struct egr_bpf **out, const char *dir, const struct egr_bpf_knobs *knobs,
-		 struct egr_features *feat)
+		 const struct egr_bpf_listeners *prior, struct egr_features *feat)
 {
 	static const struct egr_bpf_knobs defaults = EGR_BPF_KNOBS_DEFAULT;
 	struct egr_bpf *b = calloc(1, sizeof(*b));
@@ -337,7 +338,9 @@ int egr_bpf_open(struct egr_bpf **out, const char *dir, const struct egr_bpf_kno
 	b->pin_watch_fd = -1;
 	b->hold_fd = -1;
 	b->knobs = knobs ? *knobs : defaults;
+	b->prior = prior;
 	err = load(b, dir, feat);
+	b->prior = NULL;
 	if (err) {
 		egr_kern_links_release(b); /* whatever an early return left */
 		free(b);

@@ -51,7 +51,7 @@ json_t *egr_features_layers(const struct egr_features *f);
  * gets what the host was probed to have (also on failure). 0 and *out, or
  * -errno. */
 int egr_bpf_open(struct egr_bpf **out, const char *dir, const struct egr_bpf_knobs *knobs,
-		 struct egr_features *feat);
+		 const struct egr_bpf_listeners *prior, struct egr_features *feat);
 /* The maps of the object only, created fresh and pinned nowhere, no program
  * loaded; every hash and LPM map capped at max_entries (0: as defined).
  * For tests and tools that need egressd's real map types. */

@@ -24,6 +24,7 @@
 #include "links.h"
 
 struct egressd_bpf;
+struct bpf_object;
 struct bpf_program;
 
 /* One sandbox's links. egressd holds its own reference of every link, so a
@@ -65,6 +66,7 @@ struct egr_bpf {
 	bool reused_maps;    /* pinned maps from an earlier egressd were adopted */
 	int migrated_from;   /* ABI version upgraded from at start, 0 = none */
 	struct egr_bpf_knobs knobs; /* what the programs were loaded with */
+	const struct egr_bpf_listeners *prior; /* egr_bpf_open's, while it runs */
 	/* The cgroup programs loaded on this host, in attach order. */
 	const char *prog_names[EGR_MAX_CGROUP_PROGS];
 	size_t nprogs;
@@ -157,5 +159,7 @@ void egr_kern_maps_release(struct egr_bpf *b);
 /* The upgrade's hooks (migrate.h struct egr_mig_attach), ctx = b. */
 int egr_kern_mig_attach(void *ctx, uint32_t sandbox_id, uint64_t cgroup_id, const char *prog);
 void egr_kern_mig_detach(void *ctx, uint32_t sandbox_id, const char *prog);
+/* listen.c: mark b->prior's sockets in obj's maps (before_switch). */
+void egr_kern_mig_premark(void *ctx, struct bpf_object *obj);
 
 #endif /* EGR_KERNEL_PRIV_H */

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 
 #include "egressd.h"
 #include "kernel_priv.h"
@@ -55,6 +56,55 @@ static int listen_key(int fd, struct egr_listen_key *k)
 	k->family = (uint8_t)ss.ss_family;
 	k->protocol = (uint8_t)proto;
 	return 0;
+}
+
+/*
+ * An upgrade's mark of the predecessor's listeners, written into the new
+ * maps before the programs switch (migrate.h before_switch): the new
+ * programs redirect a sandbox's DNS only to a marked socket, and an
+ * earlier ABI version marked none. Provisional: generation 0, so the sweep
+ * after adoption drops the reservation of any that adoption did not claim
+ * (claim rewrites it as this start's). A socket marked already keeps its
+ * mark (an inspecting listener's names its sandbox).
+ */
+void egr_kern_mig_premark(void *ctx, struct bpf_object *obj)
+{
+	struct egr_bpf *b = ctx;
+	struct bpf_map *ports = bpf_object__find_map_by_name(obj, "egr_listen_ports");
+	struct bpf_map *marks = bpf_object__find_map_by_name(obj, "egr_listen_sk");
+	size_t n = 0;
+
+	if (!b->prior || !b->prior->n)
+		return;
+	if (!ports || !marks) {
+		log_warn("upgrade: no egr_listen_ports / egr_listen_sk: the predecessor's "
+			 "listeners get no DNS until adoption claims them");
+		return;
+	}
+	for (size_t i = 0; i < b->prior->n; i++) {
+		int fd = b->prior->fd[i];
+		struct egr_listen_key k;
+		struct egr_listen_mark m;
+
+		if (listen_key(fd, &k))
+			continue;
+		memset(&m, 0, sizeof(m));
+		m.port = k.port;
+		m.kind = EGR_LISTEN_DNS;
+		m.protocol = k.protocol;
+		if (bpf_map_update_elem(bpf_map__fd(marks), &fd, &m, BPF_NOEXIST) < 0) {
+			if (errno != EEXIST)
+				log_warn("upgrade: mark listener %s/%u: %s",
+					 k.protocol == IPPROTO_TCP ? "tcp" : "udp", k.port,
+					 strerror(errno));
+			continue;
+		}
+		bpf_map_update_elem(bpf_map__fd(ports), &k, &m, BPF_NOEXIST);
+		n++;
+	}
+	log_info("upgrade: %zu of %zu listener socket(s) of the previous egressd marked as its "
+		 "DNS listeners before the switch",
+		 n, b->prior->n);
 }
 
 int egr_bpf_listen_claim(struct egr_bpf *b, int fd, int kind, uint32_t sandbox_id)

@@ -40,6 +40,9 @@ struct egr_mig_attach {
 	int (*attach)(void *ctx, uint32_t sandbox_id, uint64_t cgroup_id, const char *prog);
 	/* Detach and unpin what attach made (a rollback). */
 	void (*detach)(void *ctx, uint32_t sandbox_id, const char *prog);
+	/* Last before the first link is switched, with the new maps loaded
+	 * (may be NULL; what fails in it is logged, never refuses). */
+	void (*before_switch)(void *ctx, struct bpf_object *obj);
 	void *ctx;
 };
 

@@ -38,7 +38,8 @@ static const struct {
 			     "next packet to the proxy, old sockets included" },
 	{ "egr_dns_clients_n", "counts egr_dns_senders" },
 	{ "egr_dns_sender_sk", "socket storage written with egr_dns_senders" },
-	{ "egr_dns_budget", "written by the DNS proxy for each sandbox it adopts" },
+	{ "egr_dns_budget", "no bound for each sandbox carried (seed_dns_budgets), then written "
+			    "by the DNS proxy when it adopts it" },
 	{ "egr_deny_budget", "budgets start full, no suppressed or lost events yet" },
 	{ "egr_inspect_orig", "version 1 inspected nothing" },
 	{ "egr_sandbox_cgroups", "rebuilt when the sandboxes are adopted" },
@@ -519,6 +520,39 @@ static int retire_old(struct egr_mig *m)
 	return 0;
 }
 
+/*
+ * Version 1 bounded no sandbox's DNS in the kernel. The new programs refuse
+ * a sandbox with no egr_dns_budget entry, and the DNS proxy writes each one
+ * only when it adopts that sandbox, after the switch: every query sent in
+ * between was refused (EPERM). A carried sandbox keeps no bound (rate 0)
+ * until then, as under version 1.
+ */
+static int seed_dns_budgets(const struct egr_mig *m, struct bpf_object *obj)
+{
+	struct bpf_map *map = bpf_object__find_map_by_name(obj, "egr_dns_budget");
+	struct egr_dns_budget none = { 0 };
+
+	if (!map || bpf_map__key_size(map) != sizeof(__u32) ||
+	    bpf_map__value_size(map) != sizeof(none)) {
+		log_error("upgrade: this egressd's egr_dns_budget does not have the layout the "
+			  "upgrade seeds");
+		return -EPROTO;
+	}
+	for (size_t i = 0; i < m->nlinks; i++) {
+		__u32 id = m->links[i].sandbox_id;
+
+		if (bpf_map_update_elem(bpf_map__fd(map), &id, &none, BPF_NOEXIST) < 0 &&
+		    errno != EEXIST) {
+			int err = -errno;
+
+			log_error("upgrade: sandbox %u: seed its DNS budget: %s", id,
+				  strerror(-err));
+			return err;
+		}
+	}
+	return 0;
+}
+
 int egr_mig_commit(struct egr_mig *m, struct bpf_object *obj, const struct egr_mig_attach *ops)
 {
 	int err;
@@ -559,6 +593,8 @@ int egr_mig_commit(struct egr_mig *m, struct bpf_object *obj, const struct egr_m
 		}
 		err = egr_mig_carry_map(s, m->fd[i], bpf_map__fd(map));
 	}
+	if (!err)
+		err = seed_dns_budgets(m, obj);
 	if (err) {
 		/* Nothing switched: drop what was staged, the old version rules on. */
 		bpf_object__unpin_maps(obj, NULL);
@@ -575,6 +611,8 @@ int egr_mig_commit(struct egr_mig *m, struct bpf_object *obj, const struct egr_m
 			  m->from, m->from);
 		return err;
 	}
+	if (ops->before_switch)
+		ops->before_switch(ops->ctx, obj);
 	err = switch_links(m);
 	if (err) {
 		remove_added(m, ops);

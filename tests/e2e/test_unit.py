@@ -86,6 +86,10 @@ def unit_prepare(c):
     with open(CONFIG, "w") as f:
         json.dump({"socket": SOCK, "bpffs-dir": BPFFS, "state-dir": STATE, "group": "egressd",
                    "log-level": "info", "dns-upstream": ["127.0.0.1:%s" % port],
+                   # The upstream (the run's dnsmasq) is starved too while a
+                   # TCG guest's egressd starts: its bound stretches as the
+                   # harness's do (the stub's, 5 s x E2E_TIME_SCALE).
+                   "dns-upstream-timeout": int(2000 * min(TIME_SCALE, 3)),
                    "metrics-addr": "127.0.0.1:%d" % free_tcp_port()}, f)
     os.makedirs(DROPIN_DIR, exist_ok=True)
     CLEANUP.push("the unit's drop-in", unit_cleanup)
@@ -247,20 +251,24 @@ def unit_dns_across(c, what, act):
     # Names for 60 s of asking (three restarts of a TCG guest's egressd fit;
     # checked below); the resolver stops when told. One listener each.
     n_udp, n_tcp = int(60 / udp_every), int(60 / tcp_every)
-    tg = Targets(c, "unit%s" % RAND, n_udp + n_tcp)
+    _STATE["dns_seq"] = _STATE.get("dns_seq", 0) + 1
+    tg = Targets(c, "unit%d%s" % (_STATE["dns_seq"], RAND), n_udp + n_tcp)
     u = copy.copy(c)          # the harness's context, on the unit's socket
     u.sock, u.daemon = SOCK, _UnitDaemon()
     policy = c.policy(["%s:%d" % (name, tg.port) for name, _ in tg.names],
                       extra_network=DNS_REBIND_LO)
     marks = []
-    with Sandbox(u, policy, "unit-dns") as sb:
-        res = Resolver(c, sb, tg.names[:n_udp], tg.names[n_udp:], tg.port,
-                       timeout=5.0 * TIME_SCALE, every=(udp_every, tcp_every))
-        try:
-            time.sleep(0.6 * TIME_SCALE)
-            act(marks)
-        finally:
-            rows = res.finish()
+    try:
+        with Sandbox(u, policy, "unit-dns") as sb:
+            res = Resolver(c, sb, tg.names[:n_udp], tg.names[n_udp:], tg.port,
+                           timeout=5.0 * TIME_SCALE, every=(udp_every, tcp_every))
+            try:
+                time.sleep(0.6 * TIME_SCALE)
+                act(marks)
+            finally:
+                rows = res.finish()
+    finally:
+        tg.close()   # its listeners, one per name: the next test's would not fit
     check(rows and max(r["got"] for r in rows) - min(r["sent"] for r in rows) <
           n_udp * udp_every, "the restarts outlasted the names the resolver had")
     rep = judge(rows, lambda r: True, what)

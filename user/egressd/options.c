@@ -27,6 +27,7 @@ enum {
 	OPT_LOG_PRIORITY_PREFIX,
 	OPT_DNS_UPSTREAM,
 	OPT_DNS_MIN_TTL,
+	OPT_DNS_UPSTREAM_TIMEOUT,
 	OPT_DNS_TTL_GRACE,
 	OPT_DNS_MAX_LEARNED,
 	OPT_AUDIT_LOG,
@@ -82,6 +83,7 @@ static const struct option longopts[] = {
 	{ "log-priority-prefix", no_argument, NULL, OPT_LOG_PRIORITY_PREFIX },
 	{ "dns-upstream", required_argument, NULL, OPT_DNS_UPSTREAM },
 	{ "dns-min-ttl", required_argument, NULL, OPT_DNS_MIN_TTL },
+	{ "dns-upstream-timeout", required_argument, NULL, OPT_DNS_UPSTREAM_TIMEOUT },
 	{ "dns-ttl-grace", required_argument, NULL, OPT_DNS_TTL_GRACE },
 	{ "dns-max-learned", required_argument, NULL, OPT_DNS_MAX_LEARNED },
 	{ "audit-log", required_argument, NULL, OPT_AUDIT_LOG },
@@ -167,6 +169,9 @@ static void usage(FILE *out)
 		"                     stderr is the journal)\n"
 		"  --dns-upstream ADDR[:PORT]  resolver the DNS proxy forwards to (repeatable;\n"
 		"                     default: the nameservers of /etc/resolv.conf)\n"
+		"  --dns-upstream-timeout MS  a query the upstreams do not answer in this long\n"
+		"                     is answered SERVFAIL; a UDP one is sent again after a\n"
+		"                     third of it (default 2000)\n"
 		"  --dns-min-ttl SEC  learned addresses live at least this long (default 30, a\n"
 		"                     JVM's DNS cache)\n"
 		"  --dns-ttl-grace SEC  and this much past that (default 30); one the sandbox\n"
@@ -363,6 +368,11 @@ static int apply(struct egr_options *o, int c, const struct cursor *at, const ch
 		if (egr_dnsproxy_parse_addr(arg, &o->dns.upstreams[o->dns.nupstreams]) < 0)
 			return bad(o, at, "expected ADDR[:PORT], got \"%s\"", arg);
 		o->dns.nupstreams++;
+		break;
+	case OPT_DNS_UPSTREAM_TIMEOUT:
+		rc = num(o, at, arg, 100, 60000, &v);
+		if (!rc)
+			o->dns.timeout_ms = (uint32_t)v;
 		break;
 	case OPT_DNS_MIN_TTL:
 	case OPT_DNS_TTL_GRACE:

@@ -82,8 +82,11 @@ static int take_sockets(int pidfd, pid_t pid, struct fdset *out)
 			continue;
 		snprintf(path, sizeof(path), "%s/%ld", dir, n);
 		ll = readlink(path, link, sizeof(link) - 1);
-		if (ll < 0 || strncmp(link, "socket:[", 8))
-			continue; /* closed meanwhile, or no socket */
+		if (ll < 0)
+			continue; /* closed meanwhile */
+		link[ll] = '\0';
+		if (strncmp(link, "socket:[", 8))
+			continue;
 		fd = (int)syscall(SYS_pidfd_getfd, pidfd, (int)n, 0U);
 		if (fd < 0) {
 			if (errno == EBADF)

@@ -42,17 +42,22 @@ def ud_names(c, tag):
 
 
 def ud_handover(c, d):
-    """What the unit's ExecStop= runs before systemd stops the old egressd.
-    Its output to a file: the holder it starts keeps what it inherited."""
-    out = os.path.join(c.work, "%s-handover.log" % d.tag)
-    with open(out, "w") as f:
-        rc = subprocess.run([c.egressd, "--socket", d.sock, "--hold-listeners-of",
-                             str(d.proc.pid)], stdin=subprocess.DEVNULL, stdout=f, stderr=f,
-                            timeout=CTL_TIMEOUT_S).returncode
-    with open(out) as f:
-        said = f.read()
+    """What the unit's ExecStop= runs before systemd stops the old egressd."""
+    rc, said = ud_run_handover(c, d.sock, d.proc.pid, d.tag)
     check(rc == 0, "egressd --hold-listeners-of %d: exit %d: %s" % (d.proc.pid, rc, said[-2000:]))
     return said
+
+
+def ud_run_handover(c, sock, pid, tag):
+    """egressd --hold-listeners-of pid: its exit status and output. The
+    output goes to a file: the holder it starts keeps what it inherited."""
+    out = os.path.join(c.work, "handover-%s-%s.log" % (tag, RAND))
+    with open(out, "w") as f:
+        rc = subprocess.run([c.egressd, "--socket", sock, "--hold-listeners-of", str(pid)],
+                            stdin=subprocess.DEVNULL, stdout=f, stderr=f,
+                            timeout=CTL_TIMEOUT_S).returncode
+    with open(out) as f:
+        return rc, f.read()
 
 
 def ud_upgrade(c, commit, handover):
@@ -113,16 +118,6 @@ def upgrade_dns_without_handover_fails_queries(c):
           "test cannot see a loss" % len(rows))
     print("    upgrade from %s without the handover: %d of %d queries failed" %
           (commit[:7], len(failed), len(rows)), flush=True)
-
-
-def ud_run_handover(c, sock, pid, tag):
-    out = os.path.join(c.work, "handover-%s-%s.log" % (tag, RAND))
-    with open(out, "w") as f:
-        rc = subprocess.run([c.egressd, "--socket", sock, "--hold-listeners-of", str(pid)],
-                            stdin=subprocess.DEVNULL, stdout=f, stderr=f,
-                            timeout=CTL_TIMEOUT_S).returncode
-    with open(out) as f:
-        return rc, f.read()
 
 
 @test

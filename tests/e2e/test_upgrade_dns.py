@@ -48,12 +48,14 @@ def ud_handover(c, d):
     return said
 
 
-def ud_run_handover(c, sock, pid, tag):
-    """egressd --hold-listeners-of pid: its exit status and output. The
-    output goes to a file: the holder it starts keeps what it inherited."""
+def ud_run_handover(c, sock, pid, tag, wrap=()):
+    """egressd --hold-listeners-of pid (under wrap, e.g. strace): its exit
+    status and output. The output goes to a file: the holder it starts
+    keeps what it inherited."""
     out = os.path.join(c.work, "handover-%s-%s.log" % (tag, RAND))
     with open(out, "w") as f:
-        rc = subprocess.run([c.egressd, "--socket", sock, "--hold-listeners-of", str(pid)],
+        rc = subprocess.run(list(wrap) + [c.egressd, "--socket", sock,
+                                          "--hold-listeners-of", str(pid)],
                             stdin=subprocess.DEVNULL, stdout=f, stderr=f,
                             timeout=CTL_TIMEOUT_S).returncode
     with open(out) as f:
@@ -138,10 +140,18 @@ def handover_takes_nothing_of_another_program(c):
     check(not os.path.exists(sock + ".hold"), "a holder was started for another program")
     p.kill()
     p.wait(5)
-    # Sanity twin: the harness's egressd has a holder: nothing to take, exit 0.
-    rc, said = ud_run_handover(c, c.sock, c.daemon.proc.pid, "own")
+    # Sanity twin: the harness's egressd has a holder: nothing to take, exit 0,
+    # and not one of its sockets duplicated on the way (the holder is asked
+    # first).
+    trace = os.path.join(c.work, "handover-own-%s.strace" % RAND)
+    rc, said = ud_run_handover(c, c.sock, c.daemon.proc.pid, "own",
+                               ("strace", "-f", "-qq", "-e", "trace=pidfd_getfd", "-o", trace))
     check(rc == 0 and "a listener holder answers" in said,
           "the handover of an egressd with a holder: exit %d: %s" % (rc, said[-800:]))
+    with open(trace) as f:
+        taken = [ln for ln in f if "pidfd_getfd(" in ln]
+    check(not taken, "the handover took %d socket(s) of an egressd whose holder answers: %s" %
+          (len(taken), "".join(taken[:3])))
     # Bad input names what is wrong.
     rc, said = ud_run_handover(c, sock, "12x", "bad")
     check(rc != 0 and "--hold-listeners-of" in said and "12x" in said,

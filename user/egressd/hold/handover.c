@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "confine.h"
@@ -161,6 +162,33 @@ static int become(const struct egr_handover *h)
 	return net_admin_only();
 }
 
+/* Whether a holder answers the successor's user: asked from a child that
+ * becomes that user (the holder answers only its own uid), so that this
+ * process keeps root to take the sockets only when none does. 1, 0 or a
+ * negative errno (the child could not become the user). */
+static int holder_answers(const struct egr_handover *h)
+{
+	pid_t child = fork();
+	int st;
+
+	if (child < 0)
+		return -errno;
+	if (!child) {
+		int err = become(h);
+
+		if (err)
+			log_error("handover: cannot become %s to ask the listener holder: %s",
+				  h->user ? h->user : "ourselves", strerror(-err));
+		_exit(err ? 2 : egr_lhold_answers(h->holder) ? 0 : 1);
+	}
+	while (waitpid(child, &st, 0) < 0)
+		if (errno != EINTR)
+			return -errno;
+	if (!WIFEXITED(st) || WEXITSTATUS(st) > 1)
+		return -EPERM;
+	return WEXITSTATUS(st) == 0;
+}
+
 /* The taken sockets into a holder of ours; how many it confirmed. */
 static int hand_to_holder(const struct egr_handover *h, const struct fdset *s, size_t *held,
 			  long *holder_pid)
@@ -218,6 +246,20 @@ int egr_handover_run(const struct egr_handover *h)
 			  (int)h->pid, comm);
 		return -ESRCH;
 	}
+	/* A current egressd has a holder: nothing to take (taking first would
+	 * duplicate every listener of it at every stop, for nothing). */
+	err = holder_answers(h);
+	if (err > 0) {
+		close(pidfd);
+		log_info("handover: a listener holder answers at %s: egressd %d hands its own "
+			 "listeners over", h->holder, (int)h->pid);
+		return 0;
+	}
+	if (err < 0) {
+		close(pidfd);
+		log_error("handover: the listener holder could not be asked; taking nothing");
+		return err;
+	}
 	err = take_sockets(pidfd, h->pid, &taken);
 	close(pidfd);
 	if (!err) {
@@ -231,6 +273,7 @@ int egr_handover_run(const struct egr_handover *h)
 		return err;
 	}
 	if (egr_lhold_answers(h->holder)) {
+		/* One came up meanwhile (egressd started it): it has them. */
 		log_info("handover: a listener holder answers at %s: egressd %d hands its own "
 			 "listeners over", h->holder, (int)h->pid);
 		fdset_close(&taken);

@@ -28,6 +28,7 @@
 
 #include "cgroup.h"
 #include "ctl.h"
+#include "ocihook_gvisor.h"
 #include "ocihook_ns.h"
 #include "ocihook_util.h"
 #include "ocimeta.h"
@@ -190,7 +191,7 @@ static int hook_attach(struct ctl *c, const struct hook_opts *o, const char *id,
 	json_t *policy = NULL, *req, *resp;
 	const char *rule = "";
 	uint64_t deadline;
-	int rc, fd, err;
+	int rc, fd, err, gvisor;
 
 	if (policy_path[0] != '/') {
 		oci_hook_err("createRuntime", id, "annotation " OCI_POLICY_ANNOTATION
@@ -205,7 +206,15 @@ static int hook_attach(struct ctl *c, const struct hook_opts *o, const char *id,
 			 o->policy_dir);
 		return CTL_EXIT_USAGE;
 	}
-	if (oci_container_cgroup(pid, bundle, cg, sizeof(cg), why, sizeof(why))) {
+	/* Before its cgroup: a cgroup sandbox would not see gVisor's traffic. */
+	gvisor = oci_is_gvisor(pid);
+	if (gvisor < 0) {
+		oci_hook_err("createRuntime", id, "cannot tell whether process %ld is runsc's "
+			     "sandbox: %s; not starting it", pid, strerror(-gvisor));
+		close(fd);
+		return CTL_EXIT_ERROR;
+	}
+	if (!gvisor && oci_container_cgroup(pid, bundle, cg, sizeof(cg), why, sizeof(why))) {
 		oci_hook_err("createRuntime", id, "cannot find its cgroup: %s", why);
 		close(fd);
 		return CTL_EXIT_ERROR;
@@ -228,6 +237,14 @@ static int hook_attach(struct ctl *c, const struct hook_opts *o, const char *id,
 		oci_hook_err("createRuntime", id, "policy %s (annotation " OCI_POLICY_ANNOTATION
 			 ") is not usable; not starting it", policy_path);
 		return rc;
+	}
+	if (gvisor) {
+		if (set_identity(policy, id, m, NULL)) {
+			json_decref(policy);
+			oci_hook_err("createRuntime", id, "out of memory");
+			return CTL_EXIT_ERROR;
+		}
+		return oci_gvisor_attach(c, o, id, pid, bundle, policy, deadline);
 	}
 	if (oci_container_netns(pid, bundle, ns, sizeof(ns))) {
 		oci_hook_err("createRuntime", id, "it has a network namespace of its own that the "
@@ -267,6 +284,8 @@ static int hook_detach(struct ctl *c, const char *id, long pid, const char *bund
 	json_t *req, *resp;
 	int rc;
 
+	if (oci_gvisor_detach(c, id, bundle, &rc))
+		return rc;
 	if (oci_container_cgroup(pid, bundle, cg, sizeof(cg), why, sizeof(why))) {
 		oci_hook_err("poststop", id, "cannot find its cgroup: %s", why);
 		return CTL_EXIT_ERROR;
@@ -403,12 +422,13 @@ int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv)
 		rc = CTL_EXIT_USAGE;
 		goto out;
 	}
-	if ((m.namespace || m.policy) && (pid < 0 || pid > INT_MAX)) {
+	createrun = strcmp(stage, "createRuntime") == 0;
+	/* poststop ignores it (runsc's is -1: no process any more). */
+	if ((m.namespace || m.policy) && createrun && (pid < 0 || pid > INT_MAX)) {
 		oci_hook_err(stage, id, "state: pid %lld out of range", (long long)pid);
 		rc = CTL_EXIT_USAGE;
 		goto out;
 	}
-	createrun = strcmp(stage, "createRuntime") == 0;
 	if (createrun && (m.namespace || m.policy) && pid == 0) {
 		/* No process: no cgroup we could check it is in. */
 		oci_hook_err(stage, id, "state has no pid (is this hook at createRuntime?)");

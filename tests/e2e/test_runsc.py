@@ -31,12 +31,13 @@ import time
 from harness import *
 from test_netdev import G_IP, H_IP, S_IP, S_IP2, Topo, sh
 
-RUN_S = 60   # one container's probes (two denied connects of 3 s each, in parallel)
+RUN_S = 60   # one container's probes (two denied connects of 3 s each, one after the other:
+             # busybox sh's `wait` for background probes once hung under gVisor)
 PROBES = r"""
 r() { if echo "ND-$1." | nc -w 3 $2 $3 >/dev/null 2>&1; then echo "RS-RESULT $1 ok"
       else echo "RS-RESULT $1 fail"; fi; }
 echo RS-START
-r rsA%(n)d %(s)s 8000 & r rsD%(n)d %(s)s 8001 & r rsP%(n)d %(s2)s 8000 & wait
+r rsA%(n)d %(s)s 8000; r rsD%(n)d %(s)s 8001; r rsP%(n)d %(s2)s 8000
 echo RS-DONE
 sleep 300
 """
@@ -113,18 +114,24 @@ class Bundle:
         return self
 
     def lines_until(self, last, timeout):
-        """The container's stdout lines up to last (or its exit, or timeout)."""
-        got, end = [], time.monotonic() + timeout * TIME_SCALE
+        """The container's stdout lines up to last (or its exit, or timeout).
+        os.read, not readline: a buffered reader keeps lines select() no
+        longer sees."""
+        got, end, fd = [], time.monotonic() + timeout * TIME_SCALE, self.proc.stdout.fileno()
+        buf = b""
         while time.monotonic() < end:
-            r, _, _ = select.select([self.proc.stdout], [], [], max(0, end - time.monotonic()))
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                got.append(line.decode(errors="replace").strip())
+                if got[-1] == last:
+                    return got
+            r, _, _ = select.select([fd], [], [], max(0, end - time.monotonic()))
             if not r:
                 break
-            line = self.proc.stdout.readline()
-            if not line:
+            chunk = os.read(fd, 4096)
+            if not chunk:
                 break
-            got.append(line.strip())
-            if line.strip() == last:
-                break
+            buf += chunk
         return got
 
     def results(self, lines):
@@ -152,6 +159,10 @@ class Bundle:
         check("RS-START" not in out, "container %s ran although its hook must refuse it: %s"
               % (self.id, out))
         check(self.proc.returncode != 0, "runsc exited 0 for a refused container")
+        # Nothing attached, not even for a moment (a poststop may have run).
+        check(not sandboxes_of(self.c, self), "refused container %s has a sandbox" % self.id)
+        check(not [r for r in obs_audit(self.c) if r.get("execution_id") == self.id],
+              "refused container %s has an audit record: it was attached" % self.id)
         return err
 
     def delete(self):
@@ -171,6 +182,11 @@ def restore_g(topo):
 
 def device_sandboxes(c):
     return [s for s in c.list_json() if s.get("kind") == "netdev"]
+
+
+def sandboxes_of(c, b):
+    """Every sandbox (device or cgroup) of container b."""
+    return [s for s in c.list_json() if (s.get("container") or {}).get("id") == b.id]
 
 
 def arrivals(topo, n):
@@ -201,7 +217,7 @@ def runsc_container_confined_at_its_veth(c):
                                                  b.proc.stderr.read()[-1500:]))
         res = b.results(lines)
         seen, frames = arrivals(topo, b.n)
-        sbs = [s for s in device_sandboxes(c) if (s.get("container") or {}).get("id") == b.id]
+        sbs = [s for s in sandboxes_of(c, b) if s.get("kind") == "netdev"]
         check(len(sbs) == 1, "no device sandbox for container %s while it runs: %s" %
               (b.id, device_sandboxes(c)))
         sb = sbs[0]
@@ -240,20 +256,67 @@ def runsc_container_confined_at_its_veth(c):
         check({"ND-rsA%d" % t.n, "ND-rsD%d" % t.n, "ND-rsP%d" % t.n} <= seen,
               "unconfined, the container did not reach every server (S saw %s; it said %s): "
               "the confined run proves nothing" % (sorted(seen), t.results(lines)))
-        check(not device_sandboxes(c), "a container with no policy got a device sandbox")
+        check(not sandboxes_of(c, t), "a container with no policy got a sandbox")
+
+
+class PairTopo:
+    """G and H joined by vg/vh, nothing behind H: what the refusals need
+    (Topo's servers and warm-up cost ~15 s under TCG)."""
+    seq = 0
+
+    def __init__(self):
+        PairTopo.seq += 1
+        t = IF_TAG[:7] + str(PairTopo.seq)
+        self.g, self.h, self.s = ("rs%s%d-%s" % (k, PairTopo.seq, RUN_ID) for k in "ghs")
+        self.netns = "/run/netns/" + self.h
+        CLEANUP.push("runsc refusal topology %d" % PairTopo.seq, self.destroy)
+        for n in (self.g, self.h, self.s):
+            sh("ip", "netns", "add", n)
+        sh("ip", "link", "add", "rsg" + t, "type", "veth", "peer", "name", "rsh" + t)
+        sh("ip", "link", "set", "rsg" + t, "netns", self.g, "name", "vg")
+        sh("ip", "link", "set", "rsh" + t, "netns", self.h, "name", "vh")
+        sh("ip", "-n", self.g, "addr", "add", G_IP + "/24", "dev", "vg")
+        sh("ip", "-n", self.h, "addr", "add", H_IP + "/24", "dev", "vh")
+        for n, d in ((self.g, "vg"), (self.h, "vh")):
+            sh("ip", "-n", n, "link", "set", d, "up")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+    def destroy(self):
+        for n in (self.g, self.h, self.s):
+            run(["ip", "netns", "del", n])
 
 
 @test(needs=("runsc",))
 def runsc_hook_refuses_what_it_cannot_confine(c):
     need_runsc()
-    with Topo() as topo:
+    with PairTopo() as topo:
         pol = c.policy(["tcp/%s:8000" % S_IP], tenant="rs-" + RUN_ID[-8:])
         G, H = ["ip", "-n", topo.g], ["ip", "-n", topo.h]
+        # A container of a Kubernetes namespace: no device sandbox from the
+        # policy tree, and never a cgroup sandbox that would not see it.
+        k = Bundle(c, topo, policy=pol)
+        cfgp = os.path.join(k.dir, "config.json")
+        with open(cfgp) as f:
+            cfg = json.load(f)
+        cfg["annotations"] = {"io.kubernetes.pod.namespace": "rsns", "io.egressd.policy": "p"}
+        with open(cfgp, "w") as f:
+            json.dump(cfg, f)
+        err = k.refused()
+        check("a gVisor container of a Kubernetes namespace" in err,
+              "a gVisor container of a Kubernetes namespace: runsc said %r" % err[-600:])
+        check(not sandboxes_of(c, k), "a refused container left a sandbox: %s" %
+              sandboxes_of(c, k))
         # Two veths: gVisor would send through both, one unconfined.
         sh(*H, "link", "add", "vx2", "type", "veth", "peer", "name", "vg2", "netns", topo.g)
-        err = Bundle(c, topo, policy=pol).refused()
+        b = Bundle(c, topo, policy=pol)
+        err = b.refused()
         check("two veths" in err, "two veths: runsc said %r" % err[-600:])
-        check(not device_sandboxes(c), "a refused container left a device sandbox")
+        check(not sandboxes_of(c, b), "a refused container left a sandbox")
         # The second veth's peer in a namespace nobody can name.
         sh(*H, "link", "del", "vx2")
         holder = subprocess.Popen(["unshare", "--net", "sleep", "120"])
@@ -263,10 +326,11 @@ def runsc_hook_refuses_what_it_cannot_confine(c):
         sh(*H, "link", "del", "vh")
         sh(*G, "link", "add", "vg", "type", "veth", "peer", "name", "vu", "netns",
            str(holder.pid))
-        err = Bundle(c, topo, policy=pol).refused()
+        b = Bundle(c, topo, policy=pol)
+        err = b.refused()
         check("neither the hook's nor one of /run/netns" in err,
               "a peer in an unnamed namespace: runsc said %r" % err[-600:])
-        check(not device_sandboxes(c), "a refused container left a device sandbox")
+        check(not sandboxes_of(c, b), "a refused container left a sandbox")
         # A bundle whose config.json names another namespace than the one its
         # sandbox runs in (rewritten after runsc read it).
         other = "/run/netns/" + topo.s
@@ -284,4 +348,4 @@ def runsc_hook_refuses_what_it_cannot_confine(c):
         err = b2.refused()
         check("the bundle names network namespace %s but its sandbox process is in another"
               % other in err, "a bundle naming another namespace: runsc said %r" % err[-600:])
-        check(not device_sandboxes(c), "a refused container left a device sandbox")
+        check(not sandboxes_of(c, b2), "a refused container left a sandbox")

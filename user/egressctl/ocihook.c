@@ -10,8 +10,9 @@
  * nothing. At createRuntime the container's init process exists (runc init,
  * blocked on its exec fifo) and sits in the container's cgroup: its
  * /proc/PID/cgroup is the truth, the bundle's config.json linux.cgroupsPath
- * the fallback. Any failure exits non-zero with the reason on stderr, so the
- * runtime aborts the container instead of starting it unconfined.
+ * the fallback. A gVisor container is a device sandbox instead
+ * (ocihook_gvisor.c). Any failure exits non-zero with the reason on stderr,
+ * so the runtime aborts the container instead of starting it unconfined.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -62,7 +63,11 @@ static const char ocihook_help[] =
 	"root-owned file not writable by group or others; without it nothing is done\n"
 	"(--require-annotation: refused).\n"
 	"The policy gets a \"container\" object (id, pod, namespace, pod uid, image) and\n"
-	"execution_id " EGR_ANN_EXECUTION_ID " or the container id. Attaching again\n"
+	"execution_id " EGR_ANN_EXECUTION_ID " or the container id. A gVisor container\n"
+	"(runsc's sandbox process: /proc/PID/exe runsc, argv[0] runsc-sandbox) is a\n"
+	"device sandbox on the host side of its namespace's one veth (a peer in the\n"
+	"hook's namespace or a /run/netns/NAME; anything else is refused; not in a\n"
+	"Kubernetes namespace). Attaching again\n"
 	"with the same policy succeeds, so a retried hook is harmless. While egressd\n"
 	"restarts, createRuntime waits for it up to --wait seconds (default 10; 0: not\n"
 	"at all) and then fails, closed.\n";

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * A gVisor (runsc) container under the OCI hook (docs/containers.md
- * "gVisor"). gVisor runs the tool on its own network stack and writes its
+ * "gVisor (runsc)"). gVisor runs the tool on its own network stack and writes its
  * frames through a packet socket on the container's veth: no cgroup hook
  * sees them, and a cgroup sandbox would leave it open. So its sandbox is a
  * device sandbox on the host side of that veth (egressctl attach --netdev).

@@ -10,8 +10,9 @@
  * nothing. At createRuntime the container's init process exists (runc init,
  * blocked on its exec fifo) and sits in the container's cgroup: its
  * /proc/PID/cgroup is the truth, the bundle's config.json linux.cgroupsPath
- * the fallback. Any failure exits non-zero with the reason on stderr, so the
- * runtime aborts the container instead of starting it unconfined.
+ * the fallback. A gVisor container is a device sandbox instead
+ * (ocihook_gvisor.c). Any failure exits non-zero with the reason on stderr,
+ * so the runtime aborts the container instead of starting it unconfined.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +29,7 @@
 
 #include "cgroup.h"
 #include "ctl.h"
+#include "ocihook_gvisor.h"
 #include "ocihook_ns.h"
 #include "ocihook_util.h"
 #include "ocimeta.h"
@@ -61,7 +63,11 @@ static const char ocihook_help[] =
 	"root-owned file not writable by group or others; without it nothing is done\n"
 	"(--require-annotation: refused).\n"
 	"The policy gets a \"container\" object (id, pod, namespace, pod uid, image) and\n"
-	"execution_id " EGR_ANN_EXECUTION_ID " or the container id. Attaching again\n"
+	"execution_id " EGR_ANN_EXECUTION_ID " or the container id. A gVisor container\n"
+	"(runsc's sandbox process: /proc/PID/exe runsc, argv[0] runsc-sandbox) is a\n"
+	"device sandbox on the host side of its namespace's one veth (a peer in the\n"
+	"hook's namespace or a /run/netns/NAME; anything else is refused; not in a\n"
+	"Kubernetes namespace). Attaching again\n"
 	"with the same policy succeeds, so a retried hook is harmless. While egressd\n"
 	"restarts, createRuntime waits for it up to --wait seconds (default 10; 0: not\n"
 	"at all) and then fails, closed.\n";
@@ -190,7 +196,7 @@ static int hook_attach(struct ctl *c, const struct hook_opts *o, const char *id,
 	json_t *policy = NULL, *req, *resp;
 	const char *rule = "";
 	uint64_t deadline;
-	int rc, fd, err;
+	int rc, fd, err, gvisor;
 
 	if (policy_path[0] != '/') {
 		oci_hook_err("createRuntime", id, "annotation " OCI_POLICY_ANNOTATION
@@ -205,7 +211,15 @@ static int hook_attach(struct ctl *c, const struct hook_opts *o, const char *id,
 			 o->policy_dir);
 		return CTL_EXIT_USAGE;
 	}
-	if (oci_container_cgroup(pid, bundle, cg, sizeof(cg), why, sizeof(why))) {
+	/* Before its cgroup: a cgroup sandbox would not see gVisor's traffic. */
+	gvisor = oci_is_gvisor(pid);
+	if (gvisor < 0) {
+		oci_hook_err("createRuntime", id, "cannot tell whether process %ld is runsc's "
+			     "sandbox: %s; not starting it", pid, strerror(-gvisor));
+		close(fd);
+		return CTL_EXIT_ERROR;
+	}
+	if (!gvisor && oci_container_cgroup(pid, bundle, cg, sizeof(cg), why, sizeof(why))) {
 		oci_hook_err("createRuntime", id, "cannot find its cgroup: %s", why);
 		close(fd);
 		return CTL_EXIT_ERROR;
@@ -228,6 +242,14 @@ static int hook_attach(struct ctl *c, const struct hook_opts *o, const char *id,
 		oci_hook_err("createRuntime", id, "policy %s (annotation " OCI_POLICY_ANNOTATION
 			 ") is not usable; not starting it", policy_path);
 		return rc;
+	}
+	if (gvisor) {
+		if (set_identity(policy, id, m, NULL)) {
+			json_decref(policy);
+			oci_hook_err("createRuntime", id, "out of memory");
+			return CTL_EXIT_ERROR;
+		}
+		return oci_gvisor_attach(c, o, id, pid, bundle, policy, deadline);
 	}
 	if (oci_container_netns(pid, bundle, ns, sizeof(ns))) {
 		oci_hook_err("createRuntime", id, "it has a network namespace of its own that the "
@@ -267,6 +289,8 @@ static int hook_detach(struct ctl *c, const char *id, long pid, const char *bund
 	json_t *req, *resp;
 	int rc;
 
+	if (oci_gvisor_detach(c, id, bundle, &rc))
+		return rc;
 	if (oci_container_cgroup(pid, bundle, cg, sizeof(cg), why, sizeof(why))) {
 		oci_hook_err("poststop", id, "cannot find its cgroup: %s", why);
 		return CTL_EXIT_ERROR;
@@ -403,12 +427,13 @@ int ctl_cmd_oci_hook(struct ctl *c, int argc, char **argv)
 		rc = CTL_EXIT_USAGE;
 		goto out;
 	}
-	if ((m.namespace || m.policy) && (pid < 0 || pid > INT_MAX)) {
+	createrun = strcmp(stage, "createRuntime") == 0;
+	/* poststop ignores it (runsc's is -1: no process any more). */
+	if ((m.namespace || m.policy) && createrun && (pid < 0 || pid > INT_MAX)) {
 		oci_hook_err(stage, id, "state: pid %lld out of range", (long long)pid);
 		rc = CTL_EXIT_USAGE;
 		goto out;
 	}
-	createrun = strcmp(stage, "createRuntime") == 0;
 	if (createrun && (m.namespace || m.policy) && pid == 0) {
 		/* No process: no cgroup we could check it is in. */
 		oci_hook_err(stage, id, "state has no pid (is this hook at createRuntime?)");

@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "ocihook_gvisor.h"
 #include "ocihook_ns.h"
 #include "ocihook_util.h"
 #include "proto.h"
@@ -31,6 +32,17 @@ int oci_hook_attach_ns(struct ctl *c, const struct hook_opts *o, const char *id,
 		oci_hook_err("createRuntime", id, "policy '%.80s' (annotation " EGR_ANN_POLICY
 			     ") refused in namespace %s: %s; not starting it", m->policy,
 			     m->namespace, rule);
+		return CTL_EXIT_USAGE;
+	}
+	/* A cgroup sandbox would not see gVisor's own network stack, and a
+	 * device sandbox takes no policy of the tree (yet): refused. */
+	rc = oci_is_gvisor(pid);
+	if (rc) {
+		oci_hook_err("createRuntime", id, rc > 0 ? "a gVisor container of a Kubernetes "
+			     "namespace: its device sandbox cannot take namespace %s's policy "
+			     "tree (only a policy file, outside Kubernetes); not starting it" :
+			     "cannot tell whether its process is runsc's sandbox (namespace %s); "
+			     "not starting it", m->namespace);
 		return CTL_EXIT_USAGE;
 	}
 	if (oci_container_cgroup(pid, bundle, cg, sizeof(cg), why, sizeof(why))) {

@@ -69,7 +69,57 @@ def _qemu(c):
     return None if shutil.which("qemu-system-x86_64") else "no qemu-system-x86_64"
 
 
-PROBES = {"systemd": _systemd, "qemu": _qemu, "lsm_cgroup": _lsm, "no_lsm_cgroup": _no_lsm,
+RUNSC_PROBE = ("mount -t tmpfs -o size=4k,mode=0555 none /proc/sys/net && exec runsc --root "
+               "%(d)s/state --network=sandbox run --bundle %(d)s egr-runsc-probe-%(pid)d")
+
+
+def _runsc(c):
+    """runsc can run a networked sandbox here: a real one, `true` in a
+    namespace of its own with a veth (test_runsc.py; tools/install-deps
+    --kernels installs runsc). /proc/sys/net hidden as test_runsc.py hides it."""
+    import json
+    import subprocess
+    import tempfile
+    if not shutil.which("runsc"):
+        return "no runsc"
+    if not os.path.exists("/bin/busybox"):
+        return "no /bin/busybox (busybox-static)"
+    d = tempfile.mkdtemp(prefix="runsc-probe-", dir=c.work)
+    ns = "egrrsprobe%d" % os.getpid()
+    sh = lambda *a: subprocess.run(list(a), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, timeout=120)
+    try:
+        os.makedirs(os.path.join(d, "rootfs", "bin"))
+        shutil.copy("/bin/busybox", os.path.join(d, "rootfs", "bin", "busybox"))
+        r = sh("runsc", "spec", "--bundle", d, "--", "/bin/busybox", "true")
+        if r.returncode:
+            return "runsc spec: %s" % r.stdout.strip()[-200:]
+        with open(os.path.join(d, "config.json")) as f:
+            cfg = json.load(f)
+        cfg["process"]["terminal"] = False
+        for n in cfg["linux"]["namespaces"]:
+            if n["type"] == "network":
+                n["path"] = "/run/netns/" + ns
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        sh("ip", "netns", "add", ns)
+        sh("ip", "-n", ns, "link", "add", "p0", "type", "veth", "peer", "name", "p1")
+        sh("ip", "-n", ns, "addr", "add", "10.250.0.1/30", "dev", "p0")
+        sh("ip", "-n", ns, "link", "set", "p0", "up")
+        r = sh("unshare", "--mount", "--propagation", "private", "sh", "-c",
+               RUNSC_PROBE % {"d": d, "pid": os.getpid()})
+        return None if r.returncode == 0 else \
+            "runsc cannot run a networked sandbox here: %s" % r.stdout.strip()[-300:]
+    except (OSError, subprocess.SubprocessError) as e:
+        return "runsc probe: %s" % e
+    finally:
+        sh("runsc", "--root", os.path.join(d, "state"), "delete", "--force",
+           "egr-runsc-probe-%d" % os.getpid())
+        sh("ip", "netns", "del", ns)
+        shutil.rmtree(d, True)
+
+
+PROBES = {"systemd": _systemd, "qemu": _qemu, "runsc": _runsc, "lsm_cgroup": _lsm, "no_lsm_cgroup": _no_lsm,
           "cgroup_pids": _controller("pids"), "cgroup_memory": _controller("memory"),
           "plain_build": _plain_build}
 

@@ -18,8 +18,9 @@ _NAMES = set()
 # plain_build: the test checks an artifact built from the plain tree (the
 # .deb, the image); make test runs it on the release build (--needing) and
 # leaves it out of the ASan pass (--without). qemu: test_microvm.py's VMM.
+# runsc: runsc can run a networked sandbox here (test_runsc.py).
 KNOWN_NEEDS = ("systemd", "lsm_cgroup", "no_lsm_cgroup", "cgroup_pids", "cgroup_memory",
-               "plain_build", "qemu")
+               "plain_build", "qemu", "runsc")
 
 # The kernel-dependent subset (issue 29), run.py --kernel-subset: the BPF
 # decisions, the adversarial and hostile batteries, the escape guard (its
@@ -30,7 +31,7 @@ KNOWN_NEEDS = ("systemd", "lsm_cgroup", "no_lsm_cgroup", "cgroup_pids", "cgroup_
 # in every guest, make test on this host's kernel with the release build.
 KERNEL_SUBSET = ("test_unit", "test_lsm_cgroup", "test_hostile_kernel", "test_redteam2_escape",
                  "test_redteam5_escape", "test_hostile_daemon:hd_detach", "test_adversarial",
-                 "test_hostile_run", "test_upgrade")
+                 "test_hostile_run", "test_upgrade", "test_runsc")
 
 
 def _register(fn, needs):

@@ -25,6 +25,7 @@ import sys
 import time
 
 from harness import *
+from harness.dns import dns_query, need_dnsmasq
 from harness.metering import stats
 
 G_IP, H_IP, S_IP, S_IP2 = "10.77.0.2", "10.77.0.1", "10.78.0.2", "10.78.0.3"
@@ -644,12 +645,25 @@ def check_attach_path(c, topo, sid, mode):
               "TCX path: a tc filter %r, link pins %r" % (out, pins))
 
 
+_names_added = set()   # dnsmasq's extra hosts, added once per run
+
+
 def path_enforces_and_adopts(c, topo, mode):
     """Attach on the path mode names, enforce, SIGKILL egressd, enforce
-    while it is down, adopt (on the same path), detach: nothing stays."""
-    sb = nd_attach(c, topo, nd_policy(c, ALLOW))
+    while it is down, adopt (on the same path), resolve through the adopted
+    programs' DNS rewrite, detach: nothing stays. 8001 is allowed only by
+    name (a name only this run's dnsmasq serves), so it opens only once
+    the sandbox's proxy learned the answer."""
+    name = "ndpath-%s.test" % RUN_ID[-6:].lower()
+    dm = need_dnsmasq(c)
+    if name not in _names_added:
+        dm.add_host(name, S_IP)
+        _names_added.add(name)
+    sb = nd_attach(c, topo, nd_policy(c, ALLOW + ["tcp/%s:8001" % name], extra_network={
+        "dns_rebind_allow": ["10.78.0.0/24"]}))
     check(sb["attach_mode"] == mode, "not the %s path: %r" % (mode, sb))
     check_attach_path(c, topo, sb["id"], mode)
+    log("netdev: attach path %s on Linux %s" % (mode, os.uname().release))
     check(topo.guest("tcp", "ND-c1", S_IP, "8000", "10") == "ok", "allowed (%s)" % mode)
     check(topo.guest("tcp", "ND-c2", S_IP, "8001", "10") != "ok", "denied (%s)" % mode)
     c.daemon.kill9()
@@ -661,24 +675,36 @@ def path_enforces_and_adopts(c, topo, mode):
           "%s sandbox not adopted on its path: %r" % (mode, listed))
     check_attach_path(c, topo, sb["id"], mode)
     check(topo.guest("tcp", "ND-c6", S_IP, "8001", "10") != "ok", "denied after adoption")
+    # DNS to an address where no resolver is: answered, as from that
+    # address, by the sandbox's proxy (the rewrite), which went upstream
+    # and learned the name's address for 8001.
+    rc, addrs, src, line = dns_query("udp", "192.0.2.53", 53, name, "A",
+                                     netns="/run/netns/" + topo.g)
+    check(rc == "NOERROR" and addrs == [S_IP] and src == "192.0.2.53:53",
+          "DNS through the %s path after adoption: %s" % (mode, line))
+    check(dm.logged(name), "the query never reached the upstream")
+    check(topo.guest("tcp", "ND-c7", S_IP, "8001", "10") == "ok",
+          "the learned address did not open 8001 (%s)" % mode)
     fr = topo.frames()
     check(not topo.arrived("ND-c2", fr) and not topo.arrived("ND-c3", fr) and
           not topo.arrived("ND-c6", fr) and topo.arrived("ND-c1", fr) and
-          topo.arrived("ND-c4", fr), "%s path arrivals" % mode)
+          topo.arrived("ND-c4", fr) and topo.arrived("ND-c7", fr), "%s path arrivals" % mode)
+    check(not [f for f in fr if f.get("dport") == 53], "a port-53 packet reached S")
     nd_detach(c, topo)
     out = run(["ip", "netns", "exec", topo.h, "tc", "filter", "show", "dev", "vh",
                "ingress"]).stdout
     check("egr_nd" not in out, "the tc filter stayed after detach: %s" % out)
     check(not os.path.exists(os.path.join(c.bpffs, "netdev", str(sb["id"]))),
           "the sandbox's pin directory stayed after detach")
-    check(topo.guest("tcp", "ND-c5", S_IP, "8001", "10") == "ok", "detach (%s)" % mode)
+    check(topo.guest("tcp", "ND-c8", S_IP2, "8000", "10") == "ok", "detach (%s)" % mode)
 
 
 @test
 def netdev_kernel_attach_path_enforces_and_adopts(c):
     """The path this kernel takes without being told (TCX on >= 6.6, tc
     filters below; the kernel matrix runs it on Debian 12's 6.1 and 6.12)
-    survives a SIGKILL of egressd and is adopted on that same path."""
+    enforces, survives a SIGKILL of egressd, is adopted on that same path
+    and rewrites DNS to the sandbox's listener."""
     with Topo() as topo:
         path_enforces_and_adopts(c, topo, kernel_attach_mode())
 

@@ -710,6 +710,42 @@ def netdev_kernel_attach_path_enforces_and_adopts(c):
 
 
 @test
+def netdev_programs_lost_while_down_are_attached_again(c):
+    """A state file whose device lost its programs while egressd was away
+    (the TCX link pins removed from bpffs, or the tc filters deleted): the
+    start attaches them again from the state, on the same path. The twin:
+    before the restart the device really was open."""
+    with Topo() as topo:
+        sb = nd_attach(c, topo, nd_policy(c, ALLOW))
+        mode = sb["attach_mode"]
+        log("netdev: programs removed on the %s path while egressd is down" % mode)
+        try:
+            check(topo.guest("tcp", "ND-r1", S_IP, "8001", "10") != "ok", "denied while attached")
+            c.daemon.kill9()
+            try:
+                for d in ("ingress", "egress"):
+                    if mode == "tcx":   # the pins were the links' only holders
+                        os.unlink(os.path.join(c.bpffs, "netdev", str(sb["id"]), d))
+                    else:
+                        sh("ip", "netns", "exec", topo.h, "tc", "filter", "del", "dev", "vh", d)
+                check(wait_until(lambda: topo.guest("tcp", "ND-r2", S_IP, "8001", "1") == "ok",
+                                 10, 0.5), "the device stayed closed without its programs")
+            finally:
+                c.daemon.start()
+            listed = [s for s in c.list_json() if s["id"] == sb["id"]]
+            check(listed and listed[0].get("attach_mode") == mode,
+                  "not adopted on its %s path: %r" % (mode, listed))
+            check_attach_path(c, topo, sb["id"], mode)
+            check(topo.guest("tcp", "ND-r3", S_IP, "8001", "10") != "ok", "denied after the start")
+            check(topo.guest("tcp", "ND-r4", S_IP, "8000", "10") == "ok", "allowed after the start")
+            fr = topo.frames()
+            check(topo.arrived("ND-r2", fr) and not topo.arrived("ND-r3", fr) and
+                  topo.arrived("ND-r4", fr), "arrivals around the start")
+        finally:
+            nd_detach(c, topo)
+
+
+@test
 def netdev_tc_filters_enforce_and_adopt(c):
     """Kernels without TCX (Debian 12's 6.1): the tc clsact path, forced on
     this kernel (EGRESSD_TEST_NETDEV_TC=1, test only)."""

@@ -266,7 +266,8 @@ class NetdevBench:
         if udp:
             s = end["sum"]
             got = s["packets"] - s["lost_packets"]
-            res = {"rate": got / s["seconds"], "units": got, "sent": s["packets"]}
+            res = {"rate": got / s["seconds"], "units": got, "sent": s["packets"],
+                   "secs": s["seconds"]}
         else:
             s = end["sum_received"]
             # Data segments: the server's bytes over the path MSS (1448);
@@ -361,21 +362,26 @@ class NetdevBench:
           f"the same round's bare run, then the median; medians of the figures beside them.")
         w("")
         w("| traffic | case | median | ratio vs bare (medians) | ratio (paired, median) "
-          "| paired min-max |")
-        w("| --- | --- | ---: | ---: | ---: | ---: |")
+          "| paired min-max | UDP sent/s, lost (medians) |")
+        w("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
         for k, name, fmt in ((0, f"UDP {UDP_LEN} B, packets/s received", lambda v: f"{v:,.0f}"),
                              (1, "TCP bulk, Gbit/s", lambda v: f"{v / 1e9:.2f}")):
             b = [r["bare"][k]["rate"] for r in rounds]
             for case in CASES:
                 x = [r[case][k]["rate"] for r in rounds]
                 pr = [u / v for u, v in zip(x, b)]
+                sent = "—"
+                if k == 0:
+                    rs = [r[case][0] for r in rounds]
+                    sent = (f"{med(q['sent'] / q['secs'] for q in rs):,.0f}, "
+                            f"{med(1 - q['units'] / q['sent'] for q in rs):.1%}")
                 w(f"| {name} | {CASE_LABELS[case]} | {fmt(med(x))} | {med(x) / med(b):.3f} "
-                  f"| {med(pr):.3f} | {min(pr):.3f}-{max(pr):.3f} |")
+                  f"| {med(pr):.3f} | {min(pr):.3f}-{max(pr):.3f} | {sent} |")
             f = [r["floor"][k]["rate"] for r in rounds]
             x = [r["sandbox"][k]["rate"] for r in rounds]
             pr = [u / v for u, v in zip(x, f)]
             w(f"| {name} | device sandbox over the floor | | {med(x) / med(f):.3f} "
-              f"| {med(pr):.3f} | {min(pr):.3f}-{max(pr):.3f} |")
+              f"| {med(pr):.3f} | {min(pr):.3f}-{max(pr):.3f} | |")
         w("")
         w("BPF time of the programs on vh in the floor and sandbox runs (bpf_stats: "
           "run_time_ns / run_cnt over all rounds; per packet = over the packets the server "

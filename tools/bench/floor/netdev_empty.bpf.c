@@ -9,6 +9,9 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 
-SEC("tc") int flr_nd_pass(struct __sk_buff *skb) { return -1; }
+SEC("tc") int flr_nd_pass(struct __sk_buff *skb)
+{
+	return -1;
+}
 
 char _license[] SEC("license") = "GPL";

@@ -84,7 +84,7 @@ FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(OUT)/fuzz/%)
 BENCH_BINS:= $(BENCH_SRCS:tools/bench/%.c=$(OUT)/bench/%)
 # Empty programs at egressd's hooks: the connect benchmark's floor (tools/bench_floor.py).
 BENCH_BPF := $(OUT)/bench/floor.bpf.o $(OUT)/bench/floor-skcreate.bpf.o \
-	     $(OUT)/bench/floor-sklookup.bpf.o
+	     $(OUT)/bench/floor-sklookup.bpf.o $(OUT)/bench/floor-netdev.bpf.o
 
 BPF_HDRS  := $(wildcard include/*.h) $(wildcard bpf/*.h bpf/lib/*.h)
 
@@ -243,7 +243,13 @@ $(OUT)/tests/netprobe: $(NETPROBE_SRCS) tests/e2e/netprobe/netprobe.h
 $(OUT)/bench/floor.bpf.o: FLOOR_SK := 0
 $(OUT)/bench/floor-skcreate.bpf.o: FLOOR_SK := 1
 $(OUT)/bench/floor-sklookup.bpf.o: FLOOR_SK := 2
-$(BENCH_BPF): tools/bench/floor/empty.bpf.c vmlinux/vmlinux.h
+$(OUT)/bench/floor-netdev.bpf.o: tools/bench/floor/netdev_empty.bpf.c vmlinux/vmlinux.h
+	$(call msg,BPF,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CLANG) $(BPF_CFLAGS) -c $< -o $@.tmp
+	$(Q)$(BPFTOOL) gen object $@ $@.tmp && rm -f $@.tmp
+
+$(filter-out $(OUT)/bench/floor-netdev.bpf.o,$(BENCH_BPF)): tools/bench/floor/empty.bpf.c vmlinux/vmlinux.h
 	$(call msg,BPF,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CLANG) $(BPF_CFLAGS) -DFLOOR_SK=$(FLOOR_SK) -c $< -o $@.tmp

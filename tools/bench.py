@@ -747,6 +747,9 @@ def main():
     ap.add_argument("--no-compare", action="store_true",
                     help="skip the side-by-side benchmark against nftables and tinyproxy "
                          "(tools/bench_compare.py), which otherwise runs after this one")
+    ap.add_argument("--no-netdev", action="store_true",
+                    help="skip the device sandbox benchmark (tools/bench_netdev.py: packets/s "
+                         "and bulk TCP through a device sandbox vs the bare device)")
     ap.add_argument("--no-scale", action="store_true",
                     help="skip the start/scale/events benchmark (tools/bench_scale.py)")
     ap.add_argument("--no-docs", action="store_true",
@@ -783,6 +786,11 @@ def main():
         # egressd beside nftables and tinyproxy: its own egressd and netns.
         cmp_ = os.path.join(here, "bench_compare.py")
         rc = subprocess.call([sys.executable, cmp_, "--build", args.build] + nodocs) or rc
+    if not args.no_netdev:
+        # A device sandbox (issue 25) vs the same device bare: its own
+        # egressd and network namespaces.
+        nd = os.path.join(here, "bench_netdev.py")
+        rc = subprocess.call([sys.executable, nd, "--build", args.build] + nodocs) or rc
     if not args.no_dns:
         # The DNS proxy benchmark: its own process, egressd and dnsmasq.
         dns = os.path.join(here, "bench_dns.py")

@@ -25,6 +25,7 @@ import sys
 import time
 
 from harness import *
+from harness.dns import dns_query, need_dnsmasq
 from harness.metering import stats
 
 G_IP, H_IP, S_IP, S_IP2 = "10.77.0.2", "10.77.0.1", "10.78.0.2", "10.78.0.3"
@@ -353,6 +354,8 @@ def netdev_allowed_reaches_denied_never_arrives(c):
         try:
             check(sb["kind"] == "netdev" and sb["netdev"] == "vh" and sb["netns"] == topo.netns,
                   "attach reply: %r" % sb)
+            check(sb["attach_mode"] == kernel_attach_mode(), "attached with %s on Linux %s" %
+                  (sb["attach_mode"], os.uname().release))
             listed = [s for s in c.list_json() if s["id"] == sb["id"]]
             check(listed and listed[0]["kind"] == "netdev", "list: %r" % listed)
             check("netdev" in c.ctl_ok("list").stdout, "`list` does not show the kind")
@@ -620,6 +623,128 @@ def netdev_attach_fails_closed(c):
             nd_detach(c, topo)
 
 
+def kernel_attach_mode():
+    """The path egressd must take on this kernel: TCX links from 6.6 on
+    (Debian 12's 6.12), tc clsact filters below (its 6.1)."""
+    major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    return "tcx" if (major, minor) >= (6, 6) else "tc"
+
+
+def check_attach_path(c, topo, sid, mode):
+    """What the kernel holds for the sandbox is that path's and only it:
+    a tc filter named egr_nd_ingress on vh, or the two pinned TCX links."""
+    out = run(["ip", "netns", "exec", topo.h, "tc", "filter", "show", "dev", "vh",
+               "ingress"]).stdout
+    pins = [os.path.exists(os.path.join(c.bpffs, "netdev", str(sid), d))
+            for d in ("ingress", "egress")]
+    if mode == "tc":
+        check("egr_nd_ingress" in out and not any(pins),
+              "tc path: filter %r, TCX link pins %r" % (out, pins))
+    else:
+        check("egr_nd" not in out and all(pins),
+              "TCX path: a tc filter %r, link pins %r" % (out, pins))
+
+
+_names_added = set()   # dnsmasq's extra hosts, added once per run
+
+
+def path_enforces_and_adopts(c, topo, mode):
+    """Attach on the path mode names, enforce, SIGKILL egressd, enforce
+    while it is down, adopt (on the same path), resolve through the adopted
+    programs' DNS rewrite, detach: nothing stays. 8001 is allowed only by
+    name (a name only this run's dnsmasq serves), so it opens only once
+    the sandbox's proxy learned the answer."""
+    name = "ndpath-%s.test" % RUN_ID[-6:].lower()
+    dm = need_dnsmasq(c)
+    if name not in _names_added:
+        dm.add_host(name, S_IP)
+        _names_added.add(name)
+    sb = nd_attach(c, topo, nd_policy(c, ALLOW + ["tcp/%s:8001" % name], extra_network={
+        "dns_rebind_allow": ["10.78.0.0/24"]}))
+    check(sb["attach_mode"] == mode, "not the %s path: %r" % (mode, sb))
+    check_attach_path(c, topo, sb["id"], mode)
+    log("netdev: attach path %s on Linux %s" % (mode, os.uname().release))
+    check(topo.guest("tcp", "ND-c1", S_IP, "8000", "10") == "ok", "allowed (%s)" % mode)
+    check(topo.guest("tcp", "ND-c2", S_IP, "8001", "10") != "ok", "denied (%s)" % mode)
+    c.daemon.kill9()
+    check(topo.guest("tcp", "ND-c3", S_IP, "8001", "10") != "ok", "denied while down")
+    check(topo.guest("tcp", "ND-c4", S_IP, "8000", "10") == "ok", "allowed while down")
+    c.daemon.start()
+    listed = [s for s in c.list_json() if s["id"] == sb["id"]]
+    check(listed and listed[0].get("attach_mode") == mode,
+          "%s sandbox not adopted on its path: %r" % (mode, listed))
+    check_attach_path(c, topo, sb["id"], mode)
+    check(topo.guest("tcp", "ND-c6", S_IP, "8001", "10") != "ok", "denied after adoption")
+    # DNS to an address where no resolver is: answered, as from that
+    # address, by the sandbox's proxy (the rewrite), which went upstream
+    # and learned the name's address for 8001.
+    rc, addrs, src, line = dns_query("udp", "192.0.2.53", 53, name, "A",
+                                     netns="/run/netns/" + topo.g)
+    check(rc == "NOERROR" and addrs == [S_IP] and src == "192.0.2.53:53",
+          "DNS through the %s path after adoption: %s" % (mode, line))
+    check(dm.logged(name), "the query never reached the upstream")
+    check(topo.guest("tcp", "ND-c7", S_IP, "8001", "10") == "ok",
+          "the learned address did not open 8001 (%s)" % mode)
+    fr = topo.frames()
+    check(not topo.arrived("ND-c2", fr) and not topo.arrived("ND-c3", fr) and
+          not topo.arrived("ND-c6", fr) and topo.arrived("ND-c1", fr) and
+          topo.arrived("ND-c4", fr) and topo.arrived("ND-c7", fr), "%s path arrivals" % mode)
+    check(not [f for f in fr if f.get("dport") == 53], "a port-53 packet reached S")
+    nd_detach(c, topo)
+    out = run(["ip", "netns", "exec", topo.h, "tc", "filter", "show", "dev", "vh",
+               "ingress"]).stdout
+    check("egr_nd" not in out, "the tc filter stayed after detach: %s" % out)
+    check(not os.path.exists(os.path.join(c.bpffs, "netdev", str(sb["id"]))),
+          "the sandbox's pin directory stayed after detach")
+    check(topo.guest("tcp", "ND-c8", S_IP2, "8000", "10") == "ok", "detach (%s)" % mode)
+
+
+@test
+def netdev_kernel_attach_path_enforces_and_adopts(c):
+    """The path this kernel takes without being told (TCX on >= 6.6, tc
+    filters below; the kernel matrix runs it on Debian 12's 6.1 and 6.12)
+    enforces, survives a SIGKILL of egressd, is adopted on that same path
+    and rewrites DNS to the sandbox's listener."""
+    with Topo() as topo:
+        path_enforces_and_adopts(c, topo, kernel_attach_mode())
+
+
+@test
+def netdev_programs_lost_while_down_are_attached_again(c):
+    """A state file whose device lost its programs while egressd was away
+    (the TCX link pins removed from bpffs, or the tc filters deleted): the
+    start attaches them again from the state, on the same path. The twin:
+    before the restart the device really was open."""
+    with Topo() as topo:
+        sb = nd_attach(c, topo, nd_policy(c, ALLOW))
+        mode = sb["attach_mode"]
+        log("netdev: programs removed on the %s path while egressd is down" % mode)
+        try:
+            check(topo.guest("tcp", "ND-r1", S_IP, "8001", "10") != "ok", "denied while attached")
+            c.daemon.kill9()
+            try:
+                for d in ("ingress", "egress"):
+                    if mode == "tcx":   # the pins were the links' only holders
+                        os.unlink(os.path.join(c.bpffs, "netdev", str(sb["id"]), d))
+                    else:
+                        sh("ip", "netns", "exec", topo.h, "tc", "filter", "del", "dev", "vh", d)
+                check(wait_until(lambda: topo.guest("tcp", "ND-r2", S_IP, "8001", "1") == "ok",
+                                 10, 0.5), "the device stayed closed without its programs")
+            finally:
+                c.daemon.start()
+            listed = [s for s in c.list_json() if s["id"] == sb["id"]]
+            check(listed and listed[0].get("attach_mode") == mode,
+                  "not adopted on its %s path: %r" % (mode, listed))
+            check_attach_path(c, topo, sb["id"], mode)
+            check(topo.guest("tcp", "ND-r3", S_IP, "8001", "10") != "ok", "denied after the start")
+            check(topo.guest("tcp", "ND-r4", S_IP, "8000", "10") == "ok", "allowed after the start")
+            fr = topo.frames()
+            check(topo.arrived("ND-r2", fr) and not topo.arrived("ND-r3", fr) and
+                  topo.arrived("ND-r4", fr), "arrivals around the start")
+        finally:
+            nd_detach(c, topo)
+
+
 @test
 def netdev_tc_filters_enforce_and_adopt(c):
     """Kernels without TCX (Debian 12's 6.1): the tc clsact path, forced on
@@ -630,26 +755,7 @@ def netdev_tc_filters_enforce_and_adopt(c):
         c.daemon.env = dict(old_env or {}, EGRESSD_TEST_NETDEV_TC="1")
         try:
             c.daemon.start()
-            sb = nd_attach(c, topo, nd_policy(c, ALLOW))
-            check(sb["attach_mode"] == "tc", "not the tc path: %r" % sb)
-            out = run(["ip", "netns", "exec", topo.h, "tc", "filter", "show", "dev", "vh",
-                       "ingress"]).stdout
-            check("egr_nd_ingress" in out, "no tc filter on vh: %s" % out)
-            check(topo.guest("tcp", "ND-c1", S_IP, "8000", "10") == "ok", "allowed (tc)")
-            check(topo.guest("tcp", "ND-c2", S_IP, "8001", "10") != "ok", "denied (tc)")
-            c.daemon.kill9()
-            check(topo.guest("tcp", "ND-c3", S_IP, "8001", "10") != "ok", "denied while down")
-            check(topo.guest("tcp", "ND-c4", S_IP, "8000", "10") == "ok", "allowed while down")
-            c.daemon.start()
-            check([s for s in c.list_json() if s["id"] == sb["id"]], "tc sandbox not adopted")
-            fr = topo.frames()
-            check(not topo.arrived("ND-c2", fr) and not topo.arrived("ND-c3", fr) and
-                  topo.arrived("ND-c1", fr) and topo.arrived("ND-c4", fr), "tc path arrivals")
-            nd_detach(c, topo)
-            out = run(["ip", "netns", "exec", topo.h, "tc", "filter", "show", "dev", "vh",
-                       "ingress"]).stdout
-            check("egr_nd" not in out, "the tc filter stayed after detach: %s" % out)
-            check(topo.guest("tcp", "ND-c5", S_IP, "8001", "10") == "ok", "detach (tc)")
+            path_enforces_and_adopts(c, topo, "tc")
         finally:
             c.daemon.stop()
             c.daemon.env = old_env

@@ -26,12 +26,17 @@ KNOWN_NEEDS = ("systemd", "lsm_cgroup", "no_lsm_cgroup", "cgroup_pids", "cgroup_
 # decisions, the adversarial and hostile batteries, the escape guard (its
 # tracepoints and its root programs), a detach's socket teardown (sock_diag
 # SOCK_DESTROY, modules on Debian's kernels), the upgrade, the unit under
-# systemd and the lsm_cgroup layer. MODULE or MODULE:PATTERN as run.py -m;
+# systemd, the lsm_cgroup layer, and a device sandbox on the attach path
+# that kernel takes (tc filters below 6.6, TCX from it): enforced across a
+# SIGKILL of egressd, adopted on that path, its DNS rewritten to the
+# sandbox's listener (one test: a topology costs ~20 s under TCG).
+# MODULE or MODULE:PATTERN as run.py -m;
 # each test's own needs decide where it may run. make test-kernels runs it
 # in every guest, make test on this host's kernel with the release build.
 KERNEL_SUBSET = ("test_unit", "test_lsm_cgroup", "test_hostile_kernel", "test_redteam2_escape",
                  "test_redteam5_escape", "test_hostile_daemon:hd_detach", "test_adversarial",
-                 "test_hostile_run", "test_upgrade", "test_runsc")
+                 "test_hostile_run", "test_upgrade", "test_runsc",
+                 "test_netdev:netdev_kernel_attach_path")
 
 
 def _register(fn, needs):

@@ -319,7 +319,7 @@ class Bench:
             shutil.rmtree(self.bpffs_dir, ignore_errors=True)
             if os.path.exists(self.bpffs_dir):
                 log(f"cleanup: could not remove {self.bpffs_dir}")
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        common.remove_work_dir(self.tmp, self.sock, log)
         if self.stats_prev is not None:
             try:
                 with open(STATS_SYSCTL, "w") as f:

@@ -6,6 +6,7 @@ resolver), egressd started and waited for, stopped, and cgroups removed
 (their processes killed first)."""
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -96,6 +97,19 @@ def stop_process(p, sig=signal.SIGKILL, timeout=10):
     if p is not None and p.poll() is None:
         p.send_signal(sig)
         p.wait(timeout=timeout)
+
+
+def remove_work_dir(tmp, sock, log):
+    """After egressd stopped: its listener holder told to quit (it would
+    keep the listeners for --listener-hold, 300 s), the audit files'
+    append-only flag (FS_APPEND_FL) lifted, or rmtree cannot unlink them,
+    then the directory; what stays is logged."""
+    from harness.ctx import quit_listener_holder
+    quit_listener_holder(sock + ".hold")
+    subprocess.run(["chattr", "-R", "-f", "-a", tmp], capture_output=True, timeout=30)
+    shutil.rmtree(tmp, ignore_errors=True)
+    if os.path.exists(tmp):
+        log(f"cleanup: could not remove {tmp}")
 
 
 def remove_cgroup(path, log):

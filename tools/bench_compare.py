@@ -274,7 +274,7 @@ class Compare:
         for ns in self.netns:
             # The netns's nftables table and conntrack entries go with it.
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        common.remove_work_dir(self.tmp, self.sock, log)
         if self.stats_prev is not None:
             try:
                 with open(B.STATS_SYSCTL, "w") as f:

@@ -228,7 +228,7 @@ class BenchDns:
             common.remove_cgroup(cg, log)
         if os.path.isdir(self.bpffs_dir):
             shutil.rmtree(self.bpffs_dir, ignore_errors=True)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        common.remove_work_dir(self.tmp, self.sock, log)
         if self.daemon_log:
             self.daemon_log.close()
 

@@ -44,7 +44,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench as B  # noqa: E402  (policies, control socket, bpftool, docs sections)
 import bench_common as common  # noqa: E402  (egressd, dnsmasq: the e2e harness)
-from harness.ctx import quit_listener_holder  # noqa: E402  (bench_common put it on the path)
 
 PID = os.getpid()
 TAG = f"egrnd-{PID}"
@@ -177,20 +176,12 @@ class NetdevBench:
         for p in reversed(self.procs):
             common.stop_process(p, sig=15)
         common.stop_egressd(self.daemon)
-        # The listener holder egressd started would keep the device's DNS
-        # listeners for --listener-hold (300 s): told to quit.
-        quit_listener_holder(self.sock + ".hold")
         if os.path.isdir(self.bpffs_dir):
             shutil.rmtree(self.bpffs_dir, ignore_errors=True)
         for n in self.netns_made:
             # vh's programs (if any were left) go with the device.
             subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=30)
-        # egressd makes its audit files append-only (FS_APPEND_FL): lifted
-        # first, or rmtree cannot unlink them.
-        subprocess.run(["chattr", "-R", "-f", "-a", self.tmp], capture_output=True, timeout=30)
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        if os.path.exists(self.tmp):
-            log(f"cleanup: could not remove {self.tmp}")
+        common.remove_work_dir(self.tmp, self.sock, log)
         if self.stats_prev is not None:
             try:
                 with open(B.STATS_SYSCTL, "w") as f:

@@ -148,7 +148,7 @@ class Scale:
                 log(f"cleanup: rmdir {cg}: {e}")
         if os.path.isdir(self.bpffs_dir):
             shutil.rmtree(self.bpffs_dir, ignore_errors=True)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        common.remove_work_dir(self.tmp, self.sock, log)
         if self.daemon_log:
             self.daemon_log.close()
 

@@ -173,8 +173,39 @@ static __always_inline int nd_parse_l4(struct __sk_buff *skb, __u32 off, struct 
 	return 0;
 }
 
-/* Parse a frame, failing closed on everything a policy does not describe. */
-static __always_inline enum nd_kind nd_parse(struct __sk_buff *skb, struct nd_pkt *p)
+/*
+ * Does neighbour discovery the sandbox sent stay on the link? Hop limit 255
+ * is no proof: to an address the host forwards to, the host forwards it (at
+ * 254), and ND bypasses the allowlist, the reverse-path check and the
+ * meters. It stays when sent to a link-scope multicast group (solicitations,
+ * unsolicited advertisements), a link-local address, or an address the
+ * host does not forward (its own: NUD of the host side's address; no
+ * route). The lookup is the forwarding one (from the device), without the
+ * packet's source: a link-local source would end it early, unanswered.
+ */
+static __always_inline int nd_ndisc_on_link(struct __sk_buff *skb, const struct ipv6hdr *ip6)
+{
+	const __u8 *d = (const __u8 *)&ip6->daddr;
+	struct bpf_fib_lookup f = {};
+
+	if (d[0] == 0xff)
+		return (d[1] & 0x0f) == 2;
+	if (d[0] == 0xfe && (d[1] & 0xc0) == 0x80)
+		return 1;
+	f.family = EGR_AF_INET6;
+	f.ifindex = skb->ifindex;
+	f.l4_protocol = EGR_IPPROTO_ICMPV6;
+	__builtin_memcpy(f.ipv6_dst, &ip6->daddr, 16);
+	return bpf_fib_lookup(skb, &f, sizeof(f), 0) == BPF_FIB_LKUP_RET_NOT_FWDED;
+}
+
+#define ND_ROUTER_SOLICIT 133
+#define ND_NEIGH_ADVERT 136
+
+/* Parse a frame, failing closed on everything a policy does not describe.
+ * from_sandbox: a frame the sandbox sent (the device's ingress). */
+static __always_inline enum nd_kind nd_parse(struct __sk_buff *skb, struct nd_pkt *p,
+					     int from_sandbox)
 {
 	__u32 l2 = egr_nd_l2_len ? ND_ETH_HLEN : 0;
 	__u16 proto;
@@ -267,9 +298,12 @@ static __always_inline enum nd_kind nd_parse(struct __sk_buff *skb, struct nd_pk
 		}
 		/* Router solicitation/advertisement, neighbour solicitation/
 		 * advertisement: the link's own, and only with hop limit 255
-		 * (never forwarded, RFC 4861). */
-		if (ip6.nexthdr == EGR_IPPROTO_ICMPV6 && p->icmp_type >= 133 && p->icmp_type <= 136 &&
-		    ip6.hop_limit == 255) {
+		 * (RFC 4861). From the sandbox: only what stays on the link.
+		 * Anything else is ICMPv6 that is not echo: judged, and
+		 * dropped, as such. */
+		if (ip6.nexthdr == EGR_IPPROTO_ICMPV6 && p->icmp_type >= ND_ROUTER_SOLICIT &&
+		    p->icmp_type <= ND_NEIGH_ADVERT && ip6.hop_limit == 255 &&
+		    (!from_sandbox || nd_ndisc_on_link(skb, &ip6))) {
 			nd_count(EGR_ND_CNT_ND);
 			return ND_NDISC;
 		}
@@ -520,7 +554,7 @@ int egr_nd_ingress(struct __sk_buff *skb)
 		egr_count(EGR_CNT_NO_SANDBOX);
 		return ND_DROP;
 	}
-	kind = nd_parse(skb, &p);
+	kind = nd_parse(skb, &p, 1);
 	if (kind == ND_ARP || kind == ND_NDISC) {
 		if (sb->quarantined)
 			return ND_DROP;
@@ -602,7 +636,7 @@ int egr_nd_egress(struct __sk_buff *skb)
 		egr_count(EGR_CNT_NO_SANDBOX);
 		return ND_DROP;
 	}
-	kind = nd_parse(skb, &p);
+	kind = nd_parse(skb, &p, 0);
 	if (kind == ND_ARP || kind == ND_NDISC)
 		return sb->quarantined ? ND_DROP : ND_PASS;
 	if (kind != ND_IP) {

@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * Red-team cases against the device sandbox programs (bpf/netdev.bpf.c): the
+ * frames a hostile guest kernel sends to get past the passes the parser
+ * grants without the allowlist (neighbour and router discovery) and the DNS
+ * redirect, run with BPF_PROG_TEST_RUN on the real object (as
+ * tests/bpf/test_netdev.c, whose fixture this repeats in short). Each attack
+ * has a twin the program lets through the same way.
+ *
+ * The test runs in a network namespace of its own: vh (10.77.0.1/30,
+ * fd77::1/64) is the sandbox's device, and a second veth d0 routes
+ * 2001:db8::/32, so an address there is one the host would forward to.
+ * Root; never skips.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <net/if.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "egressd.h"
+#include "egr_netdev.h"
+#include "egr_decide.h"
+#include "netdev.skel.h"
+
+static struct netdev_bpf *skel;
+static int ifindex;
+
+#define SB 8
+#define POLICY 80
+#define TENANT 4
+#define PASS (-1)
+#define DROP 2
+
+struct pkt {
+	unsigned char b[160];
+	size_t len;
+};
+
+static void put_entry(struct egr_sandbox sb)
+{
+	__u32 id = SB;
+
+	sb.policy_id = POLICY;
+	sb.tenant_id = TENANT;
+	assert_int_equal(bpf_map__update_elem(skel->maps.egr_sandboxes, &id, sizeof(id), &sb,
+					      sizeof(sb), BPF_ANY), 0);
+}
+
+static int run(struct bpf_program *prog, const struct pkt *p)
+{
+	struct __sk_buff ctx = { .ifindex = (__u32)ifindex };
+	LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = p->b, .data_size_in = (__u32)p->len,
+		    .ctx_in = &ctx, .ctx_size_in = sizeof(ctx), .repeat = 1);
+	int err = bpf_prog_test_run_opts(bpf_program__fd(prog), &opts);
+
+	if (err)
+		fail_msg("BPF_PROG_TEST_RUN of %s: %s", bpf_program__name(prog), strerror(-err));
+	return (int)opts.retval;
+}
+
+static int out(const struct pkt *p)
+{
+	return run(skel->progs.egr_nd_ingress, p);
+}
+
+static __u64 nd_counter(enum egr_nd_counter c)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	__u64 vals[ncpu > 0 ? ncpu : 1], sum = 0;
+	__u32 key = c;
+
+	assert_int_equal(bpf_map__lookup_elem(skel->maps.egr_nd_counters, &key, sizeof(key), vals,
+					      sizeof(__u64) * (size_t)ncpu, 0), 0);
+	for (int i = 0; i < ncpu; i++)
+		sum += vals[i];
+	return sum;
+}
+
+static struct egr_meter meter(void)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	struct egr_meter vals[ncpu > 0 ? ncpu : 1], sum = { 0 };
+	__u32 key = SB;
+
+	if (bpf_map__lookup_elem(skel->maps.egr_meter_sb, &key, sizeof(key), vals,
+				 sizeof(vals[0]) * (size_t)ncpu, 0))
+		return sum;
+	for (int i = 0; i < ncpu; i++) {
+		sum.bytes_out += vals[i].bytes_out;
+		sum.pkts_out += vals[i].pkts_out;
+		sum.bytes_in += vals[i].bytes_in;
+		sum.pkts_in += vals[i].pkts_in;
+		sum.quota_drops += vals[i].quota_drops;
+		sum.backstop_drops += vals[i].backstop_drops;
+	}
+	return sum;
+}
+
+/* An Ethernet frame carrying IPv6 (next header nh, hop limit hl) from s to
+ * d, then n bytes of l4. */
+static struct pkt v6(const char *s, const char *d, __u8 nh, __u8 hl, const unsigned char *l4,
+		     size_t n)
+{
+	struct pkt p;
+	unsigned char *ip;
+
+	memset(&p, 0, sizeof(p));
+	p.b[0] = 0x33;
+	p.b[6] = 0x02;
+	p.b[11] = 2;
+	p.b[12] = 0x86;
+	p.b[13] = 0xdd;
+	ip = p.b + 14;
+	ip[0] = 0x60;
+	ip[4] = (__u8)(n >> 8);
+	ip[5] = (__u8)n;
+	ip[6] = nh;
+	ip[7] = hl;
+	assert_int_equal(inet_pton(AF_INET6, s, ip + 8), 1);
+	assert_int_equal(inet_pton(AF_INET6, d, ip + 24), 1);
+	memcpy(ip + 40, l4, n);
+	p.len = 14 + 40 + n;
+	return p;
+}
+
+/* ICMPv6 of type t with 16 bytes after its header (a target address, or
+ * the data a hostile guest hides there) and a marker. */
+static struct pkt icmp6(const char *s, const char *d, __u8 t, __u8 hl)
+{
+	unsigned char m[8 + 16 + 24] = { t };
+
+	memcpy(m + 24, "exfiltrated-bytes-here..", 24);
+	return v6(s, d, 58, hl, m, sizeof(m));
+}
+
+static int sh(const char *cmd)
+{
+	int rc = system(cmd);
+
+	if (rc != 0)
+		fprintf(stderr, "test_netdev_hostile: '%s' failed (%d)\n", cmd, rc);
+	return rc;
+}
+
+static int write_file(const char *path, const char *s)
+{
+	FILE *f = fopen(path, "w");
+	int rc;
+
+	if (!f)
+		return -1;
+	rc = fputs(s, f) < 0;
+	return fclose(f) || rc ? -1 : 0;
+}
+
+static int setup(void **state)
+{
+	struct bpf_map *m;
+	struct in_addr a;
+	int err;
+
+	if (unshare(CLONE_NEWNET)) {
+		fprintf(stderr, "test_netdev_hostile: unshare(CLONE_NEWNET) (root needed): %s\n",
+			strerror(errno));
+		return -1;
+	}
+	if (sh("ip link set lo up") || sh("ip link add vh type veth peer name vs") ||
+	    sh("ip addr add 10.77.0.1/30 dev vh") || sh("ip -6 addr add fd77::1/64 dev vh nodad") ||
+	    sh("ip link set vh up") || sh("ip link set vs up") ||
+	    sh("ip link add d0 type veth peer name d1") || sh("ip link set d0 up") ||
+	    sh("ip link set d1 up") ||
+	    sh("ip -6 route add 2001:db8::/32 dev d0") ||
+	    write_file("/proc/sys/net/ipv4/conf/all/forwarding", "1") ||
+	    write_file("/proc/sys/net/ipv6/conf/all/forwarding", "1"))
+		return -1;
+	ifindex = (int)if_nametoindex("vh");
+	if (!ifindex)
+		return -1;
+	skel = netdev_bpf__open();
+	if (!skel) {
+		fprintf(stderr, "test_netdev_hostile: open netdev.bpf.o: %s\n", strerror(errno));
+		return -1;
+	}
+	bpf_object__for_each_map(m, skel->obj)
+		if (bpf_map__set_pin_path(m, NULL))
+			return -1;
+	skel->rodata->egr_nd_sandbox_id = SB;
+	if (inet_pton(AF_INET, "10.77.0.1", &a) != 1)
+		return -1;
+	skel->rodata->egr_nd_dns_addr4 = a.s_addr;
+	err = netdev_bpf__load(skel);
+	if (err) {
+		fprintf(stderr, "test_netdev_hostile: load netdev.bpf.o: %s\n", strerror(-err));
+		return -1;
+	}
+	put_entry((struct egr_sandbox){ 0 });
+	*state = NULL;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	netdev_bpf__destroy(skel);
+	return 0;
+}
+
+/*
+ * Neighbour discovery passes without the allowlist, as the link needs it;
+ * with hop limit 255 to an address the host forwards to, it would leave
+ * the link (the host forwards it, hop limit 254): an ICMPv6 channel to any
+ * host, from any source, unmetered. Only what stays on the link passes.
+ */
+static void test_ndisc_to_a_forwarded_address_drops(void **state)
+{
+	struct pkt ns_out = icmp6("fd77::2", "2001:db8::10", 135, 255);
+	struct pkt na_out = icmp6("fd77::2", "2001:db8::10", 136, 255);
+	struct pkt rs_out = icmp6("fd99::9", "2001:db8::10", 133, 255);
+	struct pkt ns_ll = icmp6("fe80::2", "2001:db8::10", 135, 255);
+	/* The twins: what a guest's kernel really sends. */
+	struct pkt ns_mcast = icmp6("fd77::2", "ff02::1:ff00:1", 135, 255);
+	struct pkt ns_dad = icmp6("::", "ff02::1:ff00:2", 135, 255);
+	struct pkt ns_nud = icmp6("fd77::2", "fd77::1", 135, 255);
+	struct pkt ns_nud_ll = icmp6("fe80::2", "fe80::1", 135, 255);
+	struct pkt na_reply = icmp6("fd77::2", "fd77::1", 136, 255);
+	struct pkt rs = icmp6("fe80::2", "ff02::2", 133, 255);
+	__u64 nd0 = nd_counter(EGR_ND_CNT_ND);
+	struct egr_meter m0 = meter();
+
+	assert_int_equal(out(&ns_out), DROP);
+	assert_int_equal(out(&na_out), DROP);
+	assert_int_equal(out(&rs_out), DROP);
+	assert_int_equal(out(&ns_ll), DROP);
+	assert_int_equal(out(&ns_mcast), PASS);
+	assert_int_equal(out(&ns_dad), PASS);
+	assert_int_equal(out(&ns_nud), PASS);
+	assert_int_equal(out(&ns_nud_ll), PASS);
+	assert_int_equal(out(&na_reply), PASS);
+	assert_int_equal(out(&rs), PASS);
+	assert_int_equal(nd_counter(EGR_ND_CNT_ND) - nd0, 6);
+	/* Judged as ICMPv6 that is not echo: metered drops. */
+	assert_int_equal(meter().backstop_drops - m0.backstop_drops, 4);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ndisc_to_a_forwarded_address_drops),
+	};
+
+	return cmocka_run_group_tests_name("netdev_hostile", tests, setup, teardown);
+}

@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+"""Red team against device sandboxes (issue 25): what a hostile guest kernel
+sends to get past the passes the device programs grant without the
+allowlist (neighbour and router discovery) and past the meters (DNS).
+
+The topology of test_netdev.py (G the guest, H the host side with the
+confined device vh, S the servers behind H, which forwards). Frames are
+crafted in G with AF_PACKET as a guest kernel can send them; what arrives is
+checked in S on the wire (the capture of sh), or in H (its routes, a
+protocol packet socket on vh). Every vector's frame is first sent with
+nothing attached, and shown to arrive (or to act on H): the test can send
+it; while attached, the link's own traffic still works (the twin).
+"""
+import subprocess
+import sys
+import time
+
+from harness import *
+from test_netdev import G_IP6, S_IP6, Topo, nd_attach, nd_detach, nd_policy, nd_row
+
+# In G: one ICMPv6 message of type argv[2] ("ns", "ra", "rs") from argv[3]
+# to argv[4] with hop limit 255, marker argv[5] in it; Ethernet destination
+# argv[1] (H's MAC, or the IPv6 multicast MAC of the destination).
+ND = r"""
+import socket, struct, sys
+hmac, kind, src, dst, marker = sys.argv[1:6]
+def csum(b):
+    if len(b) % 2: b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b)); s = (s >> 16) + (s & 0xffff); s += s >> 16
+    return (~s) & 0xffff
+S, D = socket.inet_pton(socket.AF_INET6, src), socket.inet_pton(socket.AF_INET6, dst)
+if kind == "ns":    # a target (S's address), then the data it smuggles
+    body = struct.pack("!BBHI", 135, 0, 0, 0) + D
+elif kind == "rs":
+    body = struct.pack("!BBHI", 133, 0, 0, 0)
+else:               # "I am a default router for 1800 s"
+    body = struct.pack("!BBHBBHII", 134, 0, 0, 64, 0, 1800, 0, 0)
+body += marker.encode() + b"." + b"x" * 16 if kind != "ra" else b""
+ph = S + D + struct.pack("!IxxxB", len(body), 58)
+body = body[:2] + struct.pack("!H", csum(ph + body)) + body[4:]
+ip = struct.pack("!IHBB16s16s", 6 << 28, len(body), 58, 255, S, D) + body
+if D[0] == 0xff:
+    emac = b"\x33\x33" + D[12:]
+else:
+    emac = bytes.fromhex(hmac.replace(":", ""))
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(("vg", 0))
+s.send(emac + s.getsockname()[4] + struct.pack("!H", 0x86dd) + ip)
+print("sent")
+"""
+
+def nd_frame(topo, kind, src, dst, marker=""):
+    r = run(["ip", "netns", "exec", topo.g, sys.executable, "-c", ND, topo.hmac, kind, src, dst,
+             marker], timeout=20)
+    check(r.returncode == 0 and "sent" in r.stdout, "ND frame %s: %s" % (kind, r.stderr[-300:]))
+
+
+def at_host_nd(topo, kind, src, dst, marker):
+    """Did H's IPv6 handler on vh get this ND frame (after tc ingress)?"""
+    p = topo.host_socket(0x86dd, marker)
+    nd_frame(topo, kind, src, dst, marker)
+    got = p.stdout.readline().strip() == "got"
+    p.wait(10)
+    return got
+
+
+@test
+def netdev_ndisc_never_leaves_the_link(c):
+    """Neighbour discovery passes the device program without the allowlist
+    (the link needs it). With hop limit 255 it is ND to the program, yet an
+    address H forwards to takes it off the link: a neighbour solicitation
+    from G to S, carrying whatever the guest likes, from any source, was
+    forwarded to S and metered nowhere. Now only ND that stays on the link
+    passes; G's own neighbour discovery still works (the twins)."""
+    with Topo() as topo:
+        topo.frames(0)
+        nd_frame(topo, "ns", G_IP6, S_IP6, "ND-ns0")
+        check(topo.arrived("ND-ns0", topo.frames()),
+              "an NS from G to S does not arrive with nothing attached (H does not forward it: "
+              "the test cannot show its drop)")
+        sb = nd_attach(c, topo, nd_policy(c, ["udp/[%s]:9000" % S_IP6]))
+        try:
+            topo.frames(0)
+            nd_frame(topo, "ns", G_IP6, S_IP6, "ND-ns1")
+            nd_frame(topo, "ns", "fd77::9", S_IP6, "ND-ns2")   # spoofed too
+            nd_frame(topo, "rs", G_IP6, S_IP6, "ND-ns3")
+            fr = topo.frames()
+            for m in ("ND-ns1", "ND-ns2", "ND-ns3"):
+                check(not topo.arrived(m, fr), "%s: ICMPv6 ND from the guest reached S" % m)
+            check(not [f for f in fr if f.get("v") == 6 and f.get("proto") == 58 and
+                       f.get("dst") == S_IP6 and not f["out"]],
+                  "ICMPv6 from G reached S: %r" % fr[:3])
+            # The twins: ND of the link reaches H (multicast solicitation,
+            # unicast to H's own address), and G's neighbour cache, flushed,
+            # fills again: the allowed datagram is echoed.
+            check(at_host_nd(topo, "ns", G_IP6, "ff02::1:ff00:1", "ND-tw1"),
+                  "a multicast NS for H's address did not reach H")
+            check(at_host_nd(topo, "ns", G_IP6, "fd77::1", "ND-tw2"),
+                  "a unicast NS to H's own address (NUD) did not reach H")
+            sh_ok("ip", "-n", topo.g, "-6", "neigh", "flush", "dev", "vg")
+            check(topo.guest("udp", "ND-tw3", S_IP6, "9000") == "ok",
+                  "IPv6 to S does not work after G's neighbour cache was flushed")
+            row = nd_row(c, sb["id"])
+            check(row["backstop_drops"] >= 3, "the ND frames off the link were not "
+                  "counted as drops: %r" % row)
+        finally:
+            nd_detach(c, topo)
+
+
+def sh_ok(*argv):
+    must(list(argv))

@@ -200,6 +200,7 @@ static __always_inline int nd_ndisc_on_link(struct __sk_buff *skb, const struct 
 }
 
 #define ND_ROUTER_SOLICIT 133
+#define ND_ROUTER_ADVERT 134
 #define ND_NEIGH_ADVERT 136
 
 /* Parse a frame, failing closed on everything a policy does not describe.
@@ -298,12 +299,14 @@ static __always_inline enum nd_kind nd_parse(struct __sk_buff *skb, struct nd_pk
 		}
 		/* Router solicitation/advertisement, neighbour solicitation/
 		 * advertisement: the link's own, and only with hop limit 255
-		 * (RFC 4861). From the sandbox: only what stays on the link.
-		 * Anything else is ICMPv6 that is not echo: judged, and
-		 * dropped, as such. */
+		 * (RFC 4861). From the sandbox: only what stays on the link,
+		 * and no router advertisement (a guest is no router: a host
+		 * side that accepts RAs would route through it). Anything else
+		 * is ICMPv6 that is not echo: judged, and dropped, as such. */
 		if (ip6.nexthdr == EGR_IPPROTO_ICMPV6 && p->icmp_type >= ND_ROUTER_SOLICIT &&
 		    p->icmp_type <= ND_NEIGH_ADVERT && ip6.hop_limit == 255 &&
-		    (!from_sandbox || nd_ndisc_on_link(skb, &ip6))) {
+		    (!from_sandbox ||
+		     (p->icmp_type != ND_ROUTER_ADVERT && nd_ndisc_on_link(skb, &ip6)))) {
 			nd_count(EGR_ND_CNT_ND);
 			return ND_NDISC;
 		}

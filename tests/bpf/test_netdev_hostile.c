@@ -76,6 +76,11 @@ static int out(const struct pkt *p)
 	return run(skel->progs.egr_nd_ingress, p);
 }
 
+static int in(const struct pkt *p)
+{
+	return run(skel->progs.egr_nd_egress, p);
+}
+
 static __u64 nd_counter(enum egr_nd_counter c)
 {
 	int ncpu = libbpf_num_possible_cpus();
@@ -254,10 +259,28 @@ static void test_ndisc_to_a_forwarded_address_drops(void **state)
 	assert_int_equal(meter().backstop_drops - m0.backstop_drops, 4);
 }
 
+/*
+ * A guest is no router: a router advertisement (or a redirect) from it
+ * would make the host side route through the guest where it accepts them
+ * (accept_ra 2 on a forwarding host, the default of a host that takes its
+ * own route from RAs). Towards the guest, the host's RAs still pass.
+ */
+static void test_router_advertisement_from_the_guest_drops(void **state)
+{
+	struct pkt ra = icmp6("fe80::2", "ff02::1", 134, 255);
+	struct pkt ra_in = icmp6("fe80::1", "ff02::1", 134, 255);
+	struct pkt rs = icmp6("fe80::2", "ff02::2", 133, 255);
+
+	assert_int_equal(out(&ra), DROP);
+	assert_int_equal(out(&rs), PASS);
+	assert_int_equal(in(&ra_in), PASS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ndisc_to_a_forwarded_address_drops),
+		cmocka_unit_test(test_router_advertisement_from_the_guest_drops),
 	};
 
 	return cmocka_run_group_tests_name("netdev_hostile", tests, setup, teardown);

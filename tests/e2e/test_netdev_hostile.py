@@ -48,6 +48,9 @@ s.send(emac + s.getsockname()[4] + struct.pack("!H", 0x86dd) + ip)
 print("sent")
 """
 
+RA_SRC = "fe80::bad:1"
+
+
 def nd_frame(topo, kind, src, dst, marker=""):
     r = run(["ip", "netns", "exec", topo.g, sys.executable, "-c", ND, topo.hmac, kind, src, dst,
              marker], timeout=20)
@@ -102,6 +105,36 @@ def netdev_ndisc_never_leaves_the_link(c):
             row = nd_row(c, sb["id"])
             check(row["backstop_drops"] >= 3, "the ND frames off the link were not "
                   "counted as drops: %r" % row)
+        finally:
+            nd_detach(c, topo)
+
+
+def h_routes_via_guest(topo):
+    r = run(["ip", "-n", topo.h, "-6", "route", "show", "default"])
+    return RA_SRC in r.stdout
+
+
+@test
+def netdev_guest_router_advertisement_never_routes_the_host(c):
+    """A router advertisement from the guest: on a host side that accepts
+    them (accept_ra 2, as a forwarding host that takes its own route from
+    RAs sets), it made H route its IPv6 default through the guest, i.e.
+    other traffic of the host into the hostile VM. A guest is no router:
+    its RAs drop; its router solicitations still reach H (the twin)."""
+    with Topo() as topo:
+        sh_ok("ip", "netns", "exec", topo.h, "sysctl", "-qw", "net.ipv6.conf.vh.accept_ra=2")
+        nd_frame(topo, "ra", RA_SRC, "ff02::1")
+        check(wait_until(lambda: h_routes_via_guest(topo), 3, 0.2),
+              "an RA from G does not give H a default route with nothing attached "
+              "(the test cannot show its drop)")
+        sh_ok("ip", "-n", topo.h, "-6", "route", "del", "default", "via", RA_SRC, "dev", "vh")
+        nd_attach(c, topo, nd_policy(c, ["udp/[%s]:9000" % S_IP6]))
+        try:
+            nd_frame(topo, "ra", RA_SRC, "ff02::1")
+            time.sleep(1.0)
+            check(not h_routes_via_guest(topo), "the guest's RA became H's default route")
+            check(at_host_nd(topo, "rs", "fe80::2", "ff02::2", "ND-rs1"),
+                  "the guest's router solicitation did not reach H")
         finally:
             nd_detach(c, topo)
 

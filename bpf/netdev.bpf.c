@@ -539,6 +539,22 @@ static __always_inline int nd_dns_answer(struct __sk_buff *skb, const struct egr
 	return 0;
 }
 
+/* Charge an egress packet to the sandbox's and its tenant's quotas: 1 if
+ * within them, else 0 with the drop metered (and reported once a window). */
+static __always_inline int nd_quota_ok(const struct egr_sandbox *sb, __u32 sandbox_id,
+				       const struct nd_pkt *p, __u32 len, __u64 now)
+{
+	int reason = egr_quota_egress(sb, sandbox_id, len, now);
+
+	if (reason == EGR_R_ALLOW_QUOTA)
+		return 1;
+	egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(quota_drops), 1);
+	egr_count(EGR_CNT_QUOTA_DROP);
+	if (reason == EGR_R_DENY_QUOTA_FIRST)
+		egr_report_skb(EGR_EV_QUOTA, sandbox_id, sb, &p->l3, 0, EGR_DENY);
+	return 0;
+}
+
 /* The sandbox's egress. */
 SEC("tc")
 int egr_nd_ingress(struct __sk_buff *skb)
@@ -573,10 +589,18 @@ int egr_nd_ingress(struct __sk_buff *skb)
 	 * "Device sandboxes"), whatever the allowlist; without a listener
 	 * for the family, none at all. */
 	if (p.l3.has_ports && p.l3.dport == EGR_DNS_PORT) {
-		if (nd_dns_redirect(skb, sb, sandbox_id, &p) == 0)
-			return ND_PASS;
-		nd_count(EGR_ND_CNT_DNS);
-		goto drop;
+		if (nd_dns_redirect(skb, sb, sandbox_id, &p)) {
+			nd_count(EGR_ND_CNT_DNS);
+			goto drop;
+		}
+		/* Egress like any other (as a cgroup sandbox's DNS to its
+		 * proxy): metered and charged to the quota, else a guest
+		 * past its quota still pushes names out through the proxy. */
+		now = bpf_ktime_get_boot_ns();
+		if (!nd_quota_ok(sb, sandbox_id, &p, len, now))
+			return ND_DROP;
+		egr_meter_pkt(sandbox_id, sb->tenant_id, 1, len);
+		return ND_PASS;
 	}
 	if (nd_is_icmp(&p)) {
 		/* Echo requests, where the policy allows ICMP and the address
@@ -595,14 +619,8 @@ int egr_nd_ingress(struct __sk_buff *skb)
 				       EGR_VERDICT_AUDIT);
 	}
 	now = bpf_ktime_get_boot_ns();
-	reason = egr_quota_egress(sb, sandbox_id, len, now);
-	if (reason != EGR_R_ALLOW_QUOTA) {
-		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(quota_drops), 1);
-		egr_count(EGR_CNT_QUOTA_DROP);
-		if (reason == EGR_R_DENY_QUOTA_FIRST)
-			egr_report_skb(EGR_EV_QUOTA, sandbox_id, sb, &p.l3, 0, EGR_DENY);
+	if (!nd_quota_ok(sb, sandbox_id, &p, len, now))
 		return ND_DROP;
-	}
 	nd_flow_key(&fk, sandbox_id, &p, 0);
 	fv.last_ns = now;
 	if (bpf_map_update_elem(&egr_nd_flows, &fk, &fv, BPF_ANY))
@@ -652,6 +670,7 @@ int egr_nd_egress(struct __sk_buff *skb)
 	reason = nd_dns_answer(skb, sb, sandbox_id, &p);
 	if (reason == 0) {
 		nd_count(EGR_ND_CNT_REPLY);
+		egr_meter_pkt(sandbox_id, sb->tenant_id, 0, len);
 		return ND_PASS;
 	}
 	if (reason < 0) {

@@ -43,6 +43,7 @@ static int ifindex;
 #define TENANT 4
 #define PASS (-1)
 #define DROP 2
+#define LPORT4 5300
 
 struct pkt {
 	unsigned char b[160];
@@ -149,6 +150,39 @@ static struct pkt icmp6(const char *s, const char *d, __u8 t, __u8 hl)
 
 	memcpy(m + 24, "exfiltrated-bytes-here..", 24);
 	return v6(s, d, 58, hl, m, sizeof(m));
+}
+
+/* A UDP/IPv4 DNS query of 40 IP bytes from the guest to d:53 (or, answer:
+ * from the listener 10.77.0.1:LPORT4 to the guest's port). No checksums:
+ * the program's verdicts and meters are what this looks at. */
+static struct pkt dns4(const char *s, const char *d, __u16 sp, __u16 dp)
+{
+	struct pkt p;
+	unsigned char *ip;
+	struct in_addr a;
+
+	memset(&p, 0, sizeof(p));
+	p.b[0] = 0x02;
+	p.b[6] = 0x02;
+	p.b[11] = 1;
+	p.b[12] = 0x08;
+	ip = p.b + 14;
+	ip[0] = 0x45;
+	ip[3] = 40;
+	ip[8] = 64;
+	ip[9] = 17;
+	assert_int_equal(inet_pton(AF_INET, s, &a), 1);
+	memcpy(ip + 12, &a, 4);
+	assert_int_equal(inet_pton(AF_INET, d, &a), 1);
+	memcpy(ip + 16, &a, 4);
+	ip[20] = sp >> 8;
+	ip[21] = sp & 0xff;
+	ip[22] = dp >> 8;
+	ip[23] = dp & 0xff;
+	ip[25] = 20;
+	memcpy(ip + 28, "\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00", 12);
+	p.len = 14 + 40;
+	return p;
 }
 
 static int sh(const char *cmd)
@@ -276,11 +310,45 @@ static void test_router_advertisement_from_the_guest_drops(void **state)
 	assert_int_equal(in(&ra_in), PASS);
 }
 
+/*
+ * DNS of a device sandbox is egress like any other: its queries count in
+ * bytes_out and against the quota (a cgroup sandbox's DNS to the proxy
+ * does, bpf/egressd.bpf.c), its answers in bytes_in. Unmetered, a guest
+ * over its quota would still push names (data) out through the proxy.
+ */
+static void test_dns_is_metered_and_charged_to_the_quota(void **state)
+{
+	struct pkt q = dns4("10.77.0.2", "198.51.100.53", 40100, 53);
+	struct pkt a = dns4("10.77.0.1", "10.77.0.2", LPORT4, 40100);
+	struct egr_quota quota = { .limit_bytes = 100 };
+	struct egr_meter m0 = meter(), m1;
+	__u32 id = SB;
+
+	put_entry((struct egr_sandbox){ .dns_port4 = LPORT4 });
+	assert_int_equal(out(&q), PASS);
+	assert_int_equal(in(&a), PASS);
+	m1 = meter();
+	assert_int_equal(m1.bytes_out - m0.bytes_out, 40);
+	assert_int_equal(m1.pkts_out - m0.pkts_out, 1);
+	assert_int_equal(m1.bytes_in - m0.bytes_in, 40);
+	assert_int_equal(m1.pkts_in - m0.pkts_in, 1);
+	/* A quota of 100 bytes: two queries fit, the third does not. */
+	assert_int_equal(bpf_map__update_elem(skel->maps.egr_quota_sb, &id, sizeof(id), &quota,
+					      sizeof(quota), BPF_ANY), 0);
+	put_entry((struct egr_sandbox){ .dns_port4 = LPORT4, .quota_bytes = 100 });
+	assert_int_equal(out(&q), PASS);
+	assert_int_equal(out(&q), PASS);
+	assert_int_equal(out(&q), DROP);
+	assert_int_equal(meter().quota_drops - m1.quota_drops, 1);
+	put_entry((struct egr_sandbox){ 0 });
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ndisc_to_a_forwarded_address_drops),
 		cmocka_unit_test(test_router_advertisement_from_the_guest_drops),
+		cmocka_unit_test(test_dns_is_metered_and_charged_to_the_quota),
 	};
 
 	return cmocka_run_group_tests_name("netdev_hostile", tests, setup, teardown);

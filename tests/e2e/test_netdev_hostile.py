@@ -16,7 +16,9 @@ import sys
 import time
 
 from harness import *
+from harness.metering import stats
 from test_netdev import G_IP6, S_IP6, Topo, nd_attach, nd_detach, nd_policy, nd_row
+from test_netdev_dns import BURST, NAME, dns_policy, names
 
 # In G: one ICMPv6 message of type argv[2] ("ns", "ra", "rs") from argv[3]
 # to argv[4] with hop limit 255, marker argv[5] in it; Ethernet destination
@@ -141,3 +143,60 @@ def netdev_guest_router_advertisement_never_routes_the_host(c):
 
 def sh_ok(*argv):
     must(list(argv))
+
+
+def query_ip_len(name):
+    """The IP length of BURST's query for name: IPv4, UDP, the DNS header,
+    the name, type and class."""
+    return 20 + 8 + 12 + sum(len(label) + 1 for label in name.split(".")) + 1 + 4
+
+
+def burst(topo, n):
+    r = run(["ip", "netns", "exec", topo.g, sys.executable, "-c", BURST, "10.78.0.3", NAME,
+             str(n)], timeout=60)
+    check(r.returncode == 0, "burst: %s" % r.stderr[-300:])
+    return int(r.stdout.split()[0])
+
+
+@test
+def netdev_dns_is_metered_and_within_the_quota(c):
+    """The DNS of a device sandbox passed unmetered and past its quota
+    (a cgroup sandbox's DNS to the proxy counts in both): a guest over its
+    egress quota still pushed names out through the proxy. Now each query
+    is bytes_out and charged to the quota, each answer bytes_in."""
+    names(c)
+    with Topo() as topo:
+        raw = {"tenant": "ndh-" + RUN_ID[-8:], "execution_id": "ndh-" + RUN_ID,
+               "network": dict(json_load(dns_policy(c))["network"]),
+               "limits": {"egress_bytes": 800, "window_seconds": 3600}}
+        sb = nd_attach(c, topo, c.policy([], raw=raw))
+        try:
+            qlen = query_ip_len(NAME)
+            before = nd_row(c, sb["id"])
+            # Within the quota (the twin): answered, and metered exactly.
+            check(burst(topo, 5) == 5, "5 queries within the quota were not all answered")
+            mid = nd_row(c, sb["id"])
+            log("netdev DNS meters: 5 queries of %d IP bytes: bytes_out +%d, bytes_in +%d"
+                % (qlen, mid["bytes_out"] - before["bytes_out"],
+                   mid["bytes_in"] - before["bytes_in"]))
+            check(mid["bytes_out"] - before["bytes_out"] == 5 * qlen,
+                  "5 queries metered %d bytes out, sent %d" %
+                  (mid["bytes_out"] - before["bytes_out"], 5 * qlen))
+            check(mid["bytes_in"] - before["bytes_in"] > 5 * qlen, "answers not metered in")
+            # Past it: 800 bytes are 800 / qlen queries in all (each one
+            # unanswered waits 2 s).
+            got = burst(topo, 15)
+            after = nd_row(c, sb["id"])
+            log("netdev DNS quota: %d of 15 more queries answered past an 800-byte quota" % got)
+            check(got < 15 and (5 + got) * qlen <= 800, "%d queries of %d bytes answered "
+                  "past an 800-byte quota" % (5 + got, qlen))
+            check(after["bytes_out"] <= 800 and after["quota_drops"] > 0,
+                  "meters past the quota: %r" % after)
+        finally:
+            nd_detach(c, topo)
+
+
+def json_load(path):
+    import json
+    with open(path) as f:
+        return json.load(f)

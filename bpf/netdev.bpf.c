@@ -318,7 +318,11 @@ static __always_inline enum nd_kind nd_parse(struct __sk_buff *skb, struct nd_pk
 
 /* Strict reverse path: would a packet to the source leave through this very
  * device? A source the host routes elsewhere (another sandbox's, the host's
- * own, an address nobody routes) is spoofed. */
+ * own, an address nobody routes) is spoofed. The forwarding lookup (the
+ * device as the input interface), not BPF_FIB_LOOKUP_OUTPUT with it as the
+ * output: an oif makes the kernel skip routes through other devices and
+ * fall back to a shorter prefix through this one, so a source whose own
+ * route goes elsewhere passed inside a wider route of the device. */
 static __always_inline int nd_source_ok(struct __sk_buff *skb, const struct egr_l3 *l3)
 {
 	struct bpf_fib_lookup f = {};
@@ -336,7 +340,7 @@ static __always_inline int nd_source_ok(struct __sk_buff *skb, const struct egr_
 		__builtin_memcpy(f.ipv6_dst, l3->saddr, 16);
 		__builtin_memcpy(f.ipv6_src, l3->daddr, 16);
 	}
-	rc = bpf_fib_lookup(skb, &f, sizeof(f), BPF_FIB_LOOKUP_OUTPUT);
+	rc = bpf_fib_lookup(skb, &f, sizeof(f), 0);
 	/* No neighbour entry yet still names the device the route goes by. */
 	return (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH) &&
 	       f.ifindex == ifindex;

@@ -18,6 +18,7 @@
 #include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -58,6 +59,31 @@ static void put_entry(struct egr_sandbox sb)
 	sb.tenant_id = TENANT;
 	assert_int_equal(bpf_map__update_elem(skel->maps.egr_sandboxes, &id, sizeof(id), &sb,
 					      sizeof(sb), BPF_ANY), 0);
+}
+
+/* UDP to addr:port allowed. */
+static void put_allow(bool v6, const char *addr, __u16 port)
+{
+	struct egr_rule r = { .nranges = 1 };
+	int err;
+
+	r.ranges[0] = (struct egr_port_range){ .lo = port, .hi = port, .protos = EGR_PROTO_UDP };
+	if (v6) {
+		struct egr_lpm6_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 128,
+					  .policy_id = POLICY };
+
+		assert_int_equal(inet_pton(AF_INET6, addr, k.addr), 1);
+		err = bpf_map__update_elem(skel->maps.egr_allow6, &k, sizeof(k), &r, sizeof(r),
+					   BPF_ANY);
+	} else {
+		struct egr_lpm4_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 32,
+					  .policy_id = POLICY };
+
+		assert_int_equal(inet_pton(AF_INET, addr, k.addr), 1);
+		err = bpf_map__update_elem(skel->maps.egr_allow4, &k, sizeof(k), &r, sizeof(r),
+					   BPF_ANY);
+	}
+	assert_int_equal(err, 0);
 }
 
 static int run(struct bpf_program *prog, const struct pkt *p)
@@ -222,6 +248,10 @@ static int setup(void **state)
 	    sh("ip link add d0 type veth peer name d1") || sh("ip link set d0 up") ||
 	    sh("ip link set d1 up") ||
 	    sh("ip -6 route add 2001:db8::/32 dev d0") ||
+	    /* A wide route through the device, a narrower one of its range
+	     * through another (another sandbox's, say). */
+	    sh("ip route add 10.99.0.0/16 dev vh") || sh("ip route add 10.99.5.0/24 dev d0") ||
+	    sh("ip -6 route add fd99::/32 dev vh") || sh("ip -6 route add fd99:0:5::/48 dev d0") ||
 	    write_file("/proc/sys/net/ipv4/conf/all/forwarding", "1") ||
 	    write_file("/proc/sys/net/ipv6/conf/all/forwarding", "1"))
 		return -1;
@@ -245,6 +275,8 @@ static int setup(void **state)
 		fprintf(stderr, "test_netdev_hostile: load netdev.bpf.o: %s\n", strerror(-err));
 		return -1;
 	}
+	put_allow(false, "203.0.113.10", 9000);
+	put_allow(true, "2001:db8::10", 9000);
 	put_entry((struct egr_sandbox){ 0 });
 	*state = NULL;
 	return 0;
@@ -343,12 +375,43 @@ static void test_dns_is_metered_and_charged_to_the_quota(void **state)
 	put_entry((struct egr_sandbox){ 0 });
 }
 
+/*
+ * The reverse-path check asked for a route of the source through this
+ * device (BPF_FIB_LOOKUP_OUTPUT with the device as oif: IPv4's lookup skips
+ * the routes through other devices and backtracks to a shorter prefix).
+ * An IPv4 source inside a wide route of the device whose own, narrower
+ * route goes elsewhere (another sandbox's subnet carved out of it) passed;
+ * IPv6's lookup did not backtrack (kept as a guard). Strict: the host's
+ * best route to the source must be this device.
+ */
+static void test_spoofed_source_of_a_narrower_route_elsewhere_drops(void **state)
+{
+	unsigned char u[8] = { 0x9c, 0x40, 0x23, 0x28, 0, 8, 0, 0 }; /* 40000 -> 9000 */
+	struct pkt other4 = dns4("10.99.5.7", "203.0.113.10", 40000, 9000);
+	struct pkt mine4 = dns4("10.99.7.7", "203.0.113.10", 40000, 9000);
+	struct pkt guest4 = dns4("10.77.0.2", "203.0.113.10", 40000, 9000);
+	struct pkt other6 = v6("fd99:0:5::7", "2001:db8::10", 17, 64, u, sizeof(u));
+	struct pkt mine6 = v6("fd99:0:7::7", "2001:db8::10", 17, 64, u, sizeof(u));
+	struct pkt guest6 = v6("fd77::2", "2001:db8::10", 17, 64, u, sizeof(u));
+	__u64 s0 = nd_counter(EGR_ND_CNT_SPOOFED);
+
+	assert_int_equal(out(&other4), DROP);
+	assert_int_equal(out(&other6), DROP);
+	assert_int_equal(nd_counter(EGR_ND_CNT_SPOOFED) - s0, 2);
+	/* The twins: sources whose best route is this device. */
+	assert_int_equal(out(&mine4), PASS);
+	assert_int_equal(out(&guest4), PASS);
+	assert_int_equal(out(&mine6), PASS);
+	assert_int_equal(out(&guest6), PASS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_ndisc_to_a_forwarded_address_drops),
 		cmocka_unit_test(test_router_advertisement_from_the_guest_drops),
 		cmocka_unit_test(test_dns_is_metered_and_charged_to_the_quota),
+		cmocka_unit_test(test_spoofed_source_of_a_narrower_route_elsewhere_drops),
 	};
 
 	return cmocka_run_group_tests_name("netdev_hostile", tests, setup, teardown);

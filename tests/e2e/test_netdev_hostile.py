@@ -17,7 +17,7 @@ import time
 
 from harness import *
 from harness.metering import stats
-from test_netdev import G_IP6, S_IP6, Topo, nd_attach, nd_detach, nd_policy, nd_row
+from test_netdev import G_IP6, S_IP, S_IP6, Topo, nd_attach, nd_detach, nd_policy, nd_row
 from test_netdev_dns import BURST, NAME, dns_policy, names
 
 # In G: one ICMPv6 message of type argv[2] ("ns", "ra", "rs") from argv[3]
@@ -200,3 +200,57 @@ def json_load(path):
     import json
     with open(path) as f:
         return json.load(f)
+
+
+# In G: a UDP datagram from argv[2] to argv[3]:argv[4], marker argv[5], as a
+# guest kernel can send it (any source), to H's MAC argv[1].
+RAW4 = r"""
+import socket, struct, sys
+hmac, src, dst, dport, marker = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+def csum(b):
+    if len(b) % 2: b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b)); s = (s >> 16) + (s & 0xffff); s += s >> 16
+    return (~s) & 0xffff
+data = marker.encode() + b"." + b"s" * 16
+u = struct.pack("!HHHH", 40000, dport, 8 + len(data), 0) + data
+h = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(u), 4343, 0, 64, 17, 0, socket.inet_aton(src),
+                socket.inet_aton(dst))
+h = h[:10] + struct.pack("!H", csum(h)) + h[12:]
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(("vg", 0))
+s.send(bytes.fromhex(hmac.replace(":", "")) + s.getsockname()[4] + struct.pack("!H", 0x0800) + h + u)
+print("sent")
+"""
+
+
+def raw4(topo, src, marker):
+    r = run(["ip", "netns", "exec", topo.g, sys.executable, "-c", RAW4, topo.hmac, src, S_IP,
+             "9000", marker], timeout=20)
+    check(r.returncode == 0 and "sent" in r.stdout, "raw datagram: %s" % r.stderr[-300:])
+
+
+@test
+def netdev_spoofed_source_of_a_narrower_route_elsewhere(c):
+    """The reverse-path check asked whether any route of the source goes
+    through the device (an output lookup with the device as oif, which
+    IPv4 answers from a shorter prefix when the best route goes
+    elsewhere): with 10.99.0.0/16 routed through vh and 10.99.5.0/24 (say,
+    another sandbox's, carved out of it) through hs, G sent as 10.99.5.7
+    and S got it. Now the host's best route to the source must be vh."""
+    with Topo() as topo:
+        sh_ok("ip", "-n", topo.h, "route", "add", "10.99.0.0/16", "dev", "vh")
+        sh_ok("ip", "-n", topo.h, "route", "add", "10.99.5.0/24", "via", S_IP, "dev", "hs")
+        topo.frames(0)
+        raw4(topo, "10.99.5.7", "ND-rp0")
+        check(topo.arrived("ND-rp0", topo.frames()), "the spoofed datagram does not arrive "
+              "with nothing attached (the test cannot show its drop)")
+        sb = nd_attach(c, topo, nd_policy(c, ["udp/%s:9000" % S_IP]))
+        try:
+            topo.frames(0)
+            raw4(topo, "10.99.5.7", "ND-rp1")
+            raw4(topo, "10.99.7.7", "ND-rp2")   # the twin: its best route is vh
+            fr = topo.frames()
+            check(not topo.arrived("ND-rp1", fr), "a source routed through hs got past vh's "
+                  "reverse-path check")
+            check(topo.arrived("ND-rp2", fr), "a source routed through vh did not arrive")
+        finally:
+            nd_detach(c, topo)

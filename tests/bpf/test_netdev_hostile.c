@@ -86,6 +86,18 @@ static void put_allow(bool v6, const char *addr, __u16 port)
 	assert_int_equal(err, 0);
 }
 
+/* HOST:* (every port of TCP and UDP, and ICMP where the policy allows it). */
+static void put_any4(const char *addr)
+{
+	struct egr_lpm4_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 32, .policy_id = POLICY };
+	struct egr_rule r = { .nranges = 1 };
+
+	r.ranges[0] = (struct egr_port_range){ .lo = 0, .hi = 0xffff, .protos = EGR_PROTO_ANY };
+	assert_int_equal(inet_pton(AF_INET, addr, k.addr), 1);
+	assert_int_equal(bpf_map__update_elem(skel->maps.egr_allow4, &k, sizeof(k), &r, sizeof(r),
+					      BPF_ANY), 0);
+}
+
 static int run(struct bpf_program *prog, const struct pkt *p)
 {
 	struct __sk_buff ctx = { .ifindex = (__u32)ifindex };
@@ -208,6 +220,22 @@ static struct pkt dns4(const char *s, const char *d, __u16 sp, __u16 dp)
 	ip[25] = 20;
 	memcpy(ip + 28, "\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00", 12);
 	p.len = 14 + 40;
+	return p;
+}
+
+/* ICMP of type t, id 0x4242, with 24 bytes of data (an error's "quoted"
+ * packet, or whatever a guest hides there). */
+static struct pkt icmp4(const char *s, const char *d, __u8 t)
+{
+	struct pkt p = dns4(s, d, 0, 0);
+	unsigned char *ip = p.b + 14;
+
+	ip[9] = 1;
+	memset(ip + 20, 0, 20);
+	ip[20] = t;
+	ip[24] = 0x42;
+	ip[25] = 0x42;
+	memcpy(ip + 28, "exfiltrated-", 12);
 	return p;
 }
 
@@ -405,6 +433,37 @@ static void test_spoofed_source_of_a_narrower_route_elsewhere_drops(void **state
 	assert_int_equal(out(&guest6), PASS);
 }
 
+/*
+ * ICMP from the guest: only echo requests, only under allow_sockets ICMP,
+ * only to a HOST:* address; errors (which carry data: the "quoted"
+ * packet), timestamps and the rest never. Towards it, only the echo reply
+ * of an echo it sent. (Held: no change needed; the suite had no ICMP case.)
+ */
+static void test_icmp_only_echo_to_a_host_star_address(void **state)
+{
+	struct pkt echo = icmp4("10.77.0.2", "203.0.113.30", 8);
+	struct pkt echo_denied = icmp4("10.77.0.2", "203.0.113.31", 8);
+	struct pkt unreach = icmp4("10.77.0.2", "203.0.113.30", 3);
+	struct pkt tstamp = icmp4("10.77.0.2", "203.0.113.30", 13);
+	struct pkt reply = icmp4("203.0.113.30", "10.77.0.2", 0);
+	struct pkt reply_other = icmp4("203.0.113.31", "10.77.0.2", 0);
+	struct pkt err_in = icmp4("203.0.113.30", "10.77.0.2", 3);
+
+	put_any4("203.0.113.30");
+	put_entry((struct egr_sandbox){ 0 });
+	assert_int_equal(in(&reply), DROP);       /* no echo sent yet */
+	assert_int_equal(out(&echo), DROP);       /* ICMP not allowed by the policy */
+	put_entry((struct egr_sandbox){ .flags = EGR_SB_ALLOW_ICMP });
+	assert_int_equal(out(&echo), PASS);       /* the twin */
+	assert_int_equal(in(&reply), PASS);       /* and its reply */
+	assert_int_equal(out(&echo_denied), DROP);
+	assert_int_equal(out(&unreach), DROP);
+	assert_int_equal(out(&tstamp), DROP);
+	assert_int_equal(in(&reply_other), DROP);
+	assert_int_equal(in(&err_in), DROP);
+	put_entry((struct egr_sandbox){ 0 });
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -412,6 +471,7 @@ int main(void)
 		cmocka_unit_test(test_router_advertisement_from_the_guest_drops),
 		cmocka_unit_test(test_dns_is_metered_and_charged_to_the_quota),
 		cmocka_unit_test(test_spoofed_source_of_a_narrower_route_elsewhere_drops),
+		cmocka_unit_test(test_icmp_only_echo_to_a_host_star_address),
 	};
 
 	return cmocka_run_group_tests_name("netdev_hostile", tests, setup, teardown);

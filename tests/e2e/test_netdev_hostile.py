@@ -254,3 +254,71 @@ def netdev_spoofed_source_of_a_narrower_route_elsewhere(c):
             check(topo.arrived("ND-rp2", fr), "a source routed through vh did not arrive")
         finally:
             nd_detach(c, topo)
+
+
+# In G: a broadcast ARP request for argv[1], marker argv[2] in its padding:
+# what a guest sends its link, carrying what it likes.
+ARP = r"""
+import socket, struct, sys
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); s.bind(("vg", 0))
+mac = s.getsockname()[4]
+arp = struct.pack("!HHBBH6s4s6s4s", 1, 0x0800, 6, 4, 1, mac, socket.inet_aton("10.77.0.2"),
+                  b"\0" * 6, socket.inet_aton(sys.argv[1]))
+s.send(b"\xff" * 6 + mac + struct.pack("!H", 0x0806) + arp + sys.argv[2].encode() + b"." + b"a" * 8)
+print("sent")
+"""
+
+
+def arp_on_other_port(topo, marker):
+    """Did G's ARP frame reach bpb, the far end of another port of br0?"""
+    code = ("import socket,select,time\n"
+            "s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW,socket.htons(0x0806))\n"
+            "s.bind(('bpb',0));print('ready',flush=True);end=time.time()+3;got=0\n"
+            "while not got and time.time()<end:\n"
+            " r,_,_=select.select([s],[],[],max(0,end-time.time()))\n"
+            " got=bool(r) and %r in s.recv(2000)\n"
+            "print('got' if got else 'none',flush=True)\n" % (marker.encode() + b"."))
+    p = subprocess.Popen(["ip", "netns", "exec", topo.h, sys.executable, "-c", code],
+                         stdout=subprocess.PIPE, text=True)
+    check(p.stdout.readline().strip() == "ready", "no packet socket on bpb")
+    r = run(["ip", "netns", "exec", topo.g, sys.executable, "-c", ARP, "10.77.0.1", marker])
+    check(r.returncode == 0, "ARP frame: %s" % r.stderr[-300:])
+    got = p.stdout.readline().strip() == "got"
+    p.wait(10)
+    return got
+
+
+@test
+def netdev_attach_refuses_a_bridge_port(c):
+    """vh as a port of a bridge (whose other port, bpa, stands for another
+    tenant's device or the LAN): the bridge switches its frames before any
+    routing, so the ARP (and neighbour discovery) the programs pass for the
+    link reached every other port, data and all, and its IP could only fail
+    the reverse-path check. Attaching it was accepted; now it is refused,
+    naming the bridge. The twin: the same device out of the bridge attaches."""
+    with Topo() as topo:
+        H = ["ip", "-n", topo.h]
+        sh_ok(*H, "link", "add", "br0", "type", "bridge")
+        sh_ok(*H, "link", "add", "bpa", "type", "veth", "peer", "name", "bpb")
+        for d in ("br0", "bpa", "bpb"):
+            sh_ok(*H, "link", "set", d, "up")
+        sh_ok(*H, "link", "set", "bpa", "master", "br0")
+        sh_ok(*H, "link", "set", "vh", "master", "br0")
+        check(wait_until(lambda: arp_on_other_port(topo, "ND-br0"), 10, 0.5),
+              "G's ARP does not cross the bridge with nothing attached (the test cannot "
+              "show the vector)")
+        r = c.ctl("attach", "--netdev", "vh", "--netns", topo.netns, "--policy",
+                  nd_policy(c, ["udp/%s:9000" % S_IP]), "--json")
+        if r.returncode == 0:
+            crossed = arp_on_other_port(topo, "ND-br1")
+            nd_detach(c, topo)
+            raise TestFailure("a bridge port was attached as a device sandbox (and the guest's "
+                              "ARP %s the bridge's other port)" %
+                              ("reached" if crossed else "did not reach"))
+        check("bridge br0" in r.stderr + r.stdout, "the refusal does not name the bridge: %s" %
+              (r.stderr + r.stdout))
+        check(not [s for s in c.list_json() if s.get("kind") == "netdev"], "a half-made sandbox")
+        sh_ok(*H, "link", "set", "vh", "nomaster")
+        sb = nd_attach(c, topo, nd_policy(c, ["udp/%s:9000" % S_IP]))
+        check(sb["kind"] == "netdev", "the twin: %r" % sb)
+        nd_detach(c, topo)

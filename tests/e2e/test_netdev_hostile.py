@@ -55,7 +55,7 @@ RA_SRC = "fe80::bad:1"
 
 def nd_frame(topo, kind, src, dst, marker=""):
     r = run(["ip", "netns", "exec", topo.g, sys.executable, "-c", ND, topo.hmac, kind, src, dst,
-             marker], timeout=20)
+             marker], timeout=int(20 * TIME_SCALE))
     check(r.returncode == 0 and "sent" in r.stdout, "ND frame %s: %s" % (kind, r.stderr[-300:]))
 
 
@@ -153,7 +153,7 @@ def query_ip_len(name):
 
 def burst(topo, n):
     r = run(["ip", "netns", "exec", topo.g, sys.executable, "-c", BURST, "10.78.0.3", NAME,
-             str(n)], timeout=60)
+             str(n)], timeout=int(60 * TIME_SCALE))
     check(r.returncode == 0, "burst: %s" % r.stderr[-300:])
     return int(r.stdout.split()[0])
 
@@ -224,7 +224,7 @@ print("sent")
 
 def raw4(topo, src, marker):
     r = run(["ip", "netns", "exec", topo.g, sys.executable, "-c", RAW4, topo.hmac, src, S_IP,
-             "9000", marker], timeout=20)
+             "9000", marker], timeout=int(20 * TIME_SCALE))
     check(r.returncode == 0 and "sent" in r.stdout, "raw datagram: %s" % r.stderr[-300:])
 
 
@@ -273,11 +273,12 @@ def arp_on_other_port(topo, marker):
     """Did G's ARP frame reach bpb, the far end of another port of br0?"""
     code = ("import socket,select,time\n"
             "s=socket.socket(socket.AF_PACKET,socket.SOCK_RAW,socket.htons(0x0806))\n"
-            "s.bind(('bpb',0));print('ready',flush=True);end=time.time()+3;got=0\n"
+            "s.bind(('bpb',0));print('ready',flush=True);end=time.time()+%d;got=0\n"
             "while not got and time.time()<end:\n"
             " r,_,_=select.select([s],[],[],max(0,end-time.time()))\n"
             " got=bool(r) and %r in s.recv(2000)\n"
-            "print('got' if got else 'none',flush=True)\n" % (marker.encode() + b"."))
+            "print('got' if got else 'none',flush=True)\n" %
+            (int(3 * TIME_SCALE), marker.encode() + b"."))
     p = subprocess.Popen(["ip", "netns", "exec", topo.h, sys.executable, "-c", code],
                          stdout=subprocess.PIPE, text=True)
     check(p.stdout.readline().strip() == "ready", "no packet socket on bpb")

@@ -185,10 +185,10 @@ def netdev_dns_is_metered_and_within_the_quota(c):
             check(mid["bytes_in"] - before["bytes_in"] > 5 * qlen, "answers not metered in")
             # Past it: 800 bytes are 800 / qlen queries in all (each one
             # unanswered waits 2 s).
-            got = burst(topo, 15)
+            got = burst(topo, 12)
             after = nd_row(c, sb["id"])
-            log("netdev DNS quota: %d of 15 more queries answered past an 800-byte quota" % got)
-            check(got < 15 and (5 + got) * qlen <= 800, "%d queries of %d bytes answered "
+            log("netdev DNS quota: %d of 12 more queries answered past an 800-byte quota" % got)
+            check(got < 12 and (5 + got) * qlen <= 800, "%d queries of %d bytes answered "
                   "past an 800-byte quota" % (5 + got, qlen))
             check(after["bytes_out"] <= 800 and after["quota_drops"] > 0,
                   "meters past the quota: %r" % after)

@@ -142,8 +142,10 @@ $(BPFT_OUT)/test_bpf: tests/bpf/test_bpf.c tests/bpf/egr_test.h $(BPFT_OUT)/egr_
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(CFLAGS) -I$(BPFT_OUT) -Itests/bpf $< $(LDFLAGS) -lbpf -lelf -lz -lcmocka -o $@
 
-# The device sandbox programs, the real object (tests/bpf/test_netdev.c).
-$(BPFT_OUT)/test_netdev: tests/bpf/test_netdev.c $(OUT)/netdev.skel.h $(wildcard include/*.h)
+# The device sandbox programs, the real object (tests/bpf/test_netdev.c, and
+# the red team's frames in tests/bpf/test_netdev_hostile.c).
+$(BPFT_OUT)/test_netdev $(BPFT_OUT)/test_netdev_hostile: $(BPFT_OUT)/%: tests/bpf/%.c \
+		$(OUT)/netdev.skel.h $(wildcard include/*.h)
 	$(call msg,CC,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) $< $(LDFLAGS) -lbpf -lelf -lz -lcmocka -o $@
@@ -340,8 +342,8 @@ test-integration: $(INTEG_BINS)
 	$(Q)tools/run-unit $(INTEG_BINS)
 
 # Root: it loads BPF. Never skips (a host that cannot load it fails).
-test-bpf: $(BPFT_OUT)/test_bpf $(BPFT_OUT)/test_netdev
-	$(Q)tools/run-unit $(BPFT_OUT)/test_bpf $(BPFT_OUT)/test_netdev
+test-bpf: $(BPFT_OUT)/test_bpf $(BPFT_OUT)/test_netdev $(BPFT_OUT)/test_netdev_hostile
+	$(Q)tools/run-unit $(BPFT_OUT)/test_bpf $(BPFT_OUT)/test_netdev $(BPFT_OUT)/test_netdev_hostile
 
 test-fuzz: $(FUZZ_BINS)
 	$(Q)tools/run-fuzz $(OUT) $(FUZZ_BINS)

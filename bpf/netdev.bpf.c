@@ -173,8 +173,40 @@ static __always_inline int nd_parse_l4(struct __sk_buff *skb, __u32 off, struct 
 	return 0;
 }
 
-/* Parse a frame, failing closed on everything a policy does not describe. */
-static __always_inline enum nd_kind nd_parse(struct __sk_buff *skb, struct nd_pkt *p)
+/*
+ * Does neighbour discovery the sandbox sent stay on the link? Hop limit 255
+ * is no proof: to an address the host forwards to, the host forwards it (at
+ * 254), and ND bypasses the allowlist, the reverse-path check and the
+ * meters. It stays when sent to a link-scope multicast group (solicitations,
+ * unsolicited advertisements), a link-local address, or an address the
+ * host does not forward (its own: NUD of the host side's address; no
+ * route). The lookup is the forwarding one (from the device), without the
+ * packet's source: a link-local source would end it early, unanswered.
+ */
+static __always_inline int nd_ndisc_on_link(struct __sk_buff *skb, const struct ipv6hdr *ip6)
+{
+	const __u8 *d = (const __u8 *)&ip6->daddr;
+	struct bpf_fib_lookup f = {};
+
+	if (d[0] == 0xff)
+		return (d[1] & 0x0f) == 2;
+	if (d[0] == 0xfe && (d[1] & 0xc0) == 0x80)
+		return 1;
+	f.family = EGR_AF_INET6;
+	f.ifindex = skb->ifindex;
+	f.l4_protocol = EGR_IPPROTO_ICMPV6;
+	__builtin_memcpy(f.ipv6_dst, &ip6->daddr, 16);
+	return bpf_fib_lookup(skb, &f, sizeof(f), 0) == BPF_FIB_LKUP_RET_NOT_FWDED;
+}
+
+#define ND_ROUTER_SOLICIT 133
+#define ND_ROUTER_ADVERT 134
+#define ND_NEIGH_ADVERT 136
+
+/* Parse a frame, failing closed on everything a policy does not describe.
+ * from_sandbox: a frame the sandbox sent (the device's ingress). */
+static __always_inline enum nd_kind nd_parse(struct __sk_buff *skb, struct nd_pkt *p,
+					     int from_sandbox)
 {
 	__u32 l2 = egr_nd_l2_len ? ND_ETH_HLEN : 0;
 	__u16 proto;
@@ -267,9 +299,14 @@ static __always_inline enum nd_kind nd_parse(struct __sk_buff *skb, struct nd_pk
 		}
 		/* Router solicitation/advertisement, neighbour solicitation/
 		 * advertisement: the link's own, and only with hop limit 255
-		 * (never forwarded, RFC 4861). */
-		if (ip6.nexthdr == EGR_IPPROTO_ICMPV6 && p->icmp_type >= 133 && p->icmp_type <= 136 &&
-		    ip6.hop_limit == 255) {
+		 * (RFC 4861). From the sandbox: only what stays on the link,
+		 * and no router advertisement (a guest is no router: a host
+		 * side that accepts RAs would route through it). Anything else
+		 * is ICMPv6 that is not echo: judged, and dropped, as such. */
+		if (ip6.nexthdr == EGR_IPPROTO_ICMPV6 && p->icmp_type >= ND_ROUTER_SOLICIT &&
+		    p->icmp_type <= ND_NEIGH_ADVERT && ip6.hop_limit == 255 &&
+		    (!from_sandbox ||
+		     (p->icmp_type != ND_ROUTER_ADVERT && nd_ndisc_on_link(skb, &ip6)))) {
 			nd_count(EGR_ND_CNT_ND);
 			return ND_NDISC;
 		}
@@ -281,7 +318,11 @@ static __always_inline enum nd_kind nd_parse(struct __sk_buff *skb, struct nd_pk
 
 /* Strict reverse path: would a packet to the source leave through this very
  * device? A source the host routes elsewhere (another sandbox's, the host's
- * own, an address nobody routes) is spoofed. */
+ * own, an address nobody routes) is spoofed. The forwarding lookup (the
+ * device as the input interface), not BPF_FIB_LOOKUP_OUTPUT with it as the
+ * output: an oif makes the kernel skip routes through other devices and
+ * fall back to a shorter prefix through this one, so a source whose own
+ * route goes elsewhere passed inside a wider route of the device. */
 static __always_inline int nd_source_ok(struct __sk_buff *skb, const struct egr_l3 *l3)
 {
 	struct bpf_fib_lookup f = {};
@@ -299,7 +340,7 @@ static __always_inline int nd_source_ok(struct __sk_buff *skb, const struct egr_
 		__builtin_memcpy(f.ipv6_dst, l3->saddr, 16);
 		__builtin_memcpy(f.ipv6_src, l3->daddr, 16);
 	}
-	rc = bpf_fib_lookup(skb, &f, sizeof(f), BPF_FIB_LOOKUP_OUTPUT);
+	rc = bpf_fib_lookup(skb, &f, sizeof(f), 0);
 	/* No neighbour entry yet still names the device the route goes by. */
 	return (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH) &&
 	       f.ifindex == ifindex;
@@ -502,6 +543,22 @@ static __always_inline int nd_dns_answer(struct __sk_buff *skb, const struct egr
 	return 0;
 }
 
+/* Charge an egress packet to the sandbox's and its tenant's quotas: 1 if
+ * within them, else 0 with the drop metered (and reported once a window). */
+static __always_inline int nd_quota_ok(const struct egr_sandbox *sb, __u32 sandbox_id,
+				       const struct nd_pkt *p, __u32 len, __u64 now)
+{
+	int reason = egr_quota_egress(sb, sandbox_id, len, now);
+
+	if (reason == EGR_R_ALLOW_QUOTA)
+		return 1;
+	egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(quota_drops), 1);
+	egr_count(EGR_CNT_QUOTA_DROP);
+	if (reason == EGR_R_DENY_QUOTA_FIRST)
+		egr_report_skb(EGR_EV_QUOTA, sandbox_id, sb, &p->l3, 0, EGR_DENY);
+	return 0;
+}
+
 /* The sandbox's egress. */
 SEC("tc")
 int egr_nd_ingress(struct __sk_buff *skb)
@@ -520,7 +577,7 @@ int egr_nd_ingress(struct __sk_buff *skb)
 		egr_count(EGR_CNT_NO_SANDBOX);
 		return ND_DROP;
 	}
-	kind = nd_parse(skb, &p);
+	kind = nd_parse(skb, &p, 1);
 	if (kind == ND_ARP || kind == ND_NDISC) {
 		if (sb->quarantined)
 			return ND_DROP;
@@ -536,10 +593,18 @@ int egr_nd_ingress(struct __sk_buff *skb)
 	 * "Device sandboxes"), whatever the allowlist; without a listener
 	 * for the family, none at all. */
 	if (p.l3.has_ports && p.l3.dport == EGR_DNS_PORT) {
-		if (nd_dns_redirect(skb, sb, sandbox_id, &p) == 0)
-			return ND_PASS;
-		nd_count(EGR_ND_CNT_DNS);
-		goto drop;
+		if (nd_dns_redirect(skb, sb, sandbox_id, &p)) {
+			nd_count(EGR_ND_CNT_DNS);
+			goto drop;
+		}
+		/* Egress like any other (as a cgroup sandbox's DNS to its
+		 * proxy): metered and charged to the quota, else a guest
+		 * past its quota still pushes names out through the proxy. */
+		now = bpf_ktime_get_boot_ns();
+		if (!nd_quota_ok(sb, sandbox_id, &p, len, now))
+			return ND_DROP;
+		egr_meter_pkt(sandbox_id, sb->tenant_id, 1, len);
+		return ND_PASS;
 	}
 	if (nd_is_icmp(&p)) {
 		/* Echo requests, where the policy allows ICMP and the address
@@ -558,14 +623,8 @@ int egr_nd_ingress(struct __sk_buff *skb)
 				       EGR_VERDICT_AUDIT);
 	}
 	now = bpf_ktime_get_boot_ns();
-	reason = egr_quota_egress(sb, sandbox_id, len, now);
-	if (reason != EGR_R_ALLOW_QUOTA) {
-		egr_meter_add(sandbox_id, sb->tenant_id, METER_FIELD(quota_drops), 1);
-		egr_count(EGR_CNT_QUOTA_DROP);
-		if (reason == EGR_R_DENY_QUOTA_FIRST)
-			egr_report_skb(EGR_EV_QUOTA, sandbox_id, sb, &p.l3, 0, EGR_DENY);
+	if (!nd_quota_ok(sb, sandbox_id, &p, len, now))
 		return ND_DROP;
-	}
 	nd_flow_key(&fk, sandbox_id, &p, 0);
 	fv.last_ns = now;
 	if (bpf_map_update_elem(&egr_nd_flows, &fk, &fv, BPF_ANY))
@@ -602,7 +661,7 @@ int egr_nd_egress(struct __sk_buff *skb)
 		egr_count(EGR_CNT_NO_SANDBOX);
 		return ND_DROP;
 	}
-	kind = nd_parse(skb, &p);
+	kind = nd_parse(skb, &p, 0);
 	if (kind == ND_ARP || kind == ND_NDISC)
 		return sb->quarantined ? ND_DROP : ND_PASS;
 	if (kind != ND_IP) {
@@ -615,6 +674,7 @@ int egr_nd_egress(struct __sk_buff *skb)
 	reason = nd_dns_answer(skb, sb, sandbox_id, &p);
 	if (reason == 0) {
 		nd_count(EGR_ND_CNT_REPLY);
+		egr_meter_pkt(sandbox_id, sb->tenant_id, 0, len);
 		return ND_PASS;
 	}
 	if (reason < 0) {

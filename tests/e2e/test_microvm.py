@@ -20,7 +20,10 @@ guest with nothing attached (the twin boot) reaches every server, so that
 """
 import importlib.machinery
 import importlib.util
+import json
 import os
+import subprocess
+import sys
 import time
 
 from harness import *
@@ -185,6 +188,44 @@ def arrived_bytes(frames):
     return out, inn
 
 
+# In H: the IP bytes of the guest's DNS on the tap (a packet socket sees a
+# frame from the guest before tc ingress, one to it after tc egress, so
+# both as the guest has them); the sandbox meters them as its traffic.
+DNS_TALLY = r"""
+import json, socket, struct, sys, threading
+tally = {"out": 0, "in": 0}
+s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3)); s.bind((sys.argv[1], 0))
+def cap():
+    while True:
+        f, a = s.recvfrom(70000)
+        p = f[14:]
+        if f[12:14] != b"\x08\x00" or len(p) < 24 or p[9] not in (6, 17):
+            continue
+        l4 = p[(p[0] & 15) * 4:]
+        sport, dport = struct.unpack("!HH", l4[:4])
+        if 53 in (sport, dport):
+            tally["in" if a[2] == 4 else "out"] += struct.unpack("!H", p[2:4])[0]
+threading.Thread(target=cap, daemon=True).start()
+print("ready", flush=True)
+sys.stdin.readline()
+print(json.dumps(tally), flush=True)
+"""
+
+
+def dns_tally_start(topo):
+    p = subprocess.Popen(["ip", "netns", "exec", topo.h, sys.executable, "-c", DNS_TALLY, TAP],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    CLEANUP.push("microvm DNS tally", lambda: p.poll() is None and p.kill())
+    check(p.stdout.readline().strip() == "ready", "no DNS tally on the tap")
+    return p
+
+
+def dns_tally_end(p):
+    time.sleep(0.5)
+    out, _ = p.communicate("end\n", timeout=10)
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def mv_policy(c):
     """S:8000 by address, S2:8000 by name (open once the guest looked it up)."""
     return nd_policy(c, ["tcp/%s:8000" % S_IP, "tcp/%s:8000" % NAME],
@@ -212,8 +253,10 @@ def microvm_confined_allowed_works_the_rest_never_arrives(c):
         try:
             check(sb["kind"] == "netdev" and sb["netdev"] == TAP, "attach reply: %r" % sb)
             topo.frames(0)
+            tally = dns_tally_start(topo)
             res = topo.boot(c, "confined")
             fr = topo.frames(1.0)
+            dns = dns_tally_end(tally)
             got = topo.ask("tcp")
             log("microvm: guest %r, servers %r" % (res, got))
             # Allowed: by address, and by name once looked up through an
@@ -235,14 +278,17 @@ def microvm_confined_allowed_works_the_rest_never_arrives(c):
             check(not bad, "denied packets reached S: %r" % bad[:3])
             check(res.get("mvR") == "fail", "the refused name resolved: %r" % res)
             check(not dm.logged(REFUSED), "the refused name reached the upstream")
-            # Meters: what S got from the guest and sent it (DNS is the
-            # proxy's, never metered as the sandbox's traffic).
+            # Meters: what S got from the guest and sent it, and the
+            # guest's DNS with the proxy (its traffic, as a cgroup
+            # sandbox's DNS is).
             out, inn = arrived_bytes(fr)
             row = nd_row(c, sb["id"])
-            log("microvm meters: out %d (S saw %d), in %d (S sent %d)" %
-                (row["bytes_out"], out, row["bytes_in"], inn))
-            check(row["bytes_out"] == out and row["bytes_in"] == inn,
-                  "meters %r, the wire in S: out %d, in %d" % (row, out, inn))
+            log("microvm meters: out %d (S saw %d, DNS %d), in %d (S sent %d, DNS %d)" %
+                (row["bytes_out"], out, dns["out"], row["bytes_in"], inn, dns["in"]))
+            check(dns["out"] > 0 and dns["in"] > 0, "no DNS on the tap: %r" % dns)
+            check(row["bytes_out"] == out + dns["out"] and row["bytes_in"] == inn + dns["in"],
+                  "meters %r, the wire in S: out %d, in %d; DNS out %d, in %d" %
+                  (row, out, inn, dns["out"], dns["in"]))
             # Every deny is an event naming the sandbox: the two TCP ports,
             # the UDP datagram (all dropped on the tap) and the refused name.
             ev = [e for e in obs_events(c, "--sandbox", str(sb["id"]))

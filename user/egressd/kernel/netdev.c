@@ -17,6 +17,8 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <libmnl/libmnl.h>
+#include <linux/rtnetlink.h>
 
 #include "kernel_priv.h"
 #include "netdev.h"
@@ -87,6 +89,97 @@ static int l2_len_of(const char *ifname, unsigned *l2)
 	else
 		return -EOPNOTSUPP;
 	return 0;
+}
+
+struct link_info {
+	uint32_t master;       /* ifindex of its master, 0: none */
+	char kind[16];         /* IFLA_INFO_KIND ("bridge", "veth", ...), "" if none */
+};
+
+static int linkinfo_attr(const struct nlattr *a, void *data)
+{
+	struct link_info *li = data;
+
+	if (mnl_attr_get_type(a) == IFLA_INFO_KIND && mnl_attr_validate(a, MNL_TYPE_STRING) >= 0)
+		snprintf(li->kind, sizeof(li->kind), "%s", mnl_attr_get_str(a));
+	return MNL_CB_OK;
+}
+
+static int link_attr(const struct nlattr *a, void *data)
+{
+	struct link_info *li = data;
+
+	if (mnl_attr_get_type(a) == IFLA_MASTER && mnl_attr_validate(a, MNL_TYPE_U32) >= 0)
+		li->master = mnl_attr_get_u32(a);
+	else if (mnl_attr_get_type(a) == IFLA_LINKINFO && mnl_attr_validate(a, MNL_TYPE_NESTED) >= 0)
+		mnl_attr_parse_nested(a, linkinfo_attr, li);
+	return MNL_CB_OK;
+}
+
+static int link_reply(const struct nlmsghdr *nlh, void *data)
+{
+	return mnl_attr_parse(nlh, sizeof(struct ifinfomsg), link_attr, data);
+}
+
+/* A device's master and kind: RTM_GETLINK in the current network namespace. */
+static int link_info_of(int ifindex, struct link_info *li)
+{
+	char buf[MNL_SOCKET_BUFFER_SIZE];
+	struct mnl_socket *nl = mnl_socket_open(NETLINK_ROUTE);
+	struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+	struct ifinfomsg *ifm;
+	uint32_t seq = 1;
+	ssize_t n;
+	int err = 0;
+
+	memset(li, 0, sizeof(*li));
+	if (!nl)
+		return -errno;
+	nlh->nlmsg_type = RTM_GETLINK;
+	nlh->nlmsg_flags = NLM_F_REQUEST;
+	nlh->nlmsg_seq = seq;
+	ifm = mnl_nlmsg_put_extra_header(nlh, sizeof(*ifm));
+	ifm->ifi_family = AF_UNSPEC;
+	ifm->ifi_index = ifindex;
+	if (mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0 ||
+	    mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0) {
+		err = -errno;
+		goto out;
+	}
+	errno = 0;
+	n = mnl_socket_recvfrom(nl, buf, sizeof(buf));
+	if (n < 0 ||
+	    mnl_cb_run(buf, (size_t)n, seq, mnl_socket_get_portid(nl), link_reply, li) < 0)
+		err = errno ? -errno : -EPROTO;
+out:
+	mnl_socket_close(nl);
+	return err;
+}
+
+int egr_nd_switch_port(const char *netns, int ifindex, char *what, size_t len)
+{
+	static const char *const switches[] = { "bridge", "bond", "team", "openvswitch" };
+	struct link_info dev, master;
+	char mname[IF_NAMESIZE] = "?";
+	int self, err = enter_netns(netns, &self);
+
+	if (err)
+		return err;
+	err = link_info_of(ifindex, &dev);
+	if (!err && dev.master)
+		err = link_info_of((int)dev.master, &master);
+	if (!err && dev.master) {
+		for (size_t i = 0; i < sizeof(switches) / sizeof(switches[0]); i++) {
+			if (strcmp(master.kind, switches[i]) == 0) {
+				if_indextoname(dev.master, mname);
+				snprintf(what, len, "%s %s", master.kind, mname);
+				err = 1;
+				break;
+			}
+		}
+	}
+	leave_netns(self);
+	return err;
 }
 
 static int pin_dir(const struct egr_bpf *b, uint32_t id, char *buf, size_t len, bool make)

@@ -47,6 +47,14 @@ int egr_nd_attach(struct egr_bpf *b, uint32_t sandbox_id, const char *netns, con
  * which the programs' rewrite cannot carry). 0 or -errno; no address is
  * not an error. */
 int egr_nd_dns_addrs(const char *netns, int ifindex, struct egr_nd_dns *out);
+/* Is device ifindex of the namespace at netns a port of a switch (a bridge,
+ * a bond or team, Open vSwitch)? Its frames are switched to the other
+ * ports before any routing: what the programs pass for the link itself
+ * (ARP, neighbour discovery) would reach them (another tenant's device, the
+ * LAN), and its IP fails the reverse-path check (its routes are the
+ * master's). 1 (what: "KIND NAME" of the master), 0 (not; a VRF's port is
+ * routed) or -errno. */
+int egr_nd_switch_port(const char *netns, int ifindex, char *what, size_t len);
 /* The index of device ifname in the network namespace at netns (NULL:
  * egressd's). 0, -ENODEV (no such device) or -errno (the namespace). */
 int egr_nd_ifindex(const char *netns, const char *ifname, int *ifindex);

@@ -177,6 +177,7 @@ int egr_reg_attach_netdev(struct egr_registry *r, const char *ifname, const char
 	struct egr_nd_dns dns;
 	enum egr_nd_mode mode = 0;
 	struct egr_sb *sb;
+	char master[IFNAMSIZ + 16];
 	int ifindex = 0, err;
 
 	if (!valid_ifname(ifname)) {
@@ -227,6 +228,20 @@ int egr_reg_attach_netdev(struct egr_registry *r, const char *ifname, const char
 		reg_fail(f, EGR_REG_EXISTS, "netdev", "%s is already sandbox %u (attached as %s)", key,
 			 sb->id, sb->cgroup);
 		err = -EEXIST;
+		goto undo_policy;
+	}
+	err = egr_nd_switch_port(netns, ifindex, master, sizeof(master));
+	if (err > 0) {
+		reg_fail(f, EGR_REG_BAD_REQUEST, "netdev",
+			 "%s is a port of %s: its frames are switched there, not routed (ARP and "
+			 "neighbour discovery would reach the other ports); attach the sandbox's "
+			 "own device", key, master);
+		err = -EOPNOTSUPP;
+		goto undo_policy;
+	}
+	if (err) {
+		reg_fail(f, EGR_REG_INTERNAL, "netdev", "%s: cannot read its master: %s", key,
+			 strerror(-err));
 		goto undo_policy;
 	}
 

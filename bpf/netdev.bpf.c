@@ -732,7 +732,9 @@ int egr_nd_ingress(struct __sk_buff *skb)
 			egr_report_skb(EGR_EV_QUOTA, sandbox_id, sb, &p.l3, 0, EGR_DENY);
 		return ND_DROP;
 	}
-	if ((sb->flags & EGR_SB_INSPECT) && p.l3.protocol == EGR_IPPROTO_TCP) {
+	/* What only audit mode let through goes as it would uninspected, as
+	 * for cgroup sandboxes (connect4 redirects only what a rule allows). */
+	if ((sb->flags & EGR_SB_INSPECT) && p.l3.protocol == EGR_IPPROTO_TCP && !audited) {
 		/* Metered here; the proxy names the real destination in
 		 * the audit record (not egr_dests), and its listener's
 		 * packets are answered by nd_insp_reply, not by a flow. */

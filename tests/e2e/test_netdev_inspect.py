@@ -30,9 +30,9 @@ NAME_B = "ndib-%s.test" % TAG      # -> S_IP2: allowed, at another address
 NAME_A6 = "ndia6-%s.test" % TAG    # -> S_IP6 (AAAA)
 REBIND_OK = {"dns_rebind_allow": ["10.78.0.0/24", "fd78::/64"]}
 
-# In S: TCP servers that record each connection's first bytes (up to a
-# whole TLS record or HTTP head) and answer "S-REPLY" (an HTTP response for
-# HTTP). "dump" prints and clears what they recorded.
+# In S: TCP servers that record each connection's peer and first bytes (up
+# to a whole TLS record or HTTP head) and answer "S-REPLY" (an HTTP response
+# for HTTP). "dump" prints and clears what they recorded.
 SERVER = r"""
 import json, socket, sys, threading
 seen, lock = [], threading.Lock()
@@ -40,7 +40,7 @@ def whole(b):
     if b[:1] == b"\x16" and len(b) >= 5:
         return len(b) >= 5 + int.from_bytes(b[3:5], "big")
     return b"\r\n\r\n" in b
-def serve(c, name):
+def serve(c, name, peer):
     c.settimeout(4); b = b""
     try:
         while not whole(b):
@@ -53,7 +53,7 @@ def serve(c, name):
             c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\nS-REPLY")
     except OSError:
         pass
-    with lock: seen.append({"dst": name, "data": b.decode("latin-1")})
+    with lock: seen.append({"dst": name, "peer": peer[0], "data": b.decode("latin-1")})
     c.close()
 def tcp(host, port):
     fam = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -62,7 +62,7 @@ def tcp(host, port):
     name = ("[%s]:%d" if ":" in host else "%s:%d") % (host, port)
     def loop():
         while True:
-            c, _ = s.accept(); threading.Thread(target=serve, args=(c, name), daemon=True).start()
+            c, a = s.accept(); threading.Thread(target=serve, args=(c, name, a), daemon=True).start()
     threading.Thread(target=loop, daemon=True).start()
 for h, p in (("10.78.0.2", 443), ("10.78.0.2", 80), ("10.78.0.3", 443), ("fd78::2", 443)):
     tcp(h, p)
@@ -303,7 +303,7 @@ def netdev_inspect_sni_host_split_and_fronting(c):
 
 
 @test
-def netdev_inspect_quic_refused_restart_keeps_inspecting(c):
+def netdev_inspect_quic_restart_and_update(c):
     names(c)
     with Topo() as topo:
         srv = Servers(topo)
@@ -341,5 +341,30 @@ def netdev_inspect_quic_refused_restart_keeps_inspecting(c):
             check(reached(dump, "%s:443" % S_IP, NAME_A) and
                   not reached(dump, "%s:443" % S_IP, "evil-"), "S after the restart: %r" %
                   [d["data"][-40:] for d in dump])
+            # The proxy dialled S from H (10.78.0.1), not the guest.
+            check({d["peer"] for d in dump} == {"10.78.0.1"}, "peers: %r" % dump)
+            # An update turning inspection off: the same fronted hello now
+            # reaches S straight from G (the twin: inspection is what
+            # refused it); on again: refused again, a listener again.
+            pol = ["tcp/%s:443" % NAME_A, "udp/%s:443" % S_IP, "udp/%s:9000" % S_IP]
+            c.ctl_ok("update", "--netdev", "vh", "--netns", topo.netns, "--policy",
+                     nd_policy(c, pol, extra_network=REBIND_OK))
+            check(not inspect_port(c, sid), "a listener after inspection was turned off")
+            resolve(c, topo, NAME_A)
+            out = send(topo, S_IP, 443, client_hello("evil-%s.test" % TAG))
+            dump = srv.dump()
+            check(out == "reply:S-REPLY" and [d for d in dump if d["peer"] == G_IP],
+                  "uninspected after the update: %s %r" % (out, dump))
+            c.ctl_ok("update", "--netdev", "vh", "--netns", topo.netns, "--policy",
+                     nd_policy(c, pol, extra_network=dict(REBIND_OK, inspect=True)))
+            check(inspect_port(c, sid), "no listener after inspection was turned on again")
+            resolve(c, topo, NAME_A)
+            out = send(topo, S_IP, 443, client_hello("evil-%s.test" % TAG))
+            check(out in ("alert", "reset", "eof") and not srv.dump(),
+                  "fronted SNI after inspection was turned on again: %s" % out)
+            out = send(topo, S_IP, 443, client_hello(NAME_A))
+            dump = srv.dump()
+            check(out == "reply:S-REPLY" and [d for d in dump if d["peer"] == "10.78.0.1"],
+                  "allowed SNI after inspection was turned on again: %s %r" % (out, dump))
         finally:
             nd_detach(c, topo)

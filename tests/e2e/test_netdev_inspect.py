@@ -215,7 +215,8 @@ def netdev_inspect_sni_host_split_and_fronting(c):
     names(c)
     with Topo() as topo:
         srv = Servers(topo)
-        sb = nd_attach(c, topo, ins_policy(c))
+        pol = ins_policy(c)
+        sb = nd_attach(c, topo, pol)
         sid = sb["id"]
         try:
             port4 = inspect_port(c, sid)
@@ -236,7 +237,8 @@ def netdev_inspect_sni_host_split_and_fronting(c):
             check(reached(dump, "%s:443" % S_IP, NAME_A), "S did not see the allowed hello")
             ev = events(c, sid, {"verdict": "allow", "name": NAME_A, "proto": "tls",
                                  "addr": S_IP, "port": 443})
-            check(ev.get("sandbox") == sid or ev.get("sandbox_id", sid) == sid, "event: %r" % ev)
+            check(ev.get("sandbox") == sid and ev.get("tenant") == json.load(open(pol))["tenant"],
+                  "the allow event names another sandbox or tenant: %r" % ev)
             for bad, reason in ((NAME_B, "address_mismatch"), ("evil-%s.test" % TAG,
                                                                "name_not_allowed")):
                 out = send(topo, S_IP, 443, client_hello(bad))

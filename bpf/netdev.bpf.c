@@ -54,6 +54,7 @@
 #include "lib/allow.bpf.h"
 #include "lib/quota.bpf.h"
 #include "lib/inspect_orig.bpf.h"
+#include "lib/listen.bpf.h"
 
 #define ND_PASS (-1)
 #define ND_DROP 2
@@ -108,6 +109,22 @@ struct {
 	__type(value, struct egr_nd_nat);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_nd_insp_nat SEC(".maps");
+
+/* The records a SYN of an inspected sandbox writes, built here rather than
+ * on the stack: with the listener's socket lookup they would not fit the
+ * ingress program's 512 bytes. Per CPU, of this program instance alone. */
+struct nd_insp_scratch {
+	struct egr_inspect_key ok;
+	struct egr_inspect_orig ov;
+	struct egr_nd_nat nv;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nd_insp_scratch);
+} egr_nd_insp_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -570,6 +587,21 @@ static __always_inline int nd_insp_direct(const struct egr_sandbox *sb, const st
 	return lport && p->l3.dport == lport && nd_same_addr(p->l3.daddr, laddr);
 }
 
+/* Is the socket a SYN to the listener reaches egressd's listener of this
+ * sandbox? A function of its own (not inlined): the socket lookup's frame
+ * would not fit in the ingress program's. */
+static __noinline int nd_insp_listener_ours(struct __sk_buff *skb, const struct nd_pkt *p,
+					    __u32 lport, __u32 sandbox_id)
+{
+	__u32 laddr[4];
+
+	if (!skb || !p || !nd_listen_addr(p->l3.family, laddr))
+		return 0;
+	return egr_listener_ours_at(skb, p->l3.family == EGR_AF_INET6, p->l3.saddr, p->l3.sport,
+				    laddr, (__u16)lport, EGR_IPPROTO_TCP, EGR_LISTEN_INSPECT,
+				    sandbox_id);
+}
+
 /*
  * An allowed TCP packet of an inspected sandbox: to its inspecting
  * listener. A SYN (without ACK) opens the entry of the guest's socket
@@ -585,11 +617,10 @@ static __always_inline int nd_insp_direct(const struct egr_sandbox *sb, const st
 static __always_inline int nd_insp_redirect(struct __sk_buff *skb, const struct egr_sandbox *sb,
 					    __u32 sandbox_id, const struct nd_pkt *p, __u64 now)
 {
-	struct egr_inspect_key ok = { .sandbox_id = sandbox_id };
-	struct egr_inspect_orig ov = {};
+	struct nd_insp_scratch *w;
 	struct egr_nd_dns_key k;
-	struct egr_nd_nat nv = {}, *v;
-	__u32 laddr[4];
+	struct egr_nd_nat *v;
+	__u32 laddr[4], zero = 0;
 	__u16 lport;
 
 	lport = nd_insp_listener(sb, p->l3.family, laddr);
@@ -599,17 +630,32 @@ static __always_inline int nd_insp_redirect(struct __sk_buff *skb, const struct 
 	}
 	nd_dns_key(&k, sandbox_id, &p->l3, 0);
 	if ((p->tcp_flags & (TCP_FL_SYN | TCP_FL_ACK)) == TCP_FL_SYN) {
-		__builtin_memcpy(nv.daddr, p->l3.daddr, 16);
-		nv.dport = p->l3.dport;
-		nv.last_ns = now;
-		ok.family = (__u8)p->l3.family;
-		ok.port = p->l3.sport;
-		__builtin_memcpy(ok.addr, p->l3.saddr, 16);
-		__builtin_memcpy(ov.addr, p->l3.daddr, 16);
-		ov.port = p->l3.dport;
-		ov.family = (__u8)p->l3.family;
-		if (bpf_map_update_elem(&egr_nd_insp_nat, &k, &nv, BPF_ANY) ||
-		    bpf_map_update_elem(&egr_inspect_orig, &ok, &ov, BPF_ANY)) {
+		/* Only to egressd's listener of this sandbox (the mark of
+		 * listen.bpf.h, as connect4 checks for cgroup sandboxes): a
+		 * socket someone else bound to the port while egressd was
+		 * away never gets the guest's connections. */
+		if (!nd_insp_listener_ours(skb, p, lport, sandbox_id)) {
+			nd_dns_count(EGR_ND_INSP_REFUSED);
+			return -1;
+		}
+		w = bpf_map_lookup_elem(&egr_nd_insp_scratch, &zero);
+		if (!w) {
+			nd_dns_count(EGR_ND_INSP_NAT_FULL);
+			return -1;
+		}
+		__builtin_memset(w, 0, sizeof(*w));
+		__builtin_memcpy(w->nv.daddr, p->l3.daddr, 16);
+		w->nv.dport = p->l3.dport;
+		w->nv.last_ns = now;
+		w->ok.sandbox_id = sandbox_id;
+		w->ok.family = (__u8)p->l3.family;
+		w->ok.port = p->l3.sport;
+		__builtin_memcpy(w->ok.addr, p->l3.saddr, 16);
+		__builtin_memcpy(w->ov.addr, p->l3.daddr, 16);
+		w->ov.port = p->l3.dport;
+		w->ov.family = (__u8)p->l3.family;
+		if (bpf_map_update_elem(&egr_nd_insp_nat, &k, &w->nv, BPF_ANY) ||
+		    bpf_map_update_elem(&egr_inspect_orig, &w->ok, &w->ov, BPF_ANY)) {
 			nd_dns_count(EGR_ND_INSP_NAT_FULL);
 			return -1;
 		}

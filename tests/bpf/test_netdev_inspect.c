@@ -8,9 +8,12 @@
  * for the proxy (egr_inspect_orig), the listener's packets go back with the
  * real destination as source; straight to the listener, a packet no SYN
  * went before, one on another connection's entry, a reply to nothing, QUIC,
- * no listener, quarantine: dropped. Each has a twin that passes the same
+ * no listener, a listener that is not egressd's one of this sandbox,
+ * quarantine: dropped. Each has a twin that passes the same
  * way. Root; never skips (netdev_fixture.h).
  */
+#include <sys/socket.h>
+
 #include "netdev_fixture.h"
 
 #define LI4 5443
@@ -21,6 +24,52 @@
 #define PSHACK 0x18
 #define RST 0x04
 #define FINACK 0x11
+
+/* The proxy's listeners as egressd opens them (inspect_accept.c): on vh's
+ * addresses, bound to vh, and marked as this sandbox's in egr_listen_sk
+ * (kernel/listen.c). mark: write the mark; sandbox: whose. */
+static int listener(bool v6, __u16 port, bool mark, __u32 sandbox)
+{
+	struct sockaddr_storage ss = { 0 };
+	struct egr_listen_mark m = { .sandbox_id = sandbox, .port = port,
+				     .kind = EGR_LISTEN_INSPECT, .protocol = EGR_IPPROTO_TCP };
+	int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0), one = 1;
+	socklen_t sl;
+
+	assert_true(fd >= 0);
+	if (v6) {
+		struct sockaddr_in6 *a = (void *)&ss;
+
+		a->sin6_family = AF_INET6;
+		a->sin6_port = htons(port);
+		ip6("fd77::1", &a->sin6_addr);
+		sl = sizeof(*a);
+		assert_int_equal(setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)), 0);
+	} else {
+		struct sockaddr_in *a = (void *)&ss;
+
+		a->sin_family = AF_INET;
+		a->sin_port = htons(port);
+		a->sin_addr.s_addr = ip4("10.77.0.1");
+		sl = sizeof(*a);
+	}
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_BINDTOIFINDEX, &ifindex, sizeof(ifindex)), 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&ss, sl), 0);
+	assert_int_equal(listen(fd, 8), 0);
+	if (mark)
+		assert_int_equal(bpf_map__update_elem(skel->maps.egr_listen_sk, &fd, sizeof(fd), &m,
+						      sizeof(m), BPF_ANY), 0);
+	return fd;
+}
+
+static int setup_listeners(void **state)
+{
+	if (setup(state))
+		return -1;
+	listener(false, LI4, true, SB);
+	listener(true, LI6, true, SB);
+	return 0;
+}
 
 static void put_inspected(__u16 port4, __u16 port6)
 {
@@ -245,6 +294,34 @@ static void test_inspect_stray_replies_quic_no_listener_quarantine(void **state)
 	}
 }
 
+static void test_inspect_only_to_egressds_listener_of_the_sandbox(void **state)
+{
+	struct pkt syn = tcp_seg(false, "10.77.0.2", "203.0.113.10", 41050, 443, SYN);
+	struct pkt syn2 = tcp_seg(false, "10.77.0.2", "203.0.113.10", 41051, 443, SYN);
+	struct pkt syn3 = tcp_seg(false, "10.77.0.2", "203.0.113.10", 41052, 443, SYN);
+	struct egr_inspect_orig o;
+	int unmarked = listener(false, LI4 + 10, false, SB);
+	int other = listener(false, LI4 + 11, true, SB + 1);
+
+	/* An entry pointing at a port someone else listens on (a socket
+	 * without egressd's mark), or at another sandbox's listener, or at
+	 * nothing: the SYN drops and nothing is published. */
+	put_inspected(LI4 + 10, 0);
+	assert_int_equal(out(&syn), DROP);
+	assert_int_equal(orig_of(false, "10.77.0.2", 41050, &o), -1);
+	put_inspected(LI4 + 11, 0);
+	assert_int_equal(out(&syn2), DROP);
+	put_inspected(LI4 + 12, 0);
+	assert_int_equal(out(&syn3), DROP);
+	/* The twin: egressd's listener of this sandbox. */
+	put_inspected(LI4, 0);
+	assert_int_equal(out(&syn), PASS);
+	check_orig(false, "10.77.0.2", 41050, "203.0.113.10", 443);
+	close(unmarked);
+	close(other);
+	put_sandbox(0, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -253,7 +330,8 @@ int main(void)
 		cmocka_unit_test(test_inspect_listener_straight_and_denied_destinations_drop),
 		cmocka_unit_test(test_inspect_no_flow_past_the_proxy),
 		cmocka_unit_test(test_inspect_stray_replies_quic_no_listener_quarantine),
+		cmocka_unit_test(test_inspect_only_to_egressds_listener_of_the_sandbox),
 	};
 
-	return cmocka_run_group_tests_name("netdev_inspect", tests, setup, teardown);
+	return cmocka_run_group_tests_name("netdev_inspect", tests, setup_listeners, teardown);
 }

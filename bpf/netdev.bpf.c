@@ -117,6 +117,8 @@ struct nd_insp_scratch {
 	struct egr_inspect_key ok;
 	struct egr_inspect_orig ov;
 	struct egr_nd_nat nv;
+	struct bpf_sock_tuple t; /* the listener's lookup (nd_insp_listener_ours) */
+	__u32 laddr[4];
 };
 
 struct {
@@ -593,13 +595,16 @@ static __always_inline int nd_insp_direct(const struct egr_sandbox *sb, const st
 static __noinline int nd_insp_listener_ours(struct __sk_buff *skb, const struct nd_pkt *p,
 					    __u32 lport, __u32 sandbox_id)
 {
-	__u32 laddr[4];
+	__u32 zero = 0;
+	struct nd_insp_scratch *w = bpf_map_lookup_elem(&egr_nd_insp_scratch, &zero);
 
-	if (!skb || !p || !nd_listen_addr(p->l3.family, laddr))
+	/* Its tuple and address in the scratch too: 6.1's verifier counts
+	 * this frame and the caller's together (at most 512 bytes). */
+	if (!skb || !p || !w || !nd_listen_addr(p->l3.family, w->laddr))
 		return 0;
-	return egr_listener_ours_at(skb, p->l3.family == EGR_AF_INET6, p->l3.saddr, p->l3.sport,
-				    laddr, (__u16)lport, EGR_IPPROTO_TCP, EGR_LISTEN_INSPECT,
-				    sandbox_id);
+	return egr_listener_ours_in(skb, &w->t, p->l3.family == EGR_AF_INET6, p->l3.saddr,
+				    p->l3.sport, w->laddr, (__u16)lport, EGR_IPPROTO_TCP,
+				    EGR_LISTEN_INSPECT, sandbox_id);
 }
 
 /*

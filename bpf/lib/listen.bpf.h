@@ -78,51 +78,53 @@ static __always_inline int egr_listen_reserved(__u64 netns, __u16 port)
  * from its peer before an unconnected one does), and must carry the mark.
  * 1 yes, 0 no (nothing there, or someone else's socket).
  */
-static __always_inline int egr_listener_ours_at(void *ctx, int v6, const __u32 saddr[4],
-						__u16 sport, const __u32 daddr[4], __u16 port,
-						__u32 proto, __u32 kind, __u32 sandbox_id)
+static __always_inline int egr_listener_ours_in(void *ctx, struct bpf_sock_tuple *tp, int v6,
+						const __u32 saddr[4], __u16 sport,
+						const __u32 daddr[4], __u16 port, __u32 proto,
+						__u32 kind, __u32 sandbox_id)
 {
-	struct bpf_sock_tuple t = {};
+	struct bpf_sock_tuple *t = tp;
 	struct egr_listen_mark *m;
 	struct bpf_sock *sk;
 	__u32 size;
 	int ok;
 
+	__builtin_memset(t, 0, sizeof(*t));
 	if (v6) {
-		t.ipv6.saddr[0] = saddr[0];
-		t.ipv6.saddr[1] = saddr[1];
-		t.ipv6.saddr[2] = saddr[2];
-		t.ipv6.saddr[3] = saddr[3];
-		t.ipv6.daddr[0] = daddr[0];
-		t.ipv6.daddr[1] = daddr[1];
-		t.ipv6.daddr[2] = daddr[2];
-		t.ipv6.daddr[3] = daddr[3];
-		t.ipv6.sport = bpf_htons(sport);
-		t.ipv6.dport = bpf_htons(port);
-		size = sizeof(t.ipv6);
+		t->ipv6.saddr[0] = saddr[0];
+		t->ipv6.saddr[1] = saddr[1];
+		t->ipv6.saddr[2] = saddr[2];
+		t->ipv6.saddr[3] = saddr[3];
+		t->ipv6.daddr[0] = daddr[0];
+		t->ipv6.daddr[1] = daddr[1];
+		t->ipv6.daddr[2] = daddr[2];
+		t->ipv6.daddr[3] = daddr[3];
+		t->ipv6.sport = bpf_htons(sport);
+		t->ipv6.dport = bpf_htons(port);
+		size = sizeof(t->ipv6);
 	} else {
-		t.ipv4.saddr = saddr[0];
-		t.ipv4.daddr = daddr[0];
-		t.ipv4.sport = bpf_htons(sport);
-		t.ipv4.dport = bpf_htons(port);
-		size = sizeof(t.ipv4);
+		t->ipv4.saddr = saddr[0];
+		t->ipv4.daddr = daddr[0];
+		t->ipv4.sport = bpf_htons(sport);
+		t->ipv4.dport = bpf_htons(port);
+		size = sizeof(t->ipv4);
 	}
 	if (proto == EGR_IPPROTO_UDP) {
-		sk = bpf_sk_lookup_udp(ctx, &t, size, BPF_F_CURRENT_NETNS, 0);
+		sk = bpf_sk_lookup_udp(ctx, t, size, BPF_F_CURRENT_NETNS, 0);
 	} else {
-		sk = bpf_sk_lookup_tcp(ctx, &t, size, BPF_F_CURRENT_NETNS, 0);
+		sk = bpf_sk_lookup_tcp(ctx, t, size, BPF_F_CURRENT_NETNS, 0);
 		if (!sk && sport) {
 			/* The 4-tuple's TIME_WAIT (a client port used again) is no
 			 * full socket: the SYN then goes to the listener. */
 			if (v6) {
-				t.ipv6.saddr[0] = t.ipv6.saddr[1] = t.ipv6.saddr[2] = 0;
-				t.ipv6.saddr[3] = 0;
-				t.ipv6.sport = 0;
+				t->ipv6.saddr[0] = t->ipv6.saddr[1] = t->ipv6.saddr[2] = 0;
+				t->ipv6.saddr[3] = 0;
+				t->ipv6.sport = 0;
 			} else {
-				t.ipv4.saddr = 0;
-				t.ipv4.sport = 0;
+				t->ipv4.saddr = 0;
+				t->ipv4.sport = 0;
 			}
-			sk = bpf_sk_lookup_tcp(ctx, &t, size, BPF_F_CURRENT_NETNS, 0);
+			sk = bpf_sk_lookup_tcp(ctx, t, size, BPF_F_CURRENT_NETNS, 0);
 		}
 	}
 	if (!sk)
@@ -132,6 +134,17 @@ static __always_inline int egr_listener_ours_at(void *ctx, int v6, const __u32 s
 	     (kind != EGR_LISTEN_INSPECT || m->sandbox_id == sandbox_id);
 	bpf_sk_release(sk);
 	return ok;
+}
+
+/* The same with the tuple on the stack. */
+static __always_inline int egr_listener_ours_at(void *ctx, int v6, const __u32 saddr[4],
+						__u16 sport, const __u32 daddr[4], __u16 port,
+						__u32 proto, __u32 kind, __u32 sandbox_id)
+{
+	struct bpf_sock_tuple t;
+
+	return egr_listener_ours_in(ctx, &t, v6, saddr, sport, daddr, port, proto, kind,
+				    sandbox_id);
 }
 
 /* The same for the loopback listeners of cgroup sandboxes' proxies. */

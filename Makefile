@@ -142,13 +142,14 @@ $(BPFT_OUT)/test_bpf: tests/bpf/test_bpf.c tests/bpf/egr_test.h $(BPFT_OUT)/egr_
 	$(call msg,CC,$@)
 	$(Q)$(CC) $(CFLAGS) -I$(BPFT_OUT) -Itests/bpf $< $(LDFLAGS) -lbpf -lelf -lz -lcmocka -o $@
 
-# The device sandbox programs, the real object (tests/bpf/test_netdev.c, and
+# The device sandbox programs, the real object (tests/bpf/test_netdev*.c,
 # the red team's frames in tests/bpf/test_netdev_hostile.c).
-$(BPFT_OUT)/test_netdev $(BPFT_OUT)/test_netdev_hostile: $(BPFT_OUT)/%: tests/bpf/%.c \
-		$(OUT)/netdev.skel.h $(wildcard include/*.h)
+$(BPFT_OUT)/test_netdev $(BPFT_OUT)/test_netdev_hostile $(BPFT_OUT)/test_netdev_inspect: \
+		$(BPFT_OUT)/%: tests/bpf/%.c tests/bpf/netdev_fixture.h $(OUT)/netdev.skel.h \
+		$(wildcard include/*.h)
 	$(call msg,CC,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(CFLAGS) $< $(LDFLAGS) -lbpf -lelf -lz -lcmocka -o $@
+	$(Q)$(CC) $(CFLAGS) -Itests/bpf $< $(LDFLAGS) -lbpf -lelf -lz -lcmocka -o $@
 
 # ns per call of single decisions (docs/benchmarks.md); not part of make test.
 $(BPFT_OUT)/bench_ops: tests/bpf/bench_ops.c tests/bpf/egr_test.h $(BPFT_OUT)/egr_test.skel.h \
@@ -342,8 +343,10 @@ test-integration: $(INTEG_BINS)
 	$(Q)tools/run-unit $(INTEG_BINS)
 
 # Root: it loads BPF. Never skips (a host that cannot load it fails).
-test-bpf: $(BPFT_OUT)/test_bpf $(BPFT_OUT)/test_netdev $(BPFT_OUT)/test_netdev_hostile
-	$(Q)tools/run-unit $(BPFT_OUT)/test_bpf $(BPFT_OUT)/test_netdev $(BPFT_OUT)/test_netdev_hostile
+test-bpf: $(BPFT_OUT)/test_bpf $(BPFT_OUT)/test_netdev $(BPFT_OUT)/test_netdev_hostile \
+		$(BPFT_OUT)/test_netdev_inspect
+	$(Q)tools/run-unit $(BPFT_OUT)/test_bpf $(BPFT_OUT)/test_netdev \
+		$(BPFT_OUT)/test_netdev_hostile $(BPFT_OUT)/test_netdev_inspect
 
 test-fuzz: $(FUZZ_BINS)
 	$(Q)tools/run-fuzz $(OUT) $(FUZZ_BINS)

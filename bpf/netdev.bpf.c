@@ -15,9 +15,13 @@
  *                  sandbox's own DNS listener (rewritten, noted in
  *                  egr_nd_dns_nat), then the sandbox's allowlist, quota,
  *                  meters and events of bpf/lib/ decide, and an allowed
- *                  flow is noted;
- *  egr_nd_egress   every frame towards the sandbox: the DNS listener's
- *                  answers, rewritten back to the resolver asked; else only
+ *                  flow is noted; under network.inspect an allowed TCP
+ *                  packet goes to the sandbox's inspecting listener
+ *                  instead (rewritten, noted in egr_nd_insp_nat, its SYN
+ *                  published in egr_inspect_orig for the proxy);
+ *  egr_nd_egress   every frame towards the sandbox: the DNS and inspecting
+ *                  listeners' packets, rewritten back to the resolver or
+ *                  destination the guest addressed; else only
  *                  replies of flows it opened pass (a new connection into it never does, unless
  *                  network.inbound is "allow"), re-judged against the
  *                  allowlist in force so that an update takes effect at once.
@@ -49,6 +53,8 @@
 #include "lib/events.bpf.h"
 #include "lib/allow.bpf.h"
 #include "lib/quota.bpf.h"
+#include "lib/inspect_orig.bpf.h"
+#include "lib/listen.bpf.h"
 
 #define ND_PASS (-1)
 #define ND_DROP 2
@@ -65,9 +71,10 @@ const volatile __u32 egr_nd_sandbox_id = 0;
 const volatile __u32 egr_nd_l2_len = ND_ETH_HLEN;
 /* A flow whose last egress packet is older than this lets no reply in. */
 const volatile __u64 egr_nd_flow_idle_ns = 300ull * 1000000000ull;
-/* The sandbox's DNS listeners are bound to these addresses of the device
- * (network order; 0 / all zero: none for that family, its DNS is dropped).
- * Their ports are the sandbox entry's dns_port4 / dns_port6. */
+/* The sandbox's DNS and inspecting listeners are bound to these addresses
+ * of the device (network order; 0 / all zero: none for that family, its
+ * DNS, and its TCP under inspection, are dropped). Their ports are the
+ * sandbox entry's dns_port4/6 and inspect_port4/6. */
 const volatile __u32 egr_nd_dns_addr4 = 0;
 const volatile __u32 egr_nd_dns_addr6[4] = { 0, 0, 0, 0 };
 
@@ -94,6 +101,32 @@ struct {
 	__type(value, struct egr_nd_dns_nat);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } egr_nd_dns_nat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, EGR_ND_MAX_INSPECT);
+	__type(key, struct egr_nd_dns_key);
+	__type(value, struct egr_nd_nat);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} egr_nd_insp_nat SEC(".maps");
+
+/* The records a SYN of an inspected sandbox writes, built here rather than
+ * on the stack: with the listener's socket lookup they would not fit the
+ * ingress program's 512 bytes. Per CPU, of this program instance alone. */
+struct nd_insp_scratch {
+	struct egr_inspect_key ok;
+	struct egr_inspect_orig ov;
+	struct egr_nd_nat nv;
+	struct bpf_sock_tuple t; /* the listener's lookup (nd_insp_listener_ours) */
+	__u32 laddr[4];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct nd_insp_scratch);
+} egr_nd_insp_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -400,22 +433,44 @@ static __always_inline __u32 nd_l3_len(struct __sk_buff *skb)
 	return skb->len > l2 ? skb->len - l2 : 0;
 }
 
-/* --- DNS: every port-53 packet to the sandbox's own listener -------------------- */
+/* --- the sandbox's listeners: DNS, and inspection ------------------------------- */
 
-/* The listener of the packet's family: its port (0: none) and address. */
-static __always_inline __u16 nd_dns_listener(const struct egr_sandbox *sb, int family,
-					     __u32 addr[4])
+/* The listeners' address of the family (0: none) into addr. */
+static __always_inline int nd_listen_addr(int family, __u32 addr[4])
 {
 	if (family == EGR_AF_INET) {
 		addr[0] = egr_nd_dns_addr4;
 		addr[1] = addr[2] = addr[3] = 0;
-		return addr[0] ? sb->dns_port4 : 0;
+		return addr[0] != 0;
 	}
 	addr[0] = egr_nd_dns_addr6[0];
 	addr[1] = egr_nd_dns_addr6[1];
 	addr[2] = egr_nd_dns_addr6[2];
 	addr[3] = egr_nd_dns_addr6[3];
-	return (addr[0] | addr[1] | addr[2] | addr[3]) ? sb->dns_port6 : 0;
+	return (addr[0] | addr[1] | addr[2] | addr[3]) != 0;
+}
+
+/* The DNS listener of the packet's family: its port (0: none) and address. */
+static __always_inline __u16 nd_dns_listener(const struct egr_sandbox *sb, int family,
+					     __u32 addr[4])
+{
+	if (!nd_listen_addr(family, addr))
+		return 0;
+	return family == EGR_AF_INET ? sb->dns_port4 : sb->dns_port6;
+}
+
+/* The inspecting listener of the family, the same way. */
+static __always_inline __u16 nd_insp_listener(const struct egr_sandbox *sb, int family,
+					      __u32 addr[4])
+{
+	if (!nd_listen_addr(family, addr))
+		return 0;
+	return family == EGR_AF_INET ? sb->inspect_port4 : sb->inspect_port6;
+}
+
+static __always_inline int nd_same_addr(const __u32 a[4], const __u32 b[4])
+{
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
 }
 
 static __always_inline void nd_dns_key(struct egr_nd_dns_key *k, __u32 sandbox_id,
@@ -469,6 +524,31 @@ static __always_inline int nd_rewrite(struct __sk_buff *skb, const struct egr_l3
 	return 0;
 }
 
+/* The guest's packet to a listener (laddr, lport) instead of where it was
+ * sent: tc ingress runs before routing, so the rewritten packet is
+ * delivered to the listener bound to the device's address. 0 or -1. */
+static __always_inline int nd_to_listener(struct __sk_buff *skb, const struct nd_pkt *p,
+					  const __u32 laddr[4], __u16 lport)
+{
+	__u32 l2 = egr_nd_l2_len ? ND_ETH_HLEN : 0;
+	int v4 = p->l3.family == EGR_AF_INET;
+
+	return nd_rewrite(skb, &p->l3, l2 + (v4 ? 16 : 24), p->l3.daddr, laddr,
+			  l2 + (v4 ? 20 : 40) + 2, p->l3.dport, lport);
+}
+
+/* A listener's packet towards the guest: its source back to (orig, oport),
+ * where the guest sent what it answers. 0 or -1. */
+static __always_inline int nd_from_listener(struct __sk_buff *skb, const struct nd_pkt *p,
+					    const __u32 laddr[4], const __u32 orig[4], __u16 oport)
+{
+	__u32 l2 = egr_nd_l2_len ? ND_ETH_HLEN : 0;
+	int v4 = p->l3.family == EGR_AF_INET;
+
+	return nd_rewrite(skb, &p->l3, l2 + (v4 ? 12 : 8), laddr, orig, l2 + (v4 ? 20 : 40),
+			  p->l3.sport, oport);
+}
+
 /*
  * A port-53 packet of the sandbox, to any address: to its listener (tc
  * ingress runs before routing, so the rewritten packet is delivered to the
@@ -479,8 +559,6 @@ static __always_inline int nd_rewrite(struct __sk_buff *skb, const struct egr_l3
 static __always_inline int nd_dns_redirect(struct __sk_buff *skb, const struct egr_sandbox *sb,
 					   __u32 sandbox_id, const struct nd_pkt *p)
 {
-	__u32 l2 = egr_nd_l2_len ? ND_ETH_HLEN : 0;
-	int v4 = p->l3.family == EGR_AF_INET;
 	struct egr_nd_dns_key k;
 	struct egr_nd_dns_nat v;
 	__u32 laddr[4];
@@ -498,8 +576,7 @@ static __always_inline int nd_dns_redirect(struct __sk_buff *skb, const struct e
 		nd_dns_count(EGR_ND_DNS_NAT_FULL);
 		return -1;
 	}
-	if (nd_rewrite(skb, &p->l3, l2 + (v4 ? 16 : 24), p->l3.daddr, laddr,
-		       l2 + (v4 ? 20 : 40) + 2, EGR_DNS_PORT, lport))
+	if (nd_to_listener(skb, p, laddr, lport))
 		return -1;
 	nd_dns_count(EGR_ND_DNS_REDIRECT);
 	return 0;
@@ -515,8 +592,6 @@ static __always_inline int nd_dns_redirect(struct __sk_buff *skb, const struct e
 static __always_inline int nd_dns_answer(struct __sk_buff *skb, const struct egr_sandbox *sb,
 					 __u32 sandbox_id, const struct nd_pkt *p)
 {
-	__u32 l2 = egr_nd_l2_len ? ND_ETH_HLEN : 0;
-	int v4 = p->l3.family == EGR_AF_INET;
 	struct egr_nd_dns_key k;
 	struct egr_nd_dns_nat *v;
 	__u32 laddr[4], orig[4];
@@ -525,9 +600,7 @@ static __always_inline int nd_dns_answer(struct __sk_buff *skb, const struct egr
 	if (!p->l3.has_ports)
 		return 1;
 	lport = nd_dns_listener(sb, p->l3.family, laddr);
-	if (!lport || p->l3.sport != lport || p->l3.saddr[0] != laddr[0] ||
-	    p->l3.saddr[1] != laddr[1] || p->l3.saddr[2] != laddr[2] ||
-	    p->l3.saddr[3] != laddr[3])
+	if (!lport || p->l3.sport != lport || !nd_same_addr(p->l3.saddr, laddr))
 		return 1;
 	nd_dns_key(&k, sandbox_id, &p->l3, 1);
 	v = bpf_map_lookup_elem(&egr_nd_dns_nat, &k);
@@ -536,8 +609,7 @@ static __always_inline int nd_dns_answer(struct __sk_buff *skb, const struct egr
 		return -1;
 	}
 	__builtin_memcpy(orig, v->daddr, sizeof(orig));
-	if (nd_rewrite(skb, &p->l3, l2 + (v4 ? 12 : 8), laddr, orig, l2 + (v4 ? 20 : 40),
-		       lport, EGR_DNS_PORT))
+	if (nd_from_listener(skb, p, laddr, orig, EGR_DNS_PORT))
 		return -1;
 	nd_dns_count(EGR_ND_DNS_ANSWER);
 	return 0;
@@ -556,6 +628,143 @@ static __always_inline int nd_quota_ok(const struct egr_sandbox *sb, __u32 sandb
 	egr_count(EGR_CNT_QUOTA_DROP);
 	if (reason == EGR_R_DENY_QUOTA_FIRST)
 		egr_report_skb(EGR_EV_QUOTA, sandbox_id, sb, &p->l3, 0, EGR_DENY);
+	return 0;
+}
+
+/* --- inspection: every allowed TCP packet to the sandbox's inspecting proxy ------ */
+
+/* Is the packet addressed to the inspecting listener itself? No guest
+ * reaches it but through the rewrite (which knows where it was going). */
+static __always_inline int nd_insp_direct(const struct egr_sandbox *sb, const struct nd_pkt *p)
+{
+	__u32 laddr[4];
+	__u16 lport;
+
+	if (p->l3.protocol != EGR_IPPROTO_TCP || !p->l3.has_ports)
+		return 0;
+	lport = nd_insp_listener(sb, p->l3.family, laddr);
+	return lport && p->l3.dport == lport && nd_same_addr(p->l3.daddr, laddr);
+}
+
+/* Is the socket a SYN to the listener reaches egressd's listener of this
+ * sandbox? A function of its own (not inlined): the socket lookup's frame
+ * would not fit in the ingress program's. */
+static __noinline int nd_insp_listener_ours(struct __sk_buff *skb, const struct nd_pkt *p,
+					    __u32 lport, __u32 sandbox_id)
+{
+	__u32 zero = 0;
+	struct nd_insp_scratch *w = bpf_map_lookup_elem(&egr_nd_insp_scratch, &zero);
+
+	/* Its tuple and address in the scratch too: 6.1's verifier counts
+	 * this frame and the caller's together (at most 512 bytes). */
+	if (!skb || !p || !w || !nd_listen_addr(p->l3.family, w->laddr))
+		return 0;
+	return egr_listener_ours_in(skb, &w->t, p->l3.family == EGR_AF_INET6, p->l3.saddr,
+				    p->l3.sport, w->laddr, (__u16)lport, EGR_IPPROTO_TCP,
+				    EGR_LISTEN_INSPECT, sandbox_id);
+}
+
+/*
+ * An allowed TCP packet of an inspected sandbox: to its inspecting
+ * listener. A SYN (without ACK) opens the entry of the guest's socket
+ * (overwriting what an earlier connection from that port left: a reused
+ * port is judged as the new connection it is) and publishes the real
+ * destination for the proxy's accept; every other packet must belong to
+ * the entry's connection (same destination and port, not idle), or it is
+ * dropped: a packet no SYN went before, or one of another destination
+ * sent on a port whose entry another connection opened, never gets a
+ * connection of its own, and nothing of an inspected sandbox's TCP ever
+ * leaves un-rewritten. 0: rewritten, pass; -1: the caller drops it.
+ */
+static __always_inline int nd_insp_redirect(struct __sk_buff *skb, const struct egr_sandbox *sb,
+					    __u32 sandbox_id, const struct nd_pkt *p, __u64 now)
+{
+	struct nd_insp_scratch *w;
+	struct egr_nd_dns_key k;
+	struct egr_nd_nat *v;
+	__u32 laddr[4], zero = 0;
+	__u16 lport;
+
+	lport = nd_insp_listener(sb, p->l3.family, laddr);
+	if (!lport || sb->quarantined) {
+		nd_dns_count(EGR_ND_INSP_REFUSED);
+		return -1;
+	}
+	nd_dns_key(&k, sandbox_id, &p->l3, 0);
+	if ((p->tcp_flags & (TCP_FL_SYN | TCP_FL_ACK)) == TCP_FL_SYN) {
+		/* Only to egressd's listener of this sandbox (the mark of
+		 * listen.bpf.h, as connect4 checks for cgroup sandboxes): a
+		 * socket someone else bound to the port while egressd was
+		 * away never gets the guest's connections. */
+		if (!nd_insp_listener_ours(skb, p, lport, sandbox_id)) {
+			nd_dns_count(EGR_ND_INSP_REFUSED);
+			return -1;
+		}
+		w = bpf_map_lookup_elem(&egr_nd_insp_scratch, &zero);
+		if (!w) {
+			nd_dns_count(EGR_ND_INSP_NAT_FULL);
+			return -1;
+		}
+		__builtin_memset(w, 0, sizeof(*w));
+		__builtin_memcpy(w->nv.daddr, p->l3.daddr, 16);
+		w->nv.dport = p->l3.dport;
+		w->nv.last_ns = now;
+		w->ok.sandbox_id = sandbox_id;
+		w->ok.family = (__u8)p->l3.family;
+		w->ok.port = p->l3.sport;
+		__builtin_memcpy(w->ok.addr, p->l3.saddr, 16);
+		__builtin_memcpy(w->ov.addr, p->l3.daddr, 16);
+		w->ov.port = p->l3.dport;
+		w->ov.family = (__u8)p->l3.family;
+		if (bpf_map_update_elem(&egr_nd_insp_nat, &k, &w->nv, BPF_ANY) ||
+		    bpf_map_update_elem(&egr_inspect_orig, &w->ok, &w->ov, BPF_ANY)) {
+			nd_dns_count(EGR_ND_INSP_NAT_FULL);
+			return -1;
+		}
+	} else {
+		v = bpf_map_lookup_elem(&egr_nd_insp_nat, &k);
+		if (!v || v->dport != p->l3.dport || !nd_same_addr(v->daddr, p->l3.daddr) ||
+		    now - v->last_ns > egr_nd_flow_idle_ns) {
+			nd_dns_count(EGR_ND_INSP_REFUSED);
+			return -1;
+		}
+		v->last_ns = now;
+	}
+	if (nd_to_listener(skb, p, laddr, lport))
+		return -1;
+	nd_dns_count(EGR_ND_INSP_REDIRECT);
+	return 0;
+}
+
+/*
+ * Towards the sandbox, from its inspecting listener: the source back to
+ * the destination the guest's connection was sent to. 1: not from the
+ * listener; 0: rewritten, pass; -1: answering no entry: dropped.
+ */
+static __always_inline int nd_insp_reply(struct __sk_buff *skb, const struct egr_sandbox *sb,
+					 __u32 sandbox_id, const struct nd_pkt *p)
+{
+	struct egr_nd_dns_key k;
+	struct egr_nd_nat *v;
+	__u32 laddr[4], orig[4];
+	__u16 lport, oport;
+
+	if (p->l3.protocol != EGR_IPPROTO_TCP || !p->l3.has_ports)
+		return 1;
+	lport = nd_insp_listener(sb, p->l3.family, laddr);
+	if (!lport || p->l3.sport != lport || !nd_same_addr(p->l3.saddr, laddr))
+		return 1;
+	nd_dns_key(&k, sandbox_id, &p->l3, 1);
+	v = bpf_map_lookup_elem(&egr_nd_insp_nat, &k);
+	if (!v || bpf_ktime_get_boot_ns() - v->last_ns > egr_nd_flow_idle_ns) {
+		nd_dns_count(EGR_ND_INSP_REFUSED);
+		return -1;
+	}
+	__builtin_memcpy(orig, v->daddr, sizeof(orig));
+	oport = v->dport;
+	if (nd_from_listener(skb, p, laddr, orig, oport))
+		return -1;
+	nd_dns_count(EGR_ND_INSP_REPLY);
 	return 0;
 }
 
@@ -606,6 +815,14 @@ int egr_nd_ingress(struct __sk_buff *skb)
 		egr_meter_pkt(sandbox_id, sb->tenant_id, 1, len);
 		return ND_PASS;
 	}
+	/* Under inspection: nothing straight to the listener; no QUIC,
+	 * which the proxy cannot read (clients fall back to TCP). */
+	if ((sb->flags & EGR_SB_INSPECT) &&
+	    (nd_insp_direct(sb, &p) || (p.l3.protocol == EGR_IPPROTO_UDP &&
+					p.l3.dport == EGR_QUIC_PORT))) {
+		nd_dns_count(EGR_ND_INSP_REFUSED);
+		goto drop;
+	}
 	if (nd_is_icmp(&p)) {
 		/* Echo requests, where the policy allows ICMP and the address
 		 * outright (HOST:*, egr_rule_allows without ports). */
@@ -625,6 +842,17 @@ int egr_nd_ingress(struct __sk_buff *skb)
 	now = bpf_ktime_get_boot_ns();
 	if (!nd_quota_ok(sb, sandbox_id, &p, len, now))
 		return ND_DROP;
+	/* What only audit mode let through goes as it would uninspected, as
+	 * for cgroup sandboxes (connect4 redirects only what a rule allows). */
+	if ((sb->flags & EGR_SB_INSPECT) && p.l3.protocol == EGR_IPPROTO_TCP && !audited) {
+		/* Metered here; the proxy names the real destination in
+		 * the audit record (not egr_dests), and its listener's
+		 * packets are answered by nd_insp_reply, not by a flow. */
+		if (nd_insp_redirect(skb, sb, sandbox_id, &p, now))
+			goto drop;
+		egr_meter_pkt(sandbox_id, sb->tenant_id, 1, len);
+		return ND_PASS;
+	}
 	nd_flow_key(&fk, sandbox_id, &p, 0);
 	fv.last_ns = now;
 	if (bpf_map_update_elem(&egr_nd_flows, &fk, &fv, BPF_ANY))
@@ -676,6 +904,16 @@ int egr_nd_egress(struct __sk_buff *skb)
 		nd_count(EGR_ND_CNT_REPLY);
 		egr_meter_pkt(sandbox_id, sb->tenant_id, 0, len);
 		return ND_PASS;
+	}
+	/* Its inspecting proxy's packets, the same way (metered: what the
+	 * proxy relays from the destination). */
+	if (reason > 0 && (sb->flags & EGR_SB_INSPECT)) {
+		reason = nd_insp_reply(skb, sb, sandbox_id, &p);
+		if (reason == 0) {
+			nd_count(EGR_ND_CNT_REPLY);
+			egr_meter_pkt(sandbox_id, sb->tenant_id, 0, len);
+			return ND_PASS;
+		}
 	}
 	if (reason < 0) {
 		reason = EGR_R_DENY_INBOUND;

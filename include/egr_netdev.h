@@ -88,6 +88,13 @@ enum egr_nd_dns_counter {
 	EGR_ND_DNS_ANSWER = 1,    /* a listener's packet rewritten back to the resolver asked */
 	EGR_ND_DNS_NAT_FULL = 2,  /* its entry could not be written: dropped */
 	EGR_ND_DNS_STRAY = 3,     /* from the listener, answering nothing noted: dropped */
+	/* Inspection (docs/inspect.md "Device sandboxes"): the same array,
+	 * its spare slots. */
+	EGR_ND_INSP_REDIRECT = 4, /* a TCP packet rewritten to the inspecting listener */
+	EGR_ND_INSP_REPLY = 5,    /* a listener's packet rewritten back to the real destination */
+	EGR_ND_INSP_REFUSED = 6,  /* straight to the listener, no listener, no or another flow's
+				   * entry, QUIC: dropped */
+	EGR_ND_INSP_NAT_FULL = 7, /* its entry (or the proxy's record) could not be written */
 	EGR_ND_DNS_CNT_MAX = 8,
 };
 
@@ -95,6 +102,27 @@ enum egr_nd_dns_counter {
  * aged out loses its answer, the guest asks again). */
 #define EGR_ND_MAX_DNS (1u << 16)
 
+/*
+ * Inspection of a device sandbox (docs/inspect.md "Device sandboxes"):
+ * every TCP packet its allowlist allows has its destination rewritten to
+ * the sandbox's inspecting listener (the DNS listeners' address of the
+ * device, the entry's inspect_port4/6); egr_nd_insp_nat, keyed like
+ * egr_nd_dns_nat by the guest's socket (protocol TCP), remembers the real
+ * destination and port, which the listener's packets get back as their
+ * source. Only a SYN writes an entry (and publishes egr_inspect_orig for
+ * the proxy); any other packet must match its entry's destination.
+ */
+struct egr_nd_nat {
+	__u32 daddr[4];  /* the real destination; IPv4 in [0] */
+	__u64 last_ns;   /* bpf_ktime_get_boot_ns() of its last packet from the guest */
+	__u16 dport;     /* the real destination port, host order */
+	__u16 pad[3];
+};
+
+/* Inspected connections all device sandboxes together have open. */
+#define EGR_ND_MAX_INSPECT (1u << 16)
+
+_Static_assert(sizeof(struct egr_nd_nat) == 32, "egr_nd_nat is ABI");
 _Static_assert(sizeof(struct egr_nd_dns_key) == 24, "egr_nd_dns_key is ABI");
 _Static_assert(sizeof(struct egr_nd_dns_nat) == 24, "egr_nd_dns_nat is ABI");
 _Static_assert(sizeof(struct egr_nd_flow_key) == 44, "egr_nd_flow_key is ABI");

@@ -21,16 +21,7 @@ struct {
 	__type(value, struct egr_inspect_orig);
 } egr_inspect_sk SEC(".maps");
 
-/* Original destinations of inspected connections, for the proxy to take
- * (and delete) when it accepts them. LRU: an entry the proxy never took (the
- * client gave up before accept) is forgotten, never leaked. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 1 << 16);
-	__type(key, struct egr_inspect_key);
-	__type(value, struct egr_inspect_orig);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} egr_inspect_orig SEC(".maps");
+#include "inspect_orig.bpf.h"
 
 static __always_inline int egr_is_inspect4(const struct egr_sandbox *sb, __u32 addr_be,
 					   __u16 port)

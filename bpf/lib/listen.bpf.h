@@ -68,8 +68,9 @@ static __always_inline int egr_listen_reserved(__u64 netns, __u16 port)
 }
 
 /*
- * Does a connect or packet of proto to the loopback (127.0.0.1, or ::1
- * with v6) port reach egressd's listener of kind (and, for the inspecting
+ * Does a connect or packet of proto to daddr (the loopback for cgroup
+ * sandboxes, a device's address for device sandboxes) port reach
+ * egressd's listener of kind (and, for the inspecting
  * proxy, the one of sandbox_id)? The socket it would reach is looked up as
  * the kernel will deliver it (in the network namespace of ctx: the
  * sandbox's socket for sock_addr, the device's for cgroup_skb), from saddr
@@ -77,48 +78,53 @@ static __always_inline int egr_listen_reserved(__u64 netns, __u16 port)
  * from its peer before an unconnected one does), and must carry the mark.
  * 1 yes, 0 no (nothing there, or someone else's socket).
  */
-static __always_inline int egr_listener_ours(void *ctx, int v6, const __u32 saddr[4], __u16 sport,
-					     __u16 port, __u32 proto, __u32 kind,
-					     __u32 sandbox_id)
+static __always_inline int egr_listener_ours_in(void *ctx, struct bpf_sock_tuple *tp, int v6,
+						const __u32 saddr[4], __u16 sport,
+						const __u32 daddr[4], __u16 port, __u32 proto,
+						__u32 kind, __u32 sandbox_id)
 {
-	struct bpf_sock_tuple t = {};
+	struct bpf_sock_tuple *t = tp;
 	struct egr_listen_mark *m;
 	struct bpf_sock *sk;
 	__u32 size;
 	int ok;
 
+	__builtin_memset(t, 0, sizeof(*t));
 	if (v6) {
-		t.ipv6.saddr[0] = saddr[0];
-		t.ipv6.saddr[1] = saddr[1];
-		t.ipv6.saddr[2] = saddr[2];
-		t.ipv6.saddr[3] = saddr[3];
-		t.ipv6.daddr[3] = bpf_htonl(1);
-		t.ipv6.sport = bpf_htons(sport);
-		t.ipv6.dport = bpf_htons(port);
-		size = sizeof(t.ipv6);
+		t->ipv6.saddr[0] = saddr[0];
+		t->ipv6.saddr[1] = saddr[1];
+		t->ipv6.saddr[2] = saddr[2];
+		t->ipv6.saddr[3] = saddr[3];
+		t->ipv6.daddr[0] = daddr[0];
+		t->ipv6.daddr[1] = daddr[1];
+		t->ipv6.daddr[2] = daddr[2];
+		t->ipv6.daddr[3] = daddr[3];
+		t->ipv6.sport = bpf_htons(sport);
+		t->ipv6.dport = bpf_htons(port);
+		size = sizeof(t->ipv6);
 	} else {
-		t.ipv4.saddr = saddr[0];
-		t.ipv4.daddr = bpf_htonl(0x7f000001);
-		t.ipv4.sport = bpf_htons(sport);
-		t.ipv4.dport = bpf_htons(port);
-		size = sizeof(t.ipv4);
+		t->ipv4.saddr = saddr[0];
+		t->ipv4.daddr = daddr[0];
+		t->ipv4.sport = bpf_htons(sport);
+		t->ipv4.dport = bpf_htons(port);
+		size = sizeof(t->ipv4);
 	}
 	if (proto == EGR_IPPROTO_UDP) {
-		sk = bpf_sk_lookup_udp(ctx, &t, size, BPF_F_CURRENT_NETNS, 0);
+		sk = bpf_sk_lookup_udp(ctx, t, size, BPF_F_CURRENT_NETNS, 0);
 	} else {
-		sk = bpf_sk_lookup_tcp(ctx, &t, size, BPF_F_CURRENT_NETNS, 0);
+		sk = bpf_sk_lookup_tcp(ctx, t, size, BPF_F_CURRENT_NETNS, 0);
 		if (!sk && sport) {
 			/* The 4-tuple's TIME_WAIT (a client port used again) is no
 			 * full socket: the SYN then goes to the listener. */
 			if (v6) {
-				t.ipv6.saddr[0] = t.ipv6.saddr[1] = t.ipv6.saddr[2] = 0;
-				t.ipv6.saddr[3] = 0;
-				t.ipv6.sport = 0;
+				t->ipv6.saddr[0] = t->ipv6.saddr[1] = t->ipv6.saddr[2] = 0;
+				t->ipv6.saddr[3] = 0;
+				t->ipv6.sport = 0;
 			} else {
-				t.ipv4.saddr = 0;
-				t.ipv4.sport = 0;
+				t->ipv4.saddr = 0;
+				t->ipv4.sport = 0;
 			}
-			sk = bpf_sk_lookup_tcp(ctx, &t, size, BPF_F_CURRENT_NETNS, 0);
+			sk = bpf_sk_lookup_tcp(ctx, t, size, BPF_F_CURRENT_NETNS, 0);
 		}
 	}
 	if (!sk)
@@ -128,6 +134,31 @@ static __always_inline int egr_listener_ours(void *ctx, int v6, const __u32 sadd
 	     (kind != EGR_LISTEN_INSPECT || m->sandbox_id == sandbox_id);
 	bpf_sk_release(sk);
 	return ok;
+}
+
+/* The same with the tuple on the stack. */
+static __always_inline int egr_listener_ours_at(void *ctx, int v6, const __u32 saddr[4],
+						__u16 sport, const __u32 daddr[4], __u16 port,
+						__u32 proto, __u32 kind, __u32 sandbox_id)
+{
+	struct bpf_sock_tuple t;
+
+	return egr_listener_ours_in(ctx, &t, v6, saddr, sport, daddr, port, proto, kind,
+				    sandbox_id);
+}
+
+/* The same for the loopback listeners of cgroup sandboxes' proxies. */
+static __always_inline int egr_listener_ours(void *ctx, int v6, const __u32 saddr[4], __u16 sport,
+					     __u16 port, __u32 proto, __u32 kind,
+					     __u32 sandbox_id)
+{
+	__u32 lo[4] = { 0, 0, 0, 0 };
+
+	if (v6)
+		lo[3] = bpf_htonl(1);
+	else
+		lo[0] = bpf_htonl(0x7f000001);
+	return egr_listener_ours_at(ctx, v6, saddr, sport, lo, port, proto, kind, sandbox_id);
 }
 
 /*

@@ -53,6 +53,13 @@ int egr_inspect_add_sandbox(struct egr_inspect *p, uint32_t sandbox_id, const ch
 			    const struct egr_policy *pol, struct egr_dnspolicy *dpol, int netns_fd,
 			    uint16_t want_port4, uint16_t want_port6, uint16_t *port4,
 			    uint16_t *port6);
+/* The same for a device sandbox: its listeners bound to dev's addresses
+ * and to the device (netns_fd: the device's namespace). A family without
+ * an address gets port 0. */
+int egr_inspect_add_device(struct egr_inspect *p, uint32_t sandbox_id, const char *tenant,
+			   const struct egr_policy *pol, struct egr_dnspolicy *dpol, int netns_fd,
+			   const struct egr_inspect_device *dev, uint16_t want_port4,
+			   uint16_t want_port6, uint16_t *port4, uint16_t *port6);
 /* New policy (dpol owned, also on error). Open connections stay: they were
  * judged by the old one, and the registry tears down refused ones. */
 int egr_inspect_update_sandbox(struct egr_inspect *p, uint32_t sandbox_id,

@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -36,17 +37,23 @@
 
 /* --- accept ----------------------------------------------------------------------- */
 
+/* One of the proxy's own listeners (loopback, or a device sandbox's
+ * address): dialling it would serve a sandbox to itself. */
 static bool is_listener(const struct egr_inspect *p, const struct egr_inspect_orig *o)
 {
 	static const uint8_t lo6[16] = { [15] = 1 };
+	bool v4 = o->family == AF_INET;
+	bool loop = v4 ? o->addr[0] == 127 : !memcmp(o->addr, lo6, 16);
 
-	if (o->family == AF_INET && o->addr[0] != 127)
-		return false;
-	if (o->family == AF_INET6 && memcmp(o->addr, lo6, 16))
-		return false;
-	for (const struct isb *sb = p->sbs; sb; sb = sb->next)
-		if (o->port == (o->family == AF_INET ? sb->port4 : sb->port6))
+	for (const struct isb *sb = p->sbs; sb; sb = sb->next) {
+		bool here = loop;
+
+		if (sb->device)
+			here = v4 ? sb->dev.has4 && !memcmp(o->addr, sb->dev.addr4, 4)
+				  : sb->dev.has6 && !memcmp(o->addr, sb->dev.addr6, 16);
+		if (here && o->port == (v4 ? sb->port4 : sb->port6))
 			return true;
+	}
 	return false;
 }
 
@@ -351,35 +358,64 @@ static int load_lits(struct isb *sb, const struct egr_policy *pol)
 	return 0;
 }
 
-static int open_listener_on(struct egr_bpf *bpf, uint32_t sandbox_id, int family, uint16_t want,
-			    int *fd_out, uint16_t *port)
+/* Where sb's listener of family goes: loopback, or its device's address. */
+static socklen_t listen_addr(const struct isb *sb, int family, uint16_t port,
+			     struct sockaddr_storage *ss)
 {
-	struct sockaddr_storage ss = { 0 };
-	socklen_t sl;
-	int one = 1, fd, err;
-
+	memset(ss, 0, sizeof(*ss));
 	if (family == AF_INET) {
-		struct sockaddr_in *s = (void *)&ss;
+		struct sockaddr_in *s = (void *)ss;
 
 		s->sin_family = AF_INET;
 		s->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		s->sin_port = htons(want);
-		sl = sizeof(*s);
-	} else {
-		struct sockaddr_in6 *s = (void *)&ss;
-
-		s->sin6_family = AF_INET6;
-		s->sin6_addr = in6addr_loopback;
-		s->sin6_port = htons(want);
-		sl = sizeof(*s);
+		if (sb->device)
+			memcpy(&s->sin_addr, sb->dev.addr4, 4);
+		s->sin_port = htons(port);
+		return sizeof(*s);
 	}
+	struct sockaddr_in6 *s6 = (void *)ss;
+
+	s6->sin6_family = AF_INET6;
+	s6->sin6_addr = in6addr_loopback;
+	if (sb->device)
+		memcpy(&s6->sin6_addr, sb->dev.addr6, 16);
+	s6->sin6_port = htons(port);
+	return sizeof(*s6);
+}
+
+/* The listener's address for the log, into buf (INET6_ADDRSTRLEN + 2). */
+static const char *listen_name(const struct isb *sb, int family, char *buf, size_t len)
+{
+	char a[INET6_ADDRSTRLEN] = "?";
+
+	if (!sb->device)
+		snprintf(buf, len, "%s", family == AF_INET ? "127.0.0.1" : "[::1]");
+	else if (family == AF_INET)
+		snprintf(buf, len, "%s", inet_ntop(AF_INET, sb->dev.addr4, a, sizeof(a)) ? a : "?");
+	else
+		snprintf(buf, len, "[%s]", inet_ntop(AF_INET6, sb->dev.addr6, a, sizeof(a)) ? a : "?");
+	return buf;
+}
+
+static int open_listener_on(struct isb *sb, int family, uint16_t want, int *fd_out,
+			    uint16_t *port)
+{
+	struct egr_bpf *bpf = sb->p->cfg.bpf;
+	struct sockaddr_storage ss;
+	socklen_t sl = listen_addr(sb, family, want, &ss);
+	int one = 1, fd, err, idx = sb->dev.ifindex;
+
 	fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (family == AF_INET6)
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, BACKLOG) < 0 ||
+	/* A device sandbox's: only what came in through its device (which
+	 * its programs judged and rewrote) is delivered to it. */
+	if ((sb->device &&
+	     setsockopt(fd, SOL_SOCKET, SO_BINDTOIFINDEX, &idx, sizeof(idx)) < 0) ||
+	    bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, BACKLOG) < 0 ||
 	    getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
 		err = -errno;
 		close(fd);
@@ -388,7 +424,7 @@ static int open_listener_on(struct egr_bpf *bpf, uint32_t sandbox_id, int family
 	/* egressd's own in the kernel's eyes (kernel/listen.h): no sandbox may
 	 * bind the port, and only this socket gets the sandbox's redirected
 	 * connections; unclaimed it would get none. */
-	if ((err = egr_bpf_listen_claim(bpf, fd, EGR_LISTEN_INSPECT, sandbox_id))) {
+	if ((err = egr_bpf_listen_claim(bpf, fd, EGR_LISTEN_INSPECT, sb->id))) {
 		close(fd);
 		return err;
 	}
@@ -401,26 +437,43 @@ static int open_listener_on(struct egr_bpf *bpf, uint32_t sandbox_id, int family
 /* want first (the port of a restarted egressd's sandbox); if someone took
  * it meanwhile, a new one, as the DNS proxy does: the registry points the
  * kernel's entry at whatever port this returns. */
-static int open_listener(struct egr_inspect *p, uint32_t sandbox_id, int family, uint16_t want,
-			 int *fd_out, uint16_t *port)
+static int open_listener(struct isb *sb, int family, uint16_t want, int *fd_out, uint16_t *port)
 {
-	int err = open_listener_on(p->cfg.bpf, sandbox_id, family, want, fd_out, port);
+	int err = open_listener_on(sb, family, want, fd_out, port);
+	char name[INET6_ADDRSTRLEN + 16];
 
 	if (err == -EADDRINUSE && want) {
-		log_warn("inspect: sandbox %u: %s port %u is taken; listening on a new one",
-			 sandbox_id, family == AF_INET ? "127.0.0.1" : "[::1]", want);
-		err = open_listener_on(p->cfg.bpf, sandbox_id, family, 0, fd_out, port);
+		log_warn("inspect: sandbox %u: %s port %u is taken; listening on a new one", sb->id,
+			 listen_name(sb, family, name, sizeof(name)), want);
+		err = open_listener_on(sb, family, 0, fd_out, port);
 	}
 	return err;
+}
+
+/* Is a held listener bound where sb's go (a device's address may have
+ * changed while egressd was away)? */
+static bool bound_as(const struct isb *sb, int fd, int family)
+{
+	struct sockaddr_storage want, have;
+	socklen_t sl = sizeof(have);
+
+	listen_addr(sb, family, 0, &want);
+	if (getsockname(fd, (struct sockaddr *)&have, &sl) < 0 || have.ss_family != family)
+		return false;
+	return family == AF_INET ? !memcmp(&((struct sockaddr_in *)&have)->sin_addr,
+					   &((struct sockaddr_in *)&want)->sin_addr, 4)
+				 : !memcmp(&((struct sockaddr_in6 *)&have)->sin6_addr,
+					   &((struct sockaddr_in6 *)&want)->sin6_addr, 16);
 }
 
 /* The predecessor's listener on want, kept by the listener holder with the
  * connections that queued on it while no egressd ran (they are inspected
  * as any other: the original destination waits in egr_inspect_orig),
  * claimed again as this egressd's in the kernel (kernel/listen.h). */
-static bool claim_listener(struct egr_inspect *p, uint32_t sandbox_id, int nsfd, int family,
-			   uint16_t want, int *fd_out, uint16_t *port)
+static bool claim_listener(struct isb *sb, int nsfd, int family, uint16_t want, int *fd_out,
+			   uint16_t *port)
 {
+	struct egr_inspect *p = sb->p;
 	struct egr_lhold *h = p->cfg.hold;
 	struct stat st;
 	int fd;
@@ -430,7 +483,8 @@ static bool claim_listener(struct egr_inspect *p, uint32_t sandbox_id, int nsfd,
 	fd = egr_lhold_claim(h, st.st_dev, st.st_ino, family, SOCK_STREAM, want);
 	if (fd < 0)
 		return false;
-	if (egr_bpf_listen_claim(p->cfg.bpf, fd, EGR_LISTEN_INSPECT, sandbox_id)) {
+	if (!bound_as(sb, fd, family) ||
+	    egr_bpf_listen_claim(p->cfg.bpf, fd, EGR_LISTEN_INSPECT, sb->id)) {
 		egr_lhold_drop(h, fd);
 		close(fd);
 		return false;
@@ -480,11 +534,19 @@ static void sb_free(struct isb *sb)
 	free(sb);
 }
 
-int egr_inspect_add_sandbox(struct egr_inspect *p, uint32_t sandbox_id, const char *tenant,
-			    const struct egr_policy *pol, struct egr_dnspolicy *dpol, int netns_fd,
-			    uint16_t want_port4, uint16_t want_port6, uint16_t *port4,
-			    uint16_t *port6)
+/* A family of sb's with nowhere to listen (a device without an address of
+ * it): port 0, the kernel drops that family's TCP. */
+static bool has_family(const struct isb *sb, int family)
 {
+	return !sb->device || (family == AF_INET ? sb->dev.has4 : sb->dev.has6);
+}
+
+static int add_sandbox(struct egr_inspect *p, uint32_t sandbox_id, const char *tenant,
+		       const struct egr_policy *pol, struct egr_dnspolicy *dpol, int netns_fd,
+		       const struct egr_inspect_device *dev, uint16_t want_port4,
+		       uint16_t want_port6, uint16_t *port4, uint16_t *port6)
+{
+	char n4[INET6_ADDRSTRLEN + 16], n6[INET6_ADDRSTRLEN + 16];
 	struct isb *sb;
 	int err = 0, err6 = 0, nsfd;
 
@@ -506,6 +568,10 @@ int egr_inspect_add_sandbox(struct egr_inspect *p, uint32_t sandbox_id, const ch
 	sb->dpol = dpol;
 	sb->l4.fd = sb->l6.fd = sb->netns_fd = -1;
 	sb->l4.sb = sb->l6.sb = sb;
+	if (dev) {
+		sb->device = true;
+		sb->dev = *dev;
+	}
 	sb->tenant = strdup(tenant ? tenant : "");
 	err = sb->tenant ? load_lits(sb, pol) : -ENOMEM;
 	if (err)
@@ -519,50 +585,80 @@ int egr_inspect_add_sandbox(struct egr_inspect *p, uint32_t sandbox_id, const ch
 		}
 	}
 	nsfd = netns_fd >= 0 ? netns_fd : p->self_netns;
-	if (!claim_listener(p, sandbox_id, nsfd, AF_INET, want_port4, &sb->l4.fd, &sb->port4))
-		err = open_listener(p, sandbox_id, AF_INET, want_port4, &sb->l4.fd, &sb->port4);
-	if (!err && !claim_listener(p, sandbox_id, nsfd, AF_INET6, want_port6, &sb->l6.fd,
-				    &sb->port6))
-		err6 = open_listener(p, sandbox_id, AF_INET6, want_port6, &sb->l6.fd, &sb->port6);
+	if (has_family(sb, AF_INET) &&
+	    !claim_listener(sb, nsfd, AF_INET, want_port4, &sb->l4.fd, &sb->port4))
+		err = open_listener(sb, AF_INET, want_port4, &sb->l4.fd, &sb->port4);
+	if (!err && has_family(sb, AF_INET6) &&
+	    !claim_listener(sb, nsfd, AF_INET6, want_port6, &sb->l6.fd, &sb->port6))
+		err6 = open_listener(sb, AF_INET6, want_port6, &sb->l6.fd, &sb->port6);
 	if (netns_fd >= 0 && setns(p->self_netns, CLONE_NEWNET) < 0) {
 		log_error("inspect: cannot return to egressd's network namespace: %m");
 		err = err ? err : -errno;
 	}
+	listen_name(sb, AF_INET, n4, sizeof(n4));
+	listen_name(sb, AF_INET6, n6, sizeof(n6));
 	if (err) {
-		log_error("inspect: sandbox %u: 127.0.0.1 listener: %s", sandbox_id, strerror(-err));
+		log_error("inspect: sandbox %u: %s listener: %s", sandbox_id, n4, strerror(-err));
 		goto fail;
 	}
 	if (err6) {
-		if (want_port6 || (err6 != -EADDRNOTAVAIL && err6 != -EAFNOSUPPORT)) {
+		if ((want_port6 && !sb->device) ||
+		    (err6 != -EADDRNOTAVAIL && err6 != -EAFNOSUPPORT)) {
 			err = err6;
-			log_error("inspect: sandbox %u: [::1] listener: %s", sandbox_id,
+			log_error("inspect: sandbox %u: %s listener: %s", sandbox_id, n6,
 				  strerror(-err));
 			goto fail;
 		}
 		/* The kernel then refuses the sandbox's IPv6 TCP (port6 = 0). */
+		log_warn("inspect: sandbox %u: no %s listener (%s): its IPv6 TCP is dropped",
+			 sandbox_id, n6, strerror(-err6));
 		sb->port6 = 0;
 	}
-	err = egr_loop_add(p->loop, sb->l4.fd, EPOLLIN, on_listener, &sb->l4);
+	err = sb->l4.fd >= 0 ? egr_loop_add(p->loop, sb->l4.fd, EPOLLIN, on_listener, &sb->l4) : 0;
 	if (!err && sb->l6.fd >= 0)
 		err = egr_loop_add(p->loop, sb->l6.fd, EPOLLIN, on_listener, &sb->l6);
 	if (err) {
-		egr_loop_del(p->loop, sb->l4.fd);
+		if (sb->l4.fd >= 0)
+			egr_loop_del(p->loop, sb->l4.fd);
 		goto fail;
 	}
 	/* Held from now on: they outlive this egressd (hold/lhold.h). */
-	egr_lhold_put(p->cfg.hold, sb->l4.fd);
+	if (sb->l4.fd >= 0)
+		egr_lhold_put(p->cfg.hold, sb->l4.fd);
 	if (sb->l6.fd >= 0)
 		egr_lhold_put(p->cfg.hold, sb->l6.fd);
 	sb->next = p->sbs;
 	p->sbs = sb;
 	*port4 = sb->port4;
 	*port6 = sb->port6;
-	log_info("inspect: sandbox %u: listening on 127.0.0.1:%u and [::1]:%u", sandbox_id,
-		 sb->port4, sb->port6);
+	log_info("inspect: sandbox %u: listening on %s:%u and %s:%u%s", sandbox_id, n4, sb->port4,
+		 n6, sb->port6, sb->device ? " (its device)" : "");
 	return 0;
 fail:
 	sb_free(sb);
 	return err;
+}
+
+int egr_inspect_add_sandbox(struct egr_inspect *p, uint32_t sandbox_id, const char *tenant,
+			    const struct egr_policy *pol, struct egr_dnspolicy *dpol, int netns_fd,
+			    uint16_t want_port4, uint16_t want_port6, uint16_t *port4,
+			    uint16_t *port6)
+{
+	return add_sandbox(p, sandbox_id, tenant, pol, dpol, netns_fd, NULL, want_port4,
+			   want_port6, port4, port6);
+}
+
+int egr_inspect_add_device(struct egr_inspect *p, uint32_t sandbox_id, const char *tenant,
+			   const struct egr_policy *pol, struct egr_dnspolicy *dpol, int netns_fd,
+			   const struct egr_inspect_device *dev, uint16_t want_port4,
+			   uint16_t want_port6, uint16_t *port4, uint16_t *port6)
+{
+	if (!dev || dev->ifindex <= 0) {
+		egr_dnspolicy_free(dpol);
+		return -EINVAL;
+	}
+	return add_sandbox(p, sandbox_id, tenant, pol, dpol, netns_fd, dev, want_port4,
+			   want_port6, port4, port6);
 }
 
 int egr_inspect_update_sandbox(struct egr_inspect *p, uint32_t sandbox_id,

@@ -65,6 +65,8 @@ struct isb {
 	struct lit *lits;
 	size_t nlits;
 	int netns_fd;
+	bool device;                    /* a device sandbox's: dev says where */
+	struct egr_inspect_device dev;
 	struct lsock l4, l6;
 	uint16_t port4, port6;
 	uint32_t nconns;

@@ -72,6 +72,17 @@ struct egr_inspect_stats {
 	uint32_t conns;               /* open now */
 };
 
+/* A device sandbox's listeners (docs/inspect.md "Device sandboxes"):
+ * bound to these addresses of its device (has4/has6 false: none of that
+ * family, whose TCP the device programs then drop) and to the device
+ * itself, in the device's network namespace, instead of loopback. */
+struct egr_inspect_device {
+	uint8_t addr6[16];
+	uint8_t addr4[4];
+	int ifindex;
+	bool has4, has6;
+};
+
 struct egr_inspect;
 
 #endif /* EGR_INSPECT_TYPES_H */

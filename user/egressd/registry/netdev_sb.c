@@ -6,8 +6,9 @@
  * Its policy goes into the same rule maps and sandbox entry as a cgroup
  * sandbox's; kernel/netdev.c puts the device programs on the device. The
  * record's cgroup is the key "netdev:IFACE[@NETNS]" (the set's by-path
- * lookup), its cgroup_id 0. Its DNS goes to listeners of its own, bound to
- * the device's addresses (docs/dns.md "Device sandboxes").
+ * lookup), its cgroup_id 0. Its DNS, and under network.inspect its TCP, go
+ * to listeners of its own, bound to the device's addresses (docs/dns.md and
+ * docs/inspect.md, "Device sandboxes").
  */
 #include <dirent.h>
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include "clock.h"
 #include "compile.h"
 #include "dns/dnsproxy.h"
+#include "inspect.h"
 #include "kernel/netdev.h"
 #include "log.h"
 #include "registry/registry_impl.h"
@@ -88,34 +90,26 @@ static struct egr_sb *same_device(struct egr_registry *r, const char *netns, int
 	return NULL;
 }
 
-/* What a device sandbox's policy may not ask for (yet): said, not ignored. */
-static int netdev_policy_ok(const struct egr_policy *p, struct egr_fail *f)
-{
-	if (p->inspect) {
-		reg_fail(f, EGR_REG_INVALID_POLICY, "policy.network.inspect",
-			 "inspection is not available for device sandboxes yet (docs/inspect.md)");
-		return -EINVAL;
-	}
-	return 0;
-}
-
 /*
- * The sandbox's DNS listeners, bound to the device's addresses in its
- * namespace (want4/want6: the ports of its state, at adoption); *a gets
- * the addresses the device programs rewrite its DNS to. A family without
- * an address (or without a proxy at all) gets no listener: its DNS is
- * dropped, as the log says; the attach goes on. Errors: the namespace or
- * the listeners (f says which).
+ * The sandbox's DNS and inspecting listeners, bound to the device's
+ * addresses in its namespace (want*: the ports of its state, at adoption);
+ * *a gets the addresses the device programs rewrite its DNS (and its
+ * inspected TCP) to. A family without an address (or without a proxy at
+ * all) gets no listener: its DNS (and inspected TCP) is dropped, as the
+ * log says; the attach goes on; a family whose listener could not be
+ * opened (a tentative address) has port 0 in the entry, which the
+ * programs drop the same way. Errors: the namespace or the listeners (f
+ * says which).
  */
-static int netdev_dns(struct egr_registry *r, struct egr_sb *sb, const struct egr_policy *p,
-		      uint16_t want4, uint16_t want6, struct egr_nd_dns *a, struct egr_fail *f)
+static int netdev_listeners(struct egr_registry *r, struct egr_sb *sb, const struct egr_policy *p,
+			    const uint16_t want[4], struct egr_nd_dns *a, struct egr_fail *f)
 {
 	struct egr_dnsproxy_device dev = { .ifindex = sb->ifindex };
 	struct stat st;
 	int err;
 
 	memset(a, 0, sizeof(*a));
-	if (!r->dns)
+	if (!r->dns && !(r->inspect && p->inspect))
 		return 0;
 	err = egr_nd_dns_addrs(sb->netns, sb->ifindex, a);
 	if (err) {
@@ -124,14 +118,22 @@ static int netdev_dns(struct egr_registry *r, struct egr_sb *sb, const struct eg
 		return err;
 	}
 	if (!a->has4 || !a->has6)
-		log_warn("sandbox %u: device %s has no %s%s%s address: that DNS is dropped", sb->id,
-			 sb->cgroup, a->has4 ? "" : "IPv4", !a->has4 && !a->has6 ? " or " : "",
-			 a->has6 ? "" : "IPv6 (wider than link-local)");
+		log_warn("sandbox %u: device %s has no %s%s%s address: that DNS%s is dropped",
+			 sb->id, sb->cgroup, a->has4 ? "" : "IPv4",
+			 !a->has4 && !a->has6 ? " or " : "",
+			 a->has6 ? "" : "IPv6 (wider than link-local)",
+			 p->inspect ? " and inspected TCP" : "");
+	sb->nd_has4 = a->has4;
+	sb->nd_has6 = a->has6;
+	memcpy(sb->nd_addr4, &a->addr4, 4);
+	memcpy(sb->nd_addr6, &a->addr6, 16);
 	dev.has4 = a->has4;
 	dev.has6 = a->has6;
 	dev.addr4 = a->addr4;
 	dev.addr6 = a->addr6;
-	err = reg_start_dns(r, sb, p, &dev, want4, want6, f);
+	err = reg_start_dns(r, sb, p, r->dns ? &dev : NULL, want[0], want[1], f);
+	if (!err)
+		err = reg_start_inspect(r, sb, p, want[2], want[3], f);
 	if (err)
 		return err;
 	/* Which namespace they keep alive (netdev_dns_orphaned()). */
@@ -139,10 +141,6 @@ static int netdev_dns(struct egr_registry *r, struct egr_sb *sb, const struct eg
 		sb->nd_ns_dev = st.st_dev;
 		sb->nd_ns_ino = st.st_ino;
 	}
-	/* A family whose listener could not be opened (a tentative address)
-	 * is dropped by the programs too: no port, no rewrite. */
-	a->has4 = a->has4 && sb->dns_port4;
-	a->has6 = a->has6 && sb->dns_port6;
 	return 0;
 }
 
@@ -152,6 +150,8 @@ static void netdev_teardown(struct egr_registry *r, const struct egr_sb *sb, con
 	egr_nd_detach(r->bpf, sb->id, sb->netns, sb->netdev);
 	if (r->dns)
 		egr_dnsproxy_remove_sandbox(r->dns, sb->id);
+	if (r->inspect)
+		egr_inspect_remove_sandbox(r->inspect, sb->id);
 	egr_bpf_del_sandbox(r->bpf, sb->id);
 	egr_bpf_forget_sandbox_stats(r->bpf, sb->id);
 	egr_bpf_quota_del(r->bpf, EGR_QUOTA_SANDBOX, sb->id);
@@ -196,9 +196,6 @@ int egr_reg_attach_netdev(struct egr_registry *r, const char *ifname, const char
 	err = reg_prepare(r, policy, &p, &c, f);
 	if (err)
 		return err;
-	err = netdev_policy_ok(&p, f);
-	if (err)
-		goto undo_policy;
 	sb = egr_reg_find_netdev(r, ifname, netns);
 	if (sb) {
 		egr_compiled_free(&c);
@@ -264,7 +261,7 @@ int egr_reg_attach_netdev(struct egr_registry *r, const char *ifname, const char
 		goto undo_record;
 	}
 	/* 2: before the entry, which names their ports. */
-	err = netdev_dns(r, sb, &p, 0, 0, &dns, f);
+	err = netdev_listeners(r, sb, &p, (const uint16_t[4]){ 0 }, &dns, f);
 	if (err)
 		goto undo_dns;
 	/* 3, 4 */
@@ -330,6 +327,8 @@ undo_rules:
 undo_dns:
 	if (r->dns)
 		egr_dnsproxy_remove_sandbox(r->dns, sb->id);
+	if (r->inspect)
+		egr_inspect_remove_sandbox(r->inspect, sb->id);
 undo_record:
 	egr_sb_free(sb);
 undo_policy:
@@ -408,7 +407,7 @@ static void netdev_dns_orphaned(struct egr_registry *r, struct egr_sb *sb)
 	struct stat st;
 	json_t *policy;
 
-	if (!r->dns || !sb->nd_ns_ino || !sb->netns)
+	if (!sb->nd_ns_ino || !sb->netns)
 		return;
 	if (netns_ino(sb->netns, &st) == 0 && st.st_dev == sb->nd_ns_dev &&
 	    st.st_ino == sb->nd_ns_ino)
@@ -416,10 +415,14 @@ static void netdev_dns_orphaned(struct egr_registry *r, struct egr_sb *sb)
 	if (netns_has_process(sb->nd_ns_dev, sb->nd_ns_ino))
 		return;
 	log_info("sandbox %u: the network namespace of %s has no path and no process left; "
-		 "closing its DNS listeners, which alone keep it (its DNS is dropped)", sb->id,
-		 sb->cgroup);
-	egr_dnsproxy_remove_sandbox(r->dns, sb->id);
+		 "closing its DNS and inspecting listeners, which alone keep it (its DNS and "
+		 "inspected TCP are dropped)", sb->id, sb->cgroup);
+	if (r->dns)
+		egr_dnsproxy_remove_sandbox(r->dns, sb->id);
+	if (r->inspect)
+		egr_inspect_remove_sandbox(r->inspect, sb->id);
 	sb->dns_port4 = sb->dns_port6 = 0;
+	sb->inspect_port4 = sb->inspect_port6 = 0;
 	sb->nd_ns_dev = sb->nd_ns_ino = 0;
 	policy = egr_state_load_policy(&r->st, sb->id);
 	if (policy)
@@ -500,9 +503,15 @@ struct egr_sb *reg_adopt_netdev(struct egr_registry *r, uint32_t id, json_t *st)
 	 * where the listener holder kept them), before the entry is checked:
 	 * it names their ports. */
 	if (device_there(r, sb) &&
-	    netdev_dns(r, sb, &p, (uint16_t)json_integer_value(json_object_get(st, "dns_port4")),
-		       (uint16_t)json_integer_value(json_object_get(st, "dns_port6")), &dns, &f))
-		log_error("sandbox %u: no DNS proxy (%s); its DNS is dropped", id, f.e.message);
+	    netdev_listeners(r, sb, &p,
+			     (const uint16_t[4]){
+				     (uint16_t)json_integer_value(json_object_get(st, "dns_port4")),
+				     (uint16_t)json_integer_value(json_object_get(st, "dns_port6")),
+				     (uint16_t)json_integer_value(json_object_get(st, "inspect_port4")),
+				     (uint16_t)json_integer_value(json_object_get(st, "inspect_port6")) },
+			     &dns, &f))
+		log_error("sandbox %u: no DNS or inspecting proxy (%s); its DNS (and inspected TCP) "
+			  "is dropped", id, f.e.message);
 	err = egr_bpf_get_sandbox(r->bpf, id, &ksb);
 	sb->quarantined = !err && ksb.quarantined;
 	if (err || ksb.policy_id != sb->policy_id || ksb.tenant_id != sb->tenant_id) {
@@ -541,6 +550,8 @@ oom:
 	log_error("sandbox %u: out of memory while adopting; left enforced, unmanaged", id);
 	if (r->dns)
 		egr_dnsproxy_remove_sandbox(r->dns, id);
+	if (r->inspect)
+		egr_inspect_remove_sandbox(r->inspect, id);
 	egr_sb_free(sb);
 	egr_compiled_free(&c);
 	egr_policy_free(&p);

@@ -57,6 +57,11 @@ struct egr_sb {
 	/* The namespace its DNS listeners are open in (they keep it alive):
 	 * st_dev and st_ino of netns when they were opened, 0 without. */
 	uint64_t nd_ns_dev, nd_ns_ino;
+	/* The device's addresses its programs rewrite DNS and inspected TCP
+	 * to (the listeners' binding; kernel/netdev.h egr_nd_dns): network
+	 * order, has4/has6 false for none. */
+	uint8_t nd_addr4[4], nd_addr6[16];
+	bool nd_has4, nd_has6;
 };
 
 /* A cgroup egressd holds under deny-all without a policy of its own

@@ -211,8 +211,24 @@ int reg_start_inspect(struct egr_registry *r, struct egr_sb *sb, const struct eg
 			return err;
 		}
 	}
-	err = egr_inspect_add_sandbox(r->inspect, sb->id, p->tenant, p, dpol, netns_fd, want4,
-				      want6, &sb->inspect_port4, &sb->inspect_port6);
+	if (sb->netdev) {
+		/* A device sandbox's: on the device's addresses, where its
+		 * programs rewrite its TCP to (docs/inspect.md "Device
+		 * sandboxes"). */
+		struct egr_inspect_device dev = {
+			.ifindex = sb->ifindex, .has4 = sb->nd_has4, .has6 = sb->nd_has6,
+		};
+
+		memcpy(dev.addr4, sb->nd_addr4, 4);
+		memcpy(dev.addr6, sb->nd_addr6, 16);
+		err = egr_inspect_add_device(r->inspect, sb->id, p->tenant, p, dpol, netns_fd, &dev,
+					     want4, want6, &sb->inspect_port4,
+					     &sb->inspect_port6);
+	} else {
+		err = egr_inspect_add_sandbox(r->inspect, sb->id, p->tenant, p, dpol, netns_fd,
+					      want4, want6, &sb->inspect_port4,
+					      &sb->inspect_port6);
+	}
 	if (netns_fd >= 0)
 		close(netns_fd);
 	if (err)

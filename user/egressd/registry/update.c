@@ -51,13 +51,7 @@ int egr_reg_update(struct egr_registry *r, struct egr_sb *sb, const json_t *poli
 	}
 	/* Before the switch: the listeners must exist when the kernel starts
 	 * redirecting to them (a policy turning inspection on). */
-	if (sb->netdev && p.inspect) {
-		reg_fail(f, EGR_REG_INVALID_POLICY, "policy.network.inspect",
-			 "inspection is not available for device sandboxes yet (docs/inspect.md)");
-		err = -EINVAL;
-	} else {
-		err = reg_start_inspect(r, sb, &p, sb->inspect_port4, sb->inspect_port6, f);
-	}
+	err = reg_start_inspect(r, sb, &p, sb->inspect_port4, sb->inspect_port6, f);
 	if (err) {
 		egr_dnspolicy_free(dpol);
 		egr_compiled_free(&c);

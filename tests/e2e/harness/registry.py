@@ -35,7 +35,7 @@ KNOWN_NEEDS = ("systemd", "lsm_cgroup", "no_lsm_cgroup", "cgroup_pids", "cgroup_
 # in every guest, make test on this host's kernel with the release build.
 KERNEL_SUBSET = ("test_unit", "test_lsm_cgroup", "test_hostile_kernel", "test_redteam2_escape",
                  "test_redteam5_escape", "test_hostile_daemon:hd_detach", "test_adversarial",
-                 "test_hostile_run", "test_upgrade", "test_runsc:runsc_container_confined",
+                 "test_hostile_run", "test_upgrade", "test_runsc",
                  "test_netdev:netdev_kernel_attach_path")
 
 

@@ -46,6 +46,9 @@ import bench as B  # noqa: E402  (policies, control socket, bpftool, docs sectio
 import bench_common as common  # noqa: E402  (egressd, dnsmasq: the e2e harness)
 
 PID = os.getpid()
+# What tc's object loader creates on the bpffs (iproute2), in the order
+# they can be removed.
+TC_PINS = ("/sys/fs/bpf/ip", "/sys/fs/bpf/xdp", "/sys/fs/bpf/tc/globals", "/sys/fs/bpf/tc")
 TAG = f"egrnd-{PID}"
 G_IP, H_IP, HS_IP, S_IP = "10.79.0.2", "10.79.0.1", "10.80.0.1", "10.80.0.2"
 PORT = 18100          # iperf3 in S: UDP and TCP runs one after the other
@@ -97,6 +100,7 @@ class NetdevBench:
         self.mode = None
         self.floor_obj = os.path.join(self.build, "bench", "floor-netdev.bpf.o")
         self.floor_qdisc = False
+        self.tc_pins_made = None
 
     # -- lifecycle
 
@@ -182,6 +186,14 @@ class NetdevBench:
             # vh's programs (if any were left) go with the device.
             subprocess.run(["ip", "netns", "del", n], capture_output=True, timeout=30)
         common.remove_work_dir(self.tmp, self.sock, log)
+        for q in self.tc_pins_made or ():
+            try:
+                if os.path.islink(q):
+                    os.unlink(q)
+                elif os.path.isdir(q):
+                    os.rmdir(q)       # tc pins nothing for the floor: empty
+            except OSError as e:
+                log(f"cleanup: tc's {q}: {e}")
         if self.stats_prev is not None:
             try:
                 with open(B.STATS_SYSCTL, "w") as f:
@@ -281,6 +293,10 @@ class NetdevBench:
         """The floor: the empty program on both directions of vh (tc
         filters on a clsact qdisc). {name/direction: id}."""
         H = self.in_ns("h")
+        # tc's object loader makes its pin tree on the host's bpffs
+        # (tc/globals, the ip and xdp links to it): what it made is ours.
+        if self.tc_pins_made is None:
+            self.tc_pins_made = [q for q in TC_PINS if not os.path.lexists(q)]
         run(H + ["tc", "qdisc", "add", "dev", "vh", "clsact"])
         self.floor_qdisc = True
         for d in ("ingress", "egress"):

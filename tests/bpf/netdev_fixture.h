@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * The fixture of the device programs' BPF_PROG_TEST_RUN tests (test_netdev.c,
- * test_netdev_inspect.c): the real object with private (unpinned) maps filled
- * as egressd fills them, in a network namespace of its own with a veth pair
- * whose host side (vh, 10.77.0.1/30, fd77::1/64) is the sandbox's device;
- * frames built as a hostile guest would send them, and checksum checks of
+ * test_netdev_inspect.c, test_netdev_hostile.c): the real object with
+ * private (unpinned) maps filled as egressd fills them, in a network
+ * namespace of its own with a veth pair whose host side (vh, 10.77.0.1/30,
+ * fd77::1/64) is the sandbox's device; frames built as a hostile guest would send them, and checksum checks of
  * rewritten ones. One test binary per includer.
  */
 #ifndef EGR_TEST_NETDEV_FIXTURE_H
@@ -248,6 +248,7 @@ static inline struct egr_meter meter(void)
 		sum.bytes_out += vals[i].bytes_out;
 		sum.pkts_out += vals[i].pkts_out;
 		sum.bytes_in += vals[i].bytes_in;
+		sum.pkts_in += vals[i].pkts_in;
 		sum.backstop_drops += vals[i].backstop_drops;
 		sum.inbound_drops += vals[i].inbound_drops;
 		sum.quota_drops += vals[i].quota_drops;

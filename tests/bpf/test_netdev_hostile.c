@@ -3,8 +3,8 @@
  * Red-team cases against the device sandbox programs (bpf/netdev.bpf.c): the
  * frames a hostile guest kernel sends to get past the passes the parser
  * grants without the allowlist (neighbour and router discovery) and the DNS
- * redirect, run with BPF_PROG_TEST_RUN on the real object (as
- * tests/bpf/test_netdev.c, whose fixture this repeats in short). Each attack
+ * redirect, run with BPF_PROG_TEST_RUN on the real object (netdev_fixture.h,
+ * as tests/bpf/test_netdev.c). Each attack
  * has a twin the program lets through the same way.
  *
  * The test runs in a network namespace of its own: vh (10.77.0.1/30,
@@ -12,146 +12,10 @@
  * 2001:db8::/32, so an address there is one the host would forward to.
  * Root; never skips.
  */
-#include <arpa/inet.h>
-#include <errno.h>
-#include <net/if.h>
-#include <sched.h>
-#include <setjmp.h>
-#include <stdarg.h>
+
 #include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
-#include <cmocka.h>
-
-#include <bpf/bpf.h>
-#include <bpf/libbpf.h>
-
-#include "egressd.h"
-#include "egr_netdev.h"
-#include "egr_decide.h"
-#include "netdev.skel.h"
-
-static struct netdev_bpf *skel;
-static int ifindex;
-
-#define SB 8
-#define POLICY 80
-#define TENANT 4
-#define PASS (-1)
-#define DROP 2
-#define LPORT4 5300
-
-struct pkt {
-	unsigned char b[160];
-	size_t len;
-};
-
-static void put_entry(struct egr_sandbox sb)
-{
-	__u32 id = SB;
-
-	sb.policy_id = POLICY;
-	sb.tenant_id = TENANT;
-	assert_int_equal(bpf_map__update_elem(skel->maps.egr_sandboxes, &id, sizeof(id), &sb,
-					      sizeof(sb), BPF_ANY), 0);
-}
-
-/* UDP to addr:port allowed. */
-static void put_allow(bool v6, const char *addr, __u16 port)
-{
-	struct egr_rule r = { .nranges = 1 };
-	int err;
-
-	r.ranges[0] = (struct egr_port_range){ .lo = port, .hi = port, .protos = EGR_PROTO_UDP };
-	if (v6) {
-		struct egr_lpm6_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 128,
-					  .policy_id = POLICY };
-
-		assert_int_equal(inet_pton(AF_INET6, addr, k.addr), 1);
-		err = bpf_map__update_elem(skel->maps.egr_allow6, &k, sizeof(k), &r, sizeof(r),
-					   BPF_ANY);
-	} else {
-		struct egr_lpm4_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 32,
-					  .policy_id = POLICY };
-
-		assert_int_equal(inet_pton(AF_INET, addr, k.addr), 1);
-		err = bpf_map__update_elem(skel->maps.egr_allow4, &k, sizeof(k), &r, sizeof(r),
-					   BPF_ANY);
-	}
-	assert_int_equal(err, 0);
-}
-
-/* HOST:* (every port of TCP and UDP, and ICMP where the policy allows it). */
-static void put_any4(const char *addr)
-{
-	struct egr_lpm4_key k = { .prefixlen = EGR_LPM_POLICY_BITS + 32, .policy_id = POLICY };
-	struct egr_rule r = { .nranges = 1 };
-
-	r.ranges[0] = (struct egr_port_range){ .lo = 0, .hi = 0xffff, .protos = EGR_PROTO_ANY };
-	assert_int_equal(inet_pton(AF_INET, addr, k.addr), 1);
-	assert_int_equal(bpf_map__update_elem(skel->maps.egr_allow4, &k, sizeof(k), &r, sizeof(r),
-					      BPF_ANY), 0);
-}
-
-static int run(struct bpf_program *prog, const struct pkt *p)
-{
-	struct __sk_buff ctx = { .ifindex = (__u32)ifindex };
-	LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = p->b, .data_size_in = (__u32)p->len,
-		    .ctx_in = &ctx, .ctx_size_in = sizeof(ctx), .repeat = 1);
-	int err = bpf_prog_test_run_opts(bpf_program__fd(prog), &opts);
-
-	if (err)
-		fail_msg("BPF_PROG_TEST_RUN of %s: %s", bpf_program__name(prog), strerror(-err));
-	return (int)opts.retval;
-}
-
-static int out(const struct pkt *p)
-{
-	return run(skel->progs.egr_nd_ingress, p);
-}
-
-static int in(const struct pkt *p)
-{
-	return run(skel->progs.egr_nd_egress, p);
-}
-
-static __u64 nd_counter(enum egr_nd_counter c)
-{
-	int ncpu = libbpf_num_possible_cpus();
-	__u64 vals[ncpu > 0 ? ncpu : 1], sum = 0;
-	__u32 key = c;
-
-	assert_int_equal(bpf_map__lookup_elem(skel->maps.egr_nd_counters, &key, sizeof(key), vals,
-					      sizeof(__u64) * (size_t)ncpu, 0), 0);
-	for (int i = 0; i < ncpu; i++)
-		sum += vals[i];
-	return sum;
-}
-
-static struct egr_meter meter(void)
-{
-	int ncpu = libbpf_num_possible_cpus();
-	struct egr_meter vals[ncpu > 0 ? ncpu : 1], sum = { 0 };
-	__u32 key = SB;
-
-	if (bpf_map__lookup_elem(skel->maps.egr_meter_sb, &key, sizeof(key), vals,
-				 sizeof(vals[0]) * (size_t)ncpu, 0))
-		return sum;
-	for (int i = 0; i < ncpu; i++) {
-		sum.bytes_out += vals[i].bytes_out;
-		sum.pkts_out += vals[i].pkts_out;
-		sum.bytes_in += vals[i].bytes_in;
-		sum.pkts_in += vals[i].pkts_in;
-		sum.quota_drops += vals[i].quota_drops;
-		sum.backstop_drops += vals[i].backstop_drops;
-	}
-	return sum;
-}
+#include "netdev_fixture.h"
 
 /* An Ethernet frame carrying IPv6 (next header nh, hop limit hl) from s to
  * d, then n bytes of l4. */
@@ -239,80 +103,22 @@ static struct pkt icmp4(const char *s, const char *d, __u8 t)
 	return p;
 }
 
-static int sh(const char *cmd)
+/* The fixture's namespace and object, and a second veth d0 that routes
+ * 2001:db8::/32 (an address there is one the host would forward to) and a
+ * narrower range of one that goes through vh. */
+static int setup_hostile(void **state)
 {
-	int rc = system(cmd);
-
-	if (rc != 0)
-		fprintf(stderr, "test_netdev_hostile: '%s' failed (%d)\n", cmd, rc);
-	return rc;
-}
-
-static int write_file(const char *path, const char *s)
-{
-	FILE *f = fopen(path, "w");
-	int rc;
-
-	if (!f)
+	if (setup(state))
 		return -1;
-	rc = fputs(s, f) < 0;
-	return fclose(f) || rc ? -1 : 0;
-}
-
-static int setup(void **state)
-{
-	struct bpf_map *m;
-	struct in_addr a;
-	int err;
-
-	if (unshare(CLONE_NEWNET)) {
-		fprintf(stderr, "test_netdev_hostile: unshare(CLONE_NEWNET) (root needed): %s\n",
-			strerror(errno));
-		return -1;
-	}
-	if (sh("ip link set lo up") || sh("ip link add vh type veth peer name vs") ||
-	    sh("ip addr add 10.77.0.1/30 dev vh") || sh("ip -6 addr add fd77::1/64 dev vh nodad") ||
-	    sh("ip link set vh up") || sh("ip link set vs up") ||
-	    sh("ip link add d0 type veth peer name d1") || sh("ip link set d0 up") ||
-	    sh("ip link set d1 up") ||
-	    sh("ip -6 route add 2001:db8::/32 dev d0") ||
+	if (sh("ip link add d0 type veth peer name d1") || sh("ip link set d0 up") ||
+	    sh("ip link set d1 up") || sh("ip -6 route add 2001:db8::/32 dev d0") ||
 	    /* A wide route through the device, a narrower one of its range
 	     * through another (another sandbox's, say). */
 	    sh("ip route add 10.99.0.0/16 dev vh") || sh("ip route add 10.99.5.0/24 dev d0") ||
-	    sh("ip -6 route add fd99::/32 dev vh") || sh("ip -6 route add fd99:0:5::/48 dev d0") ||
-	    write_file("/proc/sys/net/ipv4/conf/all/forwarding", "1") ||
-	    write_file("/proc/sys/net/ipv6/conf/all/forwarding", "1"))
+	    sh("ip -6 route add fd99::/32 dev vh") || sh("ip -6 route add fd99:0:5::/48 dev d0"))
 		return -1;
-	ifindex = (int)if_nametoindex("vh");
-	if (!ifindex)
-		return -1;
-	skel = netdev_bpf__open();
-	if (!skel) {
-		fprintf(stderr, "test_netdev_hostile: open netdev.bpf.o: %s\n", strerror(errno));
-		return -1;
-	}
-	bpf_object__for_each_map(m, skel->obj)
-		if (bpf_map__set_pin_path(m, NULL))
-			return -1;
-	skel->rodata->egr_nd_sandbox_id = SB;
-	if (inet_pton(AF_INET, "10.77.0.1", &a) != 1)
-		return -1;
-	skel->rodata->egr_nd_dns_addr4 = a.s_addr;
-	err = netdev_bpf__load(skel);
-	if (err) {
-		fprintf(stderr, "test_netdev_hostile: load netdev.bpf.o: %s\n", strerror(-err));
-		return -1;
-	}
-	put_allow(false, "203.0.113.10", 9000);
-	put_allow(true, "2001:db8::10", 9000);
-	put_entry((struct egr_sandbox){ 0 });
-	*state = NULL;
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	netdev_bpf__destroy(skel);
+	/* UDP 9000 of 203.0.113.10 (the fixture's) and of 2001:db8::10. */
+	put_rule6("2001:db8::10", EGR_PROTO_UDP, 9000, 9000);
 	return 0;
 }
 
@@ -335,7 +141,7 @@ static void test_ndisc_to_a_forwarded_address_drops(void **state)
 	struct pkt ns_nud_ll = icmp6("fe80::2", "fe80::1", 135, 255);
 	struct pkt na_reply = icmp6("fd77::2", "fd77::1", 136, 255);
 	struct pkt rs = icmp6("fe80::2", "ff02::2", 133, 255);
-	__u64 nd0 = nd_counter(EGR_ND_CNT_ND);
+	__u64 nd0 = counter(EGR_ND_CNT_ND);
 	struct egr_meter m0 = meter();
 
 	assert_int_equal(out(&ns_out), DROP);
@@ -348,7 +154,7 @@ static void test_ndisc_to_a_forwarded_address_drops(void **state)
 	assert_int_equal(out(&ns_nud_ll), PASS);
 	assert_int_equal(out(&na_reply), PASS);
 	assert_int_equal(out(&rs), PASS);
-	assert_int_equal(nd_counter(EGR_ND_CNT_ND) - nd0, 6);
+	assert_int_equal(counter(EGR_ND_CNT_ND) - nd0, 6);
 	/* Judged as ICMPv6 that is not echo: metered drops. */
 	assert_int_equal(meter().backstop_drops - m0.backstop_drops, 4);
 }
@@ -421,11 +227,11 @@ static void test_spoofed_source_of_a_narrower_route_elsewhere_drops(void **state
 	struct pkt other6 = v6("fd99:0:5::7", "2001:db8::10", 17, 64, u, sizeof(u));
 	struct pkt mine6 = v6("fd99:0:7::7", "2001:db8::10", 17, 64, u, sizeof(u));
 	struct pkt guest6 = v6("fd77::2", "2001:db8::10", 17, 64, u, sizeof(u));
-	__u64 s0 = nd_counter(EGR_ND_CNT_SPOOFED);
+	__u64 s0 = counter(EGR_ND_CNT_SPOOFED);
 
 	assert_int_equal(out(&other4), DROP);
 	assert_int_equal(out(&other6), DROP);
-	assert_int_equal(nd_counter(EGR_ND_CNT_SPOOFED) - s0, 2);
+	assert_int_equal(counter(EGR_ND_CNT_SPOOFED) - s0, 2);
 	/* The twins: sources whose best route is this device. */
 	assert_int_equal(out(&mine4), PASS);
 	assert_int_equal(out(&guest4), PASS);
@@ -449,7 +255,7 @@ static void test_icmp_only_echo_to_a_host_star_address(void **state)
 	struct pkt reply_other = icmp4("203.0.113.31", "10.77.0.2", 0);
 	struct pkt err_in = icmp4("203.0.113.30", "10.77.0.2", 3);
 
-	put_any4("203.0.113.30");
+	put_rule4("203.0.113.30", EGR_PROTO_ANY, 0, 0xffff);  /* HOST:* */
 	put_entry((struct egr_sandbox){ 0 });
 	assert_int_equal(in(&reply), DROP);       /* no echo sent yet */
 	assert_int_equal(out(&echo), DROP);       /* ICMP not allowed by the policy */
@@ -474,5 +280,5 @@ int main(void)
 		cmocka_unit_test(test_icmp_only_echo_to_a_host_star_address),
 	};
 
-	return cmocka_run_group_tests_name("netdev_hostile", tests, setup, teardown);
+	return cmocka_run_group_tests_name("netdev_hostile", tests, setup_hostile, teardown);
 }

@@ -4,8 +4,9 @@
  * test_netdev_inspect.c, test_netdev_hostile.c): the real object with
  * private (unpinned) maps filled as egressd fills them, in a network
  * namespace of its own with a veth pair whose host side (vh, 10.77.0.1/30,
- * fd77::1/64) is the sandbox's device; frames built as a hostile guest would send them, and checksum checks of
- * rewritten ones. One test binary per includer.
+ * fd77::1/64) is the sandbox's device; frames built as a hostile guest
+ * would send them, and checksum checks of rewritten ones. One test binary
+ * per includer.
  */
 #ifndef EGR_TEST_NETDEV_FIXTURE_H
 #define EGR_TEST_NETDEV_FIXTURE_H

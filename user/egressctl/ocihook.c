@@ -265,15 +265,7 @@ static int hook_attach(struct ctl *c, const struct hook_opts *o, const char *id,
 	}
 	req = json_pack("{s:s, s:s, s:o}", "op", egr_op_desc(EGR_OP_ATTACH)->name, "cgroup", cg,
 			"policy", policy);
-	if (req && ns[0] && json_object_set_new(req, "netns", json_string(ns))) {
-		json_decref(req);
-		req = NULL;
-	}
-	if (!req) {
-		oci_hook_err("createRuntime", id, "out of memory");
-		return CTL_EXIT_ERROR;
-	}
-	rc = oci_send_attach(c, o, id, req, deadline, &resp);
+	rc = oci_send_attach(c, o, id, req, ns, deadline, &resp);
 	if (rc) {
 		oci_hook_err("createRuntime", id, "egressd did not confine %s (see above); not "
 			 "starting it", cg);

@@ -145,15 +145,7 @@ int oci_gvisor_attach(struct ctl *c, const struct hook_opts *o, const char *id, 
 	}
 	req = json_pack("{s:s, s:s, s:o}", "op", egr_op_desc(EGR_OP_ATTACH)->name, "netdev",
 			peer.ifname, "policy", policy);
-	if (req && peer.netns[0] && json_object_set_new(req, "netns", json_string(peer.netns))) {
-		json_decref(req);
-		req = NULL;
-	}
-	if (!req) {
-		oci_hook_err("createRuntime", id, "out of memory");
-		return CTL_EXIT_ERROR;
-	}
-	rc = oci_send_attach(c, o, id, req, deadline, &resp);
+	rc = oci_send_attach(c, o, id, req, peer.netns, deadline, &resp);
 	if (rc) {
 		oci_hook_err("createRuntime", id, "egressd did not confine gVisor container's "
 			     "device %s (%s, the peer of its veth %s; see above); not starting it",

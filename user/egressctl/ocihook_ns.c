@@ -64,16 +64,8 @@ int oci_hook_attach_ns(struct ctl *c, const struct hook_opts *o, const char *id,
 	req = json_pack("{s:s, s:s, s:o, s:o, s:s}", "op", egr_op_desc(EGR_OP_ATTACH)->name,
 			"cgroup", cg, "policy_ref", ref, "container", ctr, "execution_id",
 			m->execution_id ?: id);
-	if (req && ns[0] && json_object_set_new(req, "netns", json_string(ns))) {
-		json_decref(req);
-		req = NULL;
-	}
-	if (!req) {
-		oci_hook_err("createRuntime", id, "out of memory");
-		return CTL_EXIT_ERROR;
-	}
 	deadline = oci_mono_ms() + (uint64_t)o->wait_s * 1000;
-	rc = oci_send_attach(c, o, id, req, deadline, &resp);
+	rc = oci_send_attach(c, o, id, req, ns, deadline, &resp);
 	if (rc) {
 		oci_hook_err("createRuntime", id, "egressd did not confine %s with policy %s of "
 			     "namespace %s (see above); not starting it", cg,

@@ -251,12 +251,19 @@ int oci_wait_for_egressd(const struct ctl *c, uint64_t deadline)
 }
 
 int oci_send_attach(struct ctl *c, const struct hook_opts *o, const char *id, json_t *req,
-		    uint64_t deadline, json_t **resp)
+		    const char *netns, uint64_t deadline, json_t **resp)
 {
 	char code[32];
 	int rc, err;
 
-	(void)o;
+	if (req && netns && netns[0] && json_object_set_new(req, "netns", json_string(netns))) {
+		json_decref(req);
+		req = NULL;
+	}
+	if (!req) {
+		oci_hook_err("createRuntime", id, "out of memory");
+		return CTL_EXIT_ERROR;
+	}
 	/* egressd restarting: wait for it, bounded. A missing socket said in
 	 * our own words first: Podman cuts a hook's stderr after a "No such
 	 * file or directory". */

@@ -23,9 +23,10 @@ int oci_wait_for_egressd(const struct ctl *c, uint64_t deadline);
 int oci_container_cgroup(long pid, const char *bundle, char *out, size_t len, char *why,
 			 size_t whylen);
 int oci_container_netns(long pid, const char *bundle, char *buf, size_t len);
-/* Send an attach request (consumed) as createRuntime does: waits for
+/* Send an attach request (consumed; NULL: out of memory, said), with
+ * "netns" when netns is not empty, as createRuntime does: waits for
  * egressd up to the deadline, asks again while egressd restarts. */
 int oci_send_attach(struct ctl *c, const struct hook_opts *o, const char *id, json_t *req,
-		    uint64_t deadline, json_t **resp);
+		    const char *netns, uint64_t deadline, json_t **resp);
 
 #endif /* EGR_CTL_OCIHOOK_UTIL_H */

@@ -136,29 +136,20 @@ static __always_inline int egr_listener_ours_in(void *ctx, struct bpf_sock_tuple
 	return ok;
 }
 
-/* The same with the tuple on the stack. */
-static __always_inline int egr_listener_ours_at(void *ctx, int v6, const __u32 saddr[4],
-						__u16 sport, const __u32 daddr[4], __u16 port,
-						__u32 proto, __u32 kind, __u32 sandbox_id)
-{
-	struct bpf_sock_tuple t;
-
-	return egr_listener_ours_in(ctx, &t, v6, saddr, sport, daddr, port, proto, kind,
-				    sandbox_id);
-}
-
 /* The same for the loopback listeners of cgroup sandboxes' proxies. */
 static __always_inline int egr_listener_ours(void *ctx, int v6, const __u32 saddr[4], __u16 sport,
 					     __u16 port, __u32 proto, __u32 kind,
 					     __u32 sandbox_id)
 {
+	struct bpf_sock_tuple t;
 	__u32 lo[4] = { 0, 0, 0, 0 };
 
 	if (v6)
 		lo[3] = bpf_htonl(1);
 	else
 		lo[0] = bpf_htonl(0x7f000001);
-	return egr_listener_ours_at(ctx, v6, saddr, sport, lo, port, proto, kind, sandbox_id);
+	return egr_listener_ours_in(ctx, &t, v6, saddr, sport, lo, port, proto, kind,
+				    sandbox_id);
 }
 
 /*
